@@ -1,0 +1,139 @@
+//! Server options: the one home of every server default (`cluster serve --help`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::types::NodeId;
+
+/// Every member of the cluster: server id to its `--rpc` address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peers(pub BTreeMap<NodeId, SocketAddr>);
+
+impl std::str::FromStr for Peers {
+    type Err = String;
+
+    /// Parses `1=127.0.0.1:4647,2=127.0.0.1:5647,...`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut peers = BTreeMap::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (id, addr) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
+            let id: NodeId = id
+                .parse()
+                .ok()
+                .filter(|id| *id > 0)
+                .ok_or_else(|| format!("{id:?} in {part:?} is not a server id (a whole number from 1)"))?;
+            let addr: SocketAddr = addr
+                .parse()
+                .map_err(|_| format!("{addr:?} in {part:?} is not an IP:PORT address"))?;
+            if peers.insert(id, addr).is_some() {
+                return Err(format!("server id {id} is listed twice"));
+            }
+        }
+        if peers.is_empty() {
+            return Err("no peers given".into());
+        }
+        Ok(Peers(peers))
+    }
+}
+
+impl std::fmt::Display for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeOpts {
+    /// This server's id; must be one of the ids in --peers.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub id: NodeId,
+    /// Address for gRPC: raft between servers and the public API.
+    #[arg(long, default_value = "127.0.0.1:4647")]
+    pub rpc: SocketAddr,
+    /// Address for HTTP: /metrics and /v1/status.
+    #[arg(long, default_value = "127.0.0.1:4646")]
+    pub http: SocketAddr,
+    /// Where the raft log and snapshots live.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Every member, itself included: ID=HOST:PORT,... of their --rpc addresses.
+    #[arg(long)]
+    pub peers: Peers,
+    /// Leader heartbeat interval, in milliseconds.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    pub heartbeat_ms: u64,
+    /// Shortest election timeout, in milliseconds (the longest is twice this).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub election_timeout_ms: u64,
+    /// Build a snapshot once this many entries were applied since the last one.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_entries: u64,
+    /// Entries to keep in the log behind a snapshot, for followers only a little behind.
+    #[arg(long, default_value_t = 1_000)]
+    pub keep_entries: u64,
+    /// How long a write waits for a leader to be elected before it is refused, in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub leader_wait_ms: u64,
+}
+
+impl ServeOpts {
+    /// Checks what clap cannot check field by field.
+    pub fn validate(&self) -> Result<(), String> {
+        match self.peers.0.get(&self.id) {
+            None => Err(format!(
+                "--id {} is not among --peers ({})",
+                self.id,
+                self.peers.0.keys().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+            )),
+            Some(addr) if addr.port() != self.rpc.port() => Err(format!(
+                "--peers gives server {} the address {addr}, but --rpc is {}",
+                self.id, self.rpc
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    pub fn leader_wait(&self) -> Duration {
+        Duration::from_millis(self.leader_wait_ms)
+    }
+
+    pub fn raft_config(&self) -> Result<openraft::Config, String> {
+        let config = openraft::Config {
+            cluster_name: "stampede".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_ms,
+            election_timeout_max: self.election_timeout_ms * 2,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_entries),
+            max_in_snapshot_log_to_keep: self.keep_entries,
+            // A lagging follower gets a snapshot once it is further behind than the log we keep.
+            replication_lag_threshold: self.keep_entries.max(1),
+            ..Default::default()
+        };
+        config.validate().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_peers_and_says_what_is_wrong() {
+        let p: Peers = "1=127.0.0.1:4647, 2=127.0.0.1:5647".parse().unwrap();
+        assert_eq!(p.0.len(), 2);
+        assert_eq!(p.to_string(), "1=127.0.0.1:4647,2=127.0.0.1:5647");
+        let err = |s: &str| s.parse::<Peers>().unwrap_err();
+        assert!(err("1:127.0.0.1:1").contains("not ID=HOST:PORT"));
+        assert!(err("0=127.0.0.1:1").contains("not a server id"));
+        assert!(err("1=localhost").contains("not an IP:PORT"));
+        assert!(err("1=127.0.0.1:1,1=127.0.0.1:2").contains("listed twice"));
+        assert!(err("").contains("no peers"));
+    }
+}

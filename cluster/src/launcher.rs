@@ -1,0 +1,378 @@
+//! Starts a cluster of real `cluster serve` processes on this machine, on free
+//! 127.0.0.1 ports with their own data dirs: for `cluster dev`, tests and
+//! capacity runs. Processes still running when the `LocalCluster` is dropped
+//! are killed.
+
+use std::fs::OpenOptions;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::http::StatusReport;
+use crate::types::NodeId;
+
+/// How often a wait re-reads a server's status.
+const POLL: Duration = Duration::from_millis(25);
+/// How long a server gets to stop on SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("cannot prepare {0}: {1}")]
+    Io(PathBuf, std::io::Error),
+    #[error("cannot start {bin}: {source}")]
+    Spawn { bin: PathBuf, source: std::io::Error },
+    #[error("no server with id {0} in this cluster")]
+    UnknownServer(NodeId),
+    #[error("server {id} at {addr}: {detail}")]
+    Http { id: NodeId, addr: SocketAddr, detail: String },
+    #[error("timed out after {after:?} waiting until {what}{}", last.as_ref().map(|l| format!(" (last seen: {l})")).unwrap_or_default())]
+    Timeout {
+        what: String,
+        after: Duration,
+        last: Option<String>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    /// The `cluster` binary to run.
+    pub bin: PathBuf,
+    pub servers: usize,
+    /// Where data dirs and logs go; a temporary dir (removed on drop) if `None`.
+    pub root: Option<PathBuf>,
+    /// Extra `cluster serve` flags for every server.
+    pub server_args: Vec<String>,
+}
+
+/// One server process and where it lives.
+#[derive(Debug)]
+pub struct ServerProc {
+    pub id: NodeId,
+    pub rpc: SocketAddr,
+    pub http: SocketAddr,
+    pub data_dir: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+pub struct LocalCluster {
+    bin: PathBuf,
+    root: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    server_args: Vec<String>,
+    servers: Vec<ServerProc>,
+    http: reqwest::Client,
+}
+
+impl LocalCluster {
+    /// Starts every server. It returns once the processes are spawned; use
+    /// [`LocalCluster::wait_for_leader`] to know the cluster has formed.
+    pub fn start(opts: LaunchOptions) -> Result<Self, LaunchError> {
+        let (root, tmp) = match opts.root {
+            Some(root) => (root, None),
+            None => {
+                let tmp = tempfile::Builder::new()
+                    .prefix("stampede-cluster-")
+                    .tempdir()
+                    .map_err(|e| LaunchError::Io(std::env::temp_dir(), e))?;
+                (tmp.path().to_path_buf(), Some(tmp))
+            }
+        };
+        std::fs::create_dir_all(&root).map_err(|e| LaunchError::Io(root.clone(), e))?;
+        let ports = free_ports(opts.servers * 2).map_err(|e| LaunchError::Io(root.clone(), e))?;
+        let servers = (0..opts.servers)
+            .map(|i| {
+                let id = i as NodeId + 1;
+                ServerProc {
+                    id,
+                    rpc: ports[2 * i],
+                    http: ports[2 * i + 1],
+                    data_dir: root.join(format!("server-{id}")),
+                    log: root.join(format!("server-{id}.log")),
+                    child: None,
+                }
+            })
+            .collect();
+        let mut cluster = Self {
+            bin: opts.bin,
+            root,
+            _tmp: tmp,
+            server_args: opts.server_args,
+            servers,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .expect("a plain HTTP client builds"),
+        };
+        for id in cluster.ids() {
+            cluster.spawn(id)?;
+        }
+        Ok(cluster)
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn ids(&self) -> Vec<NodeId> {
+        self.servers.iter().map(|s| s.id).collect()
+    }
+
+    pub fn servers(&self) -> &[ServerProc] {
+        &self.servers
+    }
+
+    /// `--peers` as every server gets it.
+    pub fn peers_arg(&self) -> String {
+        let parts: Vec<String> = self.servers.iter().map(|s| format!("{}={}", s.id, s.rpc)).collect();
+        parts.join(",")
+    }
+
+    /// Every server's gRPC address, as clients dial it.
+    pub fn rpc_addrs(&self) -> Vec<String> {
+        self.servers.iter().map(|s| s.rpc.to_string()).collect()
+    }
+
+    pub fn server(&self, id: NodeId) -> Result<&ServerProc, LaunchError> {
+        self.servers.iter().find(|s| s.id == id).ok_or(LaunchError::UnknownServer(id))
+    }
+
+    fn server_mut(&mut self, id: NodeId) -> Result<&mut ServerProc, LaunchError> {
+        self.servers
+            .iter_mut()
+            .find(|s| s.id == id)
+            .ok_or(LaunchError::UnknownServer(id))
+    }
+
+    /// Starts server `id` (again), appending to its log file.
+    pub fn spawn(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        let peers = self.peers_arg();
+        let bin = self.bin.clone();
+        let args = self.server_args.clone();
+        let s = self.server_mut(id)?;
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&s.log)
+            .map_err(|e| LaunchError::Io(s.log.clone(), e))?;
+        let log2 = log.try_clone().map_err(|e| LaunchError::Io(s.log.clone(), e))?;
+        let child = Command::new(&bin)
+            .arg("serve")
+            .args(["--id", &id.to_string()])
+            .args(["--rpc", &s.rpc.to_string()])
+            .args(["--http", &s.http.to_string()])
+            .arg("--data-dir")
+            .arg(&s.data_dir)
+            .args(["--peers", &peers])
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .spawn()
+            .map_err(|source| LaunchError::Spawn { bin, source })?;
+        s.child = Some(child);
+        Ok(())
+    }
+
+    /// Whether server `id`'s process is alive.
+    pub fn is_running(&mut self, id: NodeId) -> bool {
+        match self.server_mut(id).ok().and_then(|s| s.child.as_mut()) {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// `kill -9`: the server gets no chance to flush anything.
+    pub fn kill(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        if let Some(mut child) = self.server_mut(id)?.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        Ok(())
+    }
+
+    /// SIGTERM, then SIGKILL if the server has not stopped within the grace period.
+    pub fn stop(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        if let Some(child) = self.server_mut(id)?.child.take() {
+            terminate(child);
+        }
+        Ok(())
+    }
+
+    /// Stops every server, all at once.
+    pub fn stop_all(&mut self) {
+        let children: Vec<Child> = self.servers.iter_mut().filter_map(|s| s.child.take()).collect();
+        for child in &children {
+            // SAFETY: kill(2) with a pid we spawned and have not reaped.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        }
+        for child in children {
+            terminate(child);
+        }
+    }
+
+    /// The server's log, for a failing test to show.
+    pub fn log(&self, id: NodeId) -> String {
+        self.server(id)
+            .ok()
+            .and_then(|s| std::fs::read_to_string(&s.log).ok())
+            .unwrap_or_default()
+    }
+
+    async fn get(&self, id: NodeId, path: &str) -> Result<reqwest::Response, LaunchError> {
+        let addr = self.server(id)?.http;
+        let http_err = |detail: String| LaunchError::Http { id, addr, detail };
+        let resp = self
+            .http
+            .get(format!("http://{addr}{path}"))
+            .send()
+            .await
+            .map_err(|e| http_err(e.to_string()))?;
+        if !resp.status().is_success() {
+            return Err(http_err(format!("GET {path} answered {}", resp.status())));
+        }
+        Ok(resp)
+    }
+
+    pub async fn status(&self, id: NodeId) -> Result<StatusReport, LaunchError> {
+        let addr = self.server(id)?.http;
+        self.get(id, "/v1/status")
+            .await?
+            .json()
+            .await
+            .map_err(|e| LaunchError::Http { id, addr, detail: e.to_string() })
+    }
+
+    /// The value of one series on `/metrics`, e.g. `stampede_raft_term` or
+    /// `stampede_raft_entries_total{type="node_register"}`; 0 if absent.
+    pub async fn metric(&self, id: NodeId, series: &str) -> Result<f64, LaunchError> {
+        let addr = self.server(id)?.http;
+        let text = self
+            .get(id, "/metrics")
+            .await?
+            .text()
+            .await
+            .map_err(|e| LaunchError::Http { id, addr, detail: e.to_string() })?;
+        Ok(metric_value(&text, series).unwrap_or(0.0))
+    }
+
+    /// Waits until server `id`'s status satisfies `pred`.
+    pub async fn wait_for_status(
+        &self,
+        id: NodeId,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&StatusReport) -> bool,
+    ) -> Result<StatusReport, LaunchError> {
+        let start = Instant::now();
+        let mut last = None;
+        loop {
+            match self.status(id).await {
+                Ok(s) if pred(&s) => return Ok(s),
+                Ok(s) => last = Some(format!("{s:?}")),
+                Err(e) => last = Some(e.to_string()),
+            }
+            if start.elapsed() > timeout {
+                return Err(LaunchError::Timeout {
+                    what: format!("server {id}: {what}"),
+                    after: timeout,
+                    last,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Waits until every running server names the same leader, and that
+    /// leader says it leads. Returns its id.
+    pub async fn wait_for_leader(&mut self, timeout: Duration) -> Result<NodeId, LaunchError> {
+        let start = Instant::now();
+        let mut last = None;
+        loop {
+            let running: Vec<NodeId> = self.ids().into_iter().filter(|id| self.is_running(*id)).collect();
+            let mut leaders = Vec::new();
+            for id in &running {
+                match self.status(*id).await {
+                    Ok(s) => leaders.push((s.leader_id, s.state == "Leader" && s.leader_id == Some(*id))),
+                    Err(e) => last = Some(e.to_string()),
+                }
+            }
+            if leaders.len() == running.len() && !running.is_empty() {
+                if let Some(leader) = leaders[0].0 {
+                    let agreed = leaders.iter().all(|(l, _)| *l == Some(leader));
+                    let confirmed = leaders.iter().any(|(_, is_leader)| *is_leader);
+                    if agreed && confirmed && running.contains(&leader) {
+                        return Ok(leader);
+                    }
+                }
+                last = Some(format!("leaders seen: {:?}", leaders.iter().map(|l| l.0).collect::<Vec<_>>()));
+            }
+            if start.elapsed() > timeout {
+                return Err(LaunchError::Timeout {
+                    what: "the running servers agree on a leader".into(),
+                    after: timeout,
+                    last,
+                });
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for s in &mut self.servers {
+            if let Some(mut child) = s.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+fn terminate(mut child: Child) {
+    // SAFETY: kill(2) with a pid we spawned and have not reaped.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + STOP_GRACE;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `n` distinct ports that were free a moment ago: all bound at once, then released.
+fn free_ports(n: usize) -> std::io::Result<Vec<SocketAddr>> {
+    let listeners = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    listeners.iter().map(|l| l.local_addr()).collect()
+}
+
+/// Reads one series from Prometheus text: `name` or `name{labels}` exactly as printed.
+pub fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            (name == series).then(|| value.parse().ok()).flatten()
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_a_series_by_its_exact_name() {
+        let text = "# HELP x y\nstampede_raft_term 3\nstampede_raft_entries_total{type=\"blank\"} 2\n";
+        assert_eq!(metric_value(text, "stampede_raft_term"), Some(3.0));
+        assert_eq!(metric_value(text, "stampede_raft_entries_total{type=\"blank\"}"), Some(2.0));
+        assert_eq!(metric_value(text, "stampede_raft_entries_total"), None);
+    }
+}

@@ -1,0 +1,141 @@
+//! Raft RPC to the other servers, over tonic: one long-lived channel per peer,
+//! shared by replication and by writes forwarded to the leader.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::{de::DeserializeOwned, Serialize};
+use stampede_proto::raft_service_client::RaftServiceClient;
+use stampede_proto::{RaftPayload, MAX_MESSAGE_BYTES};
+use tonic::transport::{Channel, Endpoint};
+
+use crate::types::{NodeId, TypeConfig};
+
+/// How long to wait for a TCP connection to a peer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Channels to peers, created on first use and kept for the server's life.
+#[derive(Clone, Default)]
+pub struct PeerChannels {
+    channels: Arc<Mutex<HashMap<NodeId, Channel>>>,
+}
+
+impl PeerChannels {
+    pub fn get(&self, id: NodeId, addr: &str) -> Channel {
+        let mut map = self.channels.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(id)
+            .or_insert_with(|| {
+                Endpoint::from_shared(format!("http://{addr}"))
+                    .expect("peer addresses are validated socket addresses")
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_secs(10))
+                    .connect_lazy()
+            })
+            .clone()
+    }
+
+    pub fn raft_client(&self, id: NodeId, addr: &str) -> RaftServiceClient<Channel> {
+        RaftServiceClient::new(self.get(id, addr))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+}
+
+pub struct NetworkFactory {
+    pub channels: PeerChannels,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerConnection {
+        PeerConnection {
+            target,
+            client: self.channels.raft_client(target, &node.addr),
+        }
+    }
+}
+
+pub struct PeerConnection {
+    target: NodeId,
+    client: RaftServiceClient<Channel>,
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl PeerConnection {
+    async fn call<Req, Resp, E>(&mut self, method: Method, req: &Req, ttl: Duration) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let payload = RaftPayload {
+            data: bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&*e)))?,
+        };
+        let mut client = self.client.clone();
+        let call = async move {
+            match method {
+                Method::AppendEntries => client.append_entries(payload).await,
+                Method::Vote => client.vote(payload).await,
+                Method::InstallSnapshot => client.install_snapshot(payload).await,
+            }
+        };
+        let reply = match tokio::time::timeout(ttl, call).await {
+            Err(_) => {
+                let e = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"));
+                return Err(RPCError::Network(NetworkError::new(&e)));
+            }
+            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+            }
+            Ok(Err(status)) => return Err(RPCError::Network(NetworkError::new(&status))),
+            Ok(Ok(reply)) => reply.into_inner(),
+        };
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            bincode::deserialize(&reply.data).map_err(|e| RPCError::Network(NetworkError::new(&*e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerConnection {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Method::AppendEntries, &rpc, option.hard_ttl()).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(Method::InstallSnapshot, &rpc, option.hard_ttl()).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Method::Vote, &rpc, option.hard_ttl()).await
+    }
+}

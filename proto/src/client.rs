@@ -1,0 +1,133 @@
+//! A client of the whole cluster: it holds a channel to every server it is
+//! given and, while the cluster elects a leader or a server is down, tries the
+//! next one with a short backoff until its retry budget runs out. Any server
+//! takes any call (followers forward writes), so no leader tracking is needed.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status};
+
+use crate::node_service_client::NodeServiceClient;
+use crate::{Node, NodeRegisterRequest, MAX_MESSAGE_BYTES};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("no server addresses given")]
+    NoServers,
+    #[error("{0:?} is not a server address (HOST:PORT)")]
+    BadAddress(String),
+    #[error("{}", .0.message())]
+    Status(Status),
+}
+
+impl ClientError {
+    pub fn code(&self) -> Option<Code> {
+        match self {
+            ClientError::Status(s) => Some(s.code()),
+            _ => None,
+        }
+    }
+}
+
+/// How long calls keep retrying by default: longer than an election.
+pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
+
+#[derive(Clone)]
+pub struct ClusterClient {
+    channels: std::sync::Arc<Vec<Channel>>,
+    next: std::sync::Arc<AtomicUsize>,
+    retry_for: Duration,
+}
+
+impl ClusterClient {
+    /// Channels connect lazily, so this works with servers still starting.
+    pub fn new<S: AsRef<str>>(addrs: &[S]) -> Result<Self, ClientError> {
+        if addrs.is_empty() {
+            return Err(ClientError::NoServers);
+        }
+        let channels = addrs
+            .iter()
+            .map(|a| {
+                let a = a.as_ref().trim();
+                let uri = if a.contains("://") { a.to_string() } else { format!("http://{a}") };
+                Endpoint::from_shared(uri)
+                    .map(|e| {
+                        e.connect_timeout(Duration::from_secs(1))
+                            .tcp_nodelay(true)
+                            .connect_lazy()
+                    })
+                    .map_err(|_| ClientError::BadAddress(a.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self {
+            channels: std::sync::Arc::new(channels),
+            next: Default::default(),
+            retry_for: DEFAULT_RETRY_FOR,
+        })
+    }
+
+    pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
+        self.retry_for = retry_for;
+        self
+    }
+
+    /// A node-service client on the next server in turn.
+    pub fn nodes(&self) -> NodeServiceClient<Channel> {
+        NodeServiceClient::new(self.next_channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// A node-service client on server `i` of the list given to `new`.
+    pub fn nodes_on(&self, i: usize) -> NodeServiceClient<Channel> {
+        NodeServiceClient::new(self.channels[i % self.channels.len()].clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn next_channel(&self) -> Channel {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        self.channels[i % self.channels.len()].clone()
+    }
+
+    /// Runs `call` on one server after another until it succeeds, fails with
+    /// an answer that retrying cannot change, or the retry budget is spent.
+    pub async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClusterClient) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = Instant::now() + self.retry_for;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match call(self.clone()).await {
+                Ok(v) => return Ok(v),
+                Err(s) if retryable(&s) && Instant::now() < deadline => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(s) => return Err(ClientError::Status(s)),
+            }
+        }
+    }
+
+    /// Registers (or updates) a node; returns the raft index it was applied at.
+    pub async fn register_node(&self, node: Node) -> Result<u64, ClientError> {
+        self.retrying(|c| {
+            let node = node.clone();
+            async move {
+                let reply = c.nodes().register(NodeRegisterRequest { node: Some(node) }).await?;
+                Ok(reply.into_inner().index)
+            }
+        })
+        .await
+    }
+}
+
+/// Answers that another server, or the same one a moment later, may not give.
+fn retryable(s: &Status) -> bool {
+    matches!(s.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded)
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what building stampede needs on Debian and is missing: a C++
+# compiler and libclang (RocksDB and its Rust bindings) and protoc (the gRPC
+# code). Runs apt-get as root, or through sudo.
+set -euo pipefail
+
+need=()
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
+command -v curl >/dev/null 2>&1 || need+=(curl)
+
+if ((${#need[@]})); then
+  echo "installing: ${need[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "stampede needs a Rust toolchain (cargo 1.85 or newer); install it with rustup and run this again" >&2
+  exit 1
+fi

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test suite: installs what is missing, then runs every test in the workspace.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup-debian.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
+cargo test --workspace "$@"
