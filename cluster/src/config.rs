@@ -23,11 +23,9 @@ impl std::str::FromStr for Peers {
             let (id, addr) = part
                 .split_once('=')
                 .ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
-            let id: NodeId = id
-                .parse()
-                .ok()
-                .filter(|id| *id > 0)
-                .ok_or_else(|| format!("{id:?} in {part:?} is not a server id (a whole number from 1)"))?;
+            let id: NodeId = id.parse().ok().filter(|id| *id > 0).ok_or_else(|| {
+                format!("{id:?} in {part:?} is not a server id (a whole number from 1)")
+            })?;
             let addr: SocketAddr = addr
                 .parse()
                 .map_err(|_| format!("{addr:?} in {part:?} is not an IP:PORT address"))?;
@@ -90,7 +88,12 @@ impl ServeOpts {
             None => Err(format!(
                 "--id {} is not among --peers ({})",
                 self.id,
-                self.peers.0.keys().map(|i| i.to_string()).collect::<Vec<_>>().join(", ")
+                self.peers
+                    .0
+                    .keys()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )),
             Some(addr) if addr.port() != self.rpc.port() => Err(format!(
                 "--peers gives server {} the address {addr}, but --rpc is {}",

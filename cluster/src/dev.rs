@@ -37,7 +37,11 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
         root: opts.data_dir.clone(),
         server_args: opts.server_args.clone(),
     })?;
-    println!("started {} servers; data and logs in {}", opts.servers, cluster.root().display());
+    println!(
+        "started {} servers; data and logs in {}",
+        opts.servers,
+        cluster.root().display()
+    );
     let leader = match cluster.wait_for_leader(opts.leader_timeout).await {
         Ok(l) => l,
         Err(e) => {
@@ -49,7 +53,11 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
     };
 
     // One write through a follower shows forwarding and puts a real entry in the log.
-    let follower = cluster.ids().into_iter().position(|id| id != leader).unwrap_or(0);
+    let follower = cluster
+        .ids()
+        .into_iter()
+        .position(|id| id != leader)
+        .unwrap_or(0);
     let client = ClusterClient::new(&cluster.rpc_addrs()[follower..=follower])?;
     let index = client
         .register_node(Node {
@@ -63,15 +71,26 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
             ..Default::default()
         })
         .await?;
-    println!("registered node dev-node-1 through server {} at raft index {index}", follower + 1);
+    println!(
+        "registered node dev-node-1 through server {} at raft index {index}",
+        follower + 1
+    );
     for id in cluster.ids() {
         cluster
-            .wait_for_status(id, "it has applied the write", Duration::from_secs(10), |s| s.applied_index >= index)
+            .wait_for_status(
+                id,
+                "it has applied the write",
+                Duration::from_secs(10),
+                |s| s.applied_index >= index,
+            )
             .await?;
     }
 
     println!();
-    println!("{:>3}  {:<9} {:<21} {:<21} {:>5} {:>9} {:>8}", "id", "state", "rpc", "http", "term", "last_log", "applied");
+    println!(
+        "{:>3}  {:<9} {:<21} {:<21} {:>5} {:>9} {:>8}",
+        "id", "state", "rpc", "http", "term", "last_log", "applied"
+    );
     for s in cluster.servers() {
         let st = cluster.status(s.id).await?;
         println!(

@@ -1,6 +1,5 @@
 //! Errors a server meets on start-up, each saying what to do about it.
 
-use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use crate::types::NodeId;
@@ -8,7 +7,10 @@ use crate::types::NodeId;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("cannot open the raft store in {path}: {source}; if the data dir is corrupt, move it aside and let this server catch up from the others")]
-    Open { path: PathBuf, source: rocksdb::Error },
+    Open {
+        path: PathBuf,
+        source: rocksdb::Error,
+    },
     #[error("corrupt {what} in {path}: {detail}")]
     Corrupt {
         path: PathBuf,
@@ -21,11 +23,13 @@ pub enum StoreError {
         found: NodeId,
         expected: NodeId,
     },
-    #[error("data dir {path} belongs to a cluster of servers {found:?}, but --peers lists {expected:?}")]
+    #[error(
+        "data dir {path} belongs to a cluster of servers {found:?}, but --peers lists {expected:?}"
+    )]
     OtherCluster {
         path: PathBuf,
-        found: BTreeSet<NodeId>,
-        expected: BTreeSet<NodeId>,
+        found: Vec<NodeId>,
+        expected: Vec<NodeId>,
     },
     #[error("{0}: {1}")]
     Io(PathBuf, std::io::Error),

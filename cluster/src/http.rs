@@ -37,7 +37,11 @@ impl StatusReport {
         Self {
             id: m.id,
             leader_id: m.current_leader,
-            state: if shutdown { "Shutdown".into() } else { format!("{:?}", m.state) },
+            state: if shutdown {
+                "Shutdown".into()
+            } else {
+                format!("{:?}", m.state)
+            },
             term: m.current_term,
             last_log_index: m.last_log_index.unwrap_or(0),
             applied_index: m.last_applied.map_or(0, |l| l.index),

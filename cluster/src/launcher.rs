@@ -22,11 +22,18 @@ pub enum LaunchError {
     #[error("cannot prepare {0}: {1}")]
     Io(PathBuf, std::io::Error),
     #[error("cannot start {bin}: {source}")]
-    Spawn { bin: PathBuf, source: std::io::Error },
+    Spawn {
+        bin: PathBuf,
+        source: std::io::Error,
+    },
     #[error("no server with id {0} in this cluster")]
     UnknownServer(NodeId),
     #[error("server {id} at {addr}: {detail}")]
-    Http { id: NodeId, addr: SocketAddr, detail: String },
+    Http {
+        id: NodeId,
+        addr: SocketAddr,
+        detail: String,
+    },
     #[error("timed out after {after:?} waiting until {what}{}", last.as_ref().map(|l| format!(" (last seen: {l})")).unwrap_or_default())]
     Timeout {
         what: String,
@@ -126,7 +133,11 @@ impl LocalCluster {
 
     /// `--peers` as every server gets it.
     pub fn peers_arg(&self) -> String {
-        let parts: Vec<String> = self.servers.iter().map(|s| format!("{}={}", s.id, s.rpc)).collect();
+        let parts: Vec<String> = self
+            .servers
+            .iter()
+            .map(|s| format!("{}={}", s.id, s.rpc))
+            .collect();
         parts.join(",")
     }
 
@@ -136,7 +147,10 @@ impl LocalCluster {
     }
 
     pub fn server(&self, id: NodeId) -> Result<&ServerProc, LaunchError> {
-        self.servers.iter().find(|s| s.id == id).ok_or(LaunchError::UnknownServer(id))
+        self.servers
+            .iter()
+            .find(|s| s.id == id)
+            .ok_or(LaunchError::UnknownServer(id))
     }
 
     fn server_mut(&mut self, id: NodeId) -> Result<&mut ServerProc, LaunchError> {
@@ -157,7 +171,9 @@ impl LocalCluster {
             .append(true)
             .open(&s.log)
             .map_err(|e| LaunchError::Io(s.log.clone(), e))?;
-        let log2 = log.try_clone().map_err(|e| LaunchError::Io(s.log.clone(), e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| LaunchError::Io(s.log.clone(), e))?;
         let child = Command::new(&bin)
             .arg("serve")
             .args(["--id", &id.to_string()])
@@ -203,7 +219,11 @@ impl LocalCluster {
 
     /// Stops every server, all at once.
     pub fn stop_all(&mut self) {
-        let children: Vec<Child> = self.servers.iter_mut().filter_map(|s| s.child.take()).collect();
+        let children: Vec<Child> = self
+            .servers
+            .iter_mut()
+            .filter_map(|s| s.child.take())
+            .collect();
         for child in &children {
             // SAFETY: kill(2) with a pid we spawned and have not reaped.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -242,7 +262,11 @@ impl LocalCluster {
             .await?
             .json()
             .await
-            .map_err(|e| LaunchError::Http { id, addr, detail: e.to_string() })
+            .map_err(|e| LaunchError::Http {
+                id,
+                addr,
+                detail: e.to_string(),
+            })
     }
 
     /// The value of one series on `/metrics`, e.g. `stampede_raft_term` or
@@ -254,7 +278,11 @@ impl LocalCluster {
             .await?
             .text()
             .await
-            .map_err(|e| LaunchError::Http { id, addr, detail: e.to_string() })?;
+            .map_err(|e| LaunchError::Http {
+                id,
+                addr,
+                detail: e.to_string(),
+            })?;
         Ok(metric_value(&text, series).unwrap_or(0.0))
     }
 
@@ -267,18 +295,17 @@ impl LocalCluster {
         pred: impl Fn(&StatusReport) -> bool,
     ) -> Result<StatusReport, LaunchError> {
         let start = Instant::now();
-        let mut last = None;
         loop {
-            match self.status(id).await {
+            let last = match self.status(id).await {
                 Ok(s) if pred(&s) => return Ok(s),
-                Ok(s) => last = Some(format!("{s:?}")),
-                Err(e) => last = Some(e.to_string()),
-            }
+                Ok(s) => format!("{s:?}"),
+                Err(e) => e.to_string(),
+            };
             if start.elapsed() > timeout {
                 return Err(LaunchError::Timeout {
                     what: format!("server {id}: {what}"),
                     after: timeout,
-                    last,
+                    last: Some(last),
                 });
             }
             tokio::time::sleep(POLL).await;
@@ -291,11 +318,17 @@ impl LocalCluster {
         let start = Instant::now();
         let mut last = None;
         loop {
-            let running: Vec<NodeId> = self.ids().into_iter().filter(|id| self.is_running(*id)).collect();
+            let running: Vec<NodeId> = self
+                .ids()
+                .into_iter()
+                .filter(|id| self.is_running(*id))
+                .collect();
             let mut leaders = Vec::new();
             for id in &running {
                 match self.status(*id).await {
-                    Ok(s) => leaders.push((s.leader_id, s.state == "Leader" && s.leader_id == Some(*id))),
+                    Ok(s) => {
+                        leaders.push((s.leader_id, s.state == "Leader" && s.leader_id == Some(*id)))
+                    }
                     Err(e) => last = Some(e.to_string()),
                 }
             }
@@ -307,7 +340,10 @@ impl LocalCluster {
                         return Ok(leader);
                     }
                 }
-                last = Some(format!("leaders seen: {:?}", leaders.iter().map(|l| l.0).collect::<Vec<_>>()));
+                last = Some(format!(
+                    "leaders seen: {:?}",
+                    leaders.iter().map(|l| l.0).collect::<Vec<_>>()
+                ));
             }
             if start.elapsed() > timeout {
                 return Err(LaunchError::Timeout {
@@ -356,12 +392,10 @@ fn free_ports(n: usize) -> std::io::Result<Vec<SocketAddr>> {
 
 /// Reads one series from Prometheus text: `name` or `name{labels}` exactly as printed.
 pub fn metric_value(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (name, value) = l.rsplit_once(' ')?;
+        (name == series).then(|| value.parse().ok()).flatten()
+    })
 }
 
 #[cfg(test)]
@@ -370,9 +404,13 @@ mod tests {
 
     #[test]
     fn reads_a_series_by_its_exact_name() {
-        let text = "# HELP x y\nstampede_raft_term 3\nstampede_raft_entries_total{type=\"blank\"} 2\n";
+        let text =
+            "# HELP x y\nstampede_raft_term 3\nstampede_raft_entries_total{type=\"blank\"} 2\n";
         assert_eq!(metric_value(text, "stampede_raft_term"), Some(3.0));
-        assert_eq!(metric_value(text, "stampede_raft_entries_total{type=\"blank\"}"), Some(2.0));
+        assert_eq!(
+            metric_value(text, "stampede_raft_entries_total{type=\"blank\"}"),
+            Some(2.0)
+        );
         assert_eq!(metric_value(text, "stampede_raft_entries_total"), None);
     }
 }

@@ -14,7 +14,9 @@ use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, RaftLogReader, StorageIOError, Vote};
-use rocksdb::{ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB};
+use rocksdb::{
+    ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
+};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::StoreError;
@@ -63,7 +65,10 @@ impl LogStore {
             what: "server identity",
             detail,
         };
-        match self.get_meta::<Identity>(KEY_IDENTITY).map_err(|e| corrupt(e.to_string()))? {
+        match self
+            .get_meta::<Identity>(KEY_IDENTITY)
+            .map_err(|e| corrupt(e.to_string()))?
+        {
             Some(found) if found.server_id != want.server_id => Err(StoreError::OtherServer {
                 path: dir.to_path_buf(),
                 found: found.server_id,
@@ -71,29 +76,44 @@ impl LogStore {
             }),
             Some(found) if found.members != want.members => Err(StoreError::OtherCluster {
                 path: dir.to_path_buf(),
-                found: found.members,
-                expected: want.members.clone(),
+                found: found.members.into_iter().collect(),
+                expected: want.members.iter().copied().collect(),
             }),
             Some(_) => Ok(()),
             None => {
-                let has_log = self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::Start).next().is_some();
+                let has_log = self
+                    .db
+                    .iterator_cf(self.cf(CF_LOGS), IteratorMode::Start)
+                    .next()
+                    .is_some();
                 if has_log {
-                    return Err(corrupt("the raft log has entries but no owner record".into()));
+                    return Err(corrupt(
+                        "the raft log has entries but no owner record".into(),
+                    ));
                 }
-                self.put_meta(KEY_IDENTITY, want, true)
-                    .map_err(|e| StoreError::Io(PathBuf::from(dir), std::io::Error::other(e.to_string())))
+                self.put_meta(KEY_IDENTITY, want, true).map_err(|e| {
+                    StoreError::Io(PathBuf::from(dir), std::io::Error::other(e.to_string()))
+                })
             }
         }
     }
 
     fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
-        self.db.cf_handle(name).expect("column families are created on open")
+        self.db
+            .cf_handle(name)
+            .expect("column families are created on open")
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, AnyError> {
-        match self.db.get_cf(self.cf(CF_META), key).map_err(|e| AnyError::new(&e))? {
+        match self
+            .db
+            .get_cf(self.cf(CF_META), key)
+            .map_err(|e| AnyError::new(&e))?
+        {
             None => Ok(None),
-            Some(bytes) => bincode::deserialize(&bytes).map(Some).map_err(|e| AnyError::new(&*e)),
+            Some(bytes) => bincode::deserialize(&bytes)
+                .map(Some)
+                .map_err(|e| AnyError::new(&*e)),
         }
     }
 
@@ -105,7 +125,11 @@ impl LogStore {
     }
 
     fn last_log_id(&self) -> Result<Option<LogId>, AnyError> {
-        match self.db.iterator_cf(self.cf(CF_LOGS), IteratorMode::End).next() {
+        match self
+            .db
+            .iterator_cf(self.cf(CF_LOGS), IteratorMode::End)
+            .next()
+        {
             None => Ok(None),
             Some(item) => {
                 let (_, value) = item.map_err(|e| AnyError::new(&e))?;
@@ -113,6 +137,25 @@ impl LogStore {
                 Ok(Some(entry.log_id))
             }
         }
+    }
+}
+
+impl LogStore {
+    /// Appends `entries` in one `WriteBatch` and returns once the WAL is synced.
+    pub fn append_synced(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(), StorageIOError<NodeId>> {
+        let mut batch = WriteBatch::default();
+        let cf = self.cf(CF_LOGS);
+        for entry in entries {
+            let bytes = bincode::serialize(&entry)
+                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&*e)))?;
+            batch.put_cf(cf, key(entry.log_id.index), bytes);
+        }
+        self.db
+            .write_opt(batch, &write_options(true))
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))
     }
 }
 
@@ -141,9 +184,10 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Unbounded => 0,
         };
         let mut entries = Vec::new();
-        let iter = self
-            .db
-            .iterator_cf(self.cf(CF_LOGS), IteratorMode::From(&key(start), Direction::Forward));
+        let iter = self.db.iterator_cf(
+            self.cf(CF_LOGS),
+            IteratorMode::From(&key(start), Direction::Forward),
+        );
         for item in iter {
             let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
             let index = index_of(&k);
@@ -162,7 +206,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged_log_id = self.get_meta::<LogId>(KEY_PURGED).map_err(StorageIOError::read_logs)?;
+        let last_purged_log_id = self
+            .get_meta::<LogId>(KEY_PURGED)
+            .map_err(StorageIOError::read_logs)?;
         let last = self.last_log_id().map_err(StorageIOError::read_logs)?;
         Ok(LogState {
             last_purged_log_id,
@@ -175,7 +221,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
-        self.put_meta(KEY_VOTE, vote, true).map_err(StorageIOError::write_vote)?;
+        self.put_meta(KEY_VOTE, vote, true)
+            .map_err(StorageIOError::write_vote)?;
         Ok(())
     }
 
@@ -198,26 +245,23 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .flatten())
     }
 
-    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = WriteBatch::default();
-        let cf = self.cf(CF_LOGS);
-        for entry in entries {
-            let bytes = bincode::serialize(&entry)
-                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&*e)))?;
-            batch.put_cf(cf, key(entry.log_id.index), bytes);
-        }
-        let result = self.db.write_opt(batch, &write_options(true));
-        let io_result = result
-            .as_ref()
-            .map(|_| ())
-            .map_err(|e| std::io::Error::other(e.to_string()));
-        callback.log_io_completed(io_result);
-        result.map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
-        Ok(())
+        let result = self.append_synced(entries);
+        callback.log_io_completed(
+            result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        );
+        Ok(result?)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -232,7 +276,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     /// Records the purge point and deletes the entries up to it in one batch.
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         let mut batch = WriteBatch::default();
-        let marker = bincode::serialize(&log_id).map_err(|e| StorageIOError::write_logs(AnyError::new(&*e)))?;
+        let marker = bincode::serialize(&log_id)
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&*e)))?;
         batch.put_cf(self.cf(CF_META), KEY_PURGED, marker);
         batch.delete_range_cf(self.cf(CF_LOGS), key(0), key(log_id.index + 1));
         self.db
@@ -253,11 +298,21 @@ mod tests {
     struct Builder;
 
     impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
-        async fn build(&self) -> Result<(tempfile::TempDir, LogStore, StateMachine), RaftStorageError<NodeId>> {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), RaftStorageError<NodeId>> {
             let dir = tempfile::tempdir().unwrap();
-            let identity = Identity { server_id: 1, members: [1].into() };
+            let identity = Identity {
+                server_id: 1,
+                members: [1].into(),
+            };
             let log = LogStore::open(&dir.path().join("raft"), &identity).unwrap();
-            let sm = StateMachine::open(&dir.path().join("snapshots"), Default::default(), Default::default()).unwrap();
+            let sm = StateMachine::open(
+                &dir.path().join("snapshots"),
+                Default::default(),
+                Default::default(),
+            )
+            .unwrap();
             Ok((dir, log, sm))
         }
     }
@@ -271,13 +326,25 @@ mod tests {
     #[test]
     fn refuses_a_data_dir_of_another_server_or_cluster() {
         let dir = tempfile::tempdir().unwrap();
-        let one = Identity { server_id: 1, members: [1, 2, 3].into() };
+        let one = Identity {
+            server_id: 1,
+            members: [1, 2, 3].into(),
+        };
         drop(LogStore::open(dir.path(), &one).unwrap());
-        let two = Identity { server_id: 2, ..one.clone() };
+        let two = Identity {
+            server_id: 2,
+            ..one.clone()
+        };
         let err = LogStore::open(dir.path(), &two).err().unwrap().to_string();
         assert!(err.contains("belongs to server 1"), "{err}");
-        let other = Identity { server_id: 1, members: [1, 2].into() };
-        let err = LogStore::open(dir.path(), &other).err().unwrap().to_string();
+        let other = Identity {
+            server_id: 1,
+            members: [1, 2].into(),
+        };
+        let err = LogStore::open(dir.path(), &other)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(err.contains("cluster of servers [1, 2, 3]"), "{err}");
         assert!(LogStore::open(dir.path(), &one).is_ok());
     }

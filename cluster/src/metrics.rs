@@ -57,16 +57,43 @@ impl Metrics {
                 .buckets(prometheus::exponential_buckets(0.0005, 2.0, 14).unwrap()),
             )
             .unwrap(),
-            raft_last_log_index: gauge("stampede_raft_last_log_index", "Index of the last entry in this server's raft log."),
-            raft_applied_index: gauge("stampede_raft_applied_index", "Index of the last entry applied to this server's state machine."),
-            raft_snapshot_index: gauge("stampede_raft_snapshot_index", "Last index covered by this server's current snapshot."),
+            raft_last_log_index: gauge(
+                "stampede_raft_last_log_index",
+                "Index of the last entry in this server's raft log.",
+            ),
+            raft_applied_index: gauge(
+                "stampede_raft_applied_index",
+                "Index of the last entry applied to this server's state machine.",
+            ),
+            raft_snapshot_index: gauge(
+                "stampede_raft_snapshot_index",
+                "Last index covered by this server's current snapshot.",
+            ),
             raft_term: gauge("stampede_raft_term", "Current raft term."),
-            raft_is_leader: gauge("stampede_raft_is_leader", "1 while this server is the raft leader, else 0."),
-            raft_leader_changes: counter("stampede_raft_leader_changes_total", "Times this server saw a new leader."),
-            raft_snapshots_built: counter("stampede_raft_snapshots_built_total", "Snapshots this server built from its state."),
-            raft_snapshots_installed: counter("stampede_raft_snapshots_installed_total", "Snapshots this server installed from a leader."),
-            raft_snapshot_bytes: gauge("stampede_raft_snapshot_bytes", "Size of this server's current snapshot."),
-            writes_forwarded: counter("stampede_raft_writes_forwarded_total", "Writes received as a follower and sent on to the leader."),
+            raft_is_leader: gauge(
+                "stampede_raft_is_leader",
+                "1 while this server is the raft leader, else 0.",
+            ),
+            raft_leader_changes: counter(
+                "stampede_raft_leader_changes_total",
+                "Times this server saw a new leader.",
+            ),
+            raft_snapshots_built: counter(
+                "stampede_raft_snapshots_built_total",
+                "Snapshots this server built from its state.",
+            ),
+            raft_snapshots_installed: counter(
+                "stampede_raft_snapshots_installed_total",
+                "Snapshots this server installed from a leader.",
+            ),
+            raft_snapshot_bytes: gauge(
+                "stampede_raft_snapshot_bytes",
+                "Size of this server's current snapshot.",
+            ),
+            writes_forwarded: counter(
+                "stampede_raft_writes_forwarded_total",
+                "Writes received as a follower and sent on to the leader.",
+            ),
             registry,
         };
         let r = &m.registry;
@@ -92,10 +119,12 @@ impl Metrics {
             r.register(Box::new(c.clone())).unwrap();
         }
         #[cfg(target_os = "linux")]
-        r.register(Box::new(prometheus::process_collector::ProcessCollector::new(
-            std::process::id() as i32,
-            "stampede",
-        )))
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::new(
+                std::process::id() as i32,
+                "stampede",
+            ),
+        ))
         .unwrap();
         m
     }

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -80,7 +82,12 @@ enum Method {
 type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
 
 impl PeerConnection {
-    async fn call<Req, Resp, E>(&mut self, method: Method, req: &Req, ttl: Duration) -> RpcResult<Resp, E>
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        req: &Req,
+        ttl: Duration,
+    ) -> RpcResult<Resp, E>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -99,7 +106,10 @@ impl PeerConnection {
         };
         let reply = match tokio::time::timeout(ttl, call).await {
             Err(_) => {
-                let e = std::io::Error::new(std::io::ErrorKind::TimedOut, format!("no answer within {ttl:?}"));
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {ttl:?}"),
+                );
                 return Err(RPCError::Network(NetworkError::new(&e)));
             }
             Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
@@ -108,8 +118,8 @@ impl PeerConnection {
             Ok(Err(status)) => return Err(RPCError::Network(NetworkError::new(&status))),
             Ok(Ok(reply)) => reply.into_inner(),
         };
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            bincode::deserialize(&reply.data).map_err(|e| RPCError::Network(NetworkError::new(&*e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> = bincode::deserialize(&reply.data)
+            .map_err(|e| RPCError::Network(NetworkError::new(&*e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -120,7 +130,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Method::AppendEntries, &rpc, option.hard_ttl()).await
+        self.call(Method::AppendEntries, &rpc, option.hard_ttl())
+            .await
     }
 
     async fn install_snapshot(
@@ -128,7 +139,8 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.call(Method::InstallSnapshot, &rpc, option.hard_ttl()).await
+        self.call(Method::InstallSnapshot, &rpc, option.hard_ttl())
+            .await
     }
 
     async fn vote(

@@ -25,7 +25,11 @@ pub enum ProposeError {
     #[error("this server is not the leader; the leader is server {id} at {addr}")]
     NotLeader { id: NodeId, addr: String },
     #[error("the leader, server {id} at {addr}, did not take the write: {detail}")]
-    LeaderUnreachable { id: NodeId, addr: String, detail: String },
+    LeaderUnreachable {
+        id: NodeId,
+        addr: String,
+        detail: String,
+    },
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("{0}")]
@@ -36,14 +40,17 @@ impl From<ProposeError> for Status {
     fn from(e: ProposeError) -> Self {
         match e {
             ProposeError::Rejected(status) => status,
-            ProposeError::NotLeader { ref addr, .. } | ProposeError::LeaderUnreachable { ref addr, .. } => {
+            ProposeError::NotLeader { ref addr, .. }
+            | ProposeError::LeaderUnreachable { ref addr, .. } => {
                 let mut status = Status::unavailable(e.to_string());
                 if let Ok(v) = addr.parse() {
                     status.metadata_mut().insert(LEADER_HEADER, v);
                 }
                 status
             }
-            ProposeError::NoLeader | ProposeError::ShuttingDown => Status::unavailable(e.to_string()),
+            ProposeError::NoLeader | ProposeError::ShuttingDown => {
+                Status::unavailable(e.to_string())
+            }
         }
     }
 }
@@ -57,7 +64,12 @@ pub struct Proposer {
 }
 
 impl Proposer {
-    pub fn new(raft: Raft, channels: PeerChannels, metrics: Arc<Metrics>, leader_wait: Duration) -> Self {
+    pub fn new(
+        raft: Raft,
+        channels: PeerChannels,
+        metrics: Arc<Metrics>,
+        leader_wait: Duration,
+    ) -> Self {
         Self {
             raft,
             channels,
@@ -73,15 +85,19 @@ impl Proposer {
         loop {
             let err = match self.write_local(entry.clone()).await {
                 Ok(index) => return Ok(index),
-                Err(ProposeError::NotLeader { id, addr }) => match self.forward(id, &addr, entry.clone()).await {
-                    Ok(index) => return Ok(index),
-                    Err(e) => e,
-                },
+                Err(ProposeError::NotLeader { id, addr }) => {
+                    match self.forward(id, &addr, entry.clone()).await {
+                        Ok(index) => return Ok(index),
+                        Err(e) => e,
+                    }
+                }
                 Err(e) => e,
             };
             let retry = matches!(
                 err,
-                ProposeError::NoLeader | ProposeError::LeaderUnreachable { .. } | ProposeError::NotLeader { .. }
+                ProposeError::NoLeader
+                    | ProposeError::LeaderUnreachable { .. }
+                    | ProposeError::NotLeader { .. }
             );
             let now = Instant::now();
             if !retry || now >= deadline {
@@ -105,13 +121,20 @@ impl Proposer {
         let start = Instant::now();
         match self.raft.client_write(Command(entry)).await {
             Ok(resp) => {
-                self.metrics.raft_apply_seconds.observe(start.elapsed().as_secs_f64());
+                self.metrics
+                    .raft_apply_seconds
+                    .observe(start.elapsed().as_secs_f64());
                 Ok(resp.log_id.index)
             }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => match (f.leader_id, f.leader_node) {
-                (Some(id), Some(node)) => Err(ProposeError::NotLeader { id, addr: node.addr }),
-                _ => Err(ProposeError::NoLeader),
-            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                match (f.leader_id, f.leader_node) {
+                    (Some(id), Some(node)) => Err(ProposeError::NotLeader {
+                        id,
+                        addr: node.addr,
+                    }),
+                    _ => Err(ProposeError::NoLeader),
+                }
+            }
             Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
                 Err(ProposeError::Rejected(Status::internal(e.to_string())))
             }
@@ -124,11 +147,13 @@ impl Proposer {
         let mut client = self.channels.raft_client(id, addr);
         match client.forward(ForwardRequest { entry: Some(entry) }).await {
             Ok(reply) => Ok(reply.into_inner().index),
-            Err(status) if status.code() == tonic::Code::Unavailable => Err(ProposeError::LeaderUnreachable {
-                id,
-                addr: addr.to_string(),
-                detail: status.message().to_string(),
-            }),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                Err(ProposeError::LeaderUnreachable {
+                    id,
+                    addr: addr.to_string(),
+                    detail: status.message().to_string(),
+                })
+            }
             Err(status) => Err(ProposeError::Rejected(status)),
         }
     }

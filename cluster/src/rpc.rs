@@ -38,8 +38,9 @@ impl Shared {
 pub struct RaftRpc(pub Arc<Shared>);
 
 fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
-    bincode::deserialize(&req.into_inner().data)
-        .map_err(|e| Status::invalid_argument(format!("data: not a raft message of this type: {e}")))
+    bincode::deserialize(&req.into_inner().data).map_err(|e| {
+        Status::invalid_argument(format!("data: not a raft message of this type: {e}"))
+    })
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, Status> {
@@ -49,7 +50,10 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, Status> {
 
 #[tonic::async_trait]
 impl RaftService for RaftRpc {
-    async fn append_entries(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+    async fn append_entries(
+        &self,
+        req: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode(req)?;
         encode(&self.0.raft.append_entries(rpc).await)
     }
@@ -59,7 +63,10 @@ impl RaftService for RaftRpc {
         encode(&self.0.raft.vote(rpc).await)
     }
 
-    async fn install_snapshot(&self, req: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+    async fn install_snapshot(
+        &self,
+        req: Request<RaftPayload>,
+    ) -> Result<Response<RaftPayload>, Status> {
         let rpc = decode(req)?;
         encode(&self.0.raft.install_snapshot(rpc).await)
     }
@@ -84,7 +91,10 @@ pub struct NodeApi(pub Arc<Shared>);
 
 #[tonic::async_trait]
 impl NodeService for NodeApi {
-    async fn register(&self, req: Request<NodeRegisterRequest>) -> Result<Response<WriteReply>, Status> {
+    async fn register(
+        &self,
+        req: Request<NodeRegisterRequest>,
+    ) -> Result<Response<WriteReply>, Status> {
         let req = req.into_inner();
         let node = validate::node(req.node.as_ref())?.clone();
         let entry = LogEntry {
@@ -109,11 +119,16 @@ impl NodeService for NodeApi {
                 node: Some(Node::clone(&node)),
                 index,
             })),
-            None => Err(Status::not_found(format!("node_id: no node {id:?} is registered"))),
+            None => Err(Status::not_found(format!(
+                "node_id: no node {id:?} is registered"
+            ))),
         }
     }
 
-    async fn list(&self, _req: Request<NodeListRequest>) -> Result<Response<NodeListReply>, Status> {
+    async fn list(
+        &self,
+        _req: Request<NodeListRequest>,
+    ) -> Result<Response<NodeListReply>, Status> {
         let index = self.0.applied_index();
         let state = self.0.state.snapshot();
         Ok(Response::new(NodeListReply {

@@ -61,7 +61,11 @@ pub async fn serve(
     };
     let log_store = LogStore::open(&opts.data_dir.join("raft"), &identity)?;
     let state = Arc::new(StateStore::default());
-    let state_machine = StateMachine::open(&opts.data_dir.join("snapshots"), state.clone(), metrics.clone())?;
+    let state_machine = StateMachine::open(
+        &opts.data_dir.join("snapshots"),
+        state.clone(),
+        metrics.clone(),
+    )?;
 
     let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
     let channels = PeerChannels::default();
@@ -80,7 +84,12 @@ pub async fn serve(
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let grpc = tokio::spawn(serve_grpc(shared.clone(), rpc, stop_rx.clone()));
-    let http_task = tokio::spawn(serve_http(raft.clone(), metrics.clone(), http, stop_rx.clone()));
+    let http_task = tokio::spawn(serve_http(
+        raft.clone(),
+        metrics.clone(),
+        http,
+        stop_rx.clone(),
+    ));
     tokio::spawn(watch_raft(raft.clone(), metrics.clone(), stop_rx));
 
     // Static membership: every server proposes the same initial membership.
@@ -156,7 +165,9 @@ async fn watch_raft(raft: Raft, metrics: Arc<Metrics>, mut stop: watch::Receiver
         {
             let m = rx.borrow_and_update();
             metrics.raft_term.set(m.current_term as i64);
-            metrics.raft_last_log_index.set(m.last_log_index.unwrap_or(0) as i64);
+            metrics
+                .raft_last_log_index
+                .set(m.last_log_index.unwrap_or(0) as i64);
             metrics
                 .raft_applied_index
                 .set(m.last_applied.map_or(0, |l| l.index) as i64);

@@ -51,7 +51,10 @@ impl SnapshotStore {
     }
 
     pub fn current(&self) -> Option<StoredSnapshot> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.current
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Persists `snap` durably and makes it the current snapshot.
@@ -115,7 +118,10 @@ mod tests {
     #[test]
     fn saved_snapshot_is_loaded_on_open() {
         let dir = tempfile::tempdir().unwrap();
-        SnapshotStore::open(dir.path()).unwrap().save(snap(b"state")).unwrap();
+        SnapshotStore::open(dir.path())
+            .unwrap()
+            .save(snap(b"state"))
+            .unwrap();
         let loaded = SnapshotStore::open(dir.path()).unwrap().current().unwrap();
         assert_eq!(loaded.meta.snapshot_id, "s1");
         assert_eq!(loaded.data.as_slice(), b"state");
@@ -124,14 +130,20 @@ mod tests {
     #[test]
     fn a_damaged_file_is_reported_not_loaded() {
         let dir = tempfile::tempdir().unwrap();
-        SnapshotStore::open(dir.path()).unwrap().save(snap(b"state")).unwrap();
+        SnapshotStore::open(dir.path())
+            .unwrap()
+            .save(snap(b"state"))
+            .unwrap();
         let path = dir.path().join(FILE);
         let mut bytes = fs::read(&path).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0xff;
         fs::write(&path, bytes).unwrap();
         let err = SnapshotStore::open(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("corrupt snapshot") && err.contains("checksum"), "{err}");
+        assert!(
+            err.contains("corrupt snapshot") && err.contains("checksum"),
+            "{err}"
+        );
         fs::write(&path, b"garbage").unwrap();
         let err = SnapshotStore::open(dir.path()).unwrap_err().to_string();
         assert!(err.contains("not a stampede snapshot"), "{err}");

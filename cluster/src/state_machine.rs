@@ -19,7 +19,9 @@ use crate::error::StoreError;
 use crate::metrics::Metrics;
 use crate::snapshot_store::{SnapshotStore, StoredSnapshot};
 use crate::state::{State, StateStore};
-use crate::types::{Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig};
+use crate::types::{
+    Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
 
 pub struct StateMachine {
     store: Arc<StateStore>,
@@ -33,7 +35,11 @@ pub struct StateMachine {
 
 impl StateMachine {
     /// Opens the snapshot dir and loads the state from its snapshot, if any.
-    pub fn open(dir: &Path, store: Arc<StateStore>, metrics: Arc<Metrics>) -> Result<Self, StoreError> {
+    pub fn open(
+        dir: &Path,
+        store: Arc<StateStore>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore::open(dir)?;
         let mut sm = Self {
             store,
@@ -130,10 +136,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<Cursor<Vec<u8>>>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let state = decode_state(&data)
-            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e)))?;
+        let state = decode_state(&data).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e))
+        })?;
         let stored = StoredSnapshot {
             meta: meta.clone(),
             data: Arc::new(data),
@@ -143,7 +154,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         tokio::task::spawn_blocking(move || snapshots.save(to_save))
             .await
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+            .map_err(|e| {
+                StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
+            })?;
         self.load(&stored, state);
         self.metrics.raft_snapshots_installed.inc();
         Ok(())
@@ -169,7 +182,10 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let n = self.builds.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match self.last_applied {
-            Some(l) => format!("{}-{}-{}-{n}", l.leader_id.term, l.leader_id.node_id, l.index),
+            Some(l) => format!(
+                "{}-{}-{}-{n}",
+                l.leader_id.term, l.leader_id.node_id, l.index
+            ),
             None => format!("empty-{n}"),
         };
         let meta = SnapshotMeta {
@@ -191,7 +207,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
         self.metrics.raft_snapshots_built.inc();
-        self.metrics.raft_snapshot_bytes.set(stored.data.len() as i64);
+        self.metrics
+            .raft_snapshot_bytes
+            .set(stored.data.len() as i64);
         self.metrics
             .raft_snapshot_index
             .set(meta.last_log_id.map_or(0, |l| l.index) as i64);

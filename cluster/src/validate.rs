@@ -37,7 +37,10 @@ pub fn id(field: &str, value: &str) -> Result<(), InvalidField> {
     if value.len() > MAX_ID_LEN {
         return Err(InvalidField::new(
             field,
-            format!("is {} bytes long; at most {MAX_ID_LEN} allowed", value.len()),
+            format!(
+                "is {} bytes long; at most {MAX_ID_LEN} allowed",
+                value.len()
+            ),
         ));
     }
     if let Some(c) = value
@@ -65,10 +68,16 @@ pub fn node(node: Option<&Node>) -> Result<&Node, InvalidField> {
         .as_ref()
         .ok_or_else(|| InvalidField::new("node.resources", "is required"))?;
     if res.cpu_mhz == 0 {
-        return Err(InvalidField::new("node.resources.cpu_mhz", "must be above 0"));
+        return Err(InvalidField::new(
+            "node.resources.cpu_mhz",
+            "must be above 0",
+        ));
     }
     if res.memory_mb == 0 {
-        return Err(InvalidField::new("node.resources.memory_mb", "must be above 0"));
+        return Err(InvalidField::new(
+            "node.resources.memory_mb",
+            "must be above 0",
+        ));
     }
     Ok(node)
 }
@@ -100,9 +109,15 @@ mod tests {
         let cases: Vec<(Box<dyn Fn(&mut Node)>, &str)> = vec![
             (Box::new(|n| n.id.clear()), "node.id: must not be empty"),
             (Box::new(|n| n.id = "a b".into()), "node.id: contains ' '"),
-            (Box::new(|n| n.id = "x".repeat(200)), "node.id: is 200 bytes"),
+            (
+                Box::new(|n| n.id = "x".repeat(200)),
+                "node.id: is 200 bytes",
+            ),
             (Box::new(|n| n.datacenter.clear()), "node.datacenter"),
-            (Box::new(|n| n.resources = None), "node.resources: is required"),
+            (
+                Box::new(|n| n.resources = None),
+                "node.resources: is required",
+            ),
             (
                 Box::new(|n| n.resources.as_mut().unwrap().cpu_mhz = 0),
                 "node.resources.cpu_mhz",

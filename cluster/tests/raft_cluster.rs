@@ -70,13 +70,21 @@ fn node(id: &str) -> Node {
 
 /// The node ids server `id` has, once it has applied at least `index`.
 async fn nodes_on(c: &LocalCluster, id: u64, index: u64) -> BTreeSet<String> {
-    c.wait_for_status(id, &format!("applied index reaches {index}"), CATCH_UP, |s| {
-        s.applied_index >= index
-    })
+    c.wait_for_status(
+        id,
+        &format!("applied index reaches {index}"),
+        CATCH_UP,
+        |s| s.applied_index >= index,
+    )
     .await
     .unwrap();
     let client = ClusterClient::new(&[c.server(id).unwrap().rpc.to_string()]).unwrap();
-    let reply = client.nodes().list(NodeListRequest {}).await.unwrap().into_inner();
+    let reply = client
+        .nodes()
+        .list(NodeListRequest {})
+        .await
+        .unwrap()
+        .into_inner();
     assert!(reply.index >= index);
     reply.nodes.into_iter().map(|n| n.id).collect()
 }
@@ -103,7 +111,10 @@ async fn three_servers_elect_a_leader_and_take_writes_through_any_server() {
             .await
             .unwrap();
         assert_eq!(applied, 30.0, "server {id} applied each registration once");
-        let forwarded = c.metric(id, "stampede_raft_writes_forwarded_total").await.unwrap();
+        let forwarded = c
+            .metric(id, "stampede_raft_writes_forwarded_total")
+            .await
+            .unwrap();
         if id == leader {
             assert_eq!(forwarded, 0.0);
         } else {
@@ -119,7 +130,9 @@ async fn three_servers_elect_a_leader_and_take_writes_through_any_server() {
 async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
     let mut c = Harness::start(3, &[]);
     let leader = c.wait_for_leader(ELECTION).await.unwrap();
-    let client = ClusterClient::new(&c.rpc_addrs()).unwrap().with_retry_for(Duration::from_secs(30));
+    let client = ClusterClient::new(&c.rpc_addrs())
+        .unwrap()
+        .with_retry_for(Duration::from_secs(30));
 
     let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -132,7 +145,10 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
                     break;
                 }
                 let id = format!("w{w}-{k}");
-                let index = client.register_node(node(&id)).await.expect("write acknowledged");
+                let index = client
+                    .register_node(node(&id))
+                    .await
+                    .expect("write acknowledged");
                 acked.lock().unwrap().push((id, index));
             }
         }));
@@ -141,7 +157,11 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
     let wait_acked = |n: usize| async move {
         let deadline = Instant::now() + CATCH_UP;
         while acked_count() < n {
-            assert!(Instant::now() < deadline, "writes stalled at {}", acked_count());
+            assert!(
+                Instant::now() < deadline,
+                "writes stalled at {}",
+                acked_count()
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
@@ -162,13 +182,19 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
     for id in c.ids().into_iter().filter(|id| *id != leader) {
         let have = nodes_on(&c, id, max_index).await;
         let missing: Vec<_> = want.difference(&have).collect();
-        assert!(missing.is_empty(), "server {id} lost acknowledged writes: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "server {id} lost acknowledged writes: {missing:?}"
+        );
     }
 
     c.spawn(leader).unwrap();
     let have = nodes_on(&c, leader, max_index).await;
     let missing: Vec<_> = want.difference(&have).collect();
-    assert!(missing.is_empty(), "restarted server {leader} is missing {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "restarted server {leader} is missing {missing:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -194,17 +220,32 @@ async fn a_server_left_behind_a_snapshot_catches_up_by_installing_it() {
         want.insert(id);
     }
     // The log the stopped server would need is gone from the leader.
-    c.wait_for_status(leader, "its log is purged past the stopped server", CATCH_UP, |s| {
-        s.purged_index.is_some_and(|p| p > behind_at)
-    })
+    c.wait_for_status(
+        leader,
+        "its log is purged past the stopped server",
+        CATCH_UP,
+        |s| s.purged_index.is_some_and(|p| p > behind_at),
+    )
     .await
     .unwrap();
-    assert_eq!(c.metric(leader, "stampede_raft_snapshots_built_total").await.unwrap() >= 1.0, true);
+    assert_eq!(
+        c.metric(leader, "stampede_raft_snapshots_built_total")
+            .await
+            .unwrap()
+            >= 1.0,
+        true
+    );
 
     c.spawn(behind).unwrap();
     assert_eq!(nodes_on(&c, behind, max_index).await, want);
-    let installed = c.metric(behind, "stampede_raft_snapshots_installed_total").await.unwrap();
-    assert!(installed >= 1.0, "server {behind} caught up without a snapshot");
+    let installed = c
+        .metric(behind, "stampede_raft_snapshots_installed_total")
+        .await
+        .unwrap();
+    assert!(
+        installed >= 1.0,
+        "server {behind} caught up without a snapshot"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -225,18 +266,39 @@ async fn bad_requests_get_invalid_argument_naming_the_field() {
 
     let err = register(node("")).await;
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().starts_with("node.id: must not be empty"), "{}", err.message());
+    assert!(
+        err.message().starts_with("node.id: must not be empty"),
+        "{}",
+        err.message()
+    );
 
-    let err = register(Node { resources: None, ..node("n1") }).await;
+    let err = register(Node {
+        resources: None,
+        ..node("n1")
+    })
+    .await;
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().starts_with("node.resources"), "{}", err.message());
-
-    let err = client.nodes().register(NodeRegisterRequest { node: None }).await.unwrap_err();
-    assert_eq!((err.code(), err.message()), (Code::InvalidArgument, "node: is required"));
+    assert!(
+        err.message().starts_with("node.resources"),
+        "{}",
+        err.message()
+    );
 
     let err = client
         .nodes()
-        .get(NodeGetRequest { node_id: "nobody".into() })
+        .register(NodeRegisterRequest { node: None })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (err.code(), err.message()),
+        (Code::InvalidArgument, "node: is required")
+    );
+
+    let err = client
+        .nodes()
+        .get(NodeGetRequest {
+            node_id: "nobody".into(),
+        })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
@@ -253,7 +315,15 @@ async fn bad_requests_get_invalid_argument_naming_the_field() {
 /// Runs `cluster serve` on `data_dir` and returns its stderr, expecting it to fail fast.
 fn serve_expecting_failure(data_dir: &Path, id: u64, peers: &str, rpc: &str) -> String {
     let mut child = Command::new(BIN)
-        .args(["serve", "--id", &id.to_string(), "--rpc", rpc, "--http", "127.0.0.1:0"])
+        .args([
+            "serve",
+            "--id",
+            &id.to_string(),
+            "--rpc",
+            rpc,
+            "--http",
+            "127.0.0.1:0",
+        ])
         .arg("--data-dir")
         .arg(data_dir)
         .args(["--peers", peers])
@@ -287,9 +357,11 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error() {
     for k in 0..10 {
         client.register_node(node(&format!("n{k}"))).await.unwrap();
     }
-    c.wait_for_status(1, "a snapshot is built", CATCH_UP, |s| s.snapshot_index.is_some())
-        .await
-        .unwrap();
+    c.wait_for_status(1, "a snapshot is built", CATCH_UP, |s| {
+        s.snapshot_index.is_some()
+    })
+    .await
+    .unwrap();
     c.stop(1).unwrap();
     let server = c.server(1).unwrap();
     let (dir, rpc) = (server.data_dir.clone(), server.rpc.to_string());
@@ -310,7 +382,10 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error() {
     bytes[mid] ^= 0x55;
     std::fs::write(&snap, &bytes).unwrap();
     let err = serve_expecting_failure(&dir, 1, &own_peers, &rpc);
-    assert!(err.contains("corrupt snapshot") && err.contains("checksum"), "{err}");
+    assert!(
+        err.contains("corrupt snapshot") && err.contains("checksum"),
+        "{err}"
+    );
     std::fs::remove_file(&snap).unwrap();
 
     // A damaged RocksDB.
@@ -322,7 +397,15 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error() {
 #[test]
 fn bad_flags_are_named() {
     let out = Command::new(BIN)
-        .args(["serve", "--id", "4", "--data-dir", "/tmp/x", "--peers", "1=127.0.0.1:4647"])
+        .args([
+            "serve",
+            "--id",
+            "4",
+            "--data-dir",
+            "/tmp/x",
+            "--peers",
+            "1=127.0.0.1:4647",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -330,12 +413,23 @@ fn bad_flags_are_named() {
     assert!(err.contains("--id 4 is not among --peers (1)"), "{err}");
 
     let out = Command::new(BIN)
-        .args(["serve", "--id", "1", "--data-dir", "/tmp/x", "--peers", "1=nowhere"])
+        .args([
+            "serve",
+            "--id",
+            "1",
+            "--data-dir",
+            "/tmp/x",
+            "--peers",
+            "1=nowhere",
+        ])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("\"nowhere\" in \"1=nowhere\" is not an IP:PORT address"), "{err}");
+    assert!(
+        err.contains("\"nowhere\" in \"1=nowhere\" is not an IP:PORT address"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -345,8 +439,15 @@ fn dev_starts_a_cluster_shows_its_status_and_stops() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("registered node dev-node-1 through server"), "{stdout}");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("registered node dev-node-1 through server"),
+        "{stdout}"
+    );
     assert_eq!(stdout.matches(" Leader ").count(), 1, "{stdout}");
     assert_eq!(stdout.matches(" Follower ").count(), 2, "{stdout}");
     assert!(stdout.contains("stopped"), "{stdout}");

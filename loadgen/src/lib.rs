@@ -1,1 +1,3 @@
+//! loadgen: drives load at a running stampede cluster and measures it.
 
+pub mod writes;

@@ -1,1 +1,39 @@
-fn main() {}
+use clap::{Parser, Subcommand};
+
+/// Drives load at a stampede cluster and measures what it costs.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Measure raft write throughput: concurrent writers, each one write in flight.
+    Writes(loadgen::writes::WritesOpts),
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Cmd::Writes(opts) => {
+            let json = opts.json;
+            let report = loadgen::writes::run(opts).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,1 +1,33 @@
-fn main() {}
+use clap::Parser;
+
+/// Simulates a fleet of client nodes against a stampede cluster.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(flatten)]
+    opts: nodesim::Opts,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+    let s = nodesim::run(Cli::parse().opts).await?;
+    println!(
+        "registered {} nodes ({} failed) in {:.2}s, last raft index {}",
+        s.registered,
+        s.failed,
+        s.elapsed.as_secs_f64(),
+        s.last_index
+    );
+    if s.failed > 0 {
+        anyhow::bail!("{} registrations failed", s.failed);
+    }
+    Ok(())
+}

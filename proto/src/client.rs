@@ -52,7 +52,11 @@ impl ClusterClient {
             .iter()
             .map(|a| {
                 let a = a.as_ref().trim();
-                let uri = if a.contains("://") { a.to_string() } else { format!("http://{a}") };
+                let uri = if a.contains("://") {
+                    a.to_string()
+                } else {
+                    format!("http://{a}")
+                };
                 Endpoint::from_shared(uri)
                     .map(|e| {
                         e.connect_timeout(Duration::from_secs(1))
@@ -119,7 +123,10 @@ impl ClusterClient {
         self.retrying(|c| {
             let node = node.clone();
             async move {
-                let reply = c.nodes().register(NodeRegisterRequest { node: Some(node) }).await?;
+                let reply = c
+                    .nodes()
+                    .register(NodeRegisterRequest { node: Some(node) })
+                    .await?;
                 Ok(reply.into_inner().index)
             }
         })
@@ -129,5 +136,8 @@ impl ClusterClient {
 
 /// Answers that another server, or the same one a moment later, may not give.
 fn retryable(s: &Status) -> bool {
-    matches!(s.code(), Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded)
+    matches!(
+        s.code(),
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
+    )
 }
