@@ -20,7 +20,7 @@ pub enum ClientError {
     #[error("{0:?} is not a server address (HOST:PORT)")]
     BadAddress(String),
     #[error("{}", .0.message())]
-    Status(Status),
+    Status(Box<Status>),
 }
 
 impl ClientError {
@@ -113,7 +113,7 @@ impl ClusterClient {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_millis(500));
                 }
-                Err(s) => return Err(ClientError::Status(s)),
+                Err(s) => return Err(ClientError::Status(Box::new(s))),
             }
         }
     }
