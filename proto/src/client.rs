@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::deployment_service_client::DeploymentServiceClient;
+use crate::eval_service_client::EvalServiceClient;
+use crate::job_service_client::JobServiceClient;
 use crate::node_service_client::NodeServiceClient;
 use crate::{Node, NodeRegisterRequest, MAX_MESSAGE_BYTES};
 
@@ -81,6 +84,27 @@ impl ClusterClient {
     /// A node-service client on the next server in turn.
     pub fn nodes(&self) -> NodeServiceClient<Channel> {
         NodeServiceClient::new(self.next_channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// A job-service client on the next server in turn.
+    pub fn jobs(&self) -> JobServiceClient<Channel> {
+        JobServiceClient::new(self.next_channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// An eval-service client on the next server in turn.
+    pub fn evals(&self) -> EvalServiceClient<Channel> {
+        EvalServiceClient::new(self.next_channel())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    /// A deployment-service client on the next server in turn.
+    pub fn deployments(&self) -> DeploymentServiceClient<Channel> {
+        DeploymentServiceClient::new(self.next_channel())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
     }

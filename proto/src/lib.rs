@@ -9,6 +9,20 @@ pub mod v1 {
 
 pub use v1::*;
 
+/// Every raft message type, as `type_name` spells it (plus openraft's own
+/// `blank` and `membership` entries).
+pub const MESSAGE_TYPES: &[&str] = &[
+    "node_register",
+    "node_status",
+    "job_register",
+    "job_deregister",
+    "eval_update",
+    "plan_apply",
+    "alloc_client_update",
+    "blank",
+    "membership",
+];
+
 /// Largest gRPC message any stampede binary sends or accepts. Raft batches of
 /// entries and snapshot chunks are large; client reads of 10,000 nodes too.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
@@ -18,6 +32,12 @@ impl log_entry::Msg {
     pub fn type_name(&self) -> &'static str {
         match self {
             log_entry::Msg::NodeRegister(_) => "node_register",
+            log_entry::Msg::NodeStatus(_) => "node_status",
+            log_entry::Msg::JobRegister(_) => "job_register",
+            log_entry::Msg::JobDeregister(_) => "job_deregister",
+            log_entry::Msg::EvalUpdate(_) => "eval_update",
+            log_entry::Msg::PlanApply(_) => "plan_apply",
+            log_entry::Msg::AllocClientUpdate(_) => "alloc_client_update",
         }
     }
 }

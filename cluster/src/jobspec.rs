@@ -1,0 +1,1 @@
+//! Job files in JSON. (Being written.)

@@ -1,0 +1,1 @@
+//! The scheduler: turns an evaluation into a plan. (Being written.)
