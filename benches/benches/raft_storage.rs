@@ -2,7 +2,7 @@
 //! server does) and applying them to the in-memory state.
 
 use cluster::log_store::{Identity, LogStore};
-use cluster::state::State;
+use cluster::state::{Changes, State};
 use cluster::types::{Command, Entry, LogId};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use openraft::{CommittedLeaderId, EntryPayload};
@@ -47,7 +47,7 @@ fn state_apply(c: &mut Criterion) {
             State::default,
             |mut state| {
                 for (i, e) in entries.iter().enumerate() {
-                    state.apply(i as u64 + 1, e);
+                    state.apply(i as u64 + 1, e, &mut Changes::default());
                 }
                 state
             },

@@ -17,6 +17,7 @@ pub fn node_register(i: u64) -> LogEntry {
                 }),
                 ..Default::default()
             }),
+            evals: vec![],
         })),
     }
 }

@@ -34,7 +34,11 @@ pub const MAX_WAIT: Duration = Duration::from_secs(600);
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 
 pub fn source_label(source: &str) -> &'static str {
-    SOURCES.iter().find(|s| **s == source).copied().unwrap_or("other")
+    SOURCES
+        .iter()
+        .find(|s| **s == source)
+        .copied()
+        .unwrap_or("other")
 }
 
 pub struct BlockingMetrics {
@@ -47,12 +51,18 @@ impl BlockingMetrics {
     pub fn new(registry: &Registry) -> Self {
         let m = Self {
             started: IntCounterVec::new(
-                Opts::new("stampede_blocking_queries_started_total", "Blocking queries started, by kind of caller."),
+                Opts::new(
+                    "stampede_blocking_queries_started_total",
+                    "Blocking queries started, by kind of caller.",
+                ),
                 &["source"],
             )
             .unwrap(),
             inflight: IntGaugeVec::new(
-                Opts::new("stampede_blocking_queries_inflight", "Blocking queries parked or running now, by kind of caller."),
+                Opts::new(
+                    "stampede_blocking_queries_inflight",
+                    "Blocking queries parked or running now, by kind of caller.",
+                ),
                 &["source"],
             )
             .unwrap(),
@@ -161,8 +171,10 @@ impl Blocking {
         let jitter = rand::thread_rng().gen_range(0..=wait.as_millis() as u64 / 16);
         let deadline = tokio::time::Instant::now() + wait + Duration::from_millis(jitter);
 
-        let registered: Vec<(WatchKey, Arc<Notify>)> =
-            keys.iter().map(|k| (k.clone(), self.watchers.register(k))).collect();
+        let registered: Vec<(WatchKey, Arc<Notify>)> = keys
+            .iter()
+            .map(|k| (k.clone(), self.watchers.register(k)))
+            .collect();
         let result = loop {
             let notified: Vec<_> = registered.iter().map(|(_, n)| n.notified()).collect();
             let mut notified: Vec<_> = notified.into_iter().map(Box::pin).collect();
@@ -236,10 +248,20 @@ mod tests {
         let b = blocking();
         place(&b, 5, "n1");
         let (n, index) = b
-            .query(Some(&opts(4, 60_000)), &[WatchKey::NodeAllocs("n1".into())], client_allocs("n1"))
+            .query(
+                Some(&opts(4, 60_000)),
+                &[WatchKey::NodeAllocs("n1".into())],
+                client_allocs("n1"),
+            )
             .await;
         assert_eq!((n, index), (1, 5));
-        assert_eq!(b.metrics.started.with_label_values(&["client_allocs"]).get(), 0);
+        assert_eq!(
+            b.metrics
+                .started
+                .with_label_values(&["client_allocs"])
+                .get(),
+            0
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -249,8 +271,12 @@ mod tests {
         place(&b, 2, "n2");
         let b2 = b.clone();
         let parked = tokio::spawn(async move {
-            b2.query(Some(&opts(1, 60_000)), &[WatchKey::NodeAllocs("n1".into())], client_allocs("n1"))
-                .await
+            b2.query(
+                Some(&opts(1, 60_000)),
+                &[WatchKey::NodeAllocs("n1".into())],
+                client_allocs("n1"),
+            )
+            .await
         });
         // Let the query park, then change other nodes many times.
         while b.watchers.watched() == 0 {
@@ -260,19 +286,53 @@ mod tests {
             place(&b, i, "n2");
         }
         tokio::task::yield_now().await;
-        assert_eq!(b.metrics.wakeups.with_label_values(&["client_allocs"]).get(), 0);
-        assert_eq!(b.metrics.inflight.with_label_values(&["client_allocs"]).get(), 1);
+        assert_eq!(
+            b.metrics
+                .wakeups
+                .with_label_values(&["client_allocs"])
+                .get(),
+            0
+        );
+        assert_eq!(
+            b.metrics
+                .inflight
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1
+        );
         place(&b, 200, "n1");
         let (n, index) = parked.await.unwrap();
         assert_eq!((n, index), (2, 200));
-        assert_eq!(b.metrics.wakeups.with_label_values(&["client_allocs"]).get(), 1);
-        assert_eq!(b.metrics.started.with_label_values(&["client_allocs"]).get(), 1);
-        assert_eq!(b.metrics.inflight.with_label_values(&["client_allocs"]).get(), 0);
+        assert_eq!(
+            b.metrics
+                .wakeups
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            b.metrics
+                .started
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            b.metrics
+                .inflight
+                .with_label_values(&["client_allocs"])
+                .get(),
+            0
+        );
         assert_eq!(b.watchers.watched(), 0, "no waiter left behind");
 
         // Nothing changes: the wait ends and returns the same index.
         let (_, index) = b
-            .query(Some(&opts(200, 1_000)), &[WatchKey::NodeAllocs("n1".into())], client_allocs("n1"))
+            .query(
+                Some(&opts(200, 1_000)),
+                &[WatchKey::NodeAllocs("n1".into())],
+                client_allocs("n1"),
+            )
             .await;
         assert_eq!(index, 200);
     }

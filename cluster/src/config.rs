@@ -79,11 +79,38 @@ pub struct ServeOpts {
     /// How long a write waits for a leader to be elected before it is refused, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub leader_wait_ms: u64,
+    /// Scheduler workers on this server (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=256))]
+    pub workers: Option<u64>,
+    /// Shortest heartbeat TTL given to a node.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub heartbeat_min_ttl: Duration,
+    /// Time past a node's TTL before the leader marks it down.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub heartbeat_grace: Duration,
+    /// Heartbeats per second the leader takes; TTLs grow with the fleet to stay under it.
+    #[arg(long, default_value_t = 50.0)]
+    pub max_heartbeats_per_second: f64,
+    /// An evaluation a worker has not acked within this long is given to another.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub nack_timeout: Duration,
+    /// Deliveries of an evaluation before it is failed.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub delivery_limit: u32,
+    /// How long a worker waits for its state to reach an evaluation before it nacks.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub raft_sync_limit: Duration,
+    /// How long the leader gathers client allocation updates into one raft entry.
+    #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
+    pub alloc_update_window: Duration,
 }
 
 impl ServeOpts {
     /// Checks what clap cannot check field by field.
     pub fn validate(&self) -> Result<(), String> {
+        if self.max_heartbeats_per_second.is_nan() || self.max_heartbeats_per_second <= 0.0 {
+            return Err("--max-heartbeats-per-second must be above 0".into());
+        }
         match self.peers.0.get(&self.id) {
             None => Err(format!(
                 "--id {} is not among --peers ({})",
@@ -100,6 +127,30 @@ impl ServeOpts {
                 self.id, self.rpc
             )),
             Some(_) => Ok(()),
+        }
+    }
+
+    pub fn control_config(&self) -> crate::control_plane::ControlConfig {
+        use crate::{broker::BrokerConfig, heartbeat::HeartbeatConfig, worker::WorkerConfig};
+        crate::control_plane::ControlConfig {
+            broker: BrokerConfig {
+                nack_timeout: self.nack_timeout,
+                delivery_limit: self.delivery_limit,
+            },
+            heartbeat: HeartbeatConfig {
+                min_ttl: self.heartbeat_min_ttl,
+                max_per_second: self.max_heartbeats_per_second,
+                grace: self.heartbeat_grace,
+            },
+            worker: WorkerConfig {
+                raft_sync_limit: self.raft_sync_limit,
+                ..Default::default()
+            },
+            workers: self.workers.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                |n| n as usize,
+            ),
+            alloc_update_window: self.alloc_update_window,
         }
     }
 

@@ -3,15 +3,19 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use axum::extract::State;
-use axum::http::header;
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::metrics::Metrics;
+use crate::control_plane::ControlPlane;
 use crate::types::{NodeId, Raft};
+use crate::worker::WorkerStatus;
+
+/// Most workers one server may be asked to run.
+pub const MAX_WORKERS: usize = 256;
 
 /// The answer of `GET /v1/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,26 +60,125 @@ impl StatusReport {
     }
 }
 
-#[derive(Clone)]
-struct HttpState {
-    raft: Raft,
-    metrics: Arc<Metrics>,
-}
+type Cp = State<Arc<ControlPlane>>;
 
-pub fn router(raft: Raft, metrics: Arc<Metrics>) -> Router {
+pub fn router(cp: Arc<ControlPlane>) -> Router {
     Router::new()
         .route("/v1/status", get(status))
         .route("/metrics", get(render_metrics))
-        .with_state(HttpState { raft, metrics })
+        .route("/v1/workers", get(list_workers).put(set_workers))
+        .route("/v1/workers/pause", post(pause_workers))
+        .route("/v1/workers/resume", post(resume_workers))
+        .with_state(cp)
 }
 
-async fn status(State(s): State<HttpState>) -> Json<StatusReport> {
-    Json(StatusReport::from_raft(&s.raft))
+async fn status(State(cp): Cp) -> Json<StatusReport> {
+    Json(StatusReport::from_raft(&cp.raft))
 }
 
-async fn render_metrics(State(s): State<HttpState>) -> impl IntoResponse {
+async fn render_metrics(State(cp): Cp) -> impl IntoResponse {
+    cp.update_fleet_gauges();
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-        s.metrics.render(),
+        cp.metrics.render(),
     )
+}
+
+/// The answer of the `/v1/workers` calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkersReport {
+    pub count: usize,
+    pub workers: Vec<WorkerReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub id: u64,
+    pub state: String,
+    pub paused: bool,
+    pub evals_processed: u64,
+    pub evals_nacked: u64,
+    pub current_eval: Option<String>,
+}
+
+impl From<WorkerStatus> for WorkerReport {
+    fn from(w: WorkerStatus) -> Self {
+        Self {
+            id: w.id,
+            state: w.state.to_string(),
+            paused: w.paused,
+            evals_processed: w.evals_processed,
+            evals_nacked: w.evals_nacked,
+            current_eval: w.current_eval,
+        }
+    }
+}
+
+fn workers_report(cp: &ControlPlane) -> Json<WorkersReport> {
+    let workers: Vec<WorkerReport> = cp.workers.list().into_iter().map(Into::into).collect();
+    Json(WorkersReport {
+        count: workers.len(),
+        workers,
+    })
+}
+
+async fn list_workers(State(cp): Cp) -> Json<WorkersReport> {
+    workers_report(&cp)
+}
+
+#[derive(Deserialize)]
+struct CountParam {
+    count: Option<String>,
+}
+
+/// `PUT /v1/workers?count=N`: starts or stops workers until N run.
+async fn set_workers(
+    State(cp): Cp,
+    Query(q): Query<CountParam>,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    let bad = |msg: String| (StatusCode::BAD_REQUEST, msg);
+    let raw = q
+        .count
+        .ok_or_else(|| bad("count: is required, e.g. /v1/workers?count=4".into()))?;
+    let n: usize = raw
+        .parse()
+        .map_err(|_| bad(format!("count: {raw:?} is not a whole number")))?;
+    if n > MAX_WORKERS {
+        return Err(bad(format!("count: {n} is more than {MAX_WORKERS}")));
+    }
+    cp.workers.set_count(&cp, n);
+    Ok(workers_report(&cp))
+}
+
+#[derive(Deserialize)]
+struct IdParam {
+    id: Option<u64>,
+}
+
+async fn pause_workers(
+    State(cp): Cp,
+    Query(q): Query<IdParam>,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    set_paused(&cp, q.id, true)
+}
+
+async fn resume_workers(
+    State(cp): Cp,
+    Query(q): Query<IdParam>,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    set_paused(&cp, q.id, false)
+}
+
+fn set_paused(
+    cp: &ControlPlane,
+    id: Option<u64>,
+    paused: bool,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    if !cp.workers.set_paused(id, paused) {
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("id: no worker {}", id.unwrap_or_default()),
+        ));
+    }
+    Ok(workers_report(cp))
 }

@@ -241,19 +241,33 @@ impl LocalCluster {
             .unwrap_or_default()
     }
 
-    async fn get(&self, id: NodeId, path: &str) -> Result<reqwest::Response, LaunchError> {
+    /// An HTTP call to server `id`'s `--http` address; a non-2xx answer is an error.
+    pub async fn request(
+        &self,
+        id: NodeId,
+        method: reqwest::Method,
+        path: &str,
+    ) -> Result<reqwest::Response, LaunchError> {
         let addr = self.server(id)?.http;
         let http_err = |detail: String| LaunchError::Http { id, addr, detail };
         let resp = self
             .http
-            .get(format!("http://{addr}{path}"))
+            .request(method.clone(), format!("http://{addr}{path}"))
             .send()
             .await
             .map_err(|e| http_err(e.to_string()))?;
         if !resp.status().is_success() {
-            return Err(http_err(format!("GET {path} answered {}", resp.status())));
+            let status = resp.status();
+            let body = resp.text().await.unwrap_or_default();
+            return Err(http_err(format!(
+                "{method} {path} answered {status}: {body}"
+            )));
         }
         Ok(resp)
+    }
+
+    async fn get(&self, id: NodeId, path: &str) -> Result<reqwest::Response, LaunchError> {
+        self.request(id, reqwest::Method::GET, path).await
     }
 
     pub async fn status(&self, id: NodeId) -> Result<StatusReport, LaunchError> {

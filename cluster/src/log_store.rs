@@ -311,6 +311,7 @@ mod tests {
                 &dir.path().join("snapshots"),
                 Default::default(),
                 Default::default(),
+                std::sync::Arc::new(|_: &crate::state::Changes| {}),
             )
             .unwrap();
             Ok((dir, log, sm))

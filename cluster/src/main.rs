@@ -14,6 +14,12 @@ enum Cmd {
     Serve(cluster::config::ServeOpts),
     /// Start a local cluster of server processes on free ports.
     Dev(cluster::dev::DevOpts),
+    /// Register, inspect and stop jobs on a running cluster.
+    #[command(subcommand)]
+    Job(cluster::ops::JobCmd),
+    /// Inspect the client nodes of a running cluster.
+    #[command(subcommand)]
+    Node(cluster::ops::NodeCmd),
 }
 
 #[tokio::main]
@@ -29,5 +35,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Cmd::Serve(opts) => cluster::server::run(opts).await,
         Cmd::Dev(opts) => cluster::dev::run(opts).await,
+        Cmd::Job(cmd) => cluster::ops::run_job(cmd).await,
+        Cmd::Node(cmd) => cluster::ops::run_node(cmd).await,
     }
 }

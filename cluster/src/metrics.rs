@@ -118,6 +118,10 @@ impl Metrics {
         ] {
             r.register(Box::new(c.clone())).unwrap();
         }
+        for t in stampede_proto::MESSAGE_TYPES {
+            m.raft_entries.with_label_values(&[t]);
+            m.raft_entry_bytes.with_label_values(&[t]);
+        }
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::new(
@@ -127,6 +131,10 @@ impl Metrics {
         ))
         .unwrap();
         m
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// Counts one applied raft entry.

@@ -6,7 +6,11 @@ use std::future::Future;
 use std::sync::Arc;
 
 use openraft::BasicNode;
+use stampede_proto::deployment_service_server::DeploymentServiceServer;
+use stampede_proto::eval_service_server::EvalServiceServer;
+use stampede_proto::job_service_server::JobServiceServer;
 use stampede_proto::node_service_server::NodeServiceServer;
+use stampede_proto::plan_service_server::PlanServiceServer;
 use stampede_proto::raft_service_server::RaftServiceServer;
 use stampede_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
@@ -14,12 +18,12 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::config::ServeOpts;
+use crate::control_plane::ControlPlane;
 use crate::error::ServerError;
 use crate::log_store::{Identity, LogStore};
 use crate::metrics::Metrics;
 use crate::network::{NetworkFactory, PeerChannels};
-use crate::proposer::Proposer;
-use crate::rpc::{NodeApi, RaftRpc, Shared};
+use crate::rpc::Api;
 use crate::state::StateStore;
 use crate::state_machine::StateMachine;
 use crate::types::Raft;
@@ -61,10 +65,17 @@ pub async fn serve(
     };
     let log_store = LogStore::open(&opts.data_dir.join("raft"), &identity)?;
     let state = Arc::new(StateStore::default());
+    let control = opts.control_config();
+    let hub = ControlPlane::hub(&control, metrics.registry());
+    let observer = {
+        let hub = hub.clone();
+        Arc::new(move |c: &crate::state::Changes| hub.applied(c))
+    };
     let state_machine = StateMachine::open(
         &opts.data_dir.join("snapshots"),
         state.clone(),
         metrics.clone(),
+        observer,
     )?;
 
     let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
@@ -76,21 +87,24 @@ pub async fn serve(
         .await
         .map_err(|e| ServerError::Raft(e.to_string()))?;
 
-    let shared = Arc::new(Shared {
-        raft: raft.clone(),
-        proposer: Proposer::new(raft.clone(), channels, metrics.clone(), opts.leader_wait()),
+    let workers = control.workers;
+    let cp = ControlPlane::new(
+        opts.id,
+        raft.clone(),
         state,
-    });
+        hub,
+        channels,
+        metrics.clone(),
+        control,
+        opts.leader_wait(),
+    );
 
     let (stop_tx, stop_rx) = watch::channel(false);
-    let grpc = tokio::spawn(serve_grpc(shared.clone(), rpc, stop_rx.clone()));
-    let http_task = tokio::spawn(serve_http(
-        raft.clone(),
-        metrics.clone(),
-        http,
-        stop_rx.clone(),
-    ));
-    tokio::spawn(watch_raft(raft.clone(), metrics.clone(), stop_rx));
+    let grpc = tokio::spawn(serve_grpc(cp.clone(), rpc, stop_rx.clone()));
+    let http_task = tokio::spawn(serve_http(cp.clone(), http, stop_rx.clone()));
+    tokio::spawn(watch_raft(raft.clone(), metrics.clone(), stop_rx.clone()));
+    tokio::spawn(cp.clone().run_leadership(stop_rx));
+    cp.workers.set_count(&cp, workers);
 
     // Static membership: every server proposes the same initial membership.
     // The entry is identical on all of them, so whoever wins the first
@@ -110,6 +124,7 @@ pub async fn serve(
     shutdown.await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(true);
+    cp.shutdown();
     if let Err(e) = raft.shutdown().await {
         tracing::warn!("raft shutdown: {e}");
     }
@@ -127,32 +142,37 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 async fn serve_grpc(
-    shared: Arc<Shared>,
+    cp: Arc<ControlPlane>,
     listener: TcpListener,
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
-    let raft = RaftServiceServer::new(RaftRpc(shared.clone()))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let nodes = NodeServiceServer::new(NodeApi(shared))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let api = Api(cp);
+    macro_rules! service {
+        ($server:ident) => {
+            $server::new(api.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        };
+    }
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
-        .add_service(raft)
-        .add_service(nodes)
+        .add_service(service!(RaftServiceServer))
+        .add_service(service!(NodeServiceServer))
+        .add_service(service!(JobServiceServer))
+        .add_service(service!(EvalServiceServer))
+        .add_service(service!(PlanServiceServer))
+        .add_service(service!(DeploymentServiceServer))
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
         .await?;
     Ok(())
 }
 
 async fn serve_http(
-    raft: Raft,
-    metrics: Arc<Metrics>,
+    cp: Arc<ControlPlane>,
     listener: TcpListener,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, crate::http::router(raft, metrics))
+    axum::serve(listener, crate::http::router(cp))
         .with_graceful_shutdown(stopped(stop))
         .await
 }

@@ -14,8 +14,7 @@ use std::sync::{Arc, RwLock};
 use imbl::{OrdMap, OrdSet};
 use stampede_proto::{
     log_entry::Msg, AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, EvalStatus,
-    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, Resources, StateSnapshot,
-    TableIndexes,
+    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, Resources, StateSnapshot, TableIndexes,
 };
 use tokio::sync::watch;
 
@@ -45,6 +44,34 @@ pub struct Changes {
     pub capacity_changed: bool,
     /// Nodes registered or whose status changed.
     pub nodes: Vec<Arc<Node>>,
+    /// The raft index of the last entry applied in the batch.
+    pub index: u64,
+}
+
+impl Changes {
+    /// What a snapshot install changes: possibly every row.
+    pub fn everything(state: &State) -> Self {
+        let mut keys = vec![WatchKey::Nodes, WatchKey::Jobs];
+        for j in state.jobs() {
+            keys.push(WatchKey::Job(j.id.clone()));
+            keys.push(WatchKey::JobAllocs(j.id.clone()));
+            keys.push(WatchKey::JobEvals(j.id.clone()));
+            keys.push(WatchKey::JobDeployments(j.id.clone()));
+        }
+        for n in state.nodes() {
+            keys.push(WatchKey::NodeAllocs(n.id.clone()));
+        }
+        for e in state.evals() {
+            keys.push(WatchKey::Eval(e.id.clone()));
+        }
+        Changes {
+            keys,
+            evals: state.evals().cloned().collect(),
+            capacity_changed: true,
+            nodes: state.nodes().cloned().collect(),
+            index: state.index(),
+        }
+    }
 }
 
 /// Whether an allocation no longer holds resources on its node.
@@ -81,6 +108,7 @@ impl State {
     /// same state from the same log.
     pub fn apply(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
         self.index = index;
+        changes.index = index;
         match &entry.msg {
             Some(Msg::NodeRegister(e)) => {
                 if let Some(node) = &e.node {
@@ -192,6 +220,15 @@ impl State {
                 job.status = JobStatus::Pending as i32;
             }
         }
+        for tg in &mut job.task_groups {
+            let before = old
+                .as_ref()
+                .and_then(|o| o.task_groups.iter().find(|g| g.name == tg.name));
+            tg.spec_version = match before {
+                Some(b) if same_group(b, tg, false) => b.spec_version,
+                _ => job.version,
+            };
+        }
         job.stop = false;
         job.create_index = old.as_ref().map_or(index, |o| o.create_index);
         job.modify_index = index;
@@ -228,7 +265,9 @@ impl State {
             eval.create_index = self.evals.get(&eval.id).map_or(index, |o| o.create_index);
             eval.modify_index = index;
             let eval = Arc::new(eval);
-            if eval.status == EvalStatus::Pending as i32 || eval.status == EvalStatus::Blocked as i32 {
+            if eval.status == EvalStatus::Pending as i32
+                || eval.status == EvalStatus::Blocked as i32
+            {
                 changes.evals.push(eval.clone());
             }
             changes.keys.push(WatchKey::Eval(eval.id.clone()));
@@ -275,7 +314,13 @@ impl State {
         self.put_alloc(index, new, changes);
     }
 
-    fn update_alloc_from_client(&mut self, index: u64, update: &Allocation, at_ms: u64, changes: &mut Changes) {
+    fn update_alloc_from_client(
+        &mut self,
+        index: u64,
+        update: &Allocation,
+        at_ms: u64,
+        changes: &mut Changes,
+    ) {
         let Some(old) = self.allocs.get(&update.id).cloned() else {
             return;
         };
@@ -295,9 +340,19 @@ impl State {
 
     fn put_alloc(&mut self, index: u64, mut alloc: Allocation, changes: &mut Changes) {
         alloc.modify_index = index;
-        let (id, node, job) = (alloc.id.clone(), alloc.node_id.clone(), alloc.job_id.clone());
-        self.allocs_by_node.entry(node.clone()).or_default().insert(id.clone());
-        self.allocs_by_job.entry(job.clone()).or_default().insert(id.clone());
+        let (id, node, job) = (
+            alloc.id.clone(),
+            alloc.node_id.clone(),
+            alloc.job_id.clone(),
+        );
+        self.allocs_by_node
+            .entry(node.clone())
+            .or_default()
+            .insert(id.clone());
+        self.allocs_by_job
+            .entry(job.clone())
+            .or_default()
+            .insert(id.clone());
         self.node_alloc_index.insert(node.clone(), index);
         self.job_alloc_index.insert(job.clone(), index);
         self.allocs.insert(id, Arc::new(alloc));
@@ -307,16 +362,27 @@ impl State {
     }
 
     fn upsert_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
-        d.create_index = self.deployments.get(&d.id).map_or(index, |o| o.create_index);
+        d.create_index = self
+            .deployments
+            .get(&d.id)
+            .map_or(index, |o| o.create_index);
         d.modify_index = index;
         changes.keys.push(WatchKey::Deployment(d.id.clone()));
-        changes.keys.push(WatchKey::JobDeployments(d.job_id.clone()));
+        changes
+            .keys
+            .push(WatchKey::JobDeployments(d.job_id.clone()));
         self.deployments_by_job
             .entry(d.job_id.clone())
             .or_default()
             .insert(d.id.clone());
         self.deployments.insert(d.id.clone(), Arc::new(d));
         self.indexes.deployments = index;
+    }
+
+    /// Records that raft entries up to `index` are applied (openraft's own
+    /// blank and membership entries change no table).
+    pub fn set_index(&mut self, index: u64) {
+        self.index = index;
     }
 
     // ----- reads -----
@@ -431,7 +497,11 @@ impl State {
             jobs: self.jobs.values().map(|j| Job::clone(j)).collect(),
             evals: self.evals.values().map(|e| Evaluation::clone(e)).collect(),
             allocs: self.allocs.values().map(|a| Allocation::clone(a)).collect(),
-            deployments: self.deployments.values().map(|d| Deployment::clone(d)).collect(),
+            deployments: self
+                .deployments
+                .values()
+                .map(|d| Deployment::clone(d))
+                .collect(),
         }
     }
 
@@ -449,12 +519,21 @@ impl State {
             s.jobs.insert(j.id.clone(), Arc::new(j));
         }
         for e in snap.evals {
-            s.evals_by_job.entry(e.job_id.clone()).or_default().insert(e.id.clone());
+            s.evals_by_job
+                .entry(e.job_id.clone())
+                .or_default()
+                .insert(e.id.clone());
             s.evals.insert(e.id.clone(), Arc::new(e));
         }
         for a in snap.allocs {
-            s.allocs_by_node.entry(a.node_id.clone()).or_default().insert(a.id.clone());
-            s.allocs_by_job.entry(a.job_id.clone()).or_default().insert(a.id.clone());
+            s.allocs_by_node
+                .entry(a.node_id.clone())
+                .or_default()
+                .insert(a.id.clone());
+            s.allocs_by_job
+                .entry(a.job_id.clone())
+                .or_default()
+                .insert(a.id.clone());
             let n = s.node_alloc_index.entry(a.node_id.clone()).or_insert(0);
             *n = (*n).max(a.modify_index);
             let j = s.job_alloc_index.entry(a.job_id.clone()).or_insert(0);
@@ -462,7 +541,10 @@ impl State {
             s.allocs.insert(a.id.clone(), Arc::new(a));
         }
         for d in snap.deployments {
-            s.deployments_by_job.entry(d.job_id.clone()).or_default().insert(d.id.clone());
+            s.deployments_by_job
+                .entry(d.job_id.clone())
+                .or_default()
+                .insert(d.id.clone());
             s.deployments.insert(d.id.clone(), Arc::new(d));
         }
         s
@@ -475,7 +557,27 @@ pub fn same_spec(a: &Job, b: &Job) -> bool {
     a.r#type == b.r#type
         && a.priority == b.priority
         && a.datacenters == b.datacenters
-        && a.task_groups == b.task_groups
+        && a.task_groups.len() == b.task_groups.len()
+        && a.task_groups
+            .iter()
+            .zip(&b.task_groups)
+            .all(|(x, y)| same_group(x, y, true))
+}
+
+/// Whether two versions of a task group ask for the same thing, with or
+/// without comparing their count (a count change alone is no reason to
+/// replace running allocations).
+pub fn same_group(
+    a: &stampede_proto::TaskGroup,
+    b: &stampede_proto::TaskGroup,
+    with_count: bool,
+) -> bool {
+    a.name == b.name
+        && (!with_count || a.count == b.count)
+        && a.resources == b.resources
+        && a.constraints == b.constraints
+        && a.update == b.update
+        && a.meta == b.meta
 }
 
 /// The live state, shared by the state machine (the one writer) and readers.
@@ -536,7 +638,8 @@ impl StateStore {
 mod tests {
     use super::*;
     use stampede_proto::{
-        AllocClientUpdateEntry, JobRegisterEntry, NodeRegisterEntry, NodeStatusEntry, PlanApplyEntry,
+        AllocClientUpdateEntry, JobRegisterEntry, NodeRegisterEntry, NodeStatusEntry,
+        PlanApplyEntry,
     };
 
     fn node_entry(id: &str) -> LogEntry {
@@ -625,7 +728,10 @@ mod tests {
             })),
         };
         let c = apply(&mut s, 4, update);
-        assert!(c.capacity_changed, "a finished allocation frees its resources");
+        assert!(
+            c.capacity_changed,
+            "a finished allocation frees its resources"
+        );
         let a1 = s.alloc("a1").unwrap();
         assert_eq!((a1.create_index, a1.modify_index), (3, 4));
         assert_eq!(a1.node_id, "n1", "server-side fields stay");
@@ -676,9 +782,44 @@ mod tests {
         apply(&mut s, 2, reg(&job));
         let j = s.job("web").unwrap();
         assert_eq!((j.version, j.job_modify_index, j.modify_index), (0, 1, 2));
-        apply(&mut s, 3, reg(&Job { priority: 70, ..job }));
+        apply(
+            &mut s,
+            3,
+            reg(&Job {
+                priority: 70,
+                ..job.clone()
+            }),
+        );
         let j = s.job("web").unwrap();
         assert_eq!((j.version, j.job_modify_index), (1, 3));
+    }
+
+    #[test]
+    fn a_count_change_is_a_new_version_but_not_a_new_group_spec() {
+        let mut s = State::default();
+        let group = |count: u32, v: &str| stampede_proto::TaskGroup {
+            name: "web".into(),
+            count,
+            meta: [("v".to_string(), v.to_string())].into(),
+            ..Default::default()
+        };
+        let reg = |tg| LogEntry {
+            msg: Some(Msg::JobRegister(JobRegisterEntry {
+                job: Some(Job {
+                    id: "web".into(),
+                    task_groups: vec![tg],
+                    ..Default::default()
+                }),
+                eval: None,
+            })),
+        };
+        apply(&mut s, 1, reg(group(2, "1")));
+        apply(&mut s, 2, reg(group(5, "1")));
+        let j = s.job("web").unwrap();
+        assert_eq!((j.version, j.task_groups[0].spec_version), (1, 0));
+        apply(&mut s, 3, reg(group(5, "2")));
+        let j = s.job("web").unwrap();
+        assert_eq!((j.version, j.task_groups[0].spec_version), (2, 2));
     }
 
     #[test]

@@ -18,13 +18,17 @@ use stampede_proto::StateSnapshot;
 use crate::error::StoreError;
 use crate::metrics::Metrics;
 use crate::snapshot_store::{SnapshotStore, StoredSnapshot};
-use crate::state::{State, StateStore};
+use crate::state::{Changes, State, StateStore};
 use crate::types::{
     Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 
+/// Told what each applied batch changed (wakes queries, feeds the leader's broker).
+pub type Observer = Arc<dyn Fn(&Changes) + Send + Sync>;
+
 pub struct StateMachine {
     store: Arc<StateStore>,
+    observer: Observer,
     last_applied: Option<LogId>,
     membership: StoredMembership,
     snapshots: Arc<SnapshotStore>,
@@ -39,10 +43,12 @@ impl StateMachine {
         dir: &Path,
         store: Arc<StateStore>,
         metrics: Arc<Metrics>,
+        observer: Observer,
     ) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore::open(dir)?;
         let mut sm = Self {
             store,
+            observer,
             last_applied: None,
             membership: StoredMembership::default(),
             snapshots: Arc::new(snapshots),
@@ -50,7 +56,8 @@ impl StateMachine {
             builds: Arc::default(),
         };
         if let Some(snap) = sm.snapshots.current() {
-            let state = decode_state(&snap.data).map_err(|detail| StoreError::Corrupt {
+            let index = snap.meta.last_log_id.map_or(0, |l| l.index);
+            let state = decode_state(&snap.data, index).map_err(|detail| StoreError::Corrupt {
                 path: dir.to_path_buf(),
                 what: "snapshot state",
                 detail,
@@ -71,9 +78,9 @@ impl StateMachine {
     }
 }
 
-fn decode_state(bytes: &[u8]) -> Result<State, String> {
+fn decode_state(bytes: &[u8], index: u64) -> Result<State, String> {
     StateSnapshot::decode(bytes)
-        .map(State::from_snapshot)
+        .map(|s| State::from_snapshot(s, index))
         .map_err(|e| e.to_string())
 }
 
@@ -97,7 +104,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I::IntoIter: OptionalSend,
     {
         let store = self.store.clone();
-        store.write(|state| {
+        let mut changes = Changes::default();
+        let replies = store.write(|state| {
             let mut replies = Vec::new();
             for entry in entries {
                 let index = entry.log_id.index;
@@ -105,7 +113,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 let type_name = match &entry.payload {
                     EntryPayload::Blank => "blank",
                     EntryPayload::Normal(cmd) => {
-                        state.apply(index, &cmd.0);
+                        state.apply(index, &cmd.0, &mut changes);
                         cmd.type_name()
                     }
                     EntryPayload::Membership(m) => {
@@ -113,12 +121,15 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         "membership"
                     }
                 };
+                state.set_index(index);
                 self.metrics.entry_applied(type_name, bytes);
                 self.last_applied = Some(entry.log_id);
                 replies.push(Applied { index });
             }
-            Ok(replies)
-        })
+            replies
+        });
+        (self.observer)(&changes);
+        Ok(replies)
     }
 
     async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
@@ -142,7 +153,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let data = snapshot.into_inner();
-        let state = decode_state(&data).map_err(|e| {
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        let state = decode_state(&data, index).map_err(|e| {
             StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e))
         })?;
         let stored = StoredSnapshot {
@@ -159,6 +171,8 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             })?;
         self.load(&stored, state);
         self.metrics.raft_snapshots_installed.inc();
+        // Everything may have changed: wake every kind of query.
+        (self.observer)(&Changes::everything(&self.store.snapshot()));
         Ok(())
     }
 

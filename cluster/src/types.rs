@@ -108,6 +108,7 @@ mod tests {
                     datacenter: "dc1".into(),
                     ..Default::default()
                 }),
+                evals: vec![],
             })),
         });
         let bytes = bincode::serialize(&cmd).unwrap();

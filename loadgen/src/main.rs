@@ -12,6 +12,8 @@ struct Cli {
 enum Cmd {
     /// Measure raft write throughput: concurrent writers, each one write in flight.
     Writes(loadgen::writes::WritesOpts),
+    /// Measure scheduler throughput: register nodes and jobs, wait for every placement.
+    Place(loadgen::place::PlaceOpts),
 }
 
 #[tokio::main]
@@ -28,6 +30,15 @@ async fn main() -> anyhow::Result<()> {
         Cmd::Writes(opts) => {
             let json = opts.json;
             let report = loadgen::writes::run(opts).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{report}");
+            }
+        }
+        Cmd::Place(opts) => {
+            let json = opts.json;
+            let report = loadgen::place::run(opts).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

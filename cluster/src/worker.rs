@@ -1,0 +1,467 @@
+//! Scheduler workers, on every server: each dequeues an evaluation from the
+//! leader's broker, waits until its local state has caught up with it, runs
+//! the scheduler on a snapshot, submits the plan, records the evaluation's
+//! outcome, and acks (or nacks on any failure, so another worker retries).
+//!
+//! Workers can be listed, paused, resumed and their number changed at
+//! runtime (`/v1/workers`).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use rand::SeedableRng;
+use serde::Serialize;
+use stampede_proto::{
+    EvalAckRequest, EvalDequeueRequest, EvalStatus, EvalUpdateRequest, Evaluation, JobType,
+    PlanSubmitRequest,
+};
+use tokio::sync::watch;
+
+use crate::control_plane::ControlPlane;
+use crate::scheduler;
+
+/// Worker settings; the defaults are Nomad's.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// How long a worker waits for its state to reach an evaluation's index
+    /// before it nacks (Nomad's raftSyncLimit).
+    pub raft_sync_limit: Duration,
+    /// How long one dequeue call waits for work.
+    pub dequeue_timeout: Duration,
+    /// Plans a worker submits for one evaluation before giving up on
+    /// placements the leader keeps refusing.
+    pub max_plan_attempts: u32,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            raft_sync_limit: Duration::from_secs(5),
+            dequeue_timeout: Duration::from_millis(500),
+            max_plan_attempts: 5,
+        }
+    }
+}
+
+/// Backoff after a failed dequeue: 20 ms doubling up to 1 s.
+const BACKOFF_BASE: Duration = Duration::from_millis(20);
+const BACKOFF_LIMIT: Duration = Duration::from_secs(1);
+
+pub struct WorkerMetrics {
+    pub seconds: HistogramVec,
+    pub nacks: IntCounterVec,
+    pub evals_processed: IntCounter,
+}
+
+/// What a worker is doing, as `/v1/workers` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct WorkerStatus {
+    pub id: u64,
+    pub state: &'static str,
+    pub paused: bool,
+    pub evals_processed: u64,
+    pub evals_nacked: u64,
+    pub current_eval: Option<String>,
+}
+
+struct Worker {
+    paused: watch::Sender<bool>,
+    stop: watch::Sender<bool>,
+    status: Arc<Mutex<WorkerStatus>>,
+}
+
+pub struct WorkerPool {
+    workers: Mutex<Vec<Worker>>,
+    next_id: Mutex<u64>,
+    config: WorkerConfig,
+    pub metrics: Arc<WorkerMetrics>,
+}
+
+impl WorkerPool {
+    pub fn new(config: WorkerConfig, registry: &Registry) -> Self {
+        let metrics = WorkerMetrics {
+            seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "stampede_worker_seconds",
+                    "Time workers spend in each step: dequeue, wait_for_index, invoke_scheduler, submit_plan.",
+                )
+                .buckets(prometheus::exponential_buckets(0.0001, 2.0, 18).unwrap()),
+                &["step"],
+            )
+            .unwrap(),
+            nacks: IntCounterVec::new(
+                Opts::new("stampede_worker_nacks_total", "Evaluations workers gave back, by reason."),
+                &["reason"],
+            )
+            .unwrap(),
+            evals_processed: IntCounter::new(
+                "stampede_worker_evals_processed_total",
+                "Evaluations workers finished and acked.",
+            )
+            .unwrap(),
+        };
+        registry
+            .register(Box::new(metrics.seconds.clone()))
+            .unwrap();
+        registry.register(Box::new(metrics.nacks.clone())).unwrap();
+        registry
+            .register(Box::new(metrics.evals_processed.clone()))
+            .unwrap();
+        Self {
+            workers: Mutex::default(),
+            next_id: Mutex::new(1),
+            config,
+            metrics: Arc::new(metrics),
+        }
+    }
+
+    /// Starts or stops workers until `n` run.
+    pub fn set_count(&self, cp: &Arc<ControlPlane>, n: usize) {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        while workers.len() > n {
+            let w = workers.pop().expect("len > n");
+            let _ = w.stop.send(true);
+        }
+        while workers.len() < n {
+            let id = {
+                let mut next = self.next_id.lock().unwrap_or_else(|e| e.into_inner());
+                *next += 1;
+                *next - 1
+            };
+            let status = Arc::new(Mutex::new(WorkerStatus {
+                id,
+                state: "starting",
+                paused: false,
+                evals_processed: 0,
+                evals_nacked: 0,
+                current_eval: None,
+            }));
+            let (paused, paused_rx) = watch::channel(false);
+            let (stop, stop_rx) = watch::channel(false);
+            let run = WorkerRun {
+                cp: cp.clone(),
+                config: self.config.clone(),
+                status: status.clone(),
+                paused: paused_rx,
+                stop: stop_rx,
+            };
+            tokio::spawn(run.run());
+            workers.push(Worker {
+                paused,
+                stop,
+                status,
+            });
+        }
+    }
+
+    /// Stops every worker (server shutdown).
+    pub fn set_count_stopped(&self) {
+        for w in self
+            .workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+        {
+            let _ = w.stop.send(true);
+        }
+    }
+
+    /// Pauses or resumes worker `id`, or all when `None`. False if no such worker.
+    pub fn set_paused(&self, id: Option<u64>, paused: bool) -> bool {
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut found = false;
+        for w in workers.iter() {
+            let wid = w.status.lock().unwrap_or_else(|e| e.into_inner()).id;
+            if id.is_none_or(|id| id == wid) {
+                w.paused.send_replace(paused);
+                w.status.lock().unwrap_or_else(|e| e.into_inner()).paused = paused;
+                found = true;
+            }
+        }
+        found || (id.is_none() && workers.is_empty())
+    }
+
+    pub fn list(&self) -> Vec<WorkerStatus> {
+        self.workers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|w| w.status.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .collect()
+    }
+}
+
+struct WorkerRun {
+    cp: Arc<ControlPlane>,
+    config: WorkerConfig,
+    status: Arc<Mutex<WorkerStatus>>,
+    paused: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
+}
+
+/// Why an evaluation was given back.
+struct Nack(&'static str, String);
+
+impl WorkerRun {
+    fn set_state(&self, state: &'static str, eval: Option<&str>) {
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        s.state = state;
+        s.current_eval = eval.map(str::to_string);
+    }
+
+    fn stopped(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    fn observe(&self, step: &str, since: Instant) {
+        self.cp
+            .workers
+            .metrics
+            .seconds
+            .with_label_values(&[step])
+            .observe(since.elapsed().as_secs_f64());
+    }
+
+    async fn run(mut self) {
+        let mut backoff = BACKOFF_BASE;
+        let mut rng = rand::rngs::StdRng::from_entropy();
+        loop {
+            if *self.paused.borrow() {
+                self.set_state("paused", None);
+                tokio::select! {
+                    _ = self.paused.wait_for(|p| !*p) => {}
+                    _ = self.stop.wait_for(|s| *s) => {}
+                }
+            }
+            if self.stopped() {
+                self.set_state("stopped", None);
+                return;
+            }
+            self.set_state("dequeuing", None);
+            let start = Instant::now();
+            let req = EvalDequeueRequest {
+                schedulers: vec![
+                    JobType::Service as i32,
+                    JobType::Batch as i32,
+                    JobType::System as i32,
+                ],
+                timeout_ms: self.config.dequeue_timeout.as_millis() as u64,
+            };
+            let reply = tokio::select! {
+                r = self.cp.dequeue(req, false) => r,
+                _ = self.stop.wait_for(|s| *s) => continue,
+            };
+            self.observe("dequeue", start);
+            let reply = match reply {
+                Ok(r) => {
+                    backoff = BACKOFF_BASE;
+                    r
+                }
+                Err(e) => {
+                    tracing::debug!("dequeue failed: {}", e.message());
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_LIMIT);
+                    continue;
+                }
+            };
+            let Some(eval) = reply.eval else { continue };
+            self.set_state("working", Some(&eval.id));
+            let token = reply.token;
+            match self
+                .process(&eval, &token, reply.wait_index, &mut rng)
+                .await
+            {
+                Ok(()) => {
+                    let ack = EvalAckRequest {
+                        eval_id: eval.id.clone(),
+                        token,
+                        reason: String::new(),
+                    };
+                    if let Err(e) = self.cp.ack(ack, false).await {
+                        tracing::warn!(eval = eval.id, "ack failed: {}", e.message());
+                    }
+                    self.cp.workers.metrics.evals_processed.inc();
+                    self.status
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .evals_processed += 1;
+                }
+                Err(Nack(reason, detail)) => {
+                    tracing::debug!(eval = eval.id, reason, "nack: {detail}");
+                    self.cp
+                        .workers
+                        .metrics
+                        .nacks
+                        .with_label_values(&[reason])
+                        .inc();
+                    self.status
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .evals_nacked += 1;
+                    let nack = EvalAckRequest {
+                        eval_id: eval.id.clone(),
+                        token,
+                        reason: reason.into(),
+                    };
+                    if let Err(e) = self.cp.nack(nack, false).await {
+                        tracing::warn!(eval = eval.id, "nack failed: {}", e.message());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn wait_for_index(&self, index: u64) -> Result<(), Nack> {
+        let start = Instant::now();
+        let mut stop = self.stop.clone();
+        let synced = tokio::select! {
+            ok = self.cp.store.wait_for_index(index, self.config.raft_sync_limit) => ok,
+            _ = stop.wait_for(|s| *s) => {
+                return Err(Nack("shutting_down", "the server is shutting down".into()));
+            }
+        };
+        self.observe("wait_for_index", start);
+        if synced {
+            Ok(())
+        } else {
+            Err(Nack(
+                "raft_sync_timeout",
+                format!(
+                    "state did not reach index {index} within {:?}",
+                    self.config.raft_sync_limit
+                ),
+            ))
+        }
+    }
+
+    async fn process(
+        &self,
+        eval: &Evaluation,
+        token: &str,
+        wait_index: u64,
+        rng: &mut rand::rngs::StdRng,
+    ) -> Result<(), Nack> {
+        self.wait_for_index(wait_index).await?;
+        let mut failed = Default::default();
+        let mut snapshot_index = 0;
+        for attempt in 1..=self.config.max_plan_attempts {
+            let start = Instant::now();
+            let state = self.cp.store.snapshot();
+            snapshot_index = state.index();
+            let outcome = scheduler::schedule(&state, eval, rng);
+            self.observe("invoke_scheduler", start);
+            failed = outcome.failed;
+            if scheduler::plan_is_empty(&outcome.plan) {
+                break;
+            }
+            let mut plan = outcome.plan;
+            plan.eval_token = token.to_string();
+            let start = Instant::now();
+            let result = self
+                .cp
+                .submit_plan(PlanSubmitRequest { plan: Some(plan) }, false)
+                .await
+                .map_err(|e| Nack("plan_failed", e.message().to_string()))?
+                .result
+                .unwrap_or_default();
+            self.observe("submit_plan", start);
+            if result.refresh_index == 0 {
+                break;
+            }
+            if attempt == self.config.max_plan_attempts {
+                return Err(Nack(
+                    "plan_failed",
+                    "the leader kept refusing the plan's placements".into(),
+                ));
+            }
+            self.wait_for_index(result.refresh_index).await?;
+        }
+        let evals = outcome_evals(eval, failed, snapshot_index);
+        self.cp
+            .update_evals(
+                EvalUpdateRequest {
+                    token: token.to_string(),
+                    evals,
+                },
+                false,
+            )
+            .await
+            .map_err(|e| Nack("update_failed", e.message().to_string()))?;
+        Ok(())
+    }
+}
+
+/// The evaluation updates that record how an evaluation ended: complete, or,
+/// when placements failed, blocked until capacity changes (a blocked
+/// evaluation that still does not fit is blocked again rather than copied).
+pub fn outcome_evals(
+    eval: &Evaluation,
+    failed: std::collections::BTreeMap<String, u32>,
+    snapshot_index: u64,
+) -> Vec<Evaluation> {
+    let mut done = Evaluation {
+        snapshot_index,
+        failed_placements: failed.clone().into_iter().collect(),
+        ..eval.clone()
+    };
+    if failed.is_empty() {
+        done.status = EvalStatus::Complete as i32;
+        return vec![done];
+    }
+    if eval.status == EvalStatus::Blocked as i32 {
+        done.status = EvalStatus::Blocked as i32;
+        return vec![done];
+    }
+    let blocked = Evaluation {
+        id: uuid::Uuid::new_v4().to_string(),
+        status: EvalStatus::Blocked as i32,
+        status_description: "placements did not fit; waiting for capacity".into(),
+        previous_eval: eval.id.clone(),
+        triggered_by: "queued_allocs".into(),
+        failed_placements: failed.into_iter().collect(),
+        snapshot_index,
+        create_index: 0,
+        modify_index: 0,
+        blocked_eval: String::new(),
+        ..eval.clone()
+    };
+    done.status = EvalStatus::Complete as i32;
+    done.blocked_eval = blocked.id.clone();
+    vec![done, blocked]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_placements_block_a_new_evaluation_once() {
+        let eval = Evaluation {
+            id: "e1".into(),
+            job_id: "web".into(),
+            status: EvalStatus::Pending as i32,
+            ..Default::default()
+        };
+        assert_eq!(
+            outcome_evals(&eval, Default::default(), 7)[0].status,
+            EvalStatus::Complete as i32
+        );
+
+        let failed: std::collections::BTreeMap<String, u32> = [("web".to_string(), 3)].into();
+        let evals = outcome_evals(&eval, failed.clone(), 7);
+        assert_eq!(evals.len(), 2);
+        assert_eq!(evals[0].status, EvalStatus::Complete as i32);
+        assert_eq!(evals[1].status, EvalStatus::Blocked as i32);
+        assert_eq!(evals[0].blocked_eval, evals[1].id);
+        assert_eq!(evals[1].previous_eval, "e1");
+
+        // Processing the blocked evaluation again without room re-blocks it.
+        let again = outcome_evals(&evals[1], failed, 9);
+        assert_eq!(again.len(), 1);
+        assert_eq!(
+            (again[0].id.as_str(), again[0].status),
+            (evals[1].id.as_str(), EvalStatus::Blocked as i32)
+        );
+    }
+}
