@@ -1,0 +1,69 @@
+//! The operator commands against a real cluster, as a user runs them.
+
+mod common;
+
+use std::process::Command;
+
+use common::{eventually, node_with, Harness, BIN, CATCH_UP, ELECTION};
+use stampede_proto::client::ClusterClient;
+
+fn cluster_cmd(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(BIN).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn job_run_status_stop_and_node_status() {
+    let mut c = Harness::start(3, &["--heartbeat-min-ttl", "600s"]);
+    c.wait_for_leader(ELECTION).await.unwrap();
+    let addrs = c.rpc_addrs().join(",");
+    let client = ClusterClient::new(&c.rpc_addrs()).unwrap();
+    for i in 0..2 {
+        client.register_node(node_with(&format!("n{i}"), 4000, 8192)).await.unwrap();
+    }
+    let web = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/web.json");
+
+    let (ok, out, err) = cluster_cmd(&["job", "run", "--address", &addrs, web]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("raft index") && out.contains("Evaluation"), "{out}");
+
+    eventually("all 50 allocations of the contract job are placed", CATCH_UP, || async {
+        let (ok, out, _) = cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else { return false };
+        ok && v["allocations"].as_array().is_some_and(|a| {
+            a.len() == 50 && a.iter().all(|x| x["client_status"] == "pending" && x["desired_status"] == "run")
+        })
+    })
+    .await;
+
+    let (ok, out, err) = cluster_cmd(&["node", "status", "--address", &addrs, "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 2);
+
+    let (ok, out, err) = cluster_cmd(&["job", "stop", "--address", &addrs, "web"]);
+    assert!(ok, "{out}{err}");
+    eventually("every allocation is stopped", CATCH_UP, || async {
+        let (_, out, _) = cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
+        serde_json::from_str::<serde_json::Value>(&out).is_ok_and(|v| {
+            v["allocations"].as_array().is_some_and(|a| a.iter().all(|x| x["desired_status"] == "stop"))
+        })
+    })
+    .await;
+
+    // A broken file names the line; an unknown job is a clear error.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\n  \"id\": \"x\",\n  \"typo\": 1\n}\n").unwrap();
+    let (ok, _, err) = cluster_cmd(&["job", "run", "--address", &addrs, bad.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("unknown field `typo`") && err.contains("line 3"), "{err}");
+    let (ok, _, err) = cluster_cmd(&["job", "status", "--address", &addrs, "nope"]);
+    assert!(!ok);
+    assert!(err.contains("no job \"nope\""), "{err}");
+    assert!(!err.contains("panicked"));
+}
