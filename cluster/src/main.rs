@@ -24,14 +24,7 @@ enum Cmd {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    stampede_proto::init_logging();
     match Cli::parse().command {
         Cmd::Serve(opts) => cluster::server::run(opts).await,
         Cmd::Dev(opts) => cluster::dev::run(opts).await,

@@ -23,21 +23,36 @@ async fn job_run_status_stop_and_node_status() {
     let addrs = c.rpc_addrs().join(",");
     let client = ClusterClient::new(&c.rpc_addrs()).unwrap();
     for i in 0..2 {
-        client.register_node(node_with(&format!("n{i}"), 4000, 8192)).await.unwrap();
+        client
+            .register_node(node_with(&format!("n{i}"), 4000, 8192))
+            .await
+            .unwrap();
     }
     let web = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/web.json");
 
     let (ok, out, err) = cluster_cmd(&["job", "run", "--address", &addrs, web]);
     assert!(ok, "{out}{err}");
-    assert!(out.contains("raft index") && out.contains("Evaluation"), "{out}");
+    assert!(
+        out.contains("raft index") && out.contains("Evaluation"),
+        "{out}"
+    );
 
-    eventually("all 50 allocations of the contract job are placed", CATCH_UP, || async {
-        let (ok, out, _) = cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else { return false };
-        ok && v["allocations"].as_array().is_some_and(|a| {
-            a.len() == 50 && a.iter().all(|x| x["client_status"] == "pending" && x["desired_status"] == "run")
-        })
-    })
+    eventually(
+        "all 50 allocations of the contract job are placed",
+        CATCH_UP,
+        || async {
+            let (ok, out, _) =
+                cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
+                return false;
+            };
+            ok && v["allocations"].as_array().is_some_and(|a| {
+                a.len() == 50
+                    && a.iter()
+                        .all(|x| x["client_status"] == "pending" && x["desired_status"] == "run")
+            })
+        },
+    )
     .await;
 
     let (ok, out, err) = cluster_cmd(&["node", "status", "--address", &addrs, "--json"]);
@@ -50,7 +65,9 @@ async fn job_run_status_stop_and_node_status() {
     eventually("every allocation is stopped", CATCH_UP, || async {
         let (_, out, _) = cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
         serde_json::from_str::<serde_json::Value>(&out).is_ok_and(|v| {
-            v["allocations"].as_array().is_some_and(|a| a.iter().all(|x| x["desired_status"] == "stop"))
+            v["allocations"]
+                .as_array()
+                .is_some_and(|a| a.iter().all(|x| x["desired_status"] == "stop"))
         })
     })
     .await;
@@ -61,7 +78,10 @@ async fn job_run_status_stop_and_node_status() {
     std::fs::write(&bad, "{\n  \"id\": \"x\",\n  \"typo\": 1\n}\n").unwrap();
     let (ok, _, err) = cluster_cmd(&["job", "run", "--address", &addrs, bad.to_str().unwrap()]);
     assert!(!ok);
-    assert!(err.contains("unknown field `typo`") && err.contains("line 3"), "{err}");
+    assert!(
+        err.contains("unknown field `typo`") && err.contains("line 3"),
+        "{err}"
+    );
     let (ok, _, err) = cluster_cmd(&["job", "status", "--address", &addrs, "nope"]);
     assert!(!ok);
     assert!(err.contains("no job \"nope\""), "{err}");

@@ -10,14 +10,7 @@ struct Cli {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,openraft=error")),
-        )
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+    stampede_proto::init_logging();
     let s = nodesim::run(Cli::parse().opts).await?;
     println!(
         "registered {} nodes ({} failed) in {:.2}s, last raft index {}",

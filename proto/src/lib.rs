@@ -43,3 +43,17 @@ impl log_entry::Msg {
 }
 
 pub mod client;
+
+/// Logs of every stampede binary: to stderr, quiet by default (warnings, and
+/// only errors from openraft, whose elections are chatty); `RUST_LOG` raises them.
+pub fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| EnvFilter::new("warn,openraft=error")),
+        )
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+}
