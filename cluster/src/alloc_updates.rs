@@ -1,8 +1,8 @@
 //! Client allocation updates, batched on the leader: every `Node.UpdateAlloc`
 //! call that arrives within one window (50 ms by default) goes into one raft
 //! entry, and each caller is answered with that entry's index. An allocation
-//! that fails, or a service allocation that stops, gets an evaluation for its
-//! job in the same entry.
+//! that fails or completes gets an evaluation for its job in the same entry
+//! (the scheduler decides whether it is replaced).
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use prometheus::{Histogram, HistogramOpts, IntCounter, Registry};
 use stampede_proto::{
-    log_entry::Msg, AllocClientStatus, AllocClientUpdateEntry, Allocation, JobType, LogEntry,
+    log_entry::Msg, AllocClientStatus, AllocClientUpdateEntry, Allocation, LogEntry,
 };
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -141,10 +141,9 @@ async fn write_batch(cp: &ControlPlane, batch: &[PendingUpdate]) -> Result<u64, 
         if job.stop || alloc_terminal(&old) {
             continue;
         }
-        let failed = update.client_status == AllocClientStatus::Failed as i32;
-        let stopped_service = update.client_status == AllocClientStatus::Complete as i32
-            && job.r#type != JobType::Batch as i32;
-        if failed || stopped_service {
+        let finished = update.client_status == AllocClientStatus::Failed as i32
+            || update.client_status == AllocClientStatus::Complete as i32;
+        if finished {
             jobs_to_evaluate.insert(job.id.clone());
         }
     }

@@ -591,3 +591,83 @@ async fn bad_input_gets_clear_errors() {
         .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
+    // A long window so that concurrent calls from all servers meet in one batch.
+    let mut c = Harness::start(
+        3,
+        &[
+            "--heartbeat-min-ttl",
+            "600s",
+            "--alloc-update-window",
+            "500ms",
+        ],
+    );
+    let leader = c.wait_for_leader(ELECTION).await.unwrap();
+    let client = ClusterClient::new(&c.rpc_addrs()).unwrap();
+    register_nodes(&client, "n", 4, 1000, 4096).await;
+    register_job(&client, service_job("web", 8, 100, 64)).await;
+    let placed = wait_live(&client, "web", 8).await;
+
+    // Every allocation reports running, one call each, through every server at once.
+    let calls = placed.iter().enumerate().map(|(i, a)| {
+        let c = ClusterClient::new(&[server_addr(&c, i)]).unwrap();
+        let update = Allocation {
+            id: a.id.clone(),
+            client_status: AllocClientStatus::Running as i32,
+            ..Default::default()
+        };
+        async move {
+            c.nodes()
+                .update_alloc(NodeUpdateAllocRequest {
+                    allocs: vec![update],
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .index
+        }
+    });
+    let indexes = futures::future::join_all(calls).await;
+    assert!(
+        indexes.iter().all(|i| *i == indexes[0]),
+        "one raft entry for the batch: {indexes:?}"
+    );
+    let entries = c
+        .metric(
+            leader,
+            "stampede_raft_entries_total{type=\"alloc_client_update\"}",
+        )
+        .await
+        .unwrap();
+    assert_eq!(entries, 1.0);
+    let all = allocs(&client, "web").await;
+    assert!(all
+        .iter()
+        .all(|a| a.client_status == AllocClientStatus::Running as i32));
+
+    // One fails: its job is evaluated and the allocation replaced.
+    let failed = all[0].id.clone();
+    client
+        .nodes()
+        .update_alloc(NodeUpdateAllocRequest {
+            allocs: vec![Allocation {
+                id: failed.clone(),
+                client_status: AllocClientStatus::Failed as i32,
+                client_description: "exit code 1".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap();
+    let after = wait_live(&client, "web", 8).await;
+    assert!(live(&after).iter().all(|a| a.id != failed));
+    assert_eq!(after.len(), 9, "the failed allocation stays, as history");
+}
+
+/// Server `i % 3`'s address, so calls spread over every server.
+fn server_addr(c: &Harness, i: usize) -> String {
+    let addrs = c.rpc_addrs();
+    addrs[i % addrs.len()].clone()
+}
