@@ -154,12 +154,18 @@ impl Blocking {
     ) -> (T, u64) {
         let default = QueryOptions::default();
         let opts = opts.unwrap_or(&default);
-        let (answer, index) = run(&self.store.snapshot());
-        if opts.min_index == 0 || index > opts.min_index {
-            return (answer, index);
+        if opts.min_index == 0 {
+            // A plain read.
+            return run(&self.store.snapshot());
         }
+        // Every blocking query counts, also one answered at once: each is a
+        // request the caller made in its watch loop.
         let source = source_label(&opts.source);
         self.metrics.started.with_label_values(&[source]).inc();
+        let (answer, index) = run(&self.store.snapshot());
+        if index > opts.min_index {
+            return (answer, index);
+        }
         self.metrics.inflight.with_label_values(&[source]).inc();
         let _inflight = Inflight(&self.metrics, source);
 
@@ -258,6 +264,14 @@ mod tests {
         assert_eq!(
             b.metrics
                 .started
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1,
+            "a query with a min_index counts even when answered at once"
+        );
+        assert_eq!(
+            b.metrics
+                .inflight
                 .with_label_values(&["client_allocs"])
                 .get(),
             0
