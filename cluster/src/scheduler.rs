@@ -393,6 +393,7 @@ impl<'a> Planner<'a> {
             resources: Some(ask),
             desired_status: AllocDesiredStatus::Run as i32,
             client_status: AllocClientStatus::Pending as i32,
+            job_type: job.r#type,
             job_version: job.version,
             create_time_ms: self.now_ms,
             modify_time_ms: self.now_ms,

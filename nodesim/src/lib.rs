@@ -4,6 +4,8 @@
 //! any server of the cluster; heartbeats, allocation queries and mock
 //! allocation runners build on it.
 
+pub mod runner;
+
 use std::time::{Duration, Instant};
 
 use clap::Args;

@@ -1,0 +1,363 @@
+//! Allocation runners: what a simulated node runs for each allocation the
+//! server gives it. Built through a factory, so a user can plug in their own
+//! runner without the real task machinery (Nomad's allocrunner factory, seed
+//! 001).
+//!
+//! The contract is small: a runner is started once with `run`, told about
+//! server-side changes with `update`, stopped with `destroy`, and reports the
+//! client-side state of its allocation through its [`Reporter`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use stampede_proto::{AllocClientStatus, AllocDesiredStatus, Allocation, JobType, TaskState};
+use tokio::sync::watch;
+
+/// The client-side state of one allocation, as a runner reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllocReport {
+    pub client_status: AllocClientStatus,
+    pub description: String,
+    /// The task's state name (`pending`, `running`, `dead`).
+    pub task_state: String,
+    /// Set once the allocation has been healthy for `min_healthy_time`.
+    pub healthy: Option<bool>,
+}
+
+/// Where a runner reports: the node's shared update buffer. Reporting never
+/// waits on the network (seed 001: no back-pressure on runners).
+pub trait ReportSink: Send + Sync {
+    fn report(&self, alloc_id: &str, report: AllocReport);
+}
+
+/// A runner's handle for reporting its allocation's state.
+#[derive(Clone)]
+pub struct Reporter {
+    alloc_id: Arc<str>,
+    sink: Arc<dyn ReportSink>,
+}
+
+impl Reporter {
+    pub fn new(alloc_id: &str, sink: Arc<dyn ReportSink>) -> Self {
+        Self {
+            alloc_id: alloc_id.into(),
+            sink,
+        }
+    }
+
+    pub fn report(&self, report: AllocReport) {
+        self.sink.report(&self.alloc_id, report);
+    }
+}
+
+/// The minimum a runner does for one allocation.
+pub trait AllocRunner: Send {
+    /// Starts the allocation; called once, right after the factory built it.
+    fn run(&mut self);
+    /// The server changed the allocation (a new version, or desired stop).
+    fn update(&mut self, alloc: &Allocation);
+    /// Stops the allocation's tasks; the runner reports its final state.
+    fn destroy(&mut self);
+}
+
+/// Builds a runner for an allocation.
+pub type AllocRunnerFactory =
+    Arc<dyn Fn(&Allocation, Reporter) -> Box<dyn AllocRunner> + Send + Sync>;
+
+/// The scripted lifecycle of the default mock runner.
+#[derive(Debug, Clone)]
+pub struct MockConfig {
+    /// From placement to running.
+    pub start_delay: Duration,
+    /// How long a batch allocation runs before it completes.
+    pub batch_duration: Duration,
+    /// How long a running allocation stays up before it counts as healthy.
+    pub min_healthy_time: Duration,
+    /// Chance (0 to 1) that a start fails; a failed allocation is replaced by the server.
+    pub failure_probability: f64,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        Self {
+            start_delay: Duration::from_millis(500),
+            batch_duration: Duration::from_secs(30),
+            min_healthy_time: Duration::from_secs(1),
+            failure_probability: 0.0,
+        }
+    }
+}
+
+/// The default factory: a [`MockRunner`] per allocation.
+pub fn mock_factory(config: MockConfig) -> AllocRunnerFactory {
+    let config = Arc::new(config);
+    Arc::new(move |alloc, reporter| Box::new(MockRunner::new(alloc, reporter, config.clone())))
+}
+
+/// Runs a scripted lifecycle on a timer: pending, running, healthy, and for
+/// batch work complete; or failed, with the configured probability.
+pub struct MockRunner {
+    batch: bool,
+    reporter: Reporter,
+    config: Arc<MockConfig>,
+    stop: watch::Sender<bool>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn report(
+    status: AllocClientStatus,
+    task_state: &str,
+    description: &str,
+    healthy: Option<bool>,
+) -> AllocReport {
+    AllocReport {
+        client_status: status,
+        description: description.into(),
+        task_state: task_state.into(),
+        healthy,
+    }
+}
+
+impl MockRunner {
+    pub fn new(alloc: &Allocation, reporter: Reporter, config: Arc<MockConfig>) -> Self {
+        Self {
+            batch: alloc.job_type == JobType::Batch as i32,
+            reporter,
+            config,
+            stop: watch::channel(false).0,
+            task: None,
+        }
+    }
+}
+
+impl AllocRunner for MockRunner {
+    fn run(&mut self) {
+        let reporter = self.reporter.clone();
+        let config = self.config.clone();
+        let batch = self.batch;
+        let mut stop = self.stop.subscribe();
+        let fails = rand::thread_rng().gen_bool(config.failure_probability.clamp(0.0, 1.0));
+        reporter.report(report(
+            AllocClientStatus::Pending,
+            "pending",
+            "received",
+            None,
+        ));
+        let script = async move {
+            tokio::time::sleep(config.start_delay).await;
+            if fails {
+                reporter.report(report(
+                    AllocClientStatus::Failed,
+                    "dead",
+                    "task failed to start",
+                    Some(false),
+                ));
+                return;
+            }
+            reporter.report(report(
+                AllocClientStatus::Running,
+                "running",
+                "task started",
+                None,
+            ));
+            tokio::time::sleep(config.min_healthy_time).await;
+            reporter.report(report(
+                AllocClientStatus::Running,
+                "running",
+                "healthy",
+                Some(true),
+            ));
+            if batch {
+                let rest = config
+                    .batch_duration
+                    .saturating_sub(config.min_healthy_time);
+                tokio::time::sleep(rest).await;
+                reporter.report(report(
+                    AllocClientStatus::Complete,
+                    "dead",
+                    "task finished",
+                    Some(true),
+                ));
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let reporter = self.reporter.clone();
+        let handle = tokio::spawn(async move {
+            tokio::select! {
+                _ = script => {}
+                _ = stop.wait_for(|s| *s) => {
+                    reporter.report(report(AllocClientStatus::Complete, "dead", "stopped by the server", None));
+                }
+            }
+        });
+        self.task = Some(handle);
+    }
+
+    fn update(&mut self, alloc: &Allocation) {
+        if alloc.desired_status == AllocDesiredStatus::Stop as i32 {
+            self.destroy();
+        }
+    }
+
+    fn destroy(&mut self) {
+        self.stop.send_replace(true);
+    }
+}
+
+impl Drop for MockRunner {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// The task state map a report turns into on the wire.
+pub fn task_states(report: &AllocReport) -> std::collections::HashMap<String, TaskState> {
+    [(
+        "main".to_string(),
+        TaskState {
+            state: report.task_state.clone(),
+            failed: report.client_status == AllocClientStatus::Failed,
+            ..Default::default()
+        },
+    )]
+    .into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// Records every report, in order.
+    #[derive(Default)]
+    struct Recorder(Mutex<Vec<(String, AllocReport)>>);
+
+    impl ReportSink for Recorder {
+        fn report(&self, alloc_id: &str, report: AllocReport) {
+            self.0.lock().unwrap().push((alloc_id.to_string(), report));
+        }
+    }
+
+    impl Recorder {
+        fn statuses(&self) -> Vec<(AllocClientStatus, Option<bool>)> {
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, r)| (r.client_status, r.healthy))
+                .collect()
+        }
+    }
+
+    fn alloc(id: &str, job: &str) -> Allocation {
+        Allocation {
+            id: id.into(),
+            job_id: job.into(),
+            desired_status: AllocDesiredStatus::Run as i32,
+            ..Default::default()
+        }
+    }
+
+    fn config(failure_probability: f64) -> MockConfig {
+        MockConfig {
+            start_delay: Duration::from_secs(1),
+            batch_duration: Duration::from_secs(10),
+            min_healthy_time: Duration::from_secs(2),
+            failure_probability,
+        }
+    }
+
+    /// The minimum a user writes to plug in their own runner: the trait's three
+    /// methods and a factory closure.
+    #[tokio::test]
+    async fn a_custom_runner_plugs_in_through_the_factory() {
+        struct Instant(Reporter);
+        impl AllocRunner for Instant {
+            fn run(&mut self) {
+                self.0.report(report(
+                    AllocClientStatus::Running,
+                    "running",
+                    "up",
+                    Some(true),
+                ));
+            }
+            fn update(&mut self, _: &Allocation) {}
+            fn destroy(&mut self) {
+                self.0
+                    .report(report(AllocClientStatus::Complete, "dead", "down", None));
+            }
+        }
+        let factory: AllocRunnerFactory = Arc::new(|_, reporter| Box::new(Instant(reporter)));
+        let sink = Arc::new(Recorder::default());
+        let mut runner = factory(&alloc("a1", "web"), Reporter::new("a1", sink.clone()));
+        runner.run();
+        runner.destroy();
+        assert_eq!(
+            sink.statuses(),
+            vec![
+                (AllocClientStatus::Running, Some(true)),
+                (AllocClientStatus::Complete, None)
+            ]
+        );
+        assert!(sink.0.lock().unwrap().iter().all(|(id, _)| id == "a1"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_mock_runs_a_service_to_healthy_and_stops_when_told() {
+        let sink = Arc::new(Recorder::default());
+        let factory = mock_factory(config(0.0));
+        let mut runner = factory(&alloc("a1", "web"), Reporter::new("a1", sink.clone()));
+        runner.run();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            sink.statuses(),
+            vec![
+                (AllocClientStatus::Pending, None),
+                (AllocClientStatus::Running, None),
+                (AllocClientStatus::Running, Some(true)),
+            ]
+        );
+        runner.update(&Allocation {
+            desired_status: AllocDesiredStatus::Stop as i32,
+            ..alloc("a1", "web")
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(
+            sink.statuses().last(),
+            Some(&(AllocClientStatus::Complete, None))
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batch_work_completes_and_a_failing_start_fails() {
+        let sink = Arc::new(Recorder::default());
+        let batch = Allocation {
+            job_type: JobType::Batch as i32,
+            ..alloc("b1", "etl")
+        };
+        let mut runner = mock_factory(config(0.0))(&batch, Reporter::new("b1", sink.clone()));
+        runner.run();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(
+            sink.statuses().last(),
+            Some(&(AllocClientStatus::Complete, Some(true)))
+        );
+
+        let sink = Arc::new(Recorder::default());
+        let mut runner =
+            mock_factory(config(1.0))(&alloc("f1", "web"), Reporter::new("f1", sink.clone()));
+        runner.run();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(
+            sink.statuses(),
+            vec![
+                (AllocClientStatus::Pending, None),
+                (AllocClientStatus::Failed, Some(false))
+            ]
+        );
+    }
+}
