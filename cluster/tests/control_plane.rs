@@ -166,18 +166,23 @@ async fn a_service_job_is_placed_within_node_resources_and_deregistering_stops_i
     indexes.sort();
     assert_eq!(indexes, (0..50).collect::<Vec<_>>());
 
-    let eval = client
-        .evals()
-        .get(EvalGetRequest {
+    // The worker records the evaluation's outcome right after its plan.
+    eventually("the evaluation is complete", CATCH_UP, || async {
+        let req = EvalGetRequest {
             eval_id: reply.eval_id.clone(),
             query: None,
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .eval
-        .unwrap();
-    assert_eq!(eval.status, EvalStatus::Complete as i32);
+        };
+        let eval = client
+            .evals()
+            .get(req)
+            .await
+            .unwrap()
+            .into_inner()
+            .eval
+            .unwrap();
+        eval.status == EvalStatus::Complete as i32
+    })
+    .await;
     assert!(leader_metric(&c, "stampede_raft_entries_total{type=\"plan_apply\"}").await >= 1.0);
     assert_eq!(
         leader_metric(&c, "stampede_nodes{status=\"ready\"}").await,
@@ -192,8 +197,7 @@ async fn a_service_job_is_placed_within_node_resources_and_deregistering_stops_i
         })
         .await
         .unwrap();
-    wait_live(&client, "web", 0).await;
-    let all = allocs(&client, "web").await;
+    let all = wait_live(&client, "web", 0).await;
     assert!(all
         .iter()
         .all(|a| a.desired_status == AllocDesiredStatus::Stop as i32));
@@ -642,10 +646,13 @@ async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
         .await
         .unwrap();
     assert_eq!(entries, 1.0);
+    eventually("every allocation reads as running", CATCH_UP, || async {
+        let all = allocs(&client, "web").await;
+        all.iter()
+            .all(|a| a.client_status == AllocClientStatus::Running as i32)
+    })
+    .await;
     let all = allocs(&client, "web").await;
-    assert!(all
-        .iter()
-        .all(|a| a.client_status == AllocClientStatus::Running as i32));
 
     // One fails: its job is evaluated and the allocation replaced.
     let failed = all[0].id.clone();
@@ -661,9 +668,12 @@ async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
         })
         .await
         .unwrap();
-    let after = wait_live(&client, "web", 8).await;
-    assert!(live(&after).iter().all(|a| a.id != failed));
-    assert_eq!(after.len(), 9, "the failed allocation stays, as history");
+    // The failed allocation stays, as history, beside its replacement.
+    eventually("the failed allocation is replaced", CATCH_UP, || async {
+        let after = allocs(&client, "web").await;
+        after.len() == 9 && live(&after).len() == 8 && live(&after).iter().all(|a| a.id != failed)
+    })
+    .await;
 }
 
 /// Server `i % 3`'s address, so calls spread over every server.
