@@ -13,9 +13,7 @@ use prometheus::{IntGaugeVec, Opts, Registry};
 use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::plan_service_client::PlanServiceClient;
-use stampede_proto::{
-    AllocClientStatus, EvalStatus, Evaluation, JobType, NodeStatus, MAX_MESSAGE_BYTES,
-};
+use stampede_proto::{AllocClientStatus, EvalStatus, Evaluation, JobType, NodeStatus};
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
@@ -216,21 +214,15 @@ impl ControlPlane {
     }
 
     pub fn eval_client(ch: Channel) -> EvalServiceClient<Channel> {
-        EvalServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        stampede_proto::sized!(EvalServiceClient::new(ch))
     }
 
     pub fn plan_client(ch: Channel) -> PlanServiceClient<Channel> {
-        PlanServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        stampede_proto::sized!(PlanServiceClient::new(ch))
     }
 
     pub fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
-        NodeServiceClient::new(ch)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        stampede_proto::sized!(NodeServiceClient::new(ch))
     }
 
     /// Follows raft leadership: sets up the leader-only parts when this
@@ -421,7 +413,7 @@ impl ControlPlane {
 
     /// Stops workers and leader tasks (server shutdown).
     pub fn shutdown(&self) {
-        self.workers.set_count_stopped();
+        self.workers.stop_all();
         self.revoke();
     }
 }

@@ -16,7 +16,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_client::RaftServiceClient;
-use stampede_proto::{RaftPayload, MAX_MESSAGE_BYTES};
+use stampede_proto::RaftPayload;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::types::{NodeId, TypeConfig};
@@ -46,9 +46,7 @@ impl PeerChannels {
     }
 
     pub fn raft_client(&self, id: NodeId, addr: &str) -> RaftServiceClient<Channel> {
-        RaftServiceClient::new(self.get(id, addr))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        stampede_proto::sized!(RaftServiceClient::new(self.get(id, addr)))
     }
 }
 

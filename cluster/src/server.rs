@@ -12,7 +12,6 @@ use stampede_proto::job_service_server::JobServiceServer;
 use stampede_proto::node_service_server::NodeServiceServer;
 use stampede_proto::plan_service_server::PlanServiceServer;
 use stampede_proto::raft_service_server::RaftServiceServer;
-use stampede_proto::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -149,9 +148,7 @@ async fn serve_grpc(
     let api = Api(cp);
     macro_rules! service {
         ($server:ident) => {
-            $server::new(api.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            stampede_proto::sized!($server::new(api.clone()))
         };
     }
     tonic::transport::Server::builder()

@@ -156,7 +156,7 @@ impl WorkerPool {
     }
 
     /// Stops every worker (server shutdown).
-    pub fn set_count_stopped(&self) {
+    pub fn stop_all(&self) {
         for w in self
             .workers
             .lock()

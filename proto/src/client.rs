@@ -14,7 +14,7 @@ use crate::deployment_service_client::DeploymentServiceClient;
 use crate::eval_service_client::EvalServiceClient;
 use crate::job_service_client::JobServiceClient;
 use crate::node_service_client::NodeServiceClient;
-use crate::{Node, NodeRegisterRequest, MAX_MESSAGE_BYTES};
+use crate::{Node, NodeRegisterRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -83,37 +83,29 @@ impl ClusterClient {
 
     /// A node-service client on the next server in turn.
     pub fn nodes(&self) -> NodeServiceClient<Channel> {
-        NodeServiceClient::new(self.next_channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        crate::sized!(NodeServiceClient::new(self.next_channel()))
     }
 
     /// A job-service client on the next server in turn.
     pub fn jobs(&self) -> JobServiceClient<Channel> {
-        JobServiceClient::new(self.next_channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        crate::sized!(JobServiceClient::new(self.next_channel()))
     }
 
     /// An eval-service client on the next server in turn.
     pub fn evals(&self) -> EvalServiceClient<Channel> {
-        EvalServiceClient::new(self.next_channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        crate::sized!(EvalServiceClient::new(self.next_channel()))
     }
 
     /// A deployment-service client on the next server in turn.
     pub fn deployments(&self) -> DeploymentServiceClient<Channel> {
-        DeploymentServiceClient::new(self.next_channel())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        crate::sized!(DeploymentServiceClient::new(self.next_channel()))
     }
 
     /// A node-service client on server `i` of the list given to `new`.
     pub fn nodes_on(&self, i: usize) -> NodeServiceClient<Channel> {
-        NodeServiceClient::new(self.channels[i % self.channels.len()].clone())
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        crate::sized!(NodeServiceClient::new(
+            self.channels[i % self.channels.len()].clone()
+        ))
     }
 
     fn next_channel(&self) -> Channel {

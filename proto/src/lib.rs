@@ -42,6 +42,17 @@ impl log_entry::Msg {
     }
 }
 
+/// Applies [`MAX_MESSAGE_BYTES`] both ways to a generated tonic client or
+/// server: the one place every stampede endpoint gets its message limits.
+#[macro_export]
+macro_rules! sized {
+    ($endpoint:expr) => {
+        $endpoint
+            .max_decoding_message_size($crate::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size($crate::MAX_MESSAGE_BYTES)
+    };
+}
+
 pub mod client;
 
 /// Logs of every stampede binary: to stderr, quiet by default (warnings, and
