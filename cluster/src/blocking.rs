@@ -33,6 +33,14 @@ pub const MAX_WAIT: Duration = Duration::from_secs(600);
 /// The wait when a query gives `min_index` but no `max_wait_ms`.
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
 
+/// How long a query with these options may wait: its own `max_wait_ms`, capped.
+pub fn wait_of(opts: &QueryOptions) -> Duration {
+    match opts.max_wait_ms {
+        0 => DEFAULT_WAIT,
+        ms => Duration::from_millis(ms).min(MAX_WAIT),
+    }
+}
+
 pub fn source_label(source: &str) -> &'static str {
     SOURCES
         .iter()
@@ -169,10 +177,7 @@ impl Blocking {
         self.metrics.inflight.with_label_values(&[source]).inc();
         let _inflight = Inflight(&self.metrics, source);
 
-        let wait = match opts.max_wait_ms {
-            0 => DEFAULT_WAIT,
-            ms => Duration::from_millis(ms).min(MAX_WAIT),
-        };
+        let wait = wait_of(opts);
         // Up to 1/16 more, so queries parked together do not all return together.
         let jitter = rand::thread_rng().gen_range(0..=wait.as_millis() as u64 / 16);
         let deadline = tokio::time::Instant::now() + wait + Duration::from_millis(jitter);

@@ -1,6 +1,5 @@
 //! HTTP: `/metrics` for Prometheus and `/v1/status` for people and tests.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
@@ -11,52 +10,36 @@ use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
 use crate::control_plane::ControlPlane;
-use crate::types::{NodeId, Raft};
+use crate::types::Raft;
 use crate::worker::WorkerStatus;
 
 /// Most workers one server may be asked to run.
 pub const MAX_WORKERS: usize = 256;
 
-/// The answer of `GET /v1/status`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct StatusReport {
-    pub id: NodeId,
-    /// `None` while no leader is known.
-    pub leader_id: Option<NodeId>,
-    /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
-    pub state: String,
-    pub term: u64,
-    pub last_log_index: u64,
-    pub applied_index: u64,
-    pub snapshot_index: Option<u64>,
-    pub purged_index: Option<u64>,
-    /// Voting members: id to raft address.
-    pub members: BTreeMap<NodeId, String>,
-}
+pub use stampede_launch::StatusReport;
 
-impl StatusReport {
-    pub fn from_raft(raft: &Raft) -> Self {
-        let m = raft.metrics().borrow().clone();
-        let shutdown = m.running_state.is_err();
-        Self {
-            id: m.id,
-            leader_id: m.current_leader,
-            state: if shutdown {
-                "Shutdown".into()
-            } else {
-                format!("{:?}", m.state)
-            },
-            term: m.current_term,
-            last_log_index: m.last_log_index.unwrap_or(0),
-            applied_index: m.last_applied.map_or(0, |l| l.index),
-            snapshot_index: m.snapshot.map(|l| l.index),
-            purged_index: m.purged.map(|l| l.index),
-            members: m
-                .membership_config
-                .nodes()
-                .map(|(id, node)| (*id, node.addr.clone()))
-                .collect(),
-        }
+/// What `GET /v1/status` answers, read from raft's metrics.
+pub fn status_report(raft: &Raft) -> StatusReport {
+    let m = raft.metrics().borrow().clone();
+    let shutdown = m.running_state.is_err();
+    StatusReport {
+        id: m.id,
+        leader_id: m.current_leader,
+        state: if shutdown {
+            "Shutdown".into()
+        } else {
+            format!("{:?}", m.state)
+        },
+        term: m.current_term,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        applied_index: m.last_applied.map_or(0, |l| l.index),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        members: m
+            .membership_config
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect(),
     }
 }
 
@@ -73,7 +56,7 @@ pub fn router(cp: Arc<ControlPlane>) -> Router {
 }
 
 async fn status(State(cp): Cp) -> Json<StatusReport> {
-    Json(StatusReport::from_raft(&cp.raft))
+    Json(status_report(&cp.raft))
 }
 
 async fn render_metrics(State(cp): Cp) -> impl IntoResponse {

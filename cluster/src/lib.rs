@@ -20,7 +20,6 @@ pub mod error;
 pub mod heartbeat;
 pub mod http;
 pub mod jobspec;
-pub mod launcher;
 pub mod leader_rpc;
 pub mod log_store;
 pub mod metrics;
@@ -37,3 +36,7 @@ pub mod state_machine;
 pub mod types;
 pub mod validate;
 pub mod worker;
+
+/// Local clusters of real processes; its own crate so that tools which spawn
+/// clusters need not link RocksDB.
+pub use stampede_launch as launcher;

@@ -14,6 +14,7 @@ use stampede_proto::raft_service_server::RaftService;
 use stampede_proto::*;
 use tonic::{Request, Response, Status};
 
+use crate::blocking;
 use crate::control_plane::{is_forwarded, new_eval, system_job_evals, ControlPlane};
 use crate::state::{State, WatchKey};
 use crate::validate;
@@ -176,7 +177,7 @@ impl NodeService for Api {
                     let allocs = s
                         .node_allocs(&node)
                         .iter()
-                        .map(|a| (a.id.clone(), a.modify_index))
+                        .map(|a| (a.id.clone(), a.alloc_modify_index))
                         .collect();
                     (allocs, s.node_alloc_index(&node).max(1))
                 },
@@ -187,6 +188,15 @@ impl NodeService for Api {
 
     async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
         let req = req.into_inner();
+        if let Some(q) = req.query.as_ref().filter(|q| q.min_index > 0) {
+            let wait = blocking::wait_of(q);
+            if !self.0.store.wait_for_index(q.min_index, wait).await {
+                return Err(Status::unavailable(format!(
+                    "this server has not reached index {} within {wait:?}; ask another",
+                    q.min_index
+                )));
+            }
+        }
         let state = self.0.store.snapshot();
         let allocs = req
             .alloc_ids

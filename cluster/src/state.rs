@@ -194,6 +194,7 @@ impl State {
                 let updated = Allocation {
                     client_status: AllocClientStatus::Lost as i32,
                     client_description: "node is down".into(),
+                    alloc_modify_index: index,
                     ..Allocation::clone(&a)
                 };
                 self.put_alloc(index, updated, changes);
@@ -285,6 +286,7 @@ impl State {
     /// client last reported them.
     fn upsert_alloc_from_plan(&mut self, index: u64, alloc: &Allocation, changes: &mut Changes) {
         let mut new = alloc.clone();
+        new.alloc_modify_index = index;
         if let Some(old) = self.allocs.get(&alloc.id) {
             new.create_index = old.create_index;
             new.create_time_ms = old.create_time_ms;

@@ -9,8 +9,29 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::http::StatusReport;
-use crate::types::NodeId;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A server's raft id.
+pub type NodeId = u64;
+
+/// The answer of a server's `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub id: NodeId,
+    /// `None` while no leader is known.
+    pub leader_id: Option<NodeId>,
+    /// `Leader`, `Follower`, `Candidate`, `Learner` or `Shutdown`.
+    pub state: String,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    /// Voting members: id to raft address.
+    pub members: BTreeMap<NodeId, String>,
+}
 
 /// How often a wait re-reads a server's status.
 const POLL: Duration = Duration::from_millis(25);
@@ -26,6 +47,8 @@ pub enum LaunchError {
         bin: PathBuf,
         source: std::io::Error,
     },
+    #[error("no `{name}` binary beside {near:?}: build it first (cargo build -p {name})")]
+    MissingBin { name: String, near: PathBuf },
     #[error("no server with id {0} in this cluster")]
     UnknownServer(NodeId),
     #[error("server {id} at {addr}: {detail}")]
@@ -394,6 +417,23 @@ fn terminate(mut child: Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// A binary of this workspace built beside the running executable: in the
+/// same dir (a binary), or one up (a test or bench under `deps/`).
+pub fn sibling_bin(name: &str) -> Result<PathBuf, LaunchError> {
+    let exe = std::env::current_exe().map_err(|e| LaunchError::Io(PathBuf::from(name), e))?;
+    let dirs = exe.ancestors().skip(1).take(2);
+    for dir in dirs {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    Err(LaunchError::MissingBin {
+        name: name.into(),
+        near: exe,
+    })
 }
 
 /// `n` distinct ports that were free a moment ago: all bound at once, then released.
