@@ -1,91 +1,436 @@
-//! nodesim: simulated client nodes in one process.
+//! nodesim: a fleet of simulated client nodes in one process.
 //!
-//! What is here so far registers a fleet of nodes at a steady rate through
-//! any server of the cluster; heartbeats, allocation queries and mock
-//! allocation runners build on it.
+//! Each node is a small task that talks to the cluster the way a real client
+//! does (register, heartbeat, one blocking query for its allocations, batched
+//! allocation updates) and runs its allocations with runners built by an
+//! [`AllocRunnerFactory`](runner::AllocRunnerFactory): the scripted
+//! [`MockRunner`](runner::MockRunner) by default, or your own.
+//!
+//! [`Fleet::start`] runs a fleet until [`Fleet::shutdown`]; [`run`] is what the
+//! binary does (until Ctrl-C or `--duration`).
 
+pub mod alloc_sync;
+pub mod metrics;
+mod node;
+pub mod profile;
 pub mod runner;
 
-use std::time::{Duration, Instant};
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
-use clap::Args;
-use futures::stream::{self, StreamExt};
-use stampede_proto::client::ClusterClient;
-use stampede_proto::{Node, Resources};
+use clap::Parser;
+use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::{AllocClientStatus, NodeUpdateAllocRequest};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 
-#[derive(Debug, Clone, Args)]
+use crate::alloc_sync::{AllocSync, SendBatch, UpdateMode};
+use crate::metrics::{client_status_label, Metrics, NodeState, ERROR_KINDS, PRIORITIES};
+use crate::profile::{Amount, NodeProfile, Shard, Weighted};
+use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
+
+/// Simulates a fleet of client nodes against a stampede cluster.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "nodesim", version, about)]
 pub struct Opts {
-    /// How many nodes to simulate.
+    /// Nodes in the whole fleet; with --shard, this process runs its share.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub nodes: u64,
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
     #[arg(long, value_delimiter = ',', required = true)]
     pub servers: Vec<String>,
+    /// Which share of the fleet to run, I/N (I from 0): nodes with index % N == I.
+    #[arg(long, default_value = "0/1")]
+    pub shard: Shard,
+    /// Prefix of node ids (PREFIX-INDEX). Give one to keep ids across restarts
+    /// of nodesim; without it every run is a new fleet.
+    #[arg(long)]
+    pub id_prefix: Option<String>,
+    /// How client allocation updates are sent.
+    #[arg(long, value_enum, default_value_t = UpdateMode::Prioritized)]
+    pub update_mode: UpdateMode,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    pub metrics: Option<SocketAddr>,
+    /// HTTP/2 connections to each server, shared by all nodes.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub connections: u64,
+    /// Nodes joining per second while the fleet ramps up.
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub ramp_rate: u64,
     /// Registrations in flight at once.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    pub concurrency: u64,
-    /// Prefix of node ids; ids are PREFIX-0, PREFIX-1, ..., the same on every run.
-    #[arg(long, default_value = "sim")]
-    pub id_prefix: String,
-    /// Datacenter every node reports.
+    pub register_concurrency: u64,
+    /// Stop after this long (for example 10m); without it, run until Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// How long a node's allocation query waits at the server for a change.
+    #[arg(long, default_value = "5m", value_parser = parse_query_wait)]
+    pub query_wait: Duration,
+    /// Datacenters, weighted: dc1:3,dc2:1.
     #[arg(long, default_value = "dc1")]
-    pub datacenter: String,
-    /// CPU each node offers, in MHz.
-    #[arg(long, default_value_t = 4000, value_parser = clap::value_parser!(u64).range(1..))]
-    pub cpu_mhz: u64,
-    /// Memory each node offers, in MB.
-    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
-    pub memory_mb: u64,
+    pub datacenters: Weighted<String>,
+    /// Node classes, weighted.
+    #[arg(long, default_value = "general")]
+    pub classes: Weighted<String>,
+    /// CPU per node in MHz, weighted: 4000:3,16000:1.
+    #[arg(long, default_value = "4000")]
+    pub cpu_mhz: Weighted<Amount>,
+    /// Memory per node in MB, weighted.
+    #[arg(long, default_value = "8192")]
+    pub memory_mb: Weighted<Amount>,
+    /// Mock runner: task events an allocation reports while pending.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub task_events: u32,
+    /// Mock runner: delay between task events, and before running.
+    #[arg(long, default_value = "150ms", value_parser = humantime::parse_duration)]
+    pub event_delay: Duration,
+    /// Mock runner: how long running counts before the allocation is healthy.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub min_healthy_time: Duration,
+    /// Mock runner: how long a batch allocation runs before it completes.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub batch_duration: Duration,
+    /// Mock runner: chance (0 to 1) that an allocation fails to start.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    pub failure_rate: f64,
 }
 
-/// What a run did.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Summary {
-    pub registered: u64,
-    pub failed: u64,
-    pub elapsed: Duration,
-    /// Highest raft index a registration was applied at.
-    pub last_index: u64,
+fn parse_query_wait(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(600) {
+        return Err("must be between 100ms and 10m (the servers' limit)".into());
+    }
+    Ok(d)
 }
 
-pub async fn run(opts: Opts) -> anyhow::Result<Summary> {
-    let client = ClusterClient::new(&opts.servers)?;
-    let start = Instant::now();
-    let results: Vec<_> = stream::iter(0..opts.nodes)
-        .map(|i| {
-            let client = client.clone();
-            let node = Node {
-                id: format!("{}-{i}", opts.id_prefix),
-                name: format!("{}-{i}", opts.id_prefix),
-                datacenter: opts.datacenter.clone(),
-                resources: Some(Resources {
-                    cpu_mhz: opts.cpu_mhz,
-                    memory_mb: opts.memory_mb,
-                }),
-                ..Default::default()
-            };
-            async move { client.register_node(node).await }
-        })
-        .buffer_unordered(opts.concurrency as usize)
-        .collect()
-        .await;
-    let mut summary = Summary {
-        registered: 0,
-        failed: 0,
-        elapsed: start.elapsed(),
-        last_index: 0,
-    };
-    for r in results {
-        match r {
-            Ok(index) => {
-                summary.registered += 1;
-                summary.last_index = summary.last_index.max(index);
-            }
-            Err(e) => {
-                summary.failed += 1;
-                tracing::warn!("registration failed: {e}");
-            }
+fn parse_probability(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err("must be a number from 0 to 1".into()),
+    }
+}
+
+impl Opts {
+    /// The scripted lifecycle these flags describe.
+    pub fn mock_config(&self) -> MockConfig {
+        MockConfig {
+            task_events: self.task_events,
+            event_delay: self.event_delay,
+            min_healthy_time: self.min_healthy_time,
+            batch_duration: self.batch_duration,
+            failure_probability: self.failure_rate,
         }
     }
-    Ok(summary)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("--servers: {0}")]
+    Servers(#[from] ClientError),
+    #[error("--shard {shard} has no nodes in a fleet of {nodes}")]
+    EmptyShard { shard: Shard, nodes: u64 },
+    #[error("--metrics {addr}: {source}")]
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What every node of the fleet shares.
+pub(crate) struct Shared {
+    client: ClusterClient,
+    profile: NodeProfile,
+    metrics: Metrics,
+    sync: Arc<AllocSync>,
+    factory: AllocRunnerFactory,
+    query_wait: Duration,
+    register_permits: Semaphore,
+    /// Each node's current channel into `client`.
+    channels: Arc<Vec<AtomicU32>>,
+}
+
+impl Shared {
+    fn channel_of(&self, slot: u32) -> usize {
+        self.channels[slot as usize].load(Ordering::Relaxed) as usize
+    }
+
+    fn rotate_channel(&self, slot: u32) {
+        let n = self.client.channel_count() as u32;
+        let c = &self.channels[slot as usize];
+        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % n));
+    }
+}
+
+/// A running fleet.
+pub struct Fleet {
+    shared: Arc<Shared>,
+    nodes: JoinSet<()>,
+    stop: watch::Sender<bool>,
+    sync_task: tokio::task::JoinHandle<()>,
+    started: Instant,
+    metrics_addr: Option<SocketAddr>,
+    mode: UpdateMode,
+}
+
+impl Fleet {
+    /// Starts this shard's nodes, joining at `--ramp-rate`; returns at once.
+    pub async fn start(opts: Opts, factory: AllocRunnerFactory) -> Result<Fleet, Error> {
+        let indexes: Vec<u64> = opts.shard.indexes(opts.nodes).collect();
+        if indexes.is_empty() {
+            return Err(Error::EmptyShard {
+                shard: opts.shard,
+                nodes: opts.nodes,
+            });
+        }
+        let client = ClusterClient::with_connections(&opts.servers, opts.connections as usize)?;
+        let metrics = Metrics::new();
+        let metrics_addr = match opts.metrics {
+            Some(addr) => Some(
+                metrics
+                    .clone()
+                    .serve(addr)
+                    .await
+                    .map_err(|source| Error::Metrics { addr, source })?,
+            ),
+            None => None,
+        };
+        let channels: Arc<Vec<AtomicU32>> = Arc::new(
+            (0..indexes.len())
+                .map(|slot| AtomicU32::new((slot % client.channel_count()) as u32))
+                .collect(),
+        );
+        let sync = AllocSync::new(
+            opts.update_mode,
+            indexes.len(),
+            metrics.clone(),
+            update_sender(client.clone(), channels.clone()),
+        );
+        let id_prefix = opts.id_prefix.clone().unwrap_or_else(|| {
+            let run: u32 = rand::random();
+            format!("sim-{run:08x}")
+        });
+        let shared = Arc::new(Shared {
+            client,
+            profile: NodeProfile {
+                id_prefix,
+                datacenters: opts.datacenters.clone(),
+                classes: opts.classes.clone(),
+                cpu_mhz: opts.cpu_mhz.clone(),
+                memory_mb: opts.memory_mb.clone(),
+            },
+            metrics,
+            sync: sync.clone(),
+            factory,
+            query_wait: opts.query_wait,
+            register_permits: Semaphore::new(opts.register_concurrency as usize),
+            channels,
+        });
+        let (stop, stopped) = watch::channel(false);
+        let sync_task = tokio::spawn(sync.run(stopped));
+        let started = Instant::now();
+        let mut nodes = JoinSet::new();
+        for (slot, index) in indexes.into_iter().enumerate() {
+            let join_at = started + Duration::from_secs_f64(slot as f64 / opts.ramp_rate as f64);
+            let node = node::SimNode::new(shared.clone(), slot as u32, index);
+            nodes.spawn(async move {
+                tokio::time::sleep_until(join_at).await;
+                node.run().await;
+            });
+        }
+        Ok(Fleet {
+            shared,
+            nodes,
+            stop,
+            sync_task,
+            started,
+            metrics_addr,
+            mode: opts.update_mode,
+        })
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    /// Where `--metrics` is served, once bound.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The id of the fleet's node `index`.
+    pub fn node_id(&self, index: u64) -> String {
+        self.shared.profile.id(index)
+    }
+
+    /// What the fleet has done so far.
+    pub fn summary(&self) -> Summary {
+        Summary::read(
+            &self.shared.metrics,
+            self.nodes.len() as u64,
+            self.started.elapsed(),
+            self.mode,
+        )
+    }
+
+    /// Stops every node, sends the updates still buffered, and says what ran.
+    pub async fn shutdown(mut self) -> Summary {
+        self.nodes.abort_all();
+        while self.nodes.join_next().await.is_some() {}
+        let _ = self.stop.send(true);
+        let _ = (&mut self.sync_task).await;
+        // Runners may still report as they are dropped; send all of it.
+        if tokio::time::timeout(Duration::from_secs(10), self.shared.sync.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!("some allocation updates were not sent before shutdown");
+        }
+        let mut summary = self.summary();
+        summary.nodes = self.shared.channels.len() as u64;
+        summary
+    }
+}
+
+/// Sends one node's batch on that node's current channel.
+fn update_sender(client: ClusterClient, channels: Arc<Vec<AtomicU32>>) -> SendBatch {
+    Arc::new(move |slot, allocs| {
+        let channel = channels[slot as usize].load(Ordering::Relaxed) as usize;
+        let mut nodes = client.nodes_on(channel);
+        Box::pin(async move {
+            let call = nodes.update_alloc(NodeUpdateAllocRequest { allocs });
+            match tokio::time::timeout(node::RPC_TIMEOUT, call).await {
+                Ok(Ok(_)) => Ok(()),
+                Ok(Err(s)) => Err(s.message().to_string()),
+                Err(_) => Err("no answer within the RPC timeout".into()),
+            }
+        })
+    })
+}
+
+/// What a fleet did, read from its metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    pub mode: UpdateMode,
+    pub nodes: u64,
+    pub ready: i64,
+    pub registrations: u64,
+    pub heartbeats: u64,
+    pub queries: u64,
+    pub runners_started: u64,
+    /// Allocations by the client status last reported.
+    pub allocs: Vec<(&'static str, i64)>,
+    /// `Node.UpdateAlloc` calls by priority.
+    pub update_rpcs: Vec<(&'static str, u64)>,
+    pub alloc_updates_sent: u64,
+    pub errors: Vec<(&'static str, u64)>,
+    pub elapsed: Duration,
+}
+
+impl Summary {
+    fn read(m: &Metrics, nodes: u64, elapsed: Duration, mode: UpdateMode) -> Self {
+        let allocs = [
+            AllocClientStatus::Pending,
+            AllocClientStatus::Running,
+            AllocClientStatus::Complete,
+            AllocClientStatus::Failed,
+        ]
+        .into_iter()
+        .map(client_status_label)
+        .map(|s| (s, m.allocs.with_label_values(&[s]).get()))
+        .collect();
+        Self {
+            mode,
+            nodes,
+            ready: m.nodes.with_label_values(&[NodeState::Ready.label()]).get(),
+            registrations: m.registrations.get(),
+            heartbeats: m.heartbeat_seconds.get_sample_count(),
+            queries: ["changed", "unchanged", "error"]
+                .iter()
+                .map(|o| m.query_seconds.with_label_values(&[o]).get_sample_count())
+                .sum(),
+            runners_started: m.runners_started.get(),
+            allocs,
+            update_rpcs: PRIORITIES
+                .iter()
+                .map(|p| (*p, m.update_rpcs.with_label_values(&[p]).get()))
+                .collect(),
+            alloc_updates_sent: m.updates_per_rpc.get_sample_sum() as u64,
+            errors: ERROR_KINDS
+                .iter()
+                .map(|k| (*k, m.errors.with_label_values(&[k]).get()))
+                .collect(),
+            elapsed,
+        }
+    }
+
+    /// Every `Node.UpdateAlloc` call, whatever its priority.
+    pub fn update_rpcs_total(&self) -> u64 {
+        self.update_rpcs.iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let pairs = |v: &[(&str, u64)]| {
+            v.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        writeln!(f, "nodesim ran {:.1}s", self.elapsed.as_secs_f64())?;
+        writeln!(
+            f,
+            "  nodes            {} ({} ready at the end, {} registrations)",
+            self.nodes, self.ready, self.registrations
+        )?;
+        writeln!(f, "  heartbeats       {}", self.heartbeats)?;
+        writeln!(f, "  alloc queries    {}", self.queries)?;
+        writeln!(
+            f,
+            "  runners started  {} ({})",
+            self.runners_started,
+            self.allocs
+                .iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+        writeln!(
+            f,
+            "  update RPCs      {} ({}; {} mode), {} allocation updates",
+            self.update_rpcs_total(),
+            pairs(&self.update_rpcs),
+            self.mode.name(),
+            self.alloc_updates_sent
+        )?;
+        write!(f, "  errors           {}", pairs(&self.errors))
+    }
+}
+
+/// What the binary does: runs the fleet with the mock runner until Ctrl-C
+/// (or `--duration`), then shuts it down.
+pub async fn run(opts: Opts) -> anyhow::Result<Summary> {
+    let duration = opts.duration;
+    let fleet = Fleet::start(opts.clone(), mock_factory(opts.mock_config())).await?;
+    if let Some(addr) = fleet.metrics_addr() {
+        eprintln!("nodesim: metrics at http://{addr}/metrics");
+    }
+    let until = async {
+        match duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = until => {}
+        _ = term.recv() => {}
+        r = tokio::signal::ctrl_c() => r?,
+    }
+    Ok(fleet.shutdown().await)
 }

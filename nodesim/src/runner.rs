@@ -7,12 +7,12 @@
 //! server-side changes with `update`, stopped with `destroy`, and reports the
 //! client-side state of its allocation through its [`Reporter`].
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use stampede_proto::{AllocClientStatus, AllocDesiredStatus, Allocation, JobType, TaskState};
-use tokio::sync::watch;
+use stampede_proto::{AllocClientStatus, Allocation, JobType, TaskState};
 
 /// The client-side state of one allocation, as a runner reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,26 +28,40 @@ pub struct AllocReport {
 /// Where a runner reports: the node's shared update buffer. Reporting never
 /// waits on the network (seed 001: no back-pressure on runners).
 pub trait ReportSink: Send + Sync {
-    fn report(&self, alloc_id: &str, report: AllocReport);
+    /// `previous` is the client status the allocation had before this report.
+    fn report(&self, alloc_id: &str, report: AllocReport, previous: AllocClientStatus);
 }
 
-/// A runner's handle for reporting its allocation's state.
+/// A runner's handle for reporting its allocation's state. It remembers the
+/// last client status, so the node knows which reports change it.
 #[derive(Clone)]
 pub struct Reporter {
     alloc_id: Arc<str>,
+    last: Arc<AtomicI32>,
     sink: Arc<dyn ReportSink>,
 }
 
 impl Reporter {
-    pub fn new(alloc_id: &str, sink: Arc<dyn ReportSink>) -> Self {
+    /// `status` is the client status the server holds for the allocation.
+    pub fn new(alloc_id: &str, status: AllocClientStatus, sink: Arc<dyn ReportSink>) -> Self {
         Self {
             alloc_id: alloc_id.into(),
+            last: Arc::new(AtomicI32::new(status as i32)),
             sink,
         }
     }
 
     pub fn report(&self, report: AllocReport) {
-        self.sink.report(&self.alloc_id, report);
+        let previous = self
+            .last
+            .swap(report.client_status as i32, Ordering::Relaxed);
+        let previous = AllocClientStatus::try_from(previous).unwrap_or_default();
+        self.sink.report(&self.alloc_id, report, previous);
+    }
+
+    /// The last client status reported (or the server's, before any report).
+    pub fn status(&self) -> AllocClientStatus {
+        AllocClientStatus::try_from(self.last.load(Ordering::Relaxed)).unwrap_or_default()
     }
 }
 
@@ -55,9 +69,11 @@ impl Reporter {
 pub trait AllocRunner: Send {
     /// Starts the allocation; called once, right after the factory built it.
     fn run(&mut self);
-    /// The server changed the allocation (a new version, or desired stop).
+    /// The server changed the allocation while it should keep running (for
+    /// example a new job version applied in place).
     fn update(&mut self, alloc: &Allocation);
-    /// Stops the allocation's tasks; the runner reports its final state.
+    /// The server wants the allocation stopped (or has lost it): stop its
+    /// tasks and report the final state. Called at most once.
     fn destroy(&mut self);
 }
 
@@ -68,8 +84,11 @@ pub type AllocRunnerFactory =
 /// The scripted lifecycle of the default mock runner.
 #[derive(Debug, Clone)]
 pub struct MockConfig {
-    /// From placement to running.
-    pub start_delay: Duration,
+    /// Task events while pending (received, task setup, driver), one per
+    /// delay; none changes the client status, so they are typical updates.
+    pub task_events: u32,
+    /// Between task events, and from the last one to running.
+    pub event_delay: Duration,
     /// How long a batch allocation runs before it completes.
     pub batch_duration: Duration,
     /// How long a running allocation stays up before it counts as healthy.
@@ -81,7 +100,8 @@ pub struct MockConfig {
 impl Default for MockConfig {
     fn default() -> Self {
         Self {
-            start_delay: Duration::from_millis(500),
+            task_events: 3,
+            event_delay: Duration::from_millis(150),
             batch_duration: Duration::from_secs(30),
             min_healthy_time: Duration::from_secs(1),
             failure_probability: 0.0,
@@ -95,15 +115,20 @@ pub fn mock_factory(config: MockConfig) -> AllocRunnerFactory {
     Arc::new(move |alloc, reporter| Box::new(MockRunner::new(alloc, reporter, config.clone())))
 }
 
-/// Runs a scripted lifecycle on a timer: pending, running, healthy, and for
-/// batch work complete; or failed, with the configured probability.
+/// Runs a scripted lifecycle on a timer: pending with task events, running,
+/// healthy, and for batch work complete; or failed, with the configured
+/// probability. A service's script ends once healthy, so an idle running
+/// allocation costs no task.
 pub struct MockRunner {
     batch: bool,
     reporter: Reporter,
     config: Arc<MockConfig>,
-    stop: watch::Sender<bool>,
     task: Option<tokio::task::JoinHandle<()>>,
+    stopped: bool,
 }
+
+/// The names of the mock's pending task events, in order (then repeating).
+const TASK_EVENTS: &[&str] = &["task setup", "downloading artifacts", "driver started"];
 
 fn report(
     status: AllocClientStatus,
@@ -125,8 +150,8 @@ impl MockRunner {
             batch: alloc.job_type == JobType::Batch as i32,
             reporter,
             config,
-            stop: watch::channel(false).0,
             task: None,
+            stopped: false,
         }
     }
 }
@@ -136,7 +161,6 @@ impl AllocRunner for MockRunner {
         let reporter = self.reporter.clone();
         let config = self.config.clone();
         let batch = self.batch;
-        let mut stop = self.stop.subscribe();
         let fails = rand::thread_rng().gen_bool(config.failure_probability.clamp(0.0, 1.0));
         reporter.report(report(
             AllocClientStatus::Pending,
@@ -145,7 +169,12 @@ impl AllocRunner for MockRunner {
             None,
         ));
         let script = async move {
-            tokio::time::sleep(config.start_delay).await;
+            for i in 0..config.task_events {
+                tokio::time::sleep(config.event_delay).await;
+                let event = TASK_EVENTS[i as usize % TASK_EVENTS.len()];
+                reporter.report(report(AllocClientStatus::Pending, "pending", event, None));
+            }
+            tokio::time::sleep(config.event_delay).await;
             if fails {
                 reporter.report(report(
                     AllocClientStatus::Failed,
@@ -179,30 +208,28 @@ impl AllocRunner for MockRunner {
                     "task finished",
                     Some(true),
                 ));
-            } else {
-                std::future::pending::<()>().await;
             }
         };
-        let reporter = self.reporter.clone();
-        let handle = tokio::spawn(async move {
-            tokio::select! {
-                _ = script => {}
-                _ = stop.wait_for(|s| *s) => {
-                    reporter.report(report(AllocClientStatus::Complete, "dead", "stopped by the server", None));
-                }
-            }
-        });
-        self.task = Some(handle);
+        self.task = Some(tokio::spawn(script));
     }
 
-    fn update(&mut self, alloc: &Allocation) {
-        if alloc.desired_status == AllocDesiredStatus::Stop as i32 {
-            self.destroy();
-        }
-    }
+    fn update(&mut self, _alloc: &Allocation) {}
 
     fn destroy(&mut self) {
-        self.stop.send_replace(true);
+        if std::mem::replace(&mut self.stopped, true) {
+            return;
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+        if !is_terminal(self.reporter.status()) {
+            self.reporter.report(report(
+                AllocClientStatus::Complete,
+                "dead",
+                "stopped by the server",
+                None,
+            ));
+        }
     }
 }
 
@@ -212,6 +239,14 @@ impl Drop for MockRunner {
             t.abort();
         }
     }
+}
+
+/// Complete, failed or lost: nothing more will run.
+pub fn is_terminal(s: AllocClientStatus) -> bool {
+    matches!(
+        s,
+        AllocClientStatus::Complete | AllocClientStatus::Failed | AllocClientStatus::Lost
+    )
 }
 
 /// The task state map a report turns into on the wire.
@@ -230,6 +265,7 @@ pub fn task_states(report: &AllocReport) -> std::collections::HashMap<String, Ta
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stampede_proto::AllocDesiredStatus;
     use std::sync::Mutex;
 
     /// Records every report, in order.
@@ -237,7 +273,7 @@ mod tests {
     struct Recorder(Mutex<Vec<(String, AllocReport)>>);
 
     impl ReportSink for Recorder {
-        fn report(&self, alloc_id: &str, report: AllocReport) {
+        fn report(&self, alloc_id: &str, report: AllocReport, _: AllocClientStatus) {
             self.0.lock().unwrap().push((alloc_id.to_string(), report));
         }
     }
@@ -264,7 +300,8 @@ mod tests {
 
     fn config(failure_probability: f64) -> MockConfig {
         MockConfig {
-            start_delay: Duration::from_secs(1),
+            task_events: 2,
+            event_delay: Duration::from_millis(500),
             batch_duration: Duration::from_secs(10),
             min_healthy_time: Duration::from_secs(2),
             failure_probability,
@@ -293,7 +330,10 @@ mod tests {
         }
         let factory: AllocRunnerFactory = Arc::new(|_, reporter| Box::new(Instant(reporter)));
         let sink = Arc::new(Recorder::default());
-        let mut runner = factory(&alloc("a1", "web"), Reporter::new("a1", sink.clone()));
+        let mut runner = factory(
+            &alloc("a1", "web"),
+            Reporter::new("a1", AllocClientStatus::Pending, sink.clone()),
+        );
         runner.run();
         runner.destroy();
         assert_eq!(
@@ -310,25 +350,33 @@ mod tests {
     async fn the_mock_runs_a_service_to_healthy_and_stops_when_told() {
         let sink = Arc::new(Recorder::default());
         let factory = mock_factory(config(0.0));
-        let mut runner = factory(&alloc("a1", "web"), Reporter::new("a1", sink.clone()));
+        let mut runner = factory(
+            &alloc("a1", "web"),
+            Reporter::new("a1", AllocClientStatus::Pending, sink.clone()),
+        );
         runner.run();
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(
             sink.statuses(),
             vec![
                 (AllocClientStatus::Pending, None),
+                (AllocClientStatus::Pending, None),
+                (AllocClientStatus::Pending, None),
                 (AllocClientStatus::Running, None),
                 (AllocClientStatus::Running, Some(true)),
             ]
         );
-        runner.update(&Allocation {
-            desired_status: AllocDesiredStatus::Stop as i32,
-            ..alloc("a1", "web")
-        });
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        let events: Vec<String> = sink.0.lock().unwrap()[1..3]
+            .iter()
+            .map(|(_, r)| r.description.clone())
+            .collect();
+        assert_eq!(events, ["task setup", "downloading artifacts"]);
+        runner.destroy();
+        runner.destroy();
         assert_eq!(
-            sink.statuses().last(),
-            Some(&(AllocClientStatus::Complete, None))
+            sink.statuses()[5..],
+            [(AllocClientStatus::Complete, None)],
+            "stopping reports once"
         );
     }
 
@@ -339,7 +387,10 @@ mod tests {
             job_type: JobType::Batch as i32,
             ..alloc("b1", "etl")
         };
-        let mut runner = mock_factory(config(0.0))(&batch, Reporter::new("b1", sink.clone()));
+        let mut runner = mock_factory(config(0.0))(
+            &batch,
+            Reporter::new("b1", AllocClientStatus::Pending, sink.clone()),
+        );
         runner.run();
         tokio::time::sleep(Duration::from_secs(30)).await;
         assert_eq!(
@@ -348,16 +399,22 @@ mod tests {
         );
 
         let sink = Arc::new(Recorder::default());
-        let mut runner =
-            mock_factory(config(1.0))(&alloc("f1", "web"), Reporter::new("f1", sink.clone()));
+        let mut runner = mock_factory(config(1.0))(
+            &alloc("f1", "web"),
+            Reporter::new("f1", AllocClientStatus::Pending, sink.clone()),
+        );
         runner.run();
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(
             sink.statuses(),
             vec![
                 (AllocClientStatus::Pending, None),
+                (AllocClientStatus::Pending, None),
+                (AllocClientStatus::Pending, None),
                 (AllocClientStatus::Failed, Some(false))
             ]
         );
+        runner.destroy();
+        assert_eq!(sink.statuses().len(), 4, "a failed allocation stays failed");
     }
 }

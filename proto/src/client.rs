@@ -48,11 +48,21 @@ pub struct ClusterClient {
 impl ClusterClient {
     /// Channels connect lazily, so this works with servers still starting.
     pub fn new<S: AsRef<str>>(addrs: &[S]) -> Result<Self, ClientError> {
+        Self::with_connections(addrs, 1)
+    }
+
+    /// `per_server` HTTP/2 connections to every server, interleaved so that
+    /// channel `i` and `i + 1` go to different servers: many callers (such as
+    /// simulated nodes) share a handful of sockets and spread over the cluster.
+    pub fn with_connections<S: AsRef<str>>(
+        addrs: &[S],
+        per_server: usize,
+    ) -> Result<Self, ClientError> {
         if addrs.is_empty() {
             return Err(ClientError::NoServers);
         }
-        let channels = addrs
-            .iter()
+        let channels = (0..per_server.max(1))
+            .flat_map(|_| addrs.iter())
             .map(|a| {
                 let a = a.as_ref().trim();
                 let uri = if a.contains("://") {
@@ -101,11 +111,17 @@ impl ClusterClient {
         crate::sized!(DeploymentServiceClient::new(self.next_channel()))
     }
 
-    /// A node-service client on server `i` of the list given to `new`.
+    /// A node-service client on channel `i` (modulo the channel count); with
+    /// one connection per server, channel `i` is server `i` of the list.
     pub fn nodes_on(&self, i: usize) -> NodeServiceClient<Channel> {
         crate::sized!(NodeServiceClient::new(
             self.channels[i % self.channels.len()].clone()
         ))
+    }
+
+    /// How many channels (servers times connections) this client holds.
+    pub fn channel_count(&self) -> usize {
+        self.channels.len()
     }
 
     fn next_channel(&self) -> Channel {
@@ -151,7 +167,7 @@ impl ClusterClient {
 }
 
 /// Answers that another server, or the same one a moment later, may not give.
-fn retryable(s: &Status) -> bool {
+pub fn retryable(s: &Status) -> bool {
     matches!(
         s.code(),
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded

@@ -1,0 +1,347 @@
+//! Client allocation updates: runners write into their node's buffer, and
+//! one ticker for the whole fleet sends each node's buffer as one
+//! `Node.UpdateAlloc` (seed 001). Writing never waits on the network, so a
+//! slow server cannot push back on runners; the latest update of an
+//! allocation replaces an unsent earlier one.
+//!
+//! In `prioritized` mode a node's buffer goes out on the next tick only if
+//! it holds a `ClientStatus` change, and otherwise every 5th tick; in
+//! `legacy` mode it goes out on every tick that finds it non-empty.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stampede_proto::{AllocClientStatus, Allocation};
+use tokio::sync::watch;
+
+use crate::metrics::Metrics;
+use crate::runner::{task_states, AllocReport, ReportSink};
+
+/// How often buffers are looked at (Nomad's client: 200 ms).
+pub const TICK: Duration = Duration::from_millis(200);
+/// In prioritized mode, a buffer without a status change waits for every
+/// `TYPICAL_EVERY`th tick.
+pub const TYPICAL_EVERY: u64 = 5;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpdateMode {
+    /// Send a status change on the next tick, anything else every 5th tick.
+    Prioritized,
+    /// Send whatever is buffered on every tick (before seed 001).
+    Legacy,
+}
+
+impl UpdateMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Prioritized => "prioritized",
+            Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// Sends one node's batch; an error puts the batch back for the next tick.
+pub type SendBatch = Arc<
+    dyn Fn(u32, Vec<Allocation>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>
+        + Send
+        + Sync,
+>;
+
+#[derive(Default)]
+struct Buffer {
+    updates: Vec<Allocation>,
+    /// Holds a `ClientStatus` change.
+    urgent: bool,
+    /// On the dirty list already.
+    queued: bool,
+    /// A batch of this node is on the wire; the next waits for it.
+    in_flight: bool,
+}
+
+pub struct AllocSync {
+    mode: UpdateMode,
+    buffers: Vec<Mutex<Buffer>>,
+    dirty: Mutex<Vec<u32>>,
+    metrics: Metrics,
+    send: SendBatch,
+}
+
+impl AllocSync {
+    /// Buffers for `nodes` node slots, numbered from 0.
+    pub fn new(mode: UpdateMode, nodes: usize, metrics: Metrics, send: SendBatch) -> Arc<Self> {
+        Arc::new(Self {
+            mode,
+            buffers: (0..nodes).map(|_| Mutex::default()).collect(),
+            dirty: Mutex::default(),
+            metrics,
+            send,
+        })
+    }
+
+    /// The sink node `slot`'s runners report into.
+    pub fn sink(self: &Arc<Self>, slot: u32) -> Arc<dyn ReportSink> {
+        Arc::new(NodeSink {
+            slot,
+            sync: self.clone(),
+        })
+    }
+
+    fn push(&self, slot: u32, update: Allocation, urgent: bool) {
+        let mut b = self.buffers[slot as usize].lock().unwrap();
+        merge(&mut b.updates, update);
+        b.urgent |= urgent;
+        if !b.queued {
+            b.queued = true;
+            self.dirty.lock().unwrap().push(slot);
+        }
+    }
+
+    /// Runs the ticker until `stop` turns true, then sends what is left once.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut ticker = tokio::time::interval(TICK);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick: u64 = 0;
+        loop {
+            tokio::select! {
+                _ = ticker.tick() => {}
+                _ = stop.wait_for(|s| *s) => break,
+            }
+            tick += 1;
+            self.clone().tick(tick, false);
+        }
+    }
+
+    /// Sends every buffer that is due on tick `tick` (all of them when
+    /// `flush`); returns the sends it started.
+    pub fn tick(self: Arc<Self>, tick: u64, flush: bool) -> Vec<tokio::task::JoinHandle<()>> {
+        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap());
+        let mut keep = Vec::new();
+        let mut sends = Vec::new();
+        for slot in dirty {
+            let mut b = self.buffers[slot as usize].lock().unwrap();
+            let due = flush
+                || self.mode == UpdateMode::Legacy
+                || b.urgent
+                || (tick + slot as u64) % TYPICAL_EVERY == 0;
+            if b.in_flight || !due || b.updates.is_empty() {
+                if b.updates.is_empty() {
+                    b.queued = false;
+                } else {
+                    keep.push(slot);
+                }
+                continue;
+            }
+            let batch = std::mem::take(&mut b.updates);
+            let urgent = std::mem::take(&mut b.urgent);
+            b.queued = false;
+            b.in_flight = true;
+            drop(b);
+            sends.push(tokio::spawn(self.clone().send_batch(slot, batch, urgent)));
+        }
+        self.dirty.lock().unwrap().extend(keep);
+        sends
+    }
+
+    async fn send_batch(self: Arc<Self>, slot: u32, batch: Vec<Allocation>, urgent: bool) {
+        let priority = if urgent { "urgent" } else { "typical" };
+        self.metrics
+            .update_rpcs
+            .with_label_values(&[priority])
+            .inc();
+        self.metrics.updates_per_rpc.observe(batch.len() as f64);
+        let result = (self.send)(slot, batch.clone()).await;
+        let mut b = self.buffers[slot as usize].lock().unwrap();
+        b.in_flight = false;
+        if let Err(e) = result {
+            self.metrics.error("update_alloc");
+            tracing::debug!(
+                "node slot {slot}: update of {} allocations failed: {e}",
+                batch.len()
+            );
+            // What was reported since is newer: put the batch back under it.
+            let newer = std::mem::replace(&mut b.updates, batch);
+            for u in newer {
+                merge(&mut b.updates, u);
+            }
+            b.urgent |= urgent;
+        }
+        if !b.updates.is_empty() && !b.queued {
+            b.queued = true;
+            self.dirty.lock().unwrap().push(slot);
+        }
+    }
+
+    /// Sends everything still buffered, waiting for the sends.
+    pub async fn flush(self: &Arc<Self>) {
+        for send in self.clone().tick(0, true) {
+            let _ = send.await;
+        }
+    }
+
+    /// Updates buffered and not yet sent.
+    pub fn pending(&self) -> usize {
+        self.buffers
+            .iter()
+            .map(|b| b.lock().unwrap().updates.len())
+            .sum()
+    }
+}
+
+/// The latest report of an allocation wins; health, once known, is kept.
+fn merge(updates: &mut Vec<Allocation>, update: Allocation) {
+    match updates.iter_mut().find(|u| u.id == update.id) {
+        Some(old) => {
+            let healthy = update.healthy.or(old.healthy);
+            *old = Allocation { healthy, ..update };
+        }
+        None => updates.push(update),
+    }
+}
+
+struct NodeSink {
+    slot: u32,
+    sync: Arc<AllocSync>,
+}
+
+impl ReportSink for NodeSink {
+    fn report(&self, alloc_id: &str, report: AllocReport, previous: AllocClientStatus) {
+        let changed = report.client_status != previous;
+        self.sync.metrics.move_alloc(previous, report.client_status);
+        let update = Allocation {
+            id: alloc_id.to_string(),
+            client_status: report.client_status as i32,
+            client_description: report.description.clone(),
+            task_states: task_states(&report),
+            healthy: report.healthy,
+            ..Default::default()
+        };
+        self.sync.push(self.slot, update, changed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn recorder(calls: Arc<AtomicUsize>, sent: Arc<Mutex<Vec<Allocation>>>) -> SendBatch {
+        Arc::new(move |_, batch| {
+            let calls = calls.clone();
+            let sent = sent.clone();
+            Box::pin(async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                sent.lock().unwrap().extend(batch);
+                Ok(())
+            })
+        })
+    }
+
+    fn report(status: AllocClientStatus, description: &str) -> AllocReport {
+        AllocReport {
+            client_status: status,
+            description: description.into(),
+            task_state: "pending".into(),
+            healthy: None,
+        }
+    }
+
+    /// One allocation's life on one node, a report per tick: three task
+    /// events, then running. Returns the RPCs sent and the last update sent.
+    async fn lifecycle(mode: UpdateMode) -> (usize, Allocation) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let sync = AllocSync::new(
+            mode,
+            1,
+            Metrics::new(),
+            recorder(calls.clone(), sent.clone()),
+        );
+        let sink = sync.sink(0);
+        let steps = [
+            (AllocClientStatus::Pending, "received"),
+            (AllocClientStatus::Pending, "task setup"),
+            (AllocClientStatus::Pending, "driver started"),
+            (AllocClientStatus::Running, "running"),
+        ];
+        let mut previous = AllocClientStatus::Pending;
+        for (tick, (status, what)) in steps.into_iter().enumerate() {
+            sink.report("a1", report(status, what), previous);
+            previous = status;
+            for send in sync.clone().tick(tick as u64 + 1, false) {
+                send.await.unwrap();
+            }
+        }
+        sync.flush().await;
+        let last = sent.lock().unwrap().last().cloned().unwrap();
+        (calls.load(Ordering::SeqCst), last)
+    }
+
+    #[tokio::test]
+    async fn prioritized_sends_fewer_rpcs_than_legacy_and_the_same_final_state() {
+        let (legacy, legacy_last) = lifecycle(UpdateMode::Legacy).await;
+        let (prioritized, prioritized_last) = lifecycle(UpdateMode::Prioritized).await;
+        assert_eq!(legacy, 4, "legacy sends on every tick with an update");
+        // Slot 0 is due on ticks 5, 10, ...: the three task events wait and
+        // go out with the status change on tick 4.
+        assert_eq!(prioritized, 1);
+        assert_eq!(legacy_last, prioritized_last);
+        assert_eq!(
+            prioritized_last.client_status,
+            AllocClientStatus::Running as i32
+        );
+    }
+
+    #[tokio::test]
+    async fn a_failed_send_keeps_its_updates_under_newer_ones() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let fail = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let sent = Arc::new(Mutex::new(Vec::<Allocation>::new()));
+        let send: SendBatch = {
+            let (calls, fail, sent) = (calls.clone(), fail.clone(), sent.clone());
+            Arc::new(move |_, batch| {
+                let (calls, fail, sent) = (calls.clone(), fail.clone(), sent.clone());
+                Box::pin(async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    if fail.load(Ordering::SeqCst) {
+                        return Err("server down".into());
+                    }
+                    sent.lock().unwrap().extend(batch);
+                    Ok(())
+                })
+            })
+        };
+        let sync = AllocSync::new(UpdateMode::Legacy, 1, Metrics::new(), send);
+        let sink = sync.sink(0);
+        sink.report(
+            "a1",
+            report(AllocClientStatus::Running, "up"),
+            AllocClientStatus::Pending,
+        );
+        sink.report(
+            "a2",
+            report(AllocClientStatus::Running, "up"),
+            AllocClientStatus::Pending,
+        );
+        for send in sync.clone().tick(1, false) {
+            send.await.unwrap();
+        }
+        assert_eq!(sync.pending(), 2, "a failed batch is kept");
+        sink.report(
+            "a1",
+            report(AllocClientStatus::Complete, "done"),
+            AllocClientStatus::Running,
+        );
+        fail.store(false, Ordering::SeqCst);
+        for send in sync.clone().tick(2, false) {
+            send.await.unwrap();
+        }
+        let sent = sent.lock().unwrap();
+        assert_eq!(sent.len(), 2);
+        let a1 = sent.iter().find(|u| u.id == "a1").unwrap();
+        assert_eq!(a1.client_status, AllocClientStatus::Complete as i32);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(sync.pending(), 0);
+    }
+}

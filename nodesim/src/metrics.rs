@@ -1,0 +1,268 @@
+//! nodesim's Prometheus metrics: every label has a small fixed set of values,
+//! so a fleet of 100,000 nodes is still a few dozen series.
+
+use std::net::SocketAddr;
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use stampede_proto::AllocClientStatus;
+
+/// A node's connection state, the `state` label of `stampede_nodesim_nodes`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeState {
+    Registering,
+    Ready,
+    /// Its last heartbeat failed; it keeps trying.
+    Disconnected,
+}
+
+impl NodeState {
+    pub const ALL: [NodeState; 3] = [Self::Registering, Self::Ready, Self::Disconnected];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Registering => "registering",
+            Self::Ready => "ready",
+            Self::Disconnected => "disconnected",
+        }
+    }
+}
+
+/// What went wrong, the `kind` label of `stampede_nodesim_errors_total`.
+pub const ERROR_KINDS: &[&str] = &[
+    "register",
+    "heartbeat",
+    "allocs_query",
+    "get_allocs",
+    "update_alloc",
+];
+
+/// The `source` nodes give their allocation queries, as the servers count them.
+pub const SOURCE: &str = "client_allocs";
+
+/// Why an update RPC was sent: `urgent` if it carried a `ClientStatus` change.
+pub const PRIORITIES: &[&str] = &["urgent", "typical"];
+
+pub fn client_status_label(s: AllocClientStatus) -> &'static str {
+    match s {
+        AllocClientStatus::Unspecified => "unspecified",
+        AllocClientStatus::Pending => "pending",
+        AllocClientStatus::Running => "running",
+        AllocClientStatus::Complete => "complete",
+        AllocClientStatus::Failed => "failed",
+        AllocClientStatus::Lost => "lost",
+    }
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    pub nodes: IntGaugeVec,
+    pub allocs: IntGaugeVec,
+    pub registrations: IntCounter,
+    pub runners_started: IntCounter,
+    pub update_rpcs: IntCounterVec,
+    pub updates_per_rpc: Histogram,
+    pub heartbeat_seconds: Histogram,
+    pub query_seconds: HistogramVec,
+    pub errors: IntCounterVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let nodes = IntGaugeVec::new(
+            Opts::new(
+                "stampede_nodesim_nodes",
+                "Simulated nodes by connection state.",
+            ),
+            &["state"],
+        )
+        .unwrap();
+        let allocs = IntGaugeVec::new(
+            Opts::new(
+                "stampede_nodesim_allocs",
+                "Allocations on simulated nodes by the client status their runner last reported.",
+            ),
+            &["client_status"],
+        )
+        .unwrap();
+        let registrations = IntCounter::new(
+            "stampede_nodesim_registrations_total",
+            "Node.Register calls that succeeded (a node re-registers if the cluster lost it).",
+        )
+        .unwrap();
+        let runners_started = IntCounter::new(
+            "stampede_nodesim_runners_started_total",
+            "Allocation runners built through the factory and started.",
+        )
+        .unwrap();
+        let update_rpcs = IntCounterVec::new(
+            Opts::new(
+                "stampede_nodesim_update_rpcs_total",
+                "Node.UpdateAlloc calls; urgent ones carried a ClientStatus change.",
+            ),
+            &["priority"],
+        )
+        .unwrap();
+        let updates_per_rpc = Histogram::with_opts(
+            HistogramOpts::new(
+                "stampede_nodesim_alloc_updates_per_rpc",
+                "Allocation updates carried by one Node.UpdateAlloc call.",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
+        )
+        .unwrap();
+        let heartbeat_seconds = Histogram::with_opts(
+            HistogramOpts::new(
+                "stampede_nodesim_heartbeat_seconds",
+                "Round trip of a successful Node.UpdateStatus heartbeat.",
+            )
+            .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
+        )
+        .unwrap();
+        let query_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "stampede_nodesim_blocking_query_seconds",
+                "Round trip of a node's allocation query, by how it ended: \
+                 changed (new allocation data), unchanged (the wait ran out) or error.",
+            )
+            .buckets(prometheus::exponential_buckets(0.001, 4.0, 10).unwrap()),
+            &["outcome"],
+        )
+        .unwrap();
+        let errors = IntCounterVec::new(
+            Opts::new("stampede_nodesim_errors_total", "Failed calls by kind."),
+            &["kind"],
+        )
+        .unwrap();
+        for c in [
+            Box::new(nodes.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(allocs.clone()),
+            Box::new(registrations.clone()),
+            Box::new(runners_started.clone()),
+            Box::new(update_rpcs.clone()),
+            Box::new(updates_per_rpc.clone()),
+            Box::new(heartbeat_seconds.clone()),
+            Box::new(query_seconds.clone()),
+            Box::new(errors.clone()),
+        ] {
+            registry.register(c).unwrap();
+        }
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .unwrap();
+        // Every label value shows from the start, so dashboards see zeros, not gaps.
+        for s in NodeState::ALL {
+            nodes.with_label_values(&[s.label()]);
+        }
+        for s in [
+            AllocClientStatus::Pending,
+            AllocClientStatus::Running,
+            AllocClientStatus::Complete,
+            AllocClientStatus::Failed,
+        ] {
+            allocs.with_label_values(&[client_status_label(s)]);
+        }
+        for p in PRIORITIES {
+            update_rpcs.with_label_values(&[p]);
+        }
+        for o in ["changed", "unchanged", "error"] {
+            query_seconds.with_label_values(&[o]);
+        }
+        for k in ERROR_KINDS {
+            errors.with_label_values(&[k]);
+        }
+        Self {
+            registry,
+            nodes,
+            allocs,
+            registrations,
+            runners_started,
+            update_rpcs,
+            updates_per_rpc,
+            heartbeat_seconds,
+            query_seconds,
+            errors,
+        }
+    }
+
+    pub fn error(&self, kind: &'static str) {
+        self.errors.with_label_values(&[kind]).inc();
+    }
+
+    /// Counts a new allocation under the client status the server gave it.
+    pub fn track_alloc(&self, status: AllocClientStatus) {
+        self.allocs
+            .with_label_values(&[client_status_label(status)])
+            .inc();
+    }
+
+    pub fn untrack_alloc(&self, status: AllocClientStatus) {
+        self.allocs
+            .with_label_values(&[client_status_label(status)])
+            .dec();
+    }
+
+    /// Moves the count of an allocation from one status to another.
+    pub fn move_alloc(&self, from: AllocClientStatus, to: AllocClientStatus) {
+        if from != to {
+            self.untrack_alloc(from);
+            self.track_alloc(to);
+        }
+    }
+
+    pub fn set_node_state(&self, from: Option<NodeState>, to: NodeState) {
+        if from == Some(to) {
+            return;
+        }
+        if let Some(from) = from {
+            self.nodes.with_label_values(&[from.label()]).dec();
+        }
+        self.nodes.with_label_values(&[to.label()]).inc();
+    }
+
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .expect("text encoding of gathered metrics");
+        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+    }
+
+    /// Serves `/metrics` on `addr` until the process ends.
+    pub async fn serve(self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
+        use axum::{http::header, routing::get, Router};
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let app = Router::new().route(
+            "/metrics",
+            get(move || {
+                let m = self.clone();
+                async move {
+                    (
+                        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+                        m.render(),
+                    )
+                }
+            }),
+        );
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!("metrics server stopped: {e}");
+            }
+        });
+        Ok(bound)
+    }
+}

@@ -1,0 +1,327 @@
+//! One simulated client node: it registers, heartbeats within its TTL, keeps
+//! exactly one blocking query for its allocations in flight, and starts,
+//! updates and stops runners as the answers change. Its runners report into
+//! the fleet's [`AllocSync`](crate::alloc_sync::AllocSync) buffers.
+//!
+//! A node is one tokio task; every RPC future is boxed, so a node waiting on
+//! its query or its next heartbeat holds only what that wait needs.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use stampede_proto::client::retryable;
+use stampede_proto::node_service_client::NodeServiceClient;
+use stampede_proto::{
+    AllocClientStatus, AllocDesiredStatus, Allocation, AllocsGetRequest, NodeClientAllocsRequest,
+    NodeRegisterRequest, NodeStatus, NodeUpdateStatusRequest, QueryOptions,
+};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::metrics::{NodeState, SOURCE};
+use crate::runner::{is_terminal, AllocReport, AllocRunner, Reporter};
+use crate::Shared;
+
+/// The longest an RPC other than the blocking query may take.
+pub const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `GetAllocs` may wait for its server to catch up with the query.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
+
+/// Exponential backoff with jitter, from 250 ms to 5 s.
+struct Backoff(u32);
+
+impl Backoff {
+    async fn wait(&mut self) {
+        let base = Duration::from_millis(250) * 2u32.pow(self.0.min(4));
+        self.0 += 1;
+        let jitter = rand::thread_rng().gen_range(0.75..1.25);
+        tokio::time::sleep(base.mul_f64(jitter).min(Duration::from_secs(5))).await;
+    }
+}
+
+/// What the node knows of one allocation.
+struct Tracked {
+    /// The server-side version last seen: a higher one is fetched.
+    alloc_modify_index: u64,
+    /// Absent for an allocation that was already over when first seen.
+    runner: Option<(Box<dyn AllocRunner>, Reporter)>,
+    stopped: bool,
+}
+
+pub(crate) struct SimNode {
+    shared: Arc<Shared>,
+    slot: u32,
+    index: u64,
+    id: String,
+}
+
+/// Whether the server wants this allocation to stop running.
+fn server_stops(a: &Allocation) -> bool {
+    a.desired_status != AllocDesiredStatus::Run as i32
+        || a.client_status == AllocClientStatus::Lost as i32
+}
+
+impl SimNode {
+    pub(crate) fn new(shared: Arc<Shared>, slot: u32, index: u64) -> Self {
+        let id = shared.profile.id(index);
+        Self {
+            shared,
+            slot,
+            index,
+            id,
+        }
+    }
+
+    fn client(&self) -> NodeServiceClient<Channel> {
+        self.shared
+            .client
+            .nodes_on(self.shared.channel_of(self.slot))
+    }
+
+    /// Moves this node to the next server (another connection).
+    fn rotate(&self) {
+        self.shared.rotate_channel(self.slot);
+    }
+
+    /// Registers, then heartbeats and watches allocations until the task is
+    /// dropped. Returns early only if the cluster refuses the node.
+    pub(crate) async fn run(self) {
+        let m = &self.shared.metrics;
+        m.set_node_state(None, NodeState::Registering);
+        let mut state = NodeState::Registering;
+        if !self.register().await {
+            return;
+        }
+        tokio::join!(self.heartbeat_loop(&mut state), self.watch_loop());
+    }
+
+    async fn register(&self) -> bool {
+        let mut backoff = Backoff(0);
+        loop {
+            let permit = self.shared.register_permits.acquire().await;
+            let req = NodeRegisterRequest {
+                node: Some(self.shared.profile.node(self.index)),
+            };
+            let mut client = self.client();
+            let result = timed(Box::pin(client.register(req))).await;
+            drop(permit);
+            match result {
+                Ok(_) => {
+                    self.shared.metrics.registrations.inc();
+                    return true;
+                }
+                Err(s) if retryable(&s) => {
+                    self.shared.metrics.error("register");
+                    self.rotate();
+                    backoff.wait().await;
+                }
+                Err(s) => {
+                    self.shared.metrics.error("register");
+                    tracing::error!("node {}: the cluster refused it: {}", self.id, s.message());
+                    return false;
+                }
+            }
+        }
+    }
+
+    async fn heartbeat_loop(&self, state: &mut NodeState) {
+        let m = &self.shared.metrics;
+        let mut backoff = Backoff(0);
+        loop {
+            let req = NodeUpdateStatusRequest {
+                node_id: self.id.clone(),
+                status: NodeStatus::Ready as i32,
+            };
+            let started = Instant::now();
+            let mut client = self.client();
+            match timed(Box::pin(client.update_status(req))).await {
+                Ok(reply) => {
+                    m.heartbeat_seconds.observe(started.elapsed().as_secs_f64());
+                    m.set_node_state(Some(*state), NodeState::Ready);
+                    *state = NodeState::Ready;
+                    backoff = Backoff(0);
+                    // Somewhere in the first half to three quarters of the
+                    // TTL, so the fleet's heartbeats spread out.
+                    let ttl = Duration::from_millis(reply.into_inner().heartbeat_ttl_ms)
+                        .max(Duration::from_secs(1));
+                    let at = rand::thread_rng().gen_range(0.5..0.75);
+                    tokio::time::sleep(ttl.mul_f64(at)).await;
+                }
+                Err(s) if s.code() == Code::NotFound => {
+                    // The cluster lost the node (its state was reset): join again.
+                    m.error("heartbeat");
+                    m.set_node_state(Some(*state), NodeState::Registering);
+                    *state = NodeState::Registering;
+                    if !self.register().await {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    m.error("heartbeat");
+                    m.set_node_state(Some(*state), NodeState::Disconnected);
+                    *state = NodeState::Disconnected;
+                    self.rotate();
+                    backoff.wait().await;
+                }
+            }
+        }
+    }
+
+    async fn watch_loop(&self) {
+        let m = &self.shared.metrics;
+        let mut known: HashMap<String, Tracked> = HashMap::new();
+        let mut min_index = 0;
+        let mut backoff = Backoff(0);
+        let wait = self.shared.query_wait;
+        loop {
+            let req = NodeClientAllocsRequest {
+                node_id: self.id.clone(),
+                query: Some(QueryOptions {
+                    min_index,
+                    max_wait_ms: wait.as_millis() as u64,
+                    source: SOURCE.into(),
+                }),
+            };
+            let started = Instant::now();
+            let mut client = self.client();
+            let call = Box::pin(client.get_client_allocs(req));
+            let reply = match tokio::time::timeout(wait + RPC_TIMEOUT, call).await {
+                Ok(Ok(r)) => r.into_inner(),
+                failed => {
+                    observe(m, "error", started);
+                    m.error("allocs_query");
+                    if !matches!(&failed, Ok(Err(s)) if s.code() == Code::NotFound) {
+                        self.rotate();
+                    }
+                    backoff.wait().await;
+                    continue;
+                }
+            };
+            backoff = Backoff(0);
+            if reply.index == min_index {
+                observe(m, "unchanged", started);
+                continue;
+            }
+            observe(m, "changed", started);
+            // An index below ours means the cluster's state was reset: the
+            // diff below is the same either way, so take the answer as it is.
+            let gone: Vec<String> = known
+                .keys()
+                .filter(|id| !reply.allocs.contains_key(*id))
+                .cloned()
+                .collect();
+            for id in gone {
+                if let Some(t) = known.remove(&id) {
+                    self.forget(t);
+                }
+            }
+            let pull: Vec<String> = reply
+                .allocs
+                .iter()
+                .filter(|(id, ami)| known.get(*id).is_none_or(|t| t.alloc_modify_index < **ami))
+                .map(|(id, _)| id.clone())
+                .collect();
+            if !pull.is_empty() {
+                let req = AllocsGetRequest {
+                    alloc_ids: pull,
+                    query: Some(QueryOptions {
+                        min_index: reply.index,
+                        max_wait_ms: CATCH_UP_WAIT.as_millis() as u64,
+                        source: SOURCE.into(),
+                    }),
+                };
+                match timed(Box::pin(client.get_allocs(req))).await {
+                    Ok(r) => {
+                        for a in r.into_inner().allocs {
+                            self.apply(&mut known, a);
+                        }
+                    }
+                    Err(_) => {
+                        // Ask again from the same index, elsewhere.
+                        m.error("get_allocs");
+                        self.rotate();
+                        backoff.wait().await;
+                        continue;
+                    }
+                }
+            }
+            min_index = reply.index;
+        }
+    }
+
+    /// Starts, updates or stops the runner of one allocation the server changed.
+    fn apply(&self, known: &mut HashMap<String, Tracked>, a: Allocation) {
+        let stop = server_stops(&a);
+        if let Some(t) = known.get_mut(&a.id) {
+            t.alloc_modify_index = a.alloc_modify_index;
+            if let Some((runner, _)) = t.runner.as_mut() {
+                if stop && !t.stopped {
+                    t.stopped = true;
+                    runner.destroy();
+                } else if !stop {
+                    runner.update(&a);
+                }
+            }
+            return;
+        }
+        let status = AllocClientStatus::try_from(a.client_status).unwrap_or_default();
+        let reporter = Reporter::new(&a.id, status, self.shared.sync.sink(self.slot));
+        let runner = if is_terminal(status) {
+            None
+        } else if stop {
+            // Never ran here (nodesim restarted): say it is stopped.
+            self.shared.metrics.track_alloc(status);
+            reporter.report(AllocReport {
+                client_status: AllocClientStatus::Complete,
+                description: "stopped by the server".into(),
+                task_state: "dead".into(),
+                healthy: None,
+            });
+            None
+        } else {
+            self.shared.metrics.track_alloc(status);
+            let mut runner = (self.shared.factory)(&a, reporter.clone());
+            runner.run();
+            self.shared.metrics.runners_started.inc();
+            Some((runner, reporter))
+        };
+        known.insert(
+            a.id.clone(),
+            Tracked {
+                alloc_modify_index: a.alloc_modify_index,
+                runner,
+                stopped: stop,
+            },
+        );
+    }
+
+    /// The server no longer lists the allocation: stop it and stop counting it.
+    fn forget(&self, t: Tracked) {
+        if let Some((mut runner, reporter)) = t.runner {
+            if !t.stopped {
+                runner.destroy();
+            }
+            self.shared.metrics.untrack_alloc(reporter.status());
+        }
+    }
+}
+
+fn observe(m: &crate::metrics::Metrics, outcome: &str, started: Instant) {
+    m.query_seconds
+        .with_label_values(&[outcome])
+        .observe(started.elapsed().as_secs_f64());
+}
+
+/// An RPC with [`RPC_TIMEOUT`]; running out of time is `DeadlineExceeded`.
+async fn timed<T>(call: impl std::future::Future<Output = Result<T, Status>>) -> Result<T, Status> {
+    tokio::time::timeout(RPC_TIMEOUT, call)
+        .await
+        .unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(
+                "no answer within the RPC timeout",
+            ))
+        })
+}
