@@ -1,0 +1,320 @@
+//! nodesim against a real three-server cluster of `cluster serve` processes.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use nodesim::runner::{AllocReport, AllocRunner, AllocRunnerFactory, Reporter};
+use nodesim::{Fleet, Opts, Summary};
+use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{
+    AllocClientStatus, Allocation, Job, JobAllocationsRequest, JobRegisterRequest, JobType,
+    Resources, TaskGroup,
+};
+
+const ELECTION: Duration = Duration::from_secs(30);
+const SETTLE: Duration = Duration::from_secs(60);
+
+/// A cluster whose server logs are printed if the test fails.
+struct Harness(LocalCluster);
+
+impl Harness {
+    async fn start() -> Self {
+        let bin = sibling_bin("cluster").expect("the cluster binary is built");
+        let mut c = LocalCluster::start(LaunchOptions {
+            bin,
+            servers: 3,
+            root: None,
+            server_args: vec![],
+        })
+        .expect("servers start");
+        c.wait_for_leader(ELECTION).await.expect("a leader");
+        Harness(c)
+    }
+
+    fn client(&self) -> ClusterClient {
+        ClusterClient::new(&self.0.rpc_addrs()).unwrap()
+    }
+
+    fn opts(&self, extra: &[&str]) -> Opts {
+        let servers = self.0.rpc_addrs().join(",");
+        let mut args = vec!["nodesim", "--servers", &servers];
+        args.extend_from_slice(extra);
+        Opts::parse_from(args)
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for id in self.0.ids() {
+                eprintln!("--- server {id} log ---\n{}", self.0.log(id));
+            }
+        }
+    }
+}
+
+/// Fails the test with `what` once `deadline` has passed.
+fn check_deadline(deadline: Instant, what: &str) {
+    assert!(Instant::now() < deadline, "timed out waiting until {what}");
+}
+
+const POLL: Duration = Duration::from_millis(50);
+
+fn job(id: &str, count: u32, datacenter: &str) -> Job {
+    Job {
+        id: id.into(),
+        r#type: JobType::Service as i32,
+        datacenters: vec![datacenter.into()],
+        task_groups: vec![TaskGroup {
+            name: "app".into(),
+            count,
+            resources: Some(Resources {
+                cpu_mhz: 100,
+                memory_mb: 64,
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn register(client: &ClusterClient, job: Job) {
+    client
+        .retrying(|c| {
+            let job = job.clone();
+            async move {
+                c.jobs()
+                    .register(JobRegisterRequest { job: Some(job) })
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await
+        .expect("job registers");
+}
+
+async fn allocs(client: &ClusterClient, job_id: &str) -> Vec<Allocation> {
+    client
+        .retrying(|c| async move {
+            Ok(c.jobs()
+                .allocations(JobAllocationsRequest {
+                    job_id: job_id.into(),
+                    query: None,
+                })
+                .await?
+                .into_inner()
+                .allocs)
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// Waits until `count` allocations of the job run and are healthy, as the
+/// servers see them.
+async fn running(client: &ClusterClient, job_id: &str, count: usize) -> Vec<Allocation> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let allocs = allocs(client, job_id).await;
+        let healthy = allocs
+            .iter()
+            .filter(|a| {
+                a.client_status == AllocClientStatus::Running as i32 && a.healthy == Some(true)
+            })
+            .count();
+        if healthy == count {
+            return allocs;
+        }
+        check_deadline(
+            deadline,
+            &format!("{count} allocations of {job_id} run healthy (now {healthy})"),
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Waits until the leader counts `count` ready nodes.
+async fn ready_nodes(cluster: &mut LocalCluster, count: f64) {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let leader = cluster.wait_for_leader(ELECTION).await.expect("a leader");
+        let ready = cluster
+            .metric(leader, "stampede_nodes{status=\"ready\"}")
+            .await
+            .unwrap_or(-1.0);
+        if ready == count {
+            return;
+        }
+        check_deadline(
+            deadline,
+            &format!("the leader counts {count} ready nodes (now {ready})"),
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The minimum runner a user writes: it comes up at once, healthy, and
+/// records which allocations it ran.
+struct Recording {
+    alloc_id: String,
+    reporter: Reporter,
+    ran: Arc<Mutex<HashSet<String>>>,
+}
+
+impl AllocRunner for Recording {
+    fn run(&mut self) {
+        self.ran.lock().unwrap().insert(self.alloc_id.clone());
+        self.reporter.report(AllocReport {
+            client_status: AllocClientStatus::Running,
+            description: "up".into(),
+            task_state: "running".into(),
+            healthy: Some(true),
+        });
+    }
+    fn update(&mut self, _: &Allocation) {}
+    fn destroy(&mut self) {
+        self.reporter.report(AllocReport {
+            client_status: AllocClientStatus::Complete,
+            description: "stopped".into(),
+            task_state: "dead".into(),
+            healthy: None,
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_runner_runs_what_the_cluster_places() {
+    let mut h = Harness::start().await;
+    let client = h.client();
+    let ran = Arc::new(Mutex::new(HashSet::new()));
+    let factory: AllocRunnerFactory = {
+        let ran = ran.clone();
+        Arc::new(move |alloc, reporter| {
+            Box::new(Recording {
+                alloc_id: alloc.id.clone(),
+                reporter,
+                ran: ran.clone(),
+            })
+        })
+    };
+    let fleet = Fleet::start(h.opts(&["--nodes", "10"]), factory)
+        .await
+        .unwrap();
+    ready_nodes(&mut h.0, 10.0).await;
+
+    register(&client, job("api", 25, "dc1")).await;
+    let placed = running(&client, "api", 25).await;
+    let placed: HashSet<String> = placed.into_iter().map(|a| a.id).collect();
+    assert_eq!(
+        *ran.lock().unwrap(),
+        placed,
+        "the factory built a runner for each placement, and only those"
+    );
+
+    let summary = fleet.shutdown().await;
+    assert_eq!(summary.runners_started, 25);
+    assert_eq!(summary.ready, 10);
+    assert_eq!(
+        summary
+            .allocs
+            .iter()
+            .find(|(s, _)| *s == "running")
+            .unwrap()
+            .1,
+        25
+    );
+}
+
+/// Runs the same job on a fleet of its own and returns its summary once every
+/// allocation is healthy on the servers and nothing is left to send.
+async fn one_workload(h: &Harness, mode: &str) -> Summary {
+    let fleet = Fleet::start(
+        h.opts(&[
+            "--nodes",
+            "10",
+            "--update-mode",
+            mode,
+            "--datacenters",
+            mode,
+            "--id-prefix",
+            mode,
+        ]),
+        nodesim::runner::mock_factory(h.opts(&[]).mock_config()),
+    )
+    .await
+    .unwrap();
+    let client = h.client();
+    register(&client, job(mode, 40, mode)).await;
+    running(&client, mode, 40).await;
+    fleet.shutdown().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prioritized_updates_send_fewer_rpcs_than_legacy() {
+    let h = Harness::start().await;
+    let legacy = one_workload(&h, "legacy").await;
+    let prioritized = one_workload(&h, "prioritized").await;
+    eprintln!("{legacy}\n{prioritized}");
+    for s in [&legacy, &prioritized] {
+        assert_eq!(s.runners_started, 40);
+        assert_eq!(s.errors.iter().map(|(_, n)| n).sum::<u64>(), 0);
+    }
+    // Each allocation reports received, three task events, running and
+    // healthy: legacy sends most of them on their own tick; prioritized holds
+    // all but the status change for the 5th tick.
+    assert!(
+        prioritized.update_rpcs_total() < legacy.update_rpcs_total(),
+        "prioritized sent {} update RPCs, legacy {}",
+        prioritized.update_rpcs_total(),
+        legacy.update_rpcs_total()
+    );
+    // Updates held back are merged: fewer of them reach the servers too.
+    assert!(
+        prioritized.alloc_updates_sent < legacy.alloc_updates_sent,
+        "prioritized sent {} allocation updates, legacy {}",
+        prioritized.alloc_updates_sent,
+        legacy.alloc_updates_sent
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fleet_survives_a_leader_kill_and_restart() {
+    let mut h = Harness::start().await;
+    let client = h.client();
+    let fleet = Fleet::start(
+        h.opts(&["--nodes", "30"]),
+        nodesim::runner::mock_factory(h.opts(&[]).mock_config()),
+    )
+    .await
+    .unwrap();
+    register(&client, job("before", 30, "dc1")).await;
+    running(&client, "before", 30).await;
+
+    let leader = h.0.wait_for_leader(ELECTION).await.unwrap();
+    h.0.kill(leader).unwrap();
+    let new_leader = h.0.wait_for_leader(ELECTION).await.unwrap();
+    assert_ne!(new_leader, leader);
+    register(&client, job("during", 30, "dc1")).await;
+    running(&client, "during", 30).await;
+
+    h.0.spawn(leader).unwrap();
+    register(&client, job("after", 30, "dc1")).await;
+    running(&client, "after", 30).await;
+    ready_nodes(&mut h.0, 30.0).await;
+
+    let summary = fleet.shutdown().await;
+    eprintln!("{summary}");
+    assert_eq!(summary.ready, 30, "every node heartbeats again");
+    assert_eq!(summary.runners_started, 90);
+    assert_eq!(
+        summary
+            .allocs
+            .iter()
+            .find(|(s, _)| *s == "running")
+            .unwrap()
+            .1,
+        90
+    );
+}
