@@ -124,7 +124,7 @@ impl AllocSync {
             let due = flush
                 || self.mode == UpdateMode::Legacy
                 || b.urgent
-                || (tick + slot as u64) % TYPICAL_EVERY == 0;
+                || (tick + slot as u64).is_multiple_of(TYPICAL_EVERY);
             if b.in_flight || !due || b.updates.is_empty() {
                 if b.updates.is_empty() {
                     b.queued = false;

@@ -9,6 +9,9 @@
 //! [`Fleet::start`] runs a fleet until [`Fleet::shutdown`]; [`run`] is what the
 //! binary does (until Ctrl-C or `--duration`).
 
+// tonic calls return `Result<_, tonic::Status>`, a large error type.
+#![allow(clippy::result_large_err)]
+
 pub mod alloc_sync;
 pub mod metrics;
 mod node;
