@@ -24,6 +24,26 @@ use crate::types::{NodeId, TypeConfig};
 /// How long to wait for a TCP connection to a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Most bytes of entries one AppendEntries carries. openraft 0.9 gives each
+/// AppendEntries one heartbeat interval to complete and retries the same
+/// batch when it does not, so a follower far behind on large entries (a
+/// plan of 10,000 allocations is megabytes) would never catch up: we send a
+/// prefix within this budget and report it as a partial success.
+pub const APPEND_BUDGET_BYTES: u64 = 2 * 1024 * 1024;
+
+/// How many of `entries` fit in `budget` bytes; at least one, so that any
+/// single entry, however large, is sent.
+fn fitting<T: Serialize>(entries: &[T], budget: u64) -> usize {
+    let mut used = 0;
+    for (i, e) in entries.iter().enumerate() {
+        used += bincode::serialized_size(e).unwrap_or(u64::MAX / 2);
+        if used > budget {
+            return i.max(1);
+        }
+    }
+    entries.len()
+}
+
 /// Channels to peers, created on first use and kept for the server's life.
 #[derive(Clone, Default)]
 pub struct PeerChannels {
@@ -125,11 +145,24 @@ impl PeerConnection {
 impl RaftNetwork<TypeConfig> for PeerConnection {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.call(Method::AppendEntries, &rpc, option.hard_ttl())
-            .await
+        let keep = fitting(&rpc.entries, APPEND_BUDGET_BYTES);
+        if keep == rpc.entries.len() {
+            return self
+                .call(Method::AppendEntries, &rpc, option.hard_ttl())
+                .await;
+        }
+        rpc.entries.truncate(keep);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        let reply = self
+            .call(Method::AppendEntries, &rpc, option.hard_ttl())
+            .await?;
+        Ok(match reply {
+            AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(last),
+            other => other,
+        })
     }
 
     async fn install_snapshot(
@@ -147,5 +180,20 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
         self.call(Method::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitting;
+
+    #[test]
+    fn a_batch_is_cut_at_the_byte_budget_but_never_empty() {
+        let entries = vec![vec![0u8; 100]; 10];
+        // bincode writes a u64 length before each vector's bytes.
+        assert_eq!(fitting(&entries, 10_000), 10);
+        assert_eq!(fitting(&entries, 330), 3);
+        assert_eq!(fitting(&entries, 10), 1, "one entry goes even when it alone is too big");
+        assert_eq!(fitting::<Vec<u8>>(&[], 10), 0);
     }
 }
