@@ -4,8 +4,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use stampede_proto::client::ClusterClient;
-use stampede_proto::{Node, Resources};
 
 use crate::launcher::{LaunchOptions, LocalCluster};
 use crate::server::shutdown_signal;
@@ -52,40 +50,20 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
         }
     };
 
-    // One write through a follower shows forwarding and puts a real entry in the log.
-    let follower = cluster
-        .ids()
-        .into_iter()
-        .position(|id| id != leader)
-        .unwrap_or(0);
-    let client = ClusterClient::new(&cluster.rpc_addrs()[follower..=follower])?;
-    let index = client
-        .register_node(Node {
-            id: "dev-node-1".into(),
-            name: "dev-node-1".into(),
-            datacenter: "dc1".into(),
-            resources: Some(Resources {
-                cpu_mhz: 4000,
-                memory_mb: 8192,
-            }),
-            ..Default::default()
-        })
-        .await?;
-    println!(
-        "registered node dev-node-1 through server {} at raft index {index}",
-        follower + 1
-    );
+    // Every server has the leader's first entry: the cluster is ready to take writes.
+    let index = cluster.status(leader).await?.last_log_index;
     for id in cluster.ids() {
         cluster
             .wait_for_status(
                 id,
-                "it has applied the write",
+                "it has applied the leader's first entry",
                 Duration::from_secs(10),
                 |s| s.applied_index >= index,
             )
             .await?;
     }
 
+    println!("every server has applied index {index}; leader is server {leader}");
     println!();
     println!(
         "{:>3}  {:<9} {:<21} {:<21} {:>5} {:>9} {:>8}",

@@ -24,6 +24,7 @@ enum Cmd {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    stampede_proto::default_sigpipe();
     stampede_proto::init_logging();
     match Cli::parse().command {
         Cmd::Serve(opts) => cluster::server::run(opts).await,

@@ -123,7 +123,9 @@ pub struct MockRunner {
     batch: bool,
     reporter: Reporter,
     config: Arc<MockConfig>,
-    task: Option<tokio::task::JoinHandle<()>>,
+    /// Tells the script to stop. Not a task handle: a handle would keep the
+    /// finished task's memory for the allocation's whole life.
+    stop: Arc<tokio::sync::Notify>,
     stopped: bool,
 }
 
@@ -150,7 +152,7 @@ impl MockRunner {
             batch: alloc.job_type == JobType::Batch as i32,
             reporter,
             config,
-            task: None,
+            stop: Arc::new(tokio::sync::Notify::new()),
             stopped: false,
         }
     }
@@ -210,7 +212,13 @@ impl AllocRunner for MockRunner {
                 ));
             }
         };
-        self.task = Some(tokio::spawn(script));
+        let stop = self.stop.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = script => {}
+                _ = stop.notified() => {}
+            }
+        });
     }
 
     fn update(&mut self, _alloc: &Allocation) {}
@@ -219,9 +227,9 @@ impl AllocRunner for MockRunner {
         if std::mem::replace(&mut self.stopped, true) {
             return;
         }
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
+        // A permit is stored if the script is between awaits, so it stops
+        // at its next one.
+        self.stop.notify_one();
         if !is_terminal(self.reporter.status()) {
             self.reporter.report(report(
                 AllocClientStatus::Complete,
@@ -235,9 +243,7 @@ impl AllocRunner for MockRunner {
 
 impl Drop for MockRunner {
     fn drop(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
+        self.stop.notify_one();
     }
 }
 

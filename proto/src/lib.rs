@@ -68,3 +68,14 @@ pub fn init_logging() {
         .with_writer(std::io::stderr)
         .init();
 }
+
+/// Lets a closed stdout (`cluster job status | head`) end the process quietly,
+/// as it does for other command-line tools, instead of a panic in `println!`.
+pub fn default_sigpipe() {
+    // SAFETY: restoring the default disposition of SIGPIPE at startup, before
+    // any thread that could be writing exists.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
