@@ -12,10 +12,16 @@ cd "$(dirname "$0")/.."
 NODES=${1:-1000}
 ALLOCS=${2:-0}
 WINDOW=${3:-60}
-bash scripts/setup-debian.sh
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
-cargo build --release -q --bin cluster --bin nodesim
-bin="$CARGO_TARGET_DIR/release"
+# STAMPEDE_BIN=DIR measures the cluster and nodesim binaries in DIR instead
+# of building them from this checkout.
+if [ -n "${STAMPEDE_BIN:-}" ]; then
+  bin=$STAMPEDE_BIN
+else
+  bash scripts/setup-debian.sh
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
+  cargo build --release -q --bin cluster --bin nodesim
+  bin="$CARGO_TARGET_DIR/release"
+fi
 work=$(mktemp -d)
 pids=()
 cleanup() {

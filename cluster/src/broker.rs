@@ -8,6 +8,11 @@
 //! nacks it with the token it was given; one not answered within the nack
 //! timeout is nacked for it, and one nacked `delivery_limit` times is failed.
 //!
+//! With eval cancelation on (Nomad's fix), acking an evaluation keeps only
+//! the newest evaluation waiting behind it for its job: the plan just made
+//! already covers the older ones, so they are set aside as cancelable and
+//! the leader writes them as canceled in batches (see [`CANCEL_BATCH`]).
+//!
 //! The broker lives only on the leader: it is enabled, and rebuilt from the
 //! state's pending evaluations, when this server takes leadership, and
 //! emptied when it loses it.
@@ -28,13 +33,23 @@ pub struct BrokerConfig {
     pub nack_timeout: Duration,
     /// Deliveries before an evaluation is given up on and failed.
     pub delivery_limit: u32,
+    /// On an ack, set aside all but the newest evaluation waiting for the job
+    /// to be canceled, rather than processing each in turn.
+    pub eval_cancelation: bool,
 }
+
+/// Most evaluations canceled in one raft entry (Nomad's figure).
+pub const CANCEL_BATCH: usize = 728;
+
+/// How often the leader cancels what acks left behind when the cluster is quiet.
+pub const CANCEL_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
 impl Default for BrokerConfig {
     fn default() -> Self {
         Self {
             nack_timeout: Duration::from_secs(60),
             delivery_limit: 3,
+            eval_cancelation: true,
         }
     }
 }
@@ -75,6 +90,9 @@ pub struct BrokerMetrics {
     pub acks: IntCounter,
     pub nacks: IntCounterVec,
     pub failed: IntCounter,
+    pub cancelable: IntGauge,
+    pub cancelled: IntCounter,
+    pub cancel_batches: IntCounter,
 }
 
 impl BrokerMetrics {
@@ -118,6 +136,21 @@ impl BrokerMetrics {
                 "Evaluations failed after reaching the delivery limit.",
             )
             .unwrap(),
+            cancelable: IntGauge::new(
+                "stampede_broker_cancelable",
+                "Evaluations set aside by an ack of a newer one, waiting to be canceled.",
+            )
+            .unwrap(),
+            cancelled: IntCounter::new(
+                "stampede_evals_cancelled_total",
+                "Evaluations written as canceled.",
+            )
+            .unwrap(),
+            cancel_batches: IntCounter::new(
+                "stampede_eval_cancel_batches_total",
+                "Raft entries written to cancel evaluations.",
+            )
+            .unwrap(),
         };
         registry.register(Box::new(m.ready.clone())).unwrap();
         registry.register(Box::new(m.unacked.clone())).unwrap();
@@ -128,6 +161,11 @@ impl BrokerMetrics {
         registry.register(Box::new(m.acks.clone())).unwrap();
         registry.register(Box::new(m.nacks.clone())).unwrap();
         registry.register(Box::new(m.failed.clone())).unwrap();
+        registry.register(Box::new(m.cancelable.clone())).unwrap();
+        registry.register(Box::new(m.cancelled.clone())).unwrap();
+        registry
+            .register(Box::new(m.cancel_batches.clone()))
+            .unwrap();
         m
     }
 }
@@ -179,6 +217,9 @@ struct Inner {
     /// re-blocking an evaluation that capacity has already freed): they go
     /// back to the ready queue when that worker acks.
     requeue: HashMap<String, Arc<Evaluation>>,
+    /// Evaluations an ack of a newer one made moot, oldest first, waiting to
+    /// be written as canceled.
+    cancelable: VecDeque<Arc<Evaluation>>,
 }
 
 impl Inner {
@@ -189,6 +230,7 @@ impl Inner {
                 .job_waiting
                 .values()
                 .any(|q| q.iter().any(|e| e.id == id))
+            || self.cancelable.iter().any(|e| e.id == id)
     }
 
     fn push_ready(&mut self, eval: Arc<Evaluation>) {
@@ -198,13 +240,31 @@ impl Inner {
         });
     }
 
-    /// The job's outstanding evaluation is done: let the next one of that job go.
-    fn release_job(&mut self, job_id: &str) {
+    /// The job's outstanding evaluation is done: let the next one of that job
+    /// go. With `cancel_older`, that is the newest one (highest modify, then
+    /// create index; the last enqueued on a tie) and the others become
+    /// cancelable.
+    fn release_job(&mut self, job_id: &str, cancel_older: bool) {
         self.job_outstanding.remove(job_id);
-        let next = self.job_waiting.get_mut(job_id).and_then(|q| q.pop_front());
-        if self.job_waiting.get(job_id).is_some_and(|q| q.is_empty()) {
-            self.job_waiting.remove(job_id);
-        }
+        let Some(mut waiting) = self.job_waiting.remove(job_id) else {
+            return;
+        };
+        let next = if cancel_older {
+            let newest = waiting
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, e)| (e.modify_index, e.create_index))
+                .map(|(i, _)| i);
+            let next = newest.and_then(|i| waiting.remove(i));
+            self.cancelable.extend(waiting);
+            next
+        } else {
+            let next = waiting.pop_front();
+            if !waiting.is_empty() {
+                self.job_waiting.insert(job_id.to_string(), waiting);
+            }
+            next
+        };
         if let Some(next) = next {
             self.job_outstanding
                 .insert(job_id.to_string(), next.id.clone());
@@ -243,6 +303,7 @@ impl EvalBroker {
         self.metrics
             .waiting_on_job
             .set(inner.job_waiting.values().map(|q| q.len()).sum::<usize>() as i64);
+        self.metrics.cancelable.set(inner.cancelable.len() as i64);
     }
 
     /// Turns the broker on (this server leads) or off, emptying it.
@@ -401,7 +462,7 @@ impl EvalBroker {
             inner.push_ready(again);
         } else {
             inner.deliveries.remove(eval_id);
-            inner.release_job(&u.eval.job_id);
+            inner.release_job(&u.eval.job_id, self.config.eval_cancelation);
         }
         self.metrics.acks.inc();
         self.update_gauges(&inner);
@@ -438,7 +499,7 @@ impl EvalBroker {
         let deliveries = inner.deliveries.get(&eval.id).copied().unwrap_or(0);
         if deliveries >= self.config.delivery_limit {
             inner.deliveries.remove(&eval.id);
-            inner.release_job(&eval.job_id);
+            inner.release_job(&eval.job_id, false);
             self.metrics.failed.inc();
             NackOutcome::Failed(eval)
         } else {
@@ -470,6 +531,36 @@ impl EvalBroker {
         drop(inner);
         self.ready_notify.notify_waiters();
         failed
+    }
+
+    /// Takes up to `max` cancelable evaluations, oldest first, for the caller
+    /// to write as canceled.
+    pub fn take_cancelable(&self, max: usize) -> Vec<Arc<Evaluation>> {
+        let mut inner = self.lock();
+        let n = max.min(inner.cancelable.len());
+        let taken: Vec<_> = inner.cancelable.drain(..n).collect();
+        self.update_gauges(&inner);
+        taken
+    }
+
+    /// Puts back evaluations whose cancelation could not be written, unless
+    /// the broker was emptied meanwhile or already holds them again.
+    pub fn restore_cancelable(&self, evals: Vec<Arc<Evaluation>>) {
+        let mut inner = self.lock();
+        if !inner.enabled {
+            return;
+        }
+        for eval in evals.into_iter().rev() {
+            if !inner.tracked(&eval.id) {
+                inner.cancelable.push_front(eval);
+            }
+        }
+        self.update_gauges(&inner);
+    }
+
+    /// Evaluations waiting to be written as canceled.
+    pub fn cancelable_len(&self) -> usize {
+        self.lock().cancelable.len()
     }
 
     /// Ready, unacked and waiting counts, for status and tests.
@@ -507,10 +598,15 @@ mod tests {
     use super::*;
 
     fn broker(limit: u32) -> EvalBroker {
+        broker_with(limit, true)
+    }
+
+    fn broker_with(limit: u32, eval_cancelation: bool) -> EvalBroker {
         let b = EvalBroker::new(
             BrokerConfig {
                 nack_timeout: Duration::from_millis(0),
                 delivery_limit: limit,
+                eval_cancelation,
             },
             &Registry::new(),
         );
@@ -529,7 +625,27 @@ mod tests {
         })
     }
 
+    fn eval_at(id: &str, job: &str, create_index: u64, modify_index: u64) -> Arc<Evaluation> {
+        Arc::new(Evaluation {
+            modify_index,
+            ..Evaluation::clone(&eval(id, job, 50, create_index))
+        })
+    }
+
     const SVC: &[JobType] = &[JobType::Service];
+
+    /// `e0` of job `web` dequeued, and `n` more evaluations of it waiting,
+    /// enqueued newest-in-the-middle so that order alone does not pick it.
+    async fn outstanding_with_waiting(b: &EvalBroker, n: u64) -> (Arc<Evaluation>, String) {
+        b.enqueue(eval_at("e0", "web", 1, 1));
+        let held = next(b).await.unwrap();
+        let newest = n / 2 + 1;
+        for i in 1..=n {
+            let index = if i == newest { 1000 } else { i + 1 };
+            b.enqueue(eval_at(&format!("e{i}"), "web", index, index));
+        }
+        held
+    }
 
     async fn next(b: &EvalBroker) -> Option<(Arc<Evaluation>, String)> {
         b.dequeue(SVC, Duration::from_millis(1)).await.unwrap()
@@ -656,5 +772,89 @@ mod tests {
         );
         b.enqueue(eval("e2", "web", 50, 2));
         assert_eq!(b.stats(), (0, 0, 0), "a disabled broker keeps nothing");
+    }
+
+    #[tokio::test]
+    async fn with_cancelation_an_ack_keeps_only_the_newest_waiting_evaluation() {
+        let b = broker_with(3, true);
+        let (e0, token) = outstanding_with_waiting(&b, 5).await;
+        assert_eq!(b.stats(), (0, 1, 5));
+        b.ack(&e0.id, &token).unwrap();
+        assert_eq!(b.stats(), (1, 0, 0));
+        assert_eq!(b.cancelable_len(), 4);
+        assert_eq!(b.metrics.cancelable.get(), 4);
+        assert_eq!(next(&b).await.unwrap().0.id, "e3", "the newest goes next");
+        let mut canceled: Vec<String> = b
+            .take_cancelable(CANCEL_BATCH)
+            .iter()
+            .map(|e| e.id.clone())
+            .collect();
+        canceled.sort();
+        assert_eq!(canceled, ["e1", "e2", "e4", "e5"]);
+        assert_eq!(b.metrics.cancelable.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn without_cancelation_every_waiting_evaluation_is_processed() {
+        let b = broker_with(3, false);
+        let (e0, token) = outstanding_with_waiting(&b, 5).await;
+        b.ack(&e0.id, &token).unwrap();
+        assert_eq!(b.stats(), (1, 0, 4));
+        assert_eq!(b.cancelable_len(), 0);
+        let mut order = Vec::new();
+        while let Some((e, token)) = next(&b).await {
+            b.ack(&e.id, &token).unwrap();
+            order.push(e.id.clone());
+        }
+        assert_eq!(order, ["e1", "e2", "e3", "e4", "e5"]);
+        assert_eq!(b.cancelable_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_tie_keeps_the_last_enqueued() {
+        let b = broker_with(3, true);
+        b.enqueue(eval_at("e0", "web", 1, 1));
+        let (e0, token) = next(&b).await.unwrap();
+        b.enqueue(eval_at("a", "web", 2, 5));
+        b.enqueue(eval_at("b", "web", 2, 5));
+        b.ack(&e0.id, &token).unwrap();
+        assert_eq!(next(&b).await.unwrap().0.id, "b");
+        assert_eq!(b.take_cancelable(CANCEL_BATCH)[0].id, "a");
+    }
+
+    #[tokio::test]
+    async fn cancelable_evaluations_drain_in_batches_and_failed_writes_come_back() {
+        let b = broker_with(3, true);
+        let (e0, token) = outstanding_with_waiting(&b, CANCEL_BATCH as u64 + 11).await;
+        b.ack(&e0.id, &token).unwrap();
+        assert_eq!(b.cancelable_len(), CANCEL_BATCH + 10);
+        let first = b.take_cancelable(CANCEL_BATCH);
+        assert_eq!(first.len(), CANCEL_BATCH);
+        // A write that failed puts its batch back, ahead of the rest.
+        b.restore_cancelable(first.clone());
+        assert_eq!(b.cancelable_len(), CANCEL_BATCH + 10);
+        assert_eq!(b.take_cancelable(CANCEL_BATCH), first);
+        assert_eq!(b.take_cancelable(CANCEL_BATCH).len(), 10);
+        assert!(b.take_cancelable(CANCEL_BATCH).is_empty());
+        // Nothing is put back twice: an evaluation the broker holds again stays where it is.
+        let newest = next(&b).await.unwrap().0;
+        b.restore_cancelable(vec![newest]);
+        assert_eq!(b.cancelable_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn disabling_the_broker_clears_the_cancelable_set() {
+        let b = broker_with(3, true);
+        let (e0, token) = outstanding_with_waiting(&b, 5).await;
+        b.ack(&e0.id, &token).unwrap();
+        let taken = b.take_cancelable(1);
+        assert_eq!(b.cancelable_len(), 3);
+        b.set_enabled(false);
+        assert_eq!(b.cancelable_len(), 0);
+        assert_eq!(b.metrics.cancelable.get(), 0);
+        b.restore_cancelable(taken);
+        assert_eq!(b.cancelable_len(), 0, "a disabled broker keeps nothing");
+        b.set_enabled(true);
+        assert_eq!(b.cancelable_len(), 0);
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::deployment_watcher::WatcherMode;
 use crate::types::NodeId;
 
 /// Every member of the cluster: server id to its `--rpc` address.
@@ -44,6 +45,19 @@ impl std::fmt::Display for Peers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let parts: Vec<String> = self.0.iter().map(|(id, a)| format!("{id}={a}")).collect();
         f.write_str(&parts.join(","))
+    }
+}
+
+/// A feature switch on the command line: `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+impl Switch {
+    pub fn is_on(self) -> bool {
+        self == Switch::On
     }
 }
 
@@ -98,12 +112,37 @@ pub struct ServeOpts {
     /// Deliveries of an evaluation before it is failed.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=100))]
     pub delivery_limit: u32,
+    /// When an evaluation is acked, cancel all but the newest evaluation
+    /// waiting for the same job (its plan already covers them), in batches.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub eval_cancelation: Switch,
     /// How long a worker waits for its state to reach an evaluation before it nacks.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub raft_sync_limit: Duration,
+    /// After a worker nacks an evaluation its state could not reach in time,
+    /// wait before dequeuing again, until the state reaches that index or
+    /// --worker-raft-backoff-limit runs out, so a lagging server does not
+    /// keep taking evaluations it cannot process.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub worker_raft_backoff: Switch,
+    /// Longest such backoff.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    pub worker_raft_backoff_limit: Duration,
+    /// Test and benchmark knob: sleep this long before applying each batch
+    /// of raft entries, so this server's state lags the leader under load.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, hide_short_help = true)]
+    pub apply_delay: Duration,
     /// How long the leader gathers client allocation updates into one raft entry.
     #[arg(long, default_value = "50ms", value_parser = humantime::parse_duration)]
     pub alloc_update_window: Duration,
+    /// How the leader's deployment watchers query allocations: `fixed`, one
+    /// query in flight per watcher, or `legacy`, a new query every iteration
+    /// with every deployment change waking every watcher (before seed 000).
+    #[arg(long, value_enum, default_value_t = WatcherMode::Fixed)]
+    pub deployment_watcher: WatcherMode,
+    /// Blocking queries per second all deployment watchers may start together.
+    #[arg(long, default_value_t = crate::deployment_watcher::DEFAULT_QUERY_RATE)]
+    pub deployment_query_rate: f64,
 }
 
 impl ServeOpts {
@@ -111,6 +150,9 @@ impl ServeOpts {
     pub fn validate(&self) -> Result<(), String> {
         if self.max_heartbeats_per_second.is_nan() || self.max_heartbeats_per_second <= 0.0 {
             return Err("--max-heartbeats-per-second must be above 0".into());
+        }
+        if !(self.deployment_query_rate > 0.0 && self.deployment_query_rate <= 1e6) {
+            return Err("--deployment-query-rate must be above 0 (queries per second)".into());
         }
         match self.peers.0.get(&self.id) {
             None => Err(format!(
@@ -137,6 +179,7 @@ impl ServeOpts {
             broker: BrokerConfig {
                 nack_timeout: self.nack_timeout,
                 delivery_limit: self.delivery_limit,
+                eval_cancelation: self.eval_cancelation.is_on(),
             },
             heartbeat: HeartbeatConfig {
                 min_ttl: self.heartbeat_min_ttl,
@@ -145,6 +188,10 @@ impl ServeOpts {
             },
             worker: WorkerConfig {
                 raft_sync_limit: self.raft_sync_limit,
+                raft_backoff_limit: self
+                    .worker_raft_backoff
+                    .is_on()
+                    .then_some(self.worker_raft_backoff_limit),
                 ..Default::default()
             },
             workers: self.workers.map_or_else(
@@ -152,6 +199,10 @@ impl ServeOpts {
                 |n| n as usize,
             ),
             alloc_update_window: self.alloc_update_window,
+            deployments: crate::deployment_watcher::WatcherConfig {
+                mode: self.deployment_watcher,
+                query_rate: self.deployment_query_rate,
+            },
         }
     }
 

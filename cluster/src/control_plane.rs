@@ -43,6 +43,7 @@ pub struct ControlConfig {
     pub workers: usize,
     /// How long the leader gathers client allocation updates into one entry.
     pub alloc_update_window: Duration,
+    pub deployments: crate::deployment_watcher::WatcherConfig,
 }
 
 /// Reacts to every applied batch: wakes blocking queries, and on the leader
@@ -94,6 +95,7 @@ pub struct ControlPlane {
     pub plans: PlanQueue,
     pub alloc_updates: AllocUpdates,
     pub workers: WorkerPool,
+    pub deployment_metrics: crate::deployment_watcher::WatcherMetrics,
     pub metrics: Arc<Metrics>,
     pub config: ControlConfig,
     /// True once this server leads and its leader-only parts are running.
@@ -157,6 +159,7 @@ impl ControlPlane {
             plans: PlanQueue::new(registry),
             alloc_updates: AllocUpdates::new(config.alloc_update_window, registry),
             workers: WorkerPool::new(config.worker.clone(), registry),
+            deployment_metrics: crate::deployment_watcher::WatcherMetrics::new(registry),
             raft,
             store,
             hub,
@@ -279,6 +282,7 @@ impl ControlPlane {
             update_rx,
         )));
         tasks.push(tokio::spawn(self.clone().run_timers()));
+        tasks.push(tokio::spawn(crate::deployment_watcher::run(self.clone())));
         drop(tasks);
         self.leading.send_replace(true);
         tracing::info!(
@@ -308,11 +312,17 @@ impl ControlPlane {
         tracing::info!(id = self.id, "no longer leading");
     }
 
-    /// Leader: expires unacked deliveries and missed heartbeats.
+    /// Leader: expires unacked deliveries and missed heartbeats, and sweeps
+    /// cancelable evaluations.
     async fn run_timers(self: Arc<Self>) {
         let mut tick = tokio::time::interval(Duration::from_millis(250));
+        let mut last_sweep = tokio::time::Instant::now();
         loop {
             tick.tick().await;
+            if last_sweep.elapsed() >= crate::broker::CANCEL_SWEEP_INTERVAL {
+                last_sweep = tokio::time::Instant::now();
+                self.sweep_cancelable().await;
+            }
             let failed = self.hub.broker.expire_unacked();
             if !failed.is_empty() {
                 let evals = failed
@@ -333,6 +343,12 @@ impl ControlPlane {
                 }
             }
         }
+    }
+
+    /// Leader: cancels what acks left cancelable, so that no stragglers
+    /// remain once the cluster is quiet (acks write one batch each).
+    async fn sweep_cancelable(&self) {
+        while self.cancel_batch().await == crate::broker::CANCEL_BATCH {}
     }
 
     pub async fn write_evals(&self, evals: Vec<Evaluation>) -> Result<u64, Status> {

@@ -13,7 +13,7 @@ use stampede_proto::{
 };
 use tonic::Status;
 
-use crate::broker::NackOutcome;
+use crate::broker::{NackOutcome, CANCEL_BATCH};
 use crate::control_plane::{forwarded, ControlPlane, Route};
 
 /// Longest a dequeue may wait for work.
@@ -58,7 +58,10 @@ impl ControlPlane {
         }
     }
 
-    pub async fn ack(&self, req: EvalAckRequest, fwd: bool) -> Result<Empty, Status> {
+    /// Acks on the leader; an ack may leave older evaluations of the job
+    /// cancelable, and a batch of them is then written in the background, so
+    /// cancelations keep pace with the schedulers without delaying the reply.
+    pub async fn ack(self: &Arc<Self>, req: EvalAckRequest, fwd: bool) -> Result<Empty, Status> {
         match self.route(fwd)? {
             Route::Leader(ch) => Ok(Self::eval_client(ch)
                 .ack(forwarded(req))
@@ -66,7 +69,47 @@ impl ControlPlane {
                 .into_inner()),
             Route::Local => {
                 self.broker().ack(&req.eval_id, &req.token)?;
+                if self.broker().cancelable_len() > 0 {
+                    let cp = self.clone();
+                    tokio::spawn(async move { cp.cancel_batch().await });
+                }
                 Ok(Empty {})
+            }
+        }
+    }
+
+    /// Leader: writes up to [`CANCEL_BATCH`] cancelable evaluations as
+    /// canceled in one raft entry; returns how many. On failure they go back
+    /// to the broker for a later try.
+    pub async fn cancel_batch(&self) -> usize {
+        let batch = self.broker().take_cancelable(CANCEL_BATCH);
+        if batch.is_empty() {
+            return 0;
+        }
+        let evals = batch
+            .iter()
+            .map(|e| Evaluation {
+                status: EvalStatus::Canceled as i32,
+                status_description: "canceled after a newer evaluation of the job was processed"
+                    .into(),
+                ..Evaluation::clone(e)
+            })
+            .collect();
+        let entry = LogEntry {
+            msg: Some(Msg::EvalUpdate(stampede_proto::EvalUpdateEntry { evals })),
+        };
+        // Only from the leader: another leader's broker holds these evaluations.
+        match self.proposer.write_local(entry).await {
+            Ok(_) => {
+                let m = &self.broker().metrics;
+                m.cancelled.inc_by(batch.len() as u64);
+                m.cancel_batches.inc();
+                batch.len()
+            }
+            Err(e) => {
+                tracing::warn!("canceling {} evaluations: {e}", batch.len());
+                self.broker().restore_cancelable(batch);
+                0
             }
         }
     }

@@ -15,6 +15,7 @@ pub mod blocking;
 pub mod broker;
 pub mod config;
 pub mod control_plane;
+pub mod deployment_watcher;
 pub mod dev;
 pub mod error;
 pub mod heartbeat;

@@ -11,7 +11,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one server.
-    Serve(cluster::config::ServeOpts),
+    Serve(Box<cluster::config::ServeOpts>),
     /// Start a local cluster of server processes on free ports.
     Dev(cluster::dev::DevOpts),
     /// Register, inspect and stop jobs on a running cluster.
@@ -27,7 +27,7 @@ async fn main() -> anyhow::Result<()> {
     stampede_proto::default_sigpipe();
     stampede_proto::init_logging();
     match Cli::parse().command {
-        Cmd::Serve(opts) => cluster::server::run(opts).await,
+        Cmd::Serve(opts) => cluster::server::run(*opts).await,
         Cmd::Dev(opts) => cluster::dev::run(opts).await,
         Cmd::Job(cmd) => cluster::ops::run_job(cmd).await,
         Cmd::Node(cmd) => cluster::ops::run_node(cmd).await,

@@ -193,7 +193,11 @@ mod tests {
         // bincode writes a u64 length before each vector's bytes.
         assert_eq!(fitting(&entries, 10_000), 10);
         assert_eq!(fitting(&entries, 330), 3);
-        assert_eq!(fitting(&entries, 10), 1, "one entry goes even when it alone is too big");
+        assert_eq!(
+            fitting(&entries, 10),
+            1,
+            "one entry goes even when it alone is too big"
+        );
         assert_eq!(fitting::<Vec<u8>>(&[], 10), 0);
     }
 }

@@ -17,7 +17,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, ConstraintOperand, ConstraintTarget,
-    Evaluation, Job, JobType, Node, NodeStatus, Plan, Resources, TaskGroup,
+    Deployment, DeploymentGroupState, DeploymentStatus, Evaluation, Job, JobType, Node, NodeStatus,
+    Plan, Resources, TaskGroup, UpdateStrategy,
 };
 
 use crate::state::{alloc_terminal, State};
@@ -138,6 +139,8 @@ struct Planner<'a> {
     /// all of a node's allocations, too slow to repeat for every placement.
     usage: HashMap<String, Resources>,
     now_ms: u64,
+    /// The deployment new allocations belong to (empty for none).
+    deployment_id: String,
 }
 
 impl<'a> Planner<'a> {
@@ -156,6 +159,7 @@ impl<'a> Planner<'a> {
             failed: BTreeMap::new(),
             usage: HashMap::new(),
             now_ms: now_ms(),
+            deployment_id: String::new(),
         }
     }
 
@@ -172,6 +176,11 @@ impl<'a> Planner<'a> {
     fn generic(&mut self, job: &Job, batch: bool, rng: &mut impl Rng) {
         let allocs = self.state.job_allocs(&job.id);
         self.stop_removed_groups(job, &allocs);
+        let deployment = if batch {
+            None
+        } else {
+            self.deployment(job, &allocs)
+        };
         // All stops come before any placement, so the room they free is
         // usable, and usage only grows while placing (see `pick`).
         let mut missing = Vec::new();
@@ -181,10 +190,22 @@ impl<'a> Planner<'a> {
                 .filter(|a| a.task_group == tg.name)
                 .map(|a| a.as_ref())
                 .collect();
-            missing.push((tg, self.reconcile(job, tg, &group, batch)));
+            let rollout = deployment
+                .as_ref()
+                .and_then(|d| d.task_groups.get(&tg.name).map(|g| (d, g)));
+            let placements = match (rollout, tg.update.filter(|u| u.max_parallel > 0)) {
+                (Some((d, g)), Some(u)) => self.reconcile_rollout(job, tg, &group, d, g, &u),
+                _ => self
+                    .reconcile(job, tg, &group, batch)
+                    .into_iter()
+                    .map(|i| (i, false))
+                    .collect(),
+            };
+            missing.push((tg, placements));
         }
-        for (tg, indexes) in missing {
-            if indexes.is_empty() {
+        self.deployment_id = deployment.map(|d| d.id.clone()).unwrap_or_default();
+        for (tg, placements) in missing {
+            if placements.is_empty() {
                 continue;
             }
             let mut nodes: Vec<Arc<Node>> = self
@@ -196,13 +217,169 @@ impl<'a> Planner<'a> {
             nodes.shuffle(rng);
             let ask = tg.resources.unwrap_or_default();
             let mut cursor = 0;
-            for index in indexes {
+            for (index, canary) in placements {
                 match self.pick(&mut nodes, &mut cursor, &ask) {
-                    Some(node_id) => self.place(job, tg, index, &node_id),
+                    Some(node_id) => self.place(job, tg, index, &node_id, canary),
                     None => *self.failed.entry(tg.name.clone()).or_default() += 1,
                 }
             }
         }
+    }
+
+    /// The deployment of the job's current version: the existing one, or a
+    /// new one (put in the plan) when a group with an `update` block has
+    /// work to do. `None` when no group rolls out.
+    fn deployment(&mut self, job: &Job, allocs: &[Arc<Allocation>]) -> Option<Arc<Deployment>> {
+        let rolling: Vec<&TaskGroup> = job
+            .task_groups
+            .iter()
+            .filter(|tg| tg.update.is_some_and(|u| u.max_parallel > 0))
+            .collect();
+        if rolling.is_empty() || job.r#type != JobType::Service as i32 {
+            return None;
+        }
+        if let Some(d) = self
+            .state
+            .job_deployments(&job.id)
+            .into_iter()
+            .filter(|d| d.job_version == job.version)
+            .max_by_key(|d| d.create_index)
+        {
+            return Some(d);
+        }
+        let mut groups = HashMap::new();
+        let mut work = false;
+        for tg in rolling {
+            let u = tg.update.unwrap_or_default();
+            let live: Vec<&Arc<Allocation>> = allocs
+                .iter()
+                .filter(|a| a.task_group == tg.name && !alloc_terminal(a))
+                .collect();
+            let replacing = live.iter().any(|a| outdated(a, tg));
+            let current = live.iter().filter(|a| !outdated(a, tg)).count();
+            work |= replacing || current < tg.count as usize;
+            groups.insert(
+                tg.name.clone(),
+                DeploymentGroupState {
+                    desired_total: tg.count,
+                    // Canaries only make sense when there is an older version to compare with.
+                    desired_canaries: if replacing { u.canary } else { 0 },
+                    auto_promote: u.auto_promote,
+                    progress_deadline_ms: u.progress_deadline_ms,
+                    require_progress_by_ms: if u.progress_deadline_ms > 0 {
+                        self.now_ms + u.progress_deadline_ms
+                    } else {
+                        0
+                    },
+                    ..Default::default()
+                },
+            );
+        }
+        if !work {
+            return None;
+        }
+        let d = Arc::new(Deployment {
+            id: uuid::Uuid::new_v4().to_string(),
+            job_id: job.id.clone(),
+            job_version: job.version,
+            status: DeploymentStatus::Running as i32,
+            status_description: "deployment is running".into(),
+            task_groups: groups,
+            ..Default::default()
+        });
+        self.plan.deployment = Some(Deployment::clone(&d));
+        Some(d)
+    }
+
+    /// A group that rolls out under deployment `d`: stops what is scaled
+    /// down or duplicated, then, per index, replaces outdated allocations at
+    /// most `max_parallel` at a time (counting new ones not yet healthy),
+    /// after canaries are placed and promoted. Missing indexes are placed at
+    /// once. Returns the (index, canary) placements to make.
+    fn reconcile_rollout(
+        &mut self,
+        job: &Job,
+        tg: &TaskGroup,
+        allocs: &[&Allocation],
+        d: &Deployment,
+        g: &DeploymentGroupState,
+        u: &UpdateStrategy,
+    ) -> Vec<(u32, bool)> {
+        let count = tg.count as usize;
+        let mut live: Vec<&Allocation> = allocs
+            .iter()
+            .copied()
+            .filter(|a| !alloc_terminal(a))
+            .collect();
+        live.sort_by_key(|a| (a.index, outdated(a, tg), a.create_index));
+        let mut current: Vec<Option<&Allocation>> = vec![None; count];
+        let mut old: Vec<Vec<&Allocation>> = vec![Vec::new(); count];
+        for a in live {
+            let i = a.index as usize;
+            if i >= count {
+                self.stop(a, "scaled down".into());
+            } else if outdated(a, tg) {
+                old[i].push(a);
+            } else if current[i].is_some() {
+                self.stop(a, format!("duplicate of index {i}"));
+            } else {
+                current[i] = Some(a);
+            }
+        }
+        let ours = |a: &&Allocation| a.deployment_id == d.id;
+        let running = d.status == DeploymentStatus::Running as i32;
+        let mut placements = Vec::new();
+        let canarying = g.desired_canaries > 0 && !g.promoted;
+        if canarying {
+            let canaries = current
+                .iter()
+                .flatten()
+                .filter(|a| a.canary && ours(a))
+                .count();
+            let mut need = if running {
+                (g.desired_canaries as usize).saturating_sub(canaries)
+            } else {
+                0
+            };
+            for i in 0..count {
+                if current[i].is_none() && old[i].is_empty() {
+                    placements.push((i as u32, false));
+                } else if current[i].is_none() && need > 0 {
+                    placements.push((i as u32, true));
+                    need -= 1;
+                }
+            }
+            return placements;
+        }
+        let in_flight = current
+            .iter()
+            .flatten()
+            .filter(|a| ours(a) && a.healthy != Some(true))
+            .count();
+        let mut budget = if running {
+            (u.max_parallel as usize).saturating_sub(in_flight)
+        } else {
+            // A failed or cancelled rollout replaces nothing more.
+            0
+        };
+        for i in 0..count {
+            if current[i].is_some() {
+                for a in &old[i] {
+                    self.stop(a, format!("replaced by job version {}", job.version));
+                }
+            } else if !old[i].is_empty() {
+                if budget > 0 {
+                    budget -= 1;
+                    for a in &old[i] {
+                        self.stop(a, format!("replaced by job version {}", job.version));
+                    }
+                    placements.push((i as u32, false));
+                }
+            } else {
+                placements.push((i as u32, false));
+            }
+        }
+        placements
     }
 
     /// Stops the allocations of one group that should not run and returns the
@@ -329,7 +506,7 @@ impl<'a> Planner<'a> {
             let ask = tg.resources.unwrap_or_default();
             for node in nodes {
                 if fits(&node, &self.used(&node.id), &ask) {
-                    self.place(job, tg, 0, &node.id);
+                    self.place(job, tg, 0, &node.id, false);
                 } else {
                     *self.failed.entry(tg.name.clone()).or_default() += 1;
                 }
@@ -376,7 +553,7 @@ impl<'a> Planner<'a> {
             .push(stopped);
     }
 
-    fn place(&mut self, job: &Job, tg: &TaskGroup, index: u32, node_id: &str) {
+    fn place(&mut self, job: &Job, tg: &TaskGroup, index: u32, node_id: &str, canary: bool) {
         let ask = tg.resources.unwrap_or_default();
         let mut used = self.used(node_id);
         used.cpu_mhz += ask.cpu_mhz;
@@ -395,6 +572,9 @@ impl<'a> Planner<'a> {
             client_status: AllocClientStatus::Pending as i32,
             job_type: job.r#type,
             job_version: job.version,
+            deployment_id: self.deployment_id.clone(),
+            canary,
+            min_healthy_time_ms: tg.update.map_or(0, |u| u.min_healthy_time_ms),
             create_time_ms: self.now_ms,
             modify_time_ms: self.now_ms,
             ..Default::default()
@@ -481,9 +661,36 @@ mod tests {
                 .collect();
             self.apply(Msg::PlanApply(PlanApplyEntry {
                 allocs,
-                deployment: None,
+                deployment: plan.deployment.clone(),
                 eval_id: plan.eval_id.clone(),
             }));
+        }
+
+        /// The client reports the allocation running and healthy.
+        fn healthy(&mut self, alloc_id: &str) {
+            self.apply(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs: vec![Allocation {
+                    id: alloc_id.into(),
+                    client_status: AllocClientStatus::Running as i32,
+                    healthy: Some(true),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }));
+        }
+
+        /// What the deployment watcher would write now; returns whether it
+        /// asked for an evaluation.
+        fn watch(&mut self, deployment_id: &str) -> bool {
+            let d = self.state.deployment(deployment_id).unwrap();
+            let (next, wants_eval) = crate::deployment_watcher::assess(&self.state, &d, 0);
+            self.apply(Msg::DeploymentUpdate(
+                stampede_proto::DeploymentUpdateEntry {
+                    deployment: Some(next),
+                    evals: vec![],
+                },
+            ));
+            wants_eval
         }
 
         fn client_status(&mut self, alloc_id: &str, status: AllocClientStatus) {
@@ -760,6 +967,105 @@ mod tests {
         assert!(live
             .iter()
             .all(|a| a.job_version == 1 && !old.contains(&a.id)));
+    }
+
+    fn rolling(count: u32, max_parallel: u32, canary: u32, cpu: u64) -> Job {
+        let mut g = group("app", count, cpu, 100);
+        g.update = Some(UpdateStrategy {
+            max_parallel,
+            canary,
+            auto_promote: true,
+            ..Default::default()
+        });
+        job("web", JobType::Service, vec![g])
+    }
+
+    #[test]
+    fn a_rolling_update_replaces_max_parallel_per_round() {
+        let mut c = Cluster::default();
+        c.add_nodes(10, 8000, 8000);
+        c.register(rolling(20, 5, 0, 100));
+        let first = c.run("web");
+        let d0 = first
+            .plan
+            .deployment
+            .clone()
+            .expect("a first version deploys too");
+        assert_eq!(placed(&first.plan).len(), 20, "new work is placed at once");
+        for a in c.live("web") {
+            c.healthy(&a.id);
+        }
+        c.watch(&d0.id);
+        assert_eq!(
+            c.state.deployment(&d0.id).unwrap().status,
+            DeploymentStatus::Successful as i32
+        );
+
+        c.register(rolling(20, 5, 0, 200));
+        let mut rounds = Vec::new();
+        let mut d1 = None;
+        for _ in 0..10 {
+            let out = c.run("web");
+            if let Some(d) = &out.plan.deployment {
+                d1 = Some(d.id.clone());
+            }
+            let d1 = d1.clone().expect("the new version has a deployment");
+            assert!(placed(&out.plan).iter().all(|a| a.deployment_id == d1));
+            assert_eq!(placed(&out.plan).len(), stopped(&out.plan).len());
+            if placed(&out.plan).is_empty() {
+                break;
+            }
+            rounds.push(placed(&out.plan).len());
+            assert!(
+                c.run("web").plan.node_allocation.is_empty(),
+                "nothing more until healthy"
+            );
+            for a in placed(&out.plan) {
+                c.healthy(&a.id);
+            }
+            let status = c.state.deployment(&d1).unwrap().status;
+            assert_eq!(status, DeploymentStatus::Running as i32);
+            c.watch(&d1);
+        }
+        assert_eq!(rounds, vec![5, 5, 5, 5]);
+        let d1 = c.state.deployment(&d1.unwrap()).unwrap();
+        assert_eq!(d1.status, DeploymentStatus::Successful as i32);
+        assert_eq!(d1.task_groups["app"].healthy, 20);
+        assert!(c.live("web").iter().all(|a| a.job_version == 1));
+    }
+
+    #[test]
+    fn canaries_run_beside_the_old_version_until_promoted() {
+        let mut c = Cluster::default();
+        c.add_nodes(4, 8000, 8000);
+        c.register(rolling(4, 2, 1, 100));
+        let d0 = c.run("web").plan.deployment.unwrap();
+        for a in c.live("web") {
+            c.healthy(&a.id);
+        }
+        c.watch(&d0.id);
+
+        c.register(rolling(4, 2, 1, 200));
+        let out = c.run("web");
+        let d1 = out.plan.deployment.clone().unwrap();
+        let canaries = placed(&out.plan);
+        assert_eq!(canaries.len(), 1);
+        assert!(canaries[0].canary && stopped(&out.plan).is_empty());
+        assert_eq!(c.live("web").len(), 5, "the canary runs beside all four");
+        let canary = canaries[0].id.clone();
+        assert!(c.run("web").plan.node_allocation.is_empty());
+        assert!(
+            !c.watch(&d1.id),
+            "nothing to do before the canary is healthy"
+        );
+
+        c.healthy(&canary);
+        assert!(c.watch(&d1.id), "a healthy canary is promoted");
+        assert!(c.state.deployment(&d1.id).unwrap().task_groups["app"].promoted);
+        let out = c.run("web");
+        // The canary's index is taken over, two more are replaced.
+        assert_eq!(stopped(&out.plan).len(), 3);
+        assert_eq!(placed(&out.plan).len(), 2);
     }
 
     #[test]

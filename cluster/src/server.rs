@@ -75,7 +75,8 @@ pub async fn serve(
         state.clone(),
         metrics.clone(),
         observer,
-    )?;
+    )?
+    .with_apply_delay(opts.apply_delay);
 
     let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
     let channels = PeerChannels::default();

@@ -13,8 +13,9 @@ use std::sync::{Arc, RwLock};
 
 use imbl::{OrdMap, OrdSet};
 use stampede_proto::{
-    log_entry::Msg, AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, EvalStatus,
-    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, Resources, StateSnapshot, TableIndexes,
+    log_entry::Msg, AllocClientStatus, AllocDesiredStatus, Allocation, Deployment,
+    DeploymentStatus, EvalStatus, Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus,
+    Resources, StateSnapshot, TableIndexes,
 };
 use tokio::sync::watch;
 
@@ -28,6 +29,8 @@ pub enum WatchKey {
     JobAllocs(String),
     JobEvals(String),
     JobDeployments(String),
+    /// Any deployment: what the leader's deployment watcher follows.
+    Deployments,
     NodeAllocs(String),
     Eval(String),
     Deployment(String),
@@ -51,7 +54,7 @@ pub struct Changes {
 impl Changes {
     /// What a snapshot install changes: possibly every row.
     pub fn everything(state: &State) -> Self {
-        let mut keys = vec![WatchKey::Nodes, WatchKey::Jobs];
+        let mut keys = vec![WatchKey::Nodes, WatchKey::Jobs, WatchKey::Deployments];
         for j in state.jobs() {
             keys.push(WatchKey::Job(j.id.clone()));
             keys.push(WatchKey::JobAllocs(j.id.clone()));
@@ -75,6 +78,16 @@ impl Changes {
 }
 
 /// Whether an allocation no longer holds resources on its node.
+/// Running or paused: the deployment may still place work.
+pub fn deployment_running(d: &Deployment) -> bool {
+    d.status == DeploymentStatus::Running as i32 || d.status == DeploymentStatus::Paused as i32
+}
+
+/// Successful, failed or cancelled.
+pub fn deployment_done(d: &Deployment) -> bool {
+    !deployment_running(d)
+}
+
 pub fn alloc_terminal(a: &Allocation) -> bool {
     a.desired_status == AllocDesiredStatus::Stop as i32
         || matches!(
@@ -142,6 +155,12 @@ impl State {
             Some(Msg::AllocClientUpdate(e)) => {
                 for alloc in &e.allocs {
                     self.update_alloc_from_client(index, alloc, e.updated_at_ms, changes);
+                }
+                self.upsert_evals(index, &e.evals, changes);
+            }
+            Some(Msg::DeploymentUpdate(e)) => {
+                if let Some(d) = &e.deployment {
+                    self.upsert_deployment(index, d.clone(), changes);
                 }
                 self.upsert_evals(index, &e.evals, changes);
             }
@@ -364,11 +383,35 @@ impl State {
     }
 
     fn upsert_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
-        d.create_index = self
-            .deployments
-            .get(&d.id)
-            .map_or(index, |o| o.create_index);
+        let old = self.deployments.get(&d.id).cloned();
+        if old.as_ref().is_some_and(|o| deployment_done(o)) {
+            // A finished deployment stays finished: a late write (a plan
+            // built before it ended) does not bring it back.
+            return;
+        }
+        d.create_index = old.map_or(index, |o| o.create_index);
+        if d.create_index == index && deployment_running(&d) {
+            // A new version's deployment supersedes the job's older ones.
+            let older: Vec<Arc<Deployment>> = self
+                .job_deployments(&d.job_id)
+                .into_iter()
+                .filter(|o| o.id != d.id && deployment_running(o) && o.job_version < d.job_version)
+                .collect();
+            for o in older {
+                let cancelled = Deployment {
+                    status: DeploymentStatus::Cancelled as i32,
+                    status_description: format!("superseded by job version {}", d.job_version),
+                    ..Deployment::clone(&o)
+                };
+                self.put_deployment(index, cancelled, changes);
+            }
+        }
+        self.put_deployment(index, d, changes);
+    }
+
+    fn put_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
         d.modify_index = index;
+        changes.keys.push(WatchKey::Deployments);
         changes.keys.push(WatchKey::Deployment(d.id.clone()));
         changes
             .keys
@@ -459,6 +502,11 @@ impl State {
 
     pub fn deployment(&self, id: &str) -> Option<Arc<Deployment>> {
         self.deployments.get(id).cloned()
+    }
+
+    /// Every deployment, in id order.
+    pub fn deployments(&self) -> impl Iterator<Item = &Arc<Deployment>> {
+        self.deployments.values()
     }
 
     pub fn job_deployments(&self, job_id: &str) -> Vec<Arc<Deployment>> {

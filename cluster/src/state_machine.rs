@@ -9,6 +9,7 @@ use std::io::Cursor;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
@@ -35,6 +36,8 @@ pub struct StateMachine {
     metrics: Arc<Metrics>,
     /// Makes snapshot ids unique within this process.
     builds: Arc<AtomicU64>,
+    /// Sleep before each applied batch (`--apply-delay`, a test knob).
+    apply_delay: Duration,
 }
 
 impl StateMachine {
@@ -54,6 +57,7 @@ impl StateMachine {
             snapshots: Arc::new(snapshots),
             metrics,
             builds: Arc::default(),
+            apply_delay: Duration::ZERO,
         };
         if let Some(snap) = sm.snapshots.current() {
             let index = snap.meta.last_log_id.map_or(0, |l| l.index);
@@ -65,6 +69,14 @@ impl StateMachine {
             sm.load(&snap, state);
         }
         Ok(sm)
+    }
+
+    /// Sleeps this long before applying each batch of entries, so this
+    /// server's state lags the leader's commit index under load while raft
+    /// itself (appends, votes, heartbeats) stays healthy.
+    pub fn with_apply_delay(mut self, delay: Duration) -> Self {
+        self.apply_delay = delay;
+        self
     }
 
     fn load(&mut self, snap: &StoredSnapshot, state: State) {
@@ -103,6 +115,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        if !self.apply_delay.is_zero() {
+            tokio::time::sleep(self.apply_delay).await;
+        }
         let store = self.store.clone();
         let mut changes = Changes::default();
         let replies = store.write(|state| {

@@ -5,11 +5,16 @@
 //!
 //! Workers can be listed, paused, resumed and their number changed at
 //! runtime (`/v1/workers`).
+//!
+//! A worker whose state could not reach an evaluation in time backs off
+//! after the nack until its state catches up (seed 004), so a server far
+//! behind (restoring a snapshot, overloaded) does not keep taking
+//! evaluations it cannot process from workers that could.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus::{HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Counter, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
 use rand::SeedableRng;
 use serde::Serialize;
 use stampede_proto::{
@@ -20,6 +25,7 @@ use tokio::sync::watch;
 
 use crate::control_plane::ControlPlane;
 use crate::scheduler;
+use crate::state::StateStore;
 
 /// Worker settings; the defaults are Nomad's.
 #[derive(Debug, Clone)]
@@ -27,6 +33,10 @@ pub struct WorkerConfig {
     /// How long a worker waits for its state to reach an evaluation's index
     /// before it nacks (Nomad's raftSyncLimit).
     pub raft_sync_limit: Duration,
+    /// After a `raft_sync_timeout` nack, wait up to this long for the state
+    /// to reach the index it missed before dequeuing again; `None` dequeues
+    /// again at once.
+    pub raft_backoff_limit: Option<Duration>,
     /// How long one dequeue call waits for work.
     pub dequeue_timeout: Duration,
     /// Plans a worker submits for one evaluation before giving up on
@@ -38,6 +48,7 @@ impl Default for WorkerConfig {
     fn default() -> Self {
         Self {
             raft_sync_limit: Duration::from_secs(5),
+            raft_backoff_limit: Some(Duration::from_secs(30)),
             dequeue_timeout: Duration::from_millis(500),
             max_plan_attempts: 5,
         }
@@ -52,6 +63,8 @@ pub struct WorkerMetrics {
     pub seconds: HistogramVec,
     pub nacks: IntCounterVec,
     pub evals_processed: IntCounter,
+    pub raft_backoff_seconds: Counter,
+    pub raft_backoffs: IntCounter,
 }
 
 /// What a worker is doing, as `/v1/workers` shows it.
@@ -100,9 +113,25 @@ impl WorkerPool {
                 "Evaluations workers finished and acked.",
             )
             .unwrap(),
+            raft_backoff_seconds: Counter::new(
+                "stampede_worker_raft_backoff_seconds_total",
+                "Time workers spent backing off after their state could not reach an evaluation.",
+            )
+            .unwrap(),
+            raft_backoffs: IntCounter::new(
+                "stampede_worker_raft_backoffs_total",
+                "Backoffs workers started after their state could not reach an evaluation.",
+            )
+            .unwrap(),
         };
         registry
             .register(Box::new(metrics.seconds.clone()))
+            .unwrap();
+        registry
+            .register(Box::new(metrics.raft_backoff_seconds.clone()))
+            .unwrap();
+        registry
+            .register(Box::new(metrics.raft_backoffs.clone()))
             .unwrap();
         registry.register(Box::new(metrics.nacks.clone())).unwrap();
         registry
@@ -140,6 +169,7 @@ impl WorkerPool {
             let (paused, paused_rx) = watch::channel(false);
             let (stop, stop_rx) = watch::channel(false);
             let run = WorkerRun {
+                id,
                 cp: cp.clone(),
                 config: self.config.clone(),
                 status: status.clone(),
@@ -193,6 +223,7 @@ impl WorkerPool {
 }
 
 struct WorkerRun {
+    id: u64,
     cp: Arc<ControlPlane>,
     config: WorkerConfig,
     status: Arc<Mutex<WorkerStatus>>,
@@ -201,7 +232,60 @@ struct WorkerRun {
 }
 
 /// Why an evaluation was given back.
-struct Nack(&'static str, String);
+#[derive(Debug)]
+struct Nack {
+    /// A bounded metric label.
+    reason: &'static str,
+    detail: String,
+    /// The index the state did not reach within the raft sync limit.
+    unreached: Option<u64>,
+}
+
+const SHUTTING_DOWN: &str = "shutting_down";
+
+impl Nack {
+    fn new(reason: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            reason,
+            detail: detail.into(),
+            unreached: None,
+        }
+    }
+
+    /// The index to wait for, and for how long at most, before dequeuing
+    /// again: only when the state was too far behind and backoff is on.
+    fn raft_backoff(&self, limit: Option<Duration>) -> Option<(u64, Duration)> {
+        Some((self.unreached?, limit?))
+    }
+}
+
+/// How a raft backoff ended.
+#[derive(Debug, PartialEq, Eq)]
+enum BackoffEnd {
+    CaughtUp,
+    LimitReached,
+    Stopped,
+    Paused,
+}
+
+/// Waits until `store` reaches `index`, `limit` runs out, or the worker is
+/// stopped or paused, whichever comes first.
+async fn backoff_until(
+    store: &StateStore,
+    index: u64,
+    limit: Duration,
+    stop: &mut watch::Receiver<bool>,
+    paused: &mut watch::Receiver<bool>,
+) -> BackoffEnd {
+    tokio::select! {
+        biased;
+        _ = stop.wait_for(|s| *s) => BackoffEnd::Stopped,
+        _ = paused.wait_for(|p| *p) => BackoffEnd::Paused,
+        synced = store.wait_for_index(index, limit) => {
+            if synced { BackoffEnd::CaughtUp } else { BackoffEnd::LimitReached }
+        }
+    }
+}
 
 impl WorkerRun {
     fn set_state(&self, state: &'static str, eval: Option<&str>) {
@@ -287,27 +371,90 @@ impl WorkerRun {
                         .unwrap_or_else(|e| e.into_inner())
                         .evals_processed += 1;
                 }
-                Err(Nack(reason, detail)) => {
-                    tracing::debug!(eval = eval.id, reason, "nack: {detail}");
-                    self.cp
-                        .workers
-                        .metrics
-                        .nacks
-                        .with_label_values(&[reason])
-                        .inc();
-                    self.status
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .evals_nacked += 1;
-                    let nack = EvalAckRequest {
-                        eval_id: eval.id.clone(),
-                        token,
-                        reason: reason.into(),
-                    };
-                    if let Err(e) = self.cp.nack(nack, false).await {
-                        tracing::warn!(eval = eval.id, "nack failed: {}", e.message());
+                Err(nack) => {
+                    self.give_back(&eval, token, &nack).await;
+                    if let Some((index, limit)) = nack.raft_backoff(self.config.raft_backoff_limit)
+                    {
+                        self.raft_backoff(index, limit).await;
                     }
                 }
+            }
+        }
+    }
+
+    /// Nacks `eval`, so that another worker (or this one, later) retries it.
+    async fn give_back(&self, eval: &Evaluation, token: String, nack: &Nack) {
+        let shutting_down = nack.reason == SHUTTING_DOWN;
+        if shutting_down {
+            tracing::info!(
+                eval = eval.id,
+                "worker {} stopping while waiting for its state; giving the evaluation back",
+                self.id
+            );
+        } else {
+            tracing::debug!(
+                eval = eval.id,
+                reason = nack.reason,
+                "nack: {}",
+                nack.detail
+            );
+        }
+        self.cp
+            .workers
+            .metrics
+            .nacks
+            .with_label_values(&[nack.reason])
+            .inc();
+        self.status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .evals_nacked += 1;
+        let req = EvalAckRequest {
+            eval_id: eval.id.clone(),
+            token,
+            reason: nack.reason.into(),
+        };
+        match self.cp.nack(req, false).await {
+            Ok(_) => {}
+            // The server (or its link to the leader) is going away; the
+            // leader's nack timeout gives the evaluation to another worker.
+            Err(e) if shutting_down => {
+                tracing::debug!(eval = eval.id, "nack while stopping: {}", e.message())
+            }
+            Err(e) => tracing::warn!(eval = eval.id, "nack failed: {}", e.message()),
+        }
+    }
+
+    /// Seed 004: after a `raft_sync_timeout` nack, waits for the state to
+    /// reach `index` (or `limit`) before dequeuing again. A pause ends the
+    /// wait: the worker shows `paused`, and dequeues once resumed.
+    async fn raft_backoff(&mut self, index: u64, limit: Duration) {
+        self.set_state("backing_off", None);
+        self.cp.workers.metrics.raft_backoffs.inc();
+        let start = Instant::now();
+        let end = backoff_until(
+            &self.cp.store,
+            index,
+            limit,
+            &mut self.stop,
+            &mut self.paused,
+        )
+        .await;
+        self.cp
+            .workers
+            .metrics
+            .raft_backoff_seconds
+            .inc_by(start.elapsed().as_secs_f64());
+        match end {
+            BackoffEnd::Stopped => {
+                tracing::info!("worker {} stopping during raft backoff", self.id)
+            }
+            BackoffEnd::LimitReached => tracing::warn!(
+                "worker {}: state still short of index {index} after a raft backoff of {limit:?}",
+                self.id
+            ),
+            BackoffEnd::CaughtUp | BackoffEnd::Paused => {
+                tracing::debug!("worker {}: raft backoff ended: {end:?}", self.id)
             }
         }
     }
@@ -318,20 +465,23 @@ impl WorkerRun {
         let synced = tokio::select! {
             ok = self.cp.store.wait_for_index(index, self.config.raft_sync_limit) => ok,
             _ = stop.wait_for(|s| *s) => {
-                return Err(Nack("shutting_down", "the server is shutting down".into()));
+                return Err(Nack::new(SHUTTING_DOWN, "the server is shutting down"));
             }
         };
         self.observe("wait_for_index", start);
         if synced {
             Ok(())
         } else {
-            Err(Nack(
-                "raft_sync_timeout",
-                format!(
-                    "state did not reach index {index} within {:?}",
-                    self.config.raft_sync_limit
-                ),
-            ))
+            Err(Nack {
+                unreached: Some(index),
+                ..Nack::new(
+                    "raft_sync_timeout",
+                    format!(
+                        "state did not reach index {index} within {:?}",
+                        self.config.raft_sync_limit
+                    ),
+                )
+            })
         }
     }
 
@@ -362,7 +512,7 @@ impl WorkerRun {
                 .cp
                 .submit_plan(PlanSubmitRequest { plan: Some(plan) }, false)
                 .await
-                .map_err(|e| Nack("plan_failed", e.message().to_string()))?
+                .map_err(|e| Nack::new("plan_failed", e.message()))?
                 .result
                 .unwrap_or_default();
             self.observe("submit_plan", start);
@@ -370,9 +520,9 @@ impl WorkerRun {
                 break;
             }
             if attempt == self.config.max_plan_attempts {
-                return Err(Nack(
+                return Err(Nack::new(
                     "plan_failed",
-                    "the leader kept refusing the plan's placements".into(),
+                    "the leader kept refusing the plan's placements",
                 ));
             }
             self.wait_for_index(result.refresh_index).await?;
@@ -387,7 +537,7 @@ impl WorkerRun {
                 false,
             )
             .await
-            .map_err(|e| Nack("update_failed", e.message().to_string()))?;
+            .map_err(|e| Nack::new("update_failed", e.message()))?;
         Ok(())
     }
 }
@@ -434,6 +584,133 @@ pub fn outcome_evals(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_raft_sync_timeout_backs_off_and_only_when_on() {
+        let limit = Some(Duration::from_secs(30));
+        let behind = Nack {
+            unreached: Some(9),
+            ..Nack::new("raft_sync_timeout", "")
+        };
+        assert_eq!(
+            behind.raft_backoff(limit),
+            Some((9, Duration::from_secs(30)))
+        );
+        assert_eq!(behind.raft_backoff(None), None);
+        assert_eq!(Nack::new("plan_failed", "").raft_backoff(limit), None);
+        assert_eq!(Nack::new(SHUTTING_DOWN, "").raft_backoff(limit), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_raft_backoff_ends_at_catch_up_limit_stop_or_pause() {
+        use tokio::time::{sleep, Instant};
+        const LIMIT: Duration = Duration::from_secs(30);
+        async fn timed(
+            store: &StateStore,
+            index: u64,
+            stop: &mut watch::Receiver<bool>,
+            paused: &mut watch::Receiver<bool>,
+        ) -> (BackoffEnd, Duration) {
+            let start = Instant::now();
+            let end = backoff_until(store, index, LIMIT, stop, paused).await;
+            (end, start.elapsed())
+        }
+        let store = Arc::new(StateStore::default());
+        let (stop_tx, mut stop) = watch::channel(false);
+        let (pause_tx, mut paused) = watch::channel(false);
+
+        let writer = store.clone();
+        tokio::spawn(async move {
+            sleep(Duration::from_secs(2)).await;
+            writer.write(|s| s.set_index(5));
+        });
+        assert_eq!(
+            timed(&store, 5, &mut stop, &mut paused).await,
+            (BackoffEnd::CaughtUp, Duration::from_secs(2))
+        );
+        assert_eq!(
+            timed(&store, 4, &mut stop, &mut paused).await,
+            (BackoffEnd::CaughtUp, Duration::ZERO)
+        );
+        assert_eq!(
+            timed(&store, 6, &mut stop, &mut paused).await,
+            (BackoffEnd::LimitReached, LIMIT)
+        );
+
+        tokio::spawn(async move {
+            sleep(Duration::from_secs(1)).await;
+            pause_tx.send_replace(true);
+            sleep(Duration::from_secs(1)).await;
+            stop_tx.send_replace(true);
+        });
+        assert_eq!(
+            timed(&store, 6, &mut stop, &mut paused).await,
+            (BackoffEnd::Paused, Duration::from_secs(1))
+        );
+        // Stopping wins over pausing.
+        sleep(Duration::from_secs(2)).await;
+        assert_eq!(
+            timed(&store, 6, &mut stop, &mut paused).await,
+            (BackoffEnd::Stopped, Duration::ZERO)
+        );
+    }
+
+    #[test]
+    fn serve_options_thread_the_backoff_into_the_workers() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            opts: crate::config::ServeOpts,
+        }
+        let parse = |extra: &[&str]| {
+            let base = [
+                "serve",
+                "--id",
+                "1",
+                "--data-dir",
+                "d",
+                "--peers",
+                "1=127.0.0.1:4647",
+            ];
+            let cli = <Cli as clap::Parser>::try_parse_from(base.iter().chain(extra)).unwrap();
+            cli.opts
+        };
+        let defaults = parse(&[]);
+        assert_eq!(defaults.apply_delay, Duration::ZERO);
+        assert_eq!(
+            defaults.control_config().worker.raft_backoff_limit,
+            WorkerConfig::default().raft_backoff_limit
+        );
+        let off = parse(&[
+            "--worker-raft-backoff",
+            "off",
+            "--worker-raft-backoff-limit",
+            "2s",
+        ]);
+        assert_eq!(off.control_config().worker.raft_backoff_limit, None);
+        let on = parse(&[
+            "--worker-raft-backoff",
+            "on",
+            "--worker-raft-backoff-limit",
+            "2s",
+        ]);
+        assert_eq!(
+            on.control_config().worker.raft_backoff_limit,
+            Some(Duration::from_secs(2))
+        );
+        let bad = [
+            "serve",
+            "--id",
+            "1",
+            "--data-dir",
+            "d",
+            "--peers",
+            "1=127.0.0.1:4647",
+        ]
+        .into_iter()
+        .chain(["--worker-raft-backoff", "maybe"]);
+        assert!(<Cli as clap::Parser>::try_parse_from(bad).is_err());
+    }
 
     #[test]
     fn failed_placements_block_a_new_evaluation_once() {

@@ -121,6 +121,8 @@ pub fn mock_factory(config: MockConfig) -> AllocRunnerFactory {
 /// allocation costs no task.
 pub struct MockRunner {
     batch: bool,
+    /// The group's `min_healthy_time`, when its job has an update block.
+    min_healthy_time: Option<Duration>,
     reporter: Reporter,
     config: Arc<MockConfig>,
     /// Tells the script to stop. Not a task handle: a handle would keep the
@@ -150,6 +152,8 @@ impl MockRunner {
     pub fn new(alloc: &Allocation, reporter: Reporter, config: Arc<MockConfig>) -> Self {
         Self {
             batch: alloc.job_type == JobType::Batch as i32,
+            min_healthy_time: (alloc.min_healthy_time_ms > 0)
+                .then(|| Duration::from_millis(alloc.min_healthy_time_ms)),
             reporter,
             config,
             stop: Arc::new(tokio::sync::Notify::new()),
@@ -163,6 +167,7 @@ impl AllocRunner for MockRunner {
         let reporter = self.reporter.clone();
         let config = self.config.clone();
         let batch = self.batch;
+        let min_healthy_time = self.min_healthy_time.unwrap_or(config.min_healthy_time);
         let fails = rand::thread_rng().gen_bool(config.failure_probability.clamp(0.0, 1.0));
         reporter.report(report(
             AllocClientStatus::Pending,
@@ -192,7 +197,7 @@ impl AllocRunner for MockRunner {
                 "task started",
                 None,
             ));
-            tokio::time::sleep(config.min_healthy_time).await;
+            tokio::time::sleep(min_healthy_time).await;
             reporter.report(report(
                 AllocClientStatus::Running,
                 "running",
@@ -200,9 +205,7 @@ impl AllocRunner for MockRunner {
                 Some(true),
             ));
             if batch {
-                let rest = config
-                    .batch_duration
-                    .saturating_sub(config.min_healthy_time);
+                let rest = config.batch_duration.saturating_sub(min_healthy_time);
                 tokio::time::sleep(rest).await;
                 reporter.report(report(
                     AllocClientStatus::Complete,

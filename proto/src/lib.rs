@@ -19,6 +19,7 @@ pub const MESSAGE_TYPES: &[&str] = &[
     "eval_update",
     "plan_apply",
     "alloc_client_update",
+    "deployment_update",
     "blank",
     "membership",
 ];
@@ -38,6 +39,7 @@ impl log_entry::Msg {
             log_entry::Msg::EvalUpdate(_) => "eval_update",
             log_entry::Msg::PlanApply(_) => "plan_apply",
             log_entry::Msg::AllocClientUpdate(_) => "alloc_client_update",
+            log_entry::Msg::DeploymentUpdate(_) => "deployment_update",
         }
     }
 }

@@ -185,9 +185,16 @@ impl LocalCluster {
 
     /// Starts server `id` (again), appending to its log file.
     pub fn spawn(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        self.spawn_with(id, &[])
+    }
+
+    /// Starts server `id` (again) with `extra` flags after everyone's
+    /// `server_args`, e.g. to make one server different from the rest.
+    pub fn spawn_with(&mut self, id: NodeId, extra: &[&str]) -> Result<(), LaunchError> {
         let peers = self.peers_arg();
         let bin = self.bin.clone();
-        let args = self.server_args.clone();
+        let mut args = self.server_args.clone();
+        args.extend(extra.iter().map(|a| a.to_string()));
         let s = self.server_mut(id)?;
         let log = OpenOptions::new()
             .create(true)

@@ -1,0 +1,205 @@
+//! Seed 004 on a real cluster: a follower whose state lags far behind the
+//! leader nacks the evaluations its workers dequeue (`raft_sync_timeout`).
+//! With `--worker-raft-backoff on` its workers then wait for their state to
+//! catch up instead of taking evaluations again at once, so they give back
+//! far fewer; the other servers' workers place every job either way.
+
+mod common;
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::{eventually, node, Harness, CATCH_UP, ELECTION};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::*;
+
+const NODES: usize = 10;
+const JOBS: usize = 40;
+/// The lagging follower applies each batch of entries this late: far more
+/// than the raft sync limit below.
+const APPLY_DELAY: &str = "1s";
+const SYNC_TIMEOUT_NACKS: &str = "stampede_worker_nacks_total{reason=\"raft_sync_timeout\"}";
+
+/// What the lagging follower's workers did during one run.
+#[derive(Debug)]
+struct Lagging {
+    nacks: f64,
+    backoffs: f64,
+    backoff_seconds: f64,
+    /// Whether `/v1/workers` ever showed a worker `backing_off`.
+    seen_backing_off: bool,
+}
+
+fn small_job(id: &str) -> Job {
+    Job {
+        id: id.into(),
+        r#type: JobType::Service as i32,
+        task_groups: vec![TaskGroup {
+            name: "web".into(),
+            count: 1,
+            resources: Some(Resources {
+                cpu_mhz: 100,
+                memory_mb: 64,
+            }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+async fn placed(client: &ClusterClient, job: &str) -> bool {
+    let req = JobAllocationsRequest {
+        job_id: job.into(),
+        query: None,
+    };
+    client.jobs().allocations(req).await.is_ok_and(|r| {
+        r.into_inner()
+            .allocs
+            .iter()
+            .any(|a| a.desired_status == AllocDesiredStatus::Run as i32)
+    })
+}
+
+/// Polls `http`'s `/v1/workers` until `done`; true if a worker was backing off.
+async fn watch_for_backing_off(http: std::net::SocketAddr, done: Arc<AtomicBool>) -> bool {
+    let url = format!("http://{http}/v1/workers");
+    while !done.load(Ordering::Relaxed) {
+        if let Ok(r) = reqwest::get(&url).await {
+            if let Ok(v) = r.json::<serde_json::Value>().await {
+                let workers = v["workers"].as_array().cloned().unwrap_or_default();
+                if workers.iter().any(|w| w["state"] == "backing_off") {
+                    return true;
+                }
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Runs the workload on a fresh cluster with `--worker-raft-backoff backoff`
+/// and one follower restarted with `--apply-delay`.
+async fn run(backoff: &str) -> Lagging {
+    let mut c = Harness::start(
+        3,
+        &[
+            "--raft-sync-limit",
+            "200ms",
+            "--worker-raft-backoff",
+            backoff,
+            "--workers",
+            "2",
+            "--heartbeat-min-ttl",
+            "600s",
+            // Without backoff the lagging follower gives each evaluation
+            // back many times; keep them from failing at the default limit.
+            "--delivery-limit",
+            "100",
+        ],
+    );
+    let leader = c.wait_for_leader(ELECTION).await.unwrap();
+    let lagging = c.ids().into_iter().find(|id| *id != leader).unwrap();
+    c.kill(lagging).unwrap();
+    c.spawn_with(lagging, &["--apply-delay", APPLY_DELAY])
+        .unwrap();
+    c.wait_for_status(lagging, "it follows the leader", ELECTION, |s| {
+        s.leader_id == Some(leader)
+    })
+    .await
+    .unwrap();
+
+    // Clients talk to the healthy servers only, so reads are not stale.
+    let healthy: Vec<String> = c
+        .servers()
+        .iter()
+        .filter(|s| s.id != lagging)
+        .map(|s| s.rpc.to_string())
+        .collect();
+    let client = ClusterClient::new(&healthy).unwrap();
+    for i in 0..NODES {
+        client.register_node(node(&format!("n-{i}"))).await.unwrap();
+    }
+
+    let done = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn(watch_for_backing_off(
+        c.server(lagging).unwrap().http,
+        done.clone(),
+    ));
+    let jobs: Vec<String> = (0..JOBS).map(|i| format!("job-{i}")).collect();
+    for id in &jobs {
+        client
+            .retrying(|c| {
+                let job = small_job(id);
+                async move {
+                    Ok(c.jobs()
+                        .register(JobRegisterRequest { job: Some(job) })
+                        .await?
+                        .into_inner())
+                }
+            })
+            .await
+            .unwrap();
+    }
+    let pending = RefCell::new(jobs.into_iter().collect::<BTreeSet<String>>());
+    let (pending, client) = (&pending, &client);
+    eventually(
+        &format!("all {JOBS} jobs are placed"),
+        CATCH_UP,
+        move || async move {
+            let mut left = pending.take();
+            for job in std::mem::take(&mut left) {
+                if !placed(client, &job).await {
+                    left.insert(job);
+                }
+            }
+            let all = left.is_empty();
+            pending.replace(left);
+            all
+        },
+    )
+    .await;
+    done.store(true, Ordering::Relaxed);
+    let seen_backing_off = watcher.await.unwrap();
+
+    // Every evaluation is done, so the lagging follower's workers hold none
+    // (they count a nack before giving the evaluation back): final counts.
+    assert_ne!(
+        c.status(lagging).await.unwrap().state,
+        "Leader",
+        "the lagging server must stay a follower for the counts to mean anything"
+    );
+    Lagging {
+        nacks: c.metric(lagging, SYNC_TIMEOUT_NACKS).await.unwrap(),
+        backoffs: c
+            .metric(lagging, "stampede_worker_raft_backoffs_total")
+            .await
+            .unwrap(),
+        backoff_seconds: c
+            .metric(lagging, "stampede_worker_raft_backoff_seconds_total")
+            .await
+            .unwrap(),
+        seen_backing_off,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lagging_follower_backs_off_instead_of_nacking_again_and_again() {
+    let on = run("on").await;
+    let off = run("off").await;
+    eprintln!("lagging follower with backoff on: {on:?}; off: {off:?}");
+
+    assert!(on.nacks >= 1.0, "the follower lagged: {on:?}");
+    assert!(on.backoffs >= 1.0 && on.backoff_seconds > 0.0, "{on:?}");
+    assert!(on.seen_backing_off, "{on:?}");
+    assert_eq!((off.backoffs, off.backoff_seconds), (0.0, 0.0), "{off:?}");
+    assert!(!off.seen_backing_off, "{off:?}");
+    assert!(off.nacks >= 10.0, "too few nacks to compare: {off:?}");
+    assert!(
+        on.nacks * 3.0 < off.nacks,
+        "backoff on: {} nacks, off: {}",
+        on.nacks,
+        off.nacks
+    );
+}

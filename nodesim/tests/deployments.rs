@@ -1,0 +1,187 @@
+//! Deployments on a real cluster, run by a real simulated fleet: rolling
+//! updates in rounds, and what the deployment watcher's two query modes cost.
+
+mod common;
+
+use std::time::Instant;
+
+use common::*;
+use nodesim::runner::mock_factory;
+use nodesim::Fleet;
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{Deployment, DeploymentStatus, Job, JobDeploymentsRequest, UpdateStrategy};
+
+const WATCHER_QUERIES: &str =
+    "stampede_blocking_queries_started_total{source=\"deployment_watcher\"}";
+
+/// A service job whose group rolls out `max_parallel` at a time, each
+/// allocation healthy `min_healthy_ms` after it runs; `version` changes its spec.
+fn rolling_job(id: &str, count: u32, max_parallel: u32, min_healthy_ms: u64, version: &str) -> Job {
+    let mut j = job(id, count, "dc1");
+    let g = &mut j.task_groups[0];
+    g.update = Some(UpdateStrategy {
+        max_parallel,
+        min_healthy_time_ms: min_healthy_ms,
+        progress_deadline_ms: 120_000,
+        ..Default::default()
+    });
+    g.meta.insert("version".into(), version.into());
+    j
+}
+
+async fn deployments(client: &ClusterClient, job_id: &str) -> Vec<Deployment> {
+    client
+        .retrying(|c| async move {
+            Ok(c.deployments()
+                .for_job(JobDeploymentsRequest {
+                    job_id: job_id.into(),
+                    query: None,
+                })
+                .await?
+                .into_inner()
+                .deployments)
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// Waits until the job's deployment for `version` has ended, and returns it.
+async fn finished(client: &ClusterClient, job_id: &str, version: u64) -> Deployment {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        if let Some(d) = deployments(client, job_id)
+            .await
+            .into_iter()
+            .find(|d| d.job_version == version && d.status != DeploymentStatus::Running as i32)
+        {
+            return d;
+        }
+        check_deadline(
+            deadline,
+            &format!("the deployment of {job_id} v{version} ends"),
+        );
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_update_of_20_by_5_takes_4_rounds() {
+    let mut h = Harness::start().await;
+    let client = h.client();
+    let fleet = Fleet::start(
+        h.opts(&["--nodes", "10"]),
+        mock_factory(h.opts(&[]).mock_config()),
+    )
+    .await
+    .unwrap();
+    ready_nodes(&mut h.0, 10.0).await;
+    register(&client, rolling_job("web", 20, 5, 300, "1")).await;
+    let first = finished(&client, "web", 0).await;
+    assert_eq!(
+        first.status,
+        DeploymentStatus::Successful as i32,
+        "{first:?}"
+    );
+
+    register(&client, rolling_job("web", 20, 5, 300, "2")).await;
+    // Follow the deployment: every round shows as more allocations placed.
+    let deadline = Instant::now() + SETTLE;
+    let mut seen: Vec<u32> = Vec::new();
+    let done = loop {
+        let ds = deployments(&client, "web").await;
+        if let Some(d) = ds.iter().find(|d| d.job_version == 1) {
+            let placed = d.task_groups["app"].placed;
+            // 0 until the watcher first counts the placements.
+            if placed > 0 && seen.last() != Some(&placed) {
+                seen.push(placed);
+            }
+            if d.status != DeploymentStatus::Running as i32 {
+                break d.clone();
+            }
+        }
+        check_deadline(deadline, "the rolling update ends");
+        tokio::time::sleep(POLL).await;
+    };
+    assert_eq!(done.status, DeploymentStatus::Successful as i32, "{done:?}");
+    assert_eq!(
+        seen,
+        vec![5, 10, 15, 20],
+        "rounds as the deployment showed them"
+    );
+    assert_eq!(done.task_groups["app"].healthy, 20);
+    let live = running(&client, "web", 20).await;
+    assert_eq!(
+        live.iter()
+            .filter(|a| a.job_version == 1 && a.deployment_id == done.id)
+            .count(),
+        20
+    );
+    fleet.shutdown().await;
+}
+
+/// Deployment-watcher queries the leader started while `n` deployments ran
+/// at once (each job's first version, two allocations one at a time).
+async fn queries_for(h: &mut Harness, client: &ClusterClient, n: usize) -> f64 {
+    let leader = h.0.wait_for_leader(ELECTION).await.unwrap();
+    let before = h.0.metric(leader, WATCHER_QUERIES).await.unwrap();
+    let ids: Vec<String> = (0..n).map(|i| format!("d{n}-{i}")).collect();
+    let registers = ids
+        .iter()
+        .map(|id| register(client, rolling_job(id, 2, 1, 200, "1")));
+    futures::future::join_all(registers).await;
+    for id in &ids {
+        let d = finished(client, id, 0).await;
+        assert_eq!(d.status, DeploymentStatus::Successful as i32, "{d:?}");
+    }
+    assert_eq!(
+        h.0.wait_for_leader(ELECTION).await.unwrap(),
+        leader,
+        "no leader change"
+    );
+    h.0.metric(leader, WATCHER_QUERIES).await.unwrap() - before
+}
+
+async fn watcher_costs(mode: &str) -> Vec<f64> {
+    let mut h = Harness::start_with(&[
+        "--deployment-watcher",
+        mode,
+        // The limiter's waits are not under test here; counts are.
+        "--deployment-query-rate",
+        "100000",
+    ])
+    .await;
+    let client = h.client();
+    let fleet = Fleet::start(
+        h.opts(&["--nodes", "20"]),
+        mock_factory(h.opts(&[]).mock_config()),
+    )
+    .await
+    .unwrap();
+    ready_nodes(&mut h.0, 20.0).await;
+    let mut costs = Vec::new();
+    for n in [5, 10, 20] {
+        costs.push(queries_for(&mut h, &client, n).await);
+    }
+    fleet.shutdown().await;
+    costs
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_watchers_query_quadratically_more_than_fixed() {
+    let fixed = watcher_costs("fixed").await;
+    let legacy = watcher_costs("legacy").await;
+    eprintln!(
+        "deployment watcher queries at 5, 10, 20 deployments: fixed {fixed:?}, legacy {legacy:?}"
+    );
+    for i in 0..3 {
+        assert!(legacy[i] > fixed[i], "legacy {legacy:?} vs fixed {fixed:?}");
+    }
+    // Fixed grows with the number of deployments; legacy with its square,
+    // so the gap between them grows faster than linearly.
+    let gap: Vec<f64> = (0..3).map(|i| legacy[i] - fixed[i]).collect();
+    assert!(
+        gap[2] / gap[0] > 4.0,
+        "the gap grew {:.1}x from 5 to 20 deployments (gaps {gap:?})",
+        gap[2] / gap[0]
+    );
+}
