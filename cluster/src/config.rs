@@ -119,10 +119,9 @@ pub struct ServeOpts {
     /// How long a worker waits for its state to reach an evaluation before it nacks.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub raft_sync_limit: Duration,
-    /// After a worker nacks an evaluation its state could not reach in time,
-    /// wait before dequeuing again, until the state reaches that index or
-    /// --worker-raft-backoff-limit runs out, so a lagging server does not
-    /// keep taking evaluations it cannot process.
+    /// After a worker's state fails to reach an evaluation in time, wait for
+    /// it to catch up (up to --worker-raft-backoff-limit) before dequeuing
+    /// again, so a lagging server stops taking evaluations it cannot process.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub worker_raft_backoff: Switch,
     /// Longest such backoff.

@@ -59,6 +59,9 @@ impl Default for WorkerConfig {
 const BACKOFF_BASE: Duration = Duration::from_millis(20);
 const BACKOFF_LIMIT: Duration = Duration::from_secs(1);
 
+/// How often a raft backoff adds its time to its metric.
+const RAFT_BACKOFF_STEP: Duration = Duration::from_secs(1);
+
 pub struct WorkerMetrics {
     pub seconds: HistogramVec,
     pub nacks: IntCounterVec,
@@ -431,20 +434,30 @@ impl WorkerRun {
     async fn raft_backoff(&mut self, index: u64, limit: Duration) {
         self.set_state("backing_off", None);
         self.cp.workers.metrics.raft_backoffs.inc();
-        let start = Instant::now();
-        let end = backoff_until(
-            &self.cp.store,
-            index,
-            limit,
-            &mut self.stop,
-            &mut self.paused,
-        )
-        .await;
-        self.cp
-            .workers
-            .metrics
-            .raft_backoff_seconds
-            .inc_by(start.elapsed().as_secs_f64());
+        let deadline = Instant::now() + limit;
+        // In steps, so the seconds metric grows during a long backoff.
+        let end = loop {
+            let start = Instant::now();
+            let step = deadline
+                .saturating_duration_since(start)
+                .min(RAFT_BACKOFF_STEP);
+            let end = backoff_until(
+                &self.cp.store,
+                index,
+                step,
+                &mut self.stop,
+                &mut self.paused,
+            )
+            .await;
+            self.cp
+                .workers
+                .metrics
+                .raft_backoff_seconds
+                .inc_by(start.elapsed().as_secs_f64());
+            if end != BackoffEnd::LimitReached || Instant::now() >= deadline {
+                break end;
+            }
+        };
         match end {
             BackoffEnd::Stopped => {
                 tracing::info!("worker {} stopping during raft backoff", self.id)

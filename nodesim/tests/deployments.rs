@@ -142,6 +142,12 @@ async fn queries_for(h: &mut Harness, client: &ClusterClient, n: usize) -> f64 {
 }
 
 async fn watcher_costs(mode: &str) -> Vec<f64> {
+    watcher_costs_at(mode, &[5, 10, 20], 20).await
+}
+
+/// Queries started for each number of concurrent deployments in `sizes`,
+/// on a cluster whose watchers run in `mode`, with a fleet of `nodes`.
+async fn watcher_costs_at(mode: &str, sizes: &[usize], nodes: u64) -> Vec<f64> {
     let mut h = Harness::start_with(&[
         "--deployment-watcher",
         mode,
@@ -152,14 +158,14 @@ async fn watcher_costs(mode: &str) -> Vec<f64> {
     .await;
     let client = h.client();
     let fleet = Fleet::start(
-        h.opts(&["--nodes", "20"]),
+        h.opts(&["--nodes", &nodes.to_string()]),
         mock_factory(h.opts(&[]).mock_config()),
     )
     .await
     .unwrap();
-    ready_nodes(&mut h.0, 20.0).await;
+    ready_nodes(&mut h.0, nodes as f64).await;
     let mut costs = Vec::new();
-    for n in [5, 10, 20] {
+    for &n in sizes {
         costs.push(queries_for(&mut h, &client, n).await);
     }
     fleet.shutdown().await;
@@ -184,4 +190,22 @@ async fn legacy_watchers_query_quadratically_more_than_fixed() {
         "the gap grew {:.1}x from 5 to 20 deployments (gaps {gap:?})",
         gap[2] / gap[0]
     );
+}
+
+/// BENCHMARKS.md's figures: deployment-watcher queries per deployment at 10,
+/// 50 and 100 concurrent deployments. Run with
+/// `cargo test --release -p nodesim --test deployments -- --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement for BENCHMARKS.md, minutes long"]
+async fn measure_watcher_queries_per_deployment() {
+    let sizes = [10, 50, 100];
+    for mode in ["fixed", "legacy"] {
+        let costs = watcher_costs_at(mode, &sizes, 100).await;
+        for (n, q) in sizes.iter().zip(&costs) {
+            println!(
+                "{mode}: {n} deployments, {q} queries, {:.1} per deployment",
+                q / *n as f64
+            );
+        }
+    }
 }

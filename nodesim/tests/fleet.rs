@@ -158,6 +158,13 @@ async fn the_fleet_survives_a_leader_kill_and_restart() {
     register(&client, job("after", 30, "dc1")).await;
     running(&client, "after", 30).await;
     ready_nodes(&mut h.0, 30.0).await;
+    // A node whose last heartbeat failed (to the restarted server, say)
+    // shows as disconnected until its retry gets through.
+    let deadline = std::time::Instant::now() + SETTLE;
+    while fleet.summary().ready != 30 {
+        check_deadline(deadline, "every simulated node's last heartbeat succeeded");
+        tokio::time::sleep(POLL).await;
+    }
 
     let summary = fleet.shutdown().await;
     eprintln!("{summary}");
