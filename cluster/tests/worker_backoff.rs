@@ -14,11 +14,12 @@ use stampede_proto::client::ClusterClient;
 use stampede_proto::*;
 
 const NODES: usize = 10;
-const JOBS: usize = 40;
+const JOBS: usize = 60;
 /// The lagging follower applies each batch of entries this late: far more
 /// than the raft sync limit below.
 const APPLY_DELAY: &str = "1s";
 const SYNC_TIMEOUT_NACKS: &str = "stampede_worker_nacks_total{reason=\"raft_sync_timeout\"}";
+const BACKOFF_SECONDS: &str = "stampede_worker_raft_backoff_seconds_total";
 
 /// What the lagging follower's workers did during one run.
 #[derive(Debug)]
@@ -150,6 +151,13 @@ async fn run(backoff: &str) -> Lagging {
     }
     done.store(true, Ordering::Relaxed);
     let seen_backing_off = watcher.await.unwrap();
+    if backoff == "on" {
+        // A backoff adds its time in steps while it lasts.
+        eventually("backoff time is counted", CATCH_UP, || async {
+            c.metric(lagging, BACKOFF_SECONDS).await.unwrap() > 0.0
+        })
+        .await;
+    }
 
     // Every evaluation is done, so the lagging follower's workers hold none
     // (they count a nack before giving the evaluation back): final counts.
@@ -164,10 +172,7 @@ async fn run(backoff: &str) -> Lagging {
             .metric(lagging, "stampede_worker_raft_backoffs_total")
             .await
             .unwrap(),
-        backoff_seconds: c
-            .metric(lagging, "stampede_worker_raft_backoff_seconds_total")
-            .await
-            .unwrap(),
+        backoff_seconds: c.metric(lagging, BACKOFF_SECONDS).await.unwrap(),
         seen_backing_off,
     }
 }
