@@ -39,7 +39,8 @@ servers=$(awk '$3 ~ /^127\.0\.0\.1:/ {print $3}' "$work/dev.log" | paste -sd, -)
 
 "$bin/nodesim" --nodes "$NODES" --servers "$servers" --metrics 127.0.0.1:0 \
   --id-prefix fp >"$work/nodesim.out" 2>"$work/nodesim.log" &
-pids+=($!)
+nodesim=$!
+pids+=($nodesim)
 for _ in $(seq 600); do grep -q 'metrics at' "$work/nodesim.log" && break; sleep 0.1; done
 metrics=$(sed -n 's|.*metrics at \(http://[^ ]*\).*|\1|p' "$work/nodesim.log")
 metric() { curl -sf "$metrics" | awk -v s="$1" '$1 == s {print $2}'; }
@@ -66,9 +67,14 @@ done
 placed=$(date +%s.%N)
 # Let the last health reports go out before the quiet window starts.
 sleep 5
-cpu0=$(metric process_cpu_seconds_total)
+# CPU from /proc in clock ticks: the process metric counts whole seconds only.
+ticks() { awk '{print $14 + $15}' "/proc/$nodesim/stat"; }
+hz=$(getconf CLK_TCK)
+t0=$(ticks)
 sleep "$WINDOW"
-cpu1=$(metric process_cpu_seconds_total)
+t1=$(ticks)
+cpu0=0
+cpu1=$(awk -v a="$t0" -v b="$t1" -v hz="$hz" 'BEGIN {print (b - a) / hz}')
 rss=$(metric process_resident_memory_bytes)
 errors=$(curl -sf "$metrics" | awk '$1 ~ /^stampede_nodesim_errors_total/ && $2 > 0 {
   sub(/.*kind="/, "", $1); sub(/"}/, "", $1); printf "%s%s %d", sep, $1, $2; sep = ", "
@@ -76,6 +82,6 @@ errors=$(curl -sf "$metrics" | awk '$1 ~ /^stampede_nodesim_errors_total/ && $2 
 awk -v n="$NODES" -v a="$ALLOCS" -v rss="$rss" -v c0="$cpu0" -v c1="$cpu1" -v w="$WINDOW" \
   -v t0="$start" -v t1="$ready" -v t2="$placed" -v e="$errors" 'BEGIN {
   printf "nodes %d  allocs %d  ready after %.1fs  allocs running after %.1fs more\n", n, a, t1 - t0, t2 - t1
-  printf "nodesim RSS %.1f MiB = %.2f KiB per node; CPU %.3f cores over %ds idle; errors: %s\n",
+  printf "nodesim RSS %.1f MiB = %.2f KiB per node; CPU %.4f cores over %ds idle; errors: %s\n",
     rss / 1048576, rss / 1024 / n, (c1 - c0) / w, w, e
 }'

@@ -99,17 +99,26 @@ impl AllocUpdates {
     }
 }
 
+/// Allocations one entry carries at most: a batch closes early once it
+/// holds this many, so an entry stays small enough to replicate within a
+/// raft heartbeat even on a busy machine.
+pub const MAX_ENTRY_ALLOCS: usize = 2_000;
+
 /// The batching loop, for one term of leadership.
 pub(crate) async fn run(cp: Arc<ControlPlane>, mut rx: mpsc::UnboundedReceiver<PendingUpdate>) {
     while let Some(first) = rx.recv().await {
+        let mut allocs = first.allocs.len();
         let mut batch = vec![first];
         let window = tokio::time::sleep(cp.alloc_updates.window);
         tokio::pin!(window);
-        loop {
+        while allocs < MAX_ENTRY_ALLOCS {
             tokio::select! {
                 _ = &mut window => break,
                 next = rx.recv() => match next {
-                    Some(p) => batch.push(p),
+                    Some(p) => {
+                        allocs += p.allocs.len();
+                        batch.push(p);
+                    }
                     None => break,
                 },
             }

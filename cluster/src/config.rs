@@ -80,10 +80,10 @@ pub struct ServeOpts {
     pub peers: Peers,
     /// Leader heartbeat interval, in milliseconds. openraft also gives each
     /// AppendEntries this long, so it is roomy for a busy 2-core machine.
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=10_000))]
     pub heartbeat_ms: u64,
     /// Shortest election timeout, in milliseconds (the longest is twice this).
-    #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub election_timeout_ms: u64,
     /// Build a snapshot once this many entries were applied since the last one.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]

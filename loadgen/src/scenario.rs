@@ -1,0 +1,323 @@
+//! Capacity scenarios: the fleet, the job stream and the settings to compare,
+//! read from TOML. Built-in scenarios live in `loadgen/scenarios/` and are
+//! compiled in, so `loadgen capacity --scenario NAME` needs no file.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// A named built-in scenario and its TOML.
+pub const BUILT_IN: &[(&str, &str)] = &[
+    ("default", include_str!("../scenarios/default.toml")),
+    ("client-updates", include_str!("../scenarios/client-updates.toml")),
+    ("deployments", include_str!("../scenarios/deployments.toml")),
+    ("c2m-mini", include_str!("../scenarios/c2m-mini.toml")),
+];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ScenarioError {
+    #[error("no built-in scenario {0:?} and no such file (built-in: {1})")]
+    Unknown(String, String),
+    #[error("cannot read {0}: {1}")]
+    Read(String, std::io::Error),
+    /// toml's message names the line, the column and the field.
+    #[error("{origin}: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{origin}: {field}: {message}")]
+    Invalid {
+        origin: String,
+        field: String,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// What the run is for: one line for the report's title.
+    #[serde(default = "defaults::servers")]
+    pub servers: u32,
+    /// Simulated client nodes.
+    pub nodes: u64,
+    /// How long jobs are submitted, e.g. "60s".
+    #[serde(with = "humantime_serde_str")]
+    pub duration: Duration,
+    /// How long after the last submission the run waits for stragglers.
+    #[serde(with = "humantime_serde_str", default = "defaults::drain")]
+    pub drain: Duration,
+    pub arrival: Arrival,
+    /// Share (0 to 1) of submissions that update an earlier job's spec
+    /// instead of registering a new job: these start deployments.
+    #[serde(default)]
+    pub update_share: f64,
+    #[serde(rename = "jobs")]
+    pub job_mix: Vec<JobKind>,
+    /// `cluster serve` flags for every variant.
+    #[serde(default)]
+    pub server_args: Vec<String>,
+    /// `nodesim` flags for every variant.
+    #[serde(default)]
+    pub nodesim_args: Vec<String>,
+    #[serde(default)]
+    pub slo: Slo,
+    /// Settings compared on the same workload; one run with none.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+}
+
+mod defaults {
+    use std::time::Duration;
+    pub fn servers() -> u32 {
+        3
+    }
+    pub fn drain() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn weight() -> u32 {
+        1
+    }
+    pub fn memory() -> u64 {
+        64
+    }
+}
+
+/// `duration = "60s"` in TOML.
+mod humantime_serde_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration ({e})")))
+    }
+}
+
+/// When submissions are scheduled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, tag = "process", rename_all = "snake_case")]
+pub enum Arrival {
+    /// `rate` submissions per second, evenly spaced.
+    Constant { rate: f64 },
+    /// `rate` per second on average, exponential gaps.
+    Poisson { rate: f64 },
+    /// From `from` to `to` per second, linearly over the duration.
+    Ramp { from: f64, to: f64 },
+}
+
+impl Arrival {
+    /// The submission rate at `t` seconds into a run of `total` seconds.
+    pub fn rate_at(&self, t: f64, total: f64) -> f64 {
+        match self {
+            Arrival::Constant { rate } | Arrival::Poisson { rate } => *rate,
+            Arrival::Ramp { from, to } => from + (to - from) * (t / total.max(1e-9)).min(1.0),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Service,
+    Batch,
+    System,
+}
+
+/// One kind of job in the mix.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JobKind {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    /// Relative share of submissions.
+    #[serde(default = "defaults::weight")]
+    pub weight: u32,
+    /// Allocations per job (system jobs: one per node, this is ignored).
+    #[serde(default)]
+    pub count: u32,
+    pub cpu_mhz: u64,
+    #[serde(default = "defaults::memory")]
+    pub memory_mb: u64,
+    /// An update block: deployments with this many allocations at a time.
+    #[serde(default)]
+    pub max_parallel: u32,
+    #[serde(default)]
+    pub min_healthy_time_ms: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// The run fails if p99 placement latency is above this.
+    pub p99_placement_ms: Option<f64>,
+    /// The run fails if p99 time to running is above this.
+    pub p99_running_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    /// Names its setting, e.g. `legacy` or `prioritized`.
+    pub name: String,
+    #[serde(default)]
+    pub server_args: Vec<String>,
+    #[serde(default)]
+    pub nodesim_args: Vec<String>,
+}
+
+impl Scenario {
+    /// A built-in scenario by name, or a TOML file by path.
+    pub fn load(name_or_path: &str) -> Result<Self, ScenarioError> {
+        if let Some((_, text)) = BUILT_IN.iter().find(|(n, _)| *n == name_or_path) {
+            return Self::parse(text, &format!("built-in scenario {name_or_path}"));
+        }
+        let path = Path::new(name_or_path);
+        if !path.exists() {
+            let names: Vec<&str> = BUILT_IN.iter().map(|(n, _)| *n).collect();
+            return Err(ScenarioError::Unknown(
+                name_or_path.into(),
+                names.join(", "),
+            ));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ScenarioError::Read(path.display().to_string(), e))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and checks a scenario; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, ScenarioError> {
+        let s: Scenario = toml::from_str(text).map_err(|e| ScenarioError::Parse {
+            origin: origin.into(),
+            message: e.to_string().trim_end().into(),
+        })?;
+        s.check(origin)?;
+        Ok(s)
+    }
+
+    fn check(&self, origin: &str) -> Result<(), ScenarioError> {
+        let bad = |field: &str, message: &str| {
+            Err(ScenarioError::Invalid {
+                origin: origin.into(),
+                field: field.into(),
+                message: message.into(),
+            })
+        };
+        if !(1..=9).contains(&self.servers) {
+            return bad("servers", "must be 1 to 9");
+        }
+        if self.nodes == 0 || self.nodes > 1_000_000 {
+            return bad("nodes", "must be 1 to 1,000,000");
+        }
+        if self.duration.is_zero() {
+            return bad("duration", "must be above 0");
+        }
+        let rates = match self.arrival {
+            Arrival::Constant { rate } | Arrival::Poisson { rate } => vec![rate],
+            Arrival::Ramp { from, to } => vec![from, to],
+        };
+        if rates.iter().any(|r| !(r.is_finite() && *r >= 0.0 && *r <= 100_000.0))
+            || rates.iter().all(|r| *r == 0.0)
+        {
+            return bad("arrival.rate", "must be 0 to 100,000 per second, not all 0");
+        }
+        if !(0.0..=1.0).contains(&self.update_share) {
+            return bad("update_share", "must be between 0 and 1");
+        }
+        if self.job_mix.is_empty() {
+            return bad("jobs", "needs at least one [[jobs]] entry");
+        }
+        for (i, j) in self.job_mix.iter().enumerate() {
+            let field = |f: &str| format!("jobs[{i}].{f} ({})", j.name);
+            if j.weight == 0 {
+                return bad(&field("weight"), "must be at least 1");
+            }
+            if j.kind != Kind::System && !(1..=100_000).contains(&j.count) {
+                return bad(&field("count"), "must be 1 to 100,000");
+            }
+            if j.cpu_mhz == 0 || j.memory_mb == 0 {
+                return bad(&field("cpu_mhz"), "resources must be above 0");
+            }
+        }
+        let mut names = std::collections::HashSet::new();
+        for (i, v) in self.variants.iter().enumerate() {
+            if v.name.is_empty() || !names.insert(&v.name) {
+                return bad(&format!("variants[{i}].name"), "must be set and unique");
+            }
+        }
+        Ok(())
+    }
+
+    /// The variants to run: those declared, or one named for the scenario.
+    pub fn runs(&self) -> Vec<Variant> {
+        if self.variants.is_empty() {
+            vec![Variant {
+                name: self.name.clone(),
+                server_args: vec![],
+                nodesim_args: vec![],
+            }]
+        } else {
+            self.variants.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_built_in_scenario_parses() {
+        for (name, _) in BUILT_IN {
+            let s = Scenario::load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(s.name, *name);
+        }
+        let s = Scenario::load("client-updates").unwrap();
+        let names: Vec<String> = s.runs().into_iter().map(|v| v.name).collect();
+        assert_eq!(names, ["legacy", "prioritized"]);
+    }
+
+    #[test]
+    fn a_bad_scenario_names_the_field_and_line() {
+        let text = "name = \"x\"\nnodes = 10\nduration = \"10s\"\narival = { process = \"constant\", rate = 1.0 }\n";
+        let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("x.toml") && e.contains("line 4") && e.contains("arival"), "{e}");
+
+        let text = "name = \"x\"\nnodes = 10\nduration = \"soon\"\n";
+        let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("line 3") && e.contains("\"soon\" is not a duration"), "{e}");
+
+        let text = r#"
+name = "x"
+nodes = 10
+duration = "10s"
+arrival = { process = "constant", rate = 1.0 }
+[[jobs]]
+name = "web"
+type = "service"
+count = 0
+cpu_mhz = 100
+"#;
+        let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("jobs[0].count (web)"), "{e}");
+
+        let e = Scenario::load("no-such-scenario").unwrap_err().to_string();
+        assert!(e.contains("c2m-mini"), "{e}");
+    }
+
+    #[test]
+    fn a_ramp_goes_from_one_rate_to_the_other() {
+        let a = Arrival::Ramp { from: 1.0, to: 11.0 };
+        assert_eq!(a.rate_at(0.0, 10.0), 1.0);
+        assert_eq!(a.rate_at(5.0, 10.0), 6.0);
+        assert_eq!(a.rate_at(20.0, 10.0), 11.0);
+    }
+}
