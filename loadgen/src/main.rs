@@ -14,6 +14,9 @@ enum Cmd {
     Writes(loadgen::writes::WritesOpts),
     /// Measure scheduler throughput: register nodes and jobs, wait for every placement.
     Place(loadgen::place::PlaceOpts),
+    /// A capacity-planning run: a local cluster and fleet (or given ones), a
+    /// scenario's job stream, and a report of what it cost.
+    Capacity(loadgen::capacity::CapacityOpts),
 }
 
 #[tokio::main]
@@ -37,6 +40,15 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 println!("{report}");
+            }
+        }
+        Cmd::Capacity(opts) => {
+            let summary = loadgen::capacity::run(opts).await?;
+            if !summary.slo_breaches.is_empty() {
+                anyhow::bail!("SLO breached: {}", summary.slo_breaches.join("; "));
+            }
+            if !summary.complete {
+                anyhow::bail!("the run did not complete; the report is partial");
             }
         }
     }

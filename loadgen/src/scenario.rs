@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 /// A named built-in scenario and its TOML.
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("default", include_str!("../scenarios/default.toml")),
-    ("client-updates", include_str!("../scenarios/client-updates.toml")),
+    (
+        "client-updates",
+        include_str!("../scenarios/client-updates.toml"),
+    ),
     ("deployments", include_str!("../scenarios/deployments.toml")),
     ("c2m-mini", include_str!("../scenarios/c2m-mini.toml")),
 ];
@@ -224,7 +227,9 @@ impl Scenario {
             Arrival::Constant { rate } | Arrival::Poisson { rate } => vec![rate],
             Arrival::Ramp { from, to } => vec![from, to],
         };
-        if rates.iter().any(|r| !(r.is_finite() && *r >= 0.0 && *r <= 100_000.0))
+        if rates
+            .iter()
+            .any(|r| !(r.is_finite() && *r >= 0.0 && *r <= 100_000.0))
             || rates.iter().all(|r| *r == 0.0)
         {
             return bad("arrival.rate", "must be 0 to 100,000 per second, not all 0");
@@ -289,11 +294,17 @@ mod tests {
     fn a_bad_scenario_names_the_field_and_line() {
         let text = "name = \"x\"\nnodes = 10\nduration = \"10s\"\narival = { process = \"constant\", rate = 1.0 }\n";
         let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
-        assert!(e.contains("x.toml") && e.contains("line 4") && e.contains("arival"), "{e}");
+        assert!(
+            e.contains("x.toml") && e.contains("line 4") && e.contains("arival"),
+            "{e}"
+        );
 
         let text = "name = \"x\"\nnodes = 10\nduration = \"soon\"\n";
         let e = Scenario::parse(text, "x.toml").unwrap_err().to_string();
-        assert!(e.contains("line 3") && e.contains("\"soon\" is not a duration"), "{e}");
+        assert!(
+            e.contains("line 3") && e.contains("\"soon\" is not a duration"),
+            "{e}"
+        );
 
         let text = r#"
 name = "x"
@@ -315,7 +326,10 @@ cpu_mhz = 100
 
     #[test]
     fn a_ramp_goes_from_one_rate_to_the_other() {
-        let a = Arrival::Ramp { from: 1.0, to: 11.0 };
+        let a = Arrival::Ramp {
+            from: 1.0,
+            to: 11.0,
+        };
         assert_eq!(a.rate_at(0.0, 10.0), 1.0);
         assert_eq!(a.rate_at(5.0, 10.0), 6.0);
         assert_eq!(a.rate_at(20.0, 10.0), 11.0);

@@ -1,0 +1,452 @@
+//! `loadgen capacity`: a capacity-planning run. For each variant of the
+//! scenario it starts a local cluster of real `cluster` processes and a
+//! `nodesim` fleet (or uses the ones given), runs the job stream, samples
+//! every process's `/metrics`, and writes a run directory: `summary.json`,
+//! `samples.json` and a self-contained `report.html`.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clap::Args;
+use serde::Serialize;
+use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
+use stampede_proto::client::ClusterClient;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::sampler::{self, label, Series, Target};
+use crate::scenario::{Scenario, Variant};
+use crate::stream::{self, StreamReport};
+
+/// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Args)]
+pub struct CapacityOpts {
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini) or a TOML file.
+    #[arg(long, default_value = "default")]
+    pub scenario: String,
+    /// The run directory [default: runs/SCENARIO-UNIXTIME].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Drive an existing cluster at these gRPC addresses; nothing is spawned,
+    /// and only the scenario's first variant runs.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// With --servers: every process's /metrics URL to sample (servers and nodesim shards).
+    #[arg(long, value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// How often every process's /metrics is read.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub sample_every: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CapacityError {
+    #[error(transparent)]
+    Scenario(#[from] crate::scenario::ScenarioError),
+    #[error("{0}")]
+    Launch(#[from] stampede_launch::LaunchError),
+    #[error("cannot write {0}: {1}")]
+    Write(PathBuf, std::io::Error),
+    #[error("cannot start nodesim ({0}): {1}")]
+    Nodesim(PathBuf, std::io::Error),
+    #[error("--servers: {0}")]
+    Client(#[from] stampede_proto::client::ClientError),
+    #[error("--servers needs --metrics, the /metrics URL of every process to sample")]
+    NoMetrics,
+}
+
+/// One variant's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    pub server_args: Vec<String>,
+    pub nodesim_args: Vec<String>,
+    /// Raft entries applied during the run, by message type.
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    /// Blocking queries started during the run, by source, over all servers.
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    /// nodesim's Node.UpdateAlloc calls, by priority.
+    pub client_update_rpcs: BTreeMap<String, u64>,
+    /// Share of raft entries that are client allocation updates.
+    pub client_update_share: f64,
+    pub stream: StreamReport,
+    /// Average cores each process used over the run.
+    pub cpu_cores: BTreeMap<String, f64>,
+    /// Peak resident memory of each process, in MiB.
+    pub rss_mib: BTreeMap<String, f64>,
+    pub seconds: f64,
+    /// Empty when the run completed; otherwise what went wrong (the report is partial).
+    pub problems: Vec<String>,
+    #[serde(skip)]
+    pub series: Vec<Series>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub schema_version: u32,
+    pub scenario: Scenario,
+    /// The first variant's totals (the only one when there are no variants).
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    pub variants: Vec<VariantSummary>,
+    /// SLO thresholds breached, by variant.
+    pub slo_breaches: Vec<String>,
+    pub complete: bool,
+}
+
+pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    let scenario = Scenario::load(&opts.scenario)?;
+    let out = opts.out.clone().unwrap_or_else(|| {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        PathBuf::from("runs").join(format!("{}-{now}", scenario.name))
+    });
+    std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
+    let mut variants = Vec::new();
+    let runs = if opts.servers.is_empty() {
+        scenario.runs()
+    } else {
+        scenario.runs().into_iter().take(1).collect()
+    };
+    for (i, v) in runs.iter().enumerate() {
+        eprintln!(
+            "loadgen: {} {}/{}: {} ({} nodes, {} of jobs)",
+            scenario.name,
+            i + 1,
+            runs.len(),
+            v.name,
+            scenario.nodes,
+            humantime::format_duration(scenario.duration)
+        );
+        let summary = match opts.servers.is_empty() {
+            true => run_local(&scenario, v, &out.join(&v.name), &opts, i as u64).await?,
+            false => run_remote(&scenario, v, &opts, i as u64).await?,
+        };
+        // Written after every variant, so a later failure leaves this one.
+        variants.push(summary);
+        let partial = finish(&scenario, &variants, &out, runs.len())?;
+        if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
+            break;
+        }
+    }
+    let summary = finish(&scenario, &variants, &out, runs.len())?;
+    println!("{}", crate::report::table(&summary));
+    println!("report: {}", out.join("report.html").display());
+    Ok(summary)
+}
+
+/// Writes summary.json, samples.json and report.html for what has run so far.
+fn finish(
+    scenario: &Scenario,
+    variants: &[VariantSummary],
+    out: &Path,
+    planned: usize,
+) -> Result<RunSummary, CapacityError> {
+    let first = variants.first();
+    let mut slo_breaches = Vec::new();
+    for v in variants {
+        let p99 = v.stream.placement_ms.p99;
+        if let Some(max) = scenario.slo.p99_placement_ms {
+            if p99 > max {
+                slo_breaches.push(format!(
+                    "{}: p99 placement {p99:.0} ms > {max:.0} ms",
+                    v.name
+                ));
+            }
+        }
+        let p99 = v.stream.time_to_running_ms.p99;
+        if let Some(max) = scenario.slo.p99_running_ms {
+            if p99 > max {
+                slo_breaches.push(format!(
+                    "{}: p99 time to running {p99:.0} ms > {max:.0} ms",
+                    v.name
+                ));
+            }
+        }
+    }
+    let summary = RunSummary {
+        schema_version: SCHEMA_VERSION,
+        scenario: scenario.clone(),
+        raft_entries_by_type: first
+            .map(|v| v.raft_entries_by_type.clone())
+            .unwrap_or_default(),
+        blocking_queries_by_source: first
+            .map(|v| v.blocking_queries_by_source.clone())
+            .unwrap_or_default(),
+        variants: variants.to_vec(),
+        slo_breaches,
+        complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
+    };
+    let write = |name: &str, body: String| {
+        let path = out.join(name);
+        std::fs::write(&path, body).map_err(|e| CapacityError::Write(path, e))
+    };
+    write(
+        "summary.json",
+        serde_json::to_string_pretty(&summary).expect("the summary serializes"),
+    )?;
+    let samples: BTreeMap<&str, &Vec<Series>> = variants
+        .iter()
+        .map(|v| (v.name.as_str(), &v.series))
+        .collect();
+    write(
+        "samples.json",
+        serde_json::to_string(&samples).expect("samples serialize"),
+    )?;
+    write("report.html", crate::report::html(&summary))?;
+    Ok(summary)
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Kills nodesim if the run ends early.
+struct NodesimProc(Child);
+
+impl NodesimProc {
+    /// SIGTERM, so nodesim flushes and prints its summary; then wait.
+    fn stop(mut self) {
+        // SAFETY: kill(2) with a pid we spawned and have not reaped.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
+        for _ in 0..200 {
+            if let Ok(Some(_)) = self.0.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for NodesimProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn run_local(
+    scenario: &Scenario,
+    v: &Variant,
+    dir: &Path,
+    opts: &CapacityOpts,
+    seed: u64,
+) -> Result<VariantSummary, CapacityError> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| CapacityError::Write(dir.into(), e))?;
+    let server_args: Vec<String> = scenario
+        .server_args
+        .iter()
+        .chain(&v.server_args)
+        .cloned()
+        .collect();
+    let mut cluster = LocalCluster::start(LaunchOptions {
+        bin: sibling_bin("cluster")?,
+        servers: scenario.servers as usize,
+        root: Some(dir.join("cluster")),
+        server_args,
+    })?;
+    cluster.wait_for_leader(Duration::from_secs(60)).await?;
+
+    let nodesim_bin = sibling_bin("nodesim")?;
+    let port = free_port().map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
+    let log = std::fs::File::create(dir.join("nodesim.log"))
+        .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
+    let child = Command::new(&nodesim_bin)
+        .args(["--nodes", &scenario.nodes.to_string()])
+        .args(["--servers", &cluster.rpc_addrs().join(",")])
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .args(["--id-prefix", &format!("{}-{}", scenario.name, v.name)])
+        .args(scenario.nodesim_args.iter().chain(&v.nodesim_args))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
+    let nodesim = NodesimProc(child);
+
+    let mut targets: Vec<Target> = cluster
+        .servers()
+        .iter()
+        .map(|s| Target {
+            name: format!("server-{}", s.id),
+            url: format!("http://{}/metrics", s.http),
+        })
+        .collect();
+    targets.push(Target {
+        name: "nodesim".into(),
+        url: format!("http://127.0.0.1:{port}/metrics"),
+    });
+    let mut problems = Vec::new();
+    if let Err(e) = wait_for_fleet(&targets.last().unwrap().url, scenario.nodes).await {
+        problems.push(e);
+    }
+    let client = ClusterClient::new(&cluster.rpc_addrs())?;
+    let mut summary = drive(scenario, v, client, targets, opts, seed, problems).await;
+    for s in &summary.series {
+        if let Some(t) = s.lost_at {
+            summary.problems.push(format!(
+                "{} stopped answering {t:.0}s into the run",
+                s.target.name
+            ));
+        }
+    }
+    nodesim.stop();
+    cluster.stop_all();
+    Ok(summary)
+}
+
+async fn run_remote(
+    scenario: &Scenario,
+    v: &Variant,
+    opts: &CapacityOpts,
+    seed: u64,
+) -> Result<VariantSummary, CapacityError> {
+    if opts.metrics.is_empty() {
+        return Err(CapacityError::NoMetrics);
+    }
+    let targets = opts
+        .metrics
+        .iter()
+        .enumerate()
+        .map(|(i, url)| Target {
+            name: format!("process-{}", i + 1),
+            url: url.clone(),
+        })
+        .collect();
+    let client = ClusterClient::new(&opts.servers)?;
+    Ok(drive(scenario, v, client, targets, opts, seed, Vec::new()).await)
+}
+
+/// Waits until nodesim says the whole fleet is ready.
+async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let series = "stampede_nodesim_nodes{state=\"ready\"}";
+    let mut last = 0.0;
+    while Instant::now() < deadline {
+        if let Ok(r) = reqwest::get(url).await {
+            if let Ok(text) = r.text().await {
+                last = sampler::parse(&text).get(series).copied().unwrap_or(0.0);
+                if last as u64 >= nodes {
+                    return Ok(());
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(format!(
+        "only {last} of {nodes} nodes were ready after 5 minutes"
+    ))
+}
+
+/// Runs the stream while sampling, and sums up.
+async fn drive(
+    scenario: &Scenario,
+    v: &Variant,
+    client: ClusterClient,
+    targets: Vec<Target>,
+    opts: &CapacityOpts,
+    seed: u64,
+    problems: Vec<String>,
+) -> VariantSummary {
+    let start = Instant::now();
+    let (stop, stopped) = watch::channel(false);
+    let sampling = tokio::spawn(sampler::run(targets, opts.sample_every, start, stopped));
+    let prefix = format!("{}-{}", scenario.name, v.name);
+    let report = stream::run(client, scenario, &prefix, 42 + seed).await;
+    let _ = stop.send(true);
+    let series = sampling.await.unwrap_or_default();
+    summarize(v, report, series, start.elapsed().as_secs_f64(), problems)
+}
+
+fn summarize(
+    v: &Variant,
+    stream: StreamReport,
+    series: Vec<Series>,
+    seconds: f64,
+    problems: Vec<String>,
+) -> VariantSummary {
+    let servers: Vec<&Series> = series
+        .iter()
+        .filter(|s| !s.names_of("stampede_raft_entries_total").is_empty())
+        .collect();
+    // Every server applies every entry: the most any server applied is the run's count.
+    let mut raft_entries_by_type = BTreeMap::new();
+    for s in &servers {
+        for name in s.names_of("stampede_raft_entries_total") {
+            let t = label(&name, "type").unwrap_or("?").to_string();
+            let n = s.delta(&name).max(0.0) as u64;
+            let e = raft_entries_by_type.entry(t).or_insert(0);
+            *e = (*e).max(n);
+        }
+    }
+    // Queries are served by whichever server got them: add up.
+    let mut blocking_queries_by_source = BTreeMap::new();
+    for s in &servers {
+        for name in s.names_of("stampede_blocking_queries_started_total") {
+            let src = label(&name, "source").unwrap_or("?").to_string();
+            *blocking_queries_by_source.entry(src).or_insert(0) += s.delta(&name).max(0.0) as u64;
+        }
+    }
+    let mut client_update_rpcs = BTreeMap::new();
+    for s in &series {
+        for name in s.names_of("stampede_nodesim_update_rpcs_total") {
+            let p = label(&name, "priority").unwrap_or("?").to_string();
+            *client_update_rpcs.entry(p).or_insert(0) += s.delta(&name).max(0.0) as u64;
+        }
+    }
+    let total: u64 = raft_entries_by_type.values().sum();
+    let client_updates = raft_entries_by_type
+        .get("alloc_client_update")
+        .copied()
+        .unwrap_or(0);
+    let mut cpu_cores = BTreeMap::new();
+    let mut rss_mib = BTreeMap::new();
+    for s in &series {
+        let span = match (s.points.first(), s.points.last()) {
+            (Some(a), Some(b)) if b.t > a.t => b.t - a.t,
+            _ => continue,
+        };
+        cpu_cores.insert(
+            s.target.name.clone(),
+            s.delta("process_cpu_seconds_total") / span,
+        );
+        let peak = s
+            .points
+            .iter()
+            .filter_map(|p| p.values.get("process_resident_memory_bytes"))
+            .fold(0.0f64, |a, b| a.max(*b));
+        rss_mib.insert(s.target.name.clone(), peak / 1048576.0);
+    }
+    VariantSummary {
+        name: v.name.clone(),
+        server_args: v.server_args.clone(),
+        nodesim_args: v.nodesim_args.clone(),
+        raft_entries_by_type,
+        blocking_queries_by_source,
+        client_update_rpcs,
+        client_update_share: if total > 0 {
+            client_updates as f64 / total as f64
+        } else {
+            0.0
+        },
+        stream,
+        cpu_cores,
+        rss_mib,
+        seconds,
+        problems,
+        series,
+    }
+}

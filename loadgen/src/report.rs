@@ -1,0 +1,446 @@
+//! What a capacity run says: a summary table for the terminal and a
+//! self-contained `report.html` whose plots are SVG drawn here.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::capacity::{RunSummary, VariantSummary};
+use crate::sampler::{label, Series};
+
+const COLORS: &[&str] = &[
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
+
+/// The terminal summary: one column per variant.
+pub fn table(s: &RunSummary) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, f: &dyn Fn(&VariantSummary) -> String| {
+        rows.push((name.to_string(), s.variants.iter().map(f).collect()));
+    };
+    row("jobs submitted (late, dropped, failed)", &|v| {
+        let st = &v.stream;
+        format!(
+            "{} ({}, {}, {})",
+            st.submitted, st.late, st.dropped, st.failed
+        )
+    });
+    row("placement p50 / p99 ms", &|v| {
+        format!(
+            "{:.0} / {:.0}",
+            v.stream.placement_ms.p50, v.stream.placement_ms.p99
+        )
+    });
+    row("time to running p50 / p99 ms", &|v| {
+        let r = &v.stream.time_to_running_ms;
+        format!("{:.0} / {:.0}", r.p50, r.p99)
+    });
+    row("placements/s", &|v| {
+        format!("{:.0}", v.stream.placements_per_second)
+    });
+    row("raft entries", &|v| {
+        v.raft_entries_by_type.values().sum::<u64>().to_string()
+    });
+    row("  client update share", &|v| {
+        format!("{:.1}%", 100.0 * v.client_update_share)
+    });
+    row("client update RPCs", &|v| {
+        v.client_update_rpcs.values().sum::<u64>().to_string()
+    });
+    row("blocking queries", &|v| {
+        v.blocking_queries_by_source
+            .values()
+            .sum::<u64>()
+            .to_string()
+    });
+    row("  deployment_watcher", &|v| {
+        v.blocking_queries_by_source
+            .get("deployment_watcher")
+            .copied()
+            .unwrap_or(0)
+            .to_string()
+    });
+    row("server CPU cores (sum)", &|v| {
+        let sum: f64 = v
+            .cpu_cores
+            .iter()
+            .filter(|(k, _)| k.starts_with("server"))
+            .map(|(_, c)| c)
+            .sum();
+        format!("{sum:.2}")
+    });
+    row("problems", &|v| {
+        if v.problems.is_empty() {
+            "none".into()
+        } else {
+            v.problems.join("; ")
+        }
+    });
+    let width = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let cols: Vec<usize> = (0..s.variants.len())
+        .map(|i| {
+            rows.iter()
+                .map(|(_, v)| v[i].len())
+                .chain([s.variants[i].name.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = format!("{:width$}", format!("scenario {}", s.scenario.name));
+    for (v, w) in s.variants.iter().zip(&cols) {
+        let _ = write!(out, "  {:>w$}", v.name);
+    }
+    for (name, values) in &rows {
+        let _ = write!(out, "\n{name:width$}");
+        for (v, w) in values.iter().zip(&cols) {
+            let _ = write!(out, "  {v:>w$}");
+        }
+    }
+    if !s.slo_breaches.is_empty() {
+        let _ = write!(out, "\nSLO breached: {}", s.slo_breaches.join("; "));
+    }
+    if !s.complete {
+        out.push_str("\nthe run did not complete: this report is partial");
+    }
+    out
+}
+
+/// A rate per second of a counter between consecutive points.
+fn rate(s: &Series, name: &str) -> Vec<(f64, f64)> {
+    s.points
+        .windows(2)
+        .filter_map(|w| {
+            let (a, b) = (&w[0], &w[1]);
+            let dt = b.t - a.t;
+            let (x, y) = (a.values.get(name)?, b.values.get(name)?);
+            (dt > 0.0).then(|| (b.t, ((y - x) / dt).max(0.0)))
+        })
+        .collect()
+}
+
+fn gauge(s: &Series, name: &str) -> Vec<(f64, f64)> {
+    s.points
+        .iter()
+        .filter_map(|p| Some((p.t, *p.values.get(name)?)))
+        .collect()
+}
+
+/// Adds series point by point (they share sample times within a run).
+fn add(into: &mut BTreeMap<String, Vec<(f64, f64)>>, key: String, pts: Vec<(f64, f64)>) {
+    let e = into.entry(key).or_default();
+    if e.is_empty() {
+        *e = pts;
+    } else {
+        for (a, b) in e.iter_mut().zip(pts) {
+            a.1 += b.1;
+        }
+    }
+}
+
+/// Per label value of `metric`, summed over `series`, as rates or gauges.
+fn by_label(
+    series: &[&Series],
+    metric: &str,
+    lbl: &str,
+    as_rate: bool,
+) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut out = BTreeMap::new();
+    for s in series {
+        for name in s.names_of(metric) {
+            let key = label(&name, lbl).unwrap_or(metric).to_string();
+            let pts = if as_rate {
+                rate(s, &name)
+            } else {
+                gauge(s, &name)
+            };
+            add(&mut out, key, pts);
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// An SVG line chart with axes, a title, a unit and a legend.
+pub fn chart(title: &str, unit: &str, lines: &[(String, Vec<(f64, f64)>)]) -> String {
+    let (w, h, left, right, top, bottom) = (640.0, 260.0, 60.0, 150.0, 28.0, 30.0);
+    let pts = lines.iter().flat_map(|(_, p)| p.iter());
+    let xmax = pts.clone().map(|p| p.0).fold(1.0f64, f64::max);
+    let ymax = pts.map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let x = |v: f64| left + (v / xmax) * (w - left - right);
+    let y = |v: f64| top + (1.0 - v / ymax) * (h - top - bottom);
+    let mut svg = format!(
+        r#"<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" aria-label="{title}">"#
+    );
+    let _ = write!(
+        svg,
+        r#"<text x="{left}" y="16" font-size="13" font-weight="bold">{title}</text><text x="{}" y="16" font-size="11" text-anchor="end">{unit}</text>"#,
+        w - right
+    );
+    for i in 0..=4 {
+        let v = ymax * i as f64 / 4.0;
+        let _ = write!(
+            svg,
+            r##"<line x1="{left}" x2="{}" y1="{y0:.1}" y2="{y0:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" font-size="10" text-anchor="end">{}</text>"##,
+            w - right,
+            left - 4.0,
+            y(v) + 3.0,
+            short(v),
+            y0 = y(v)
+        );
+    }
+    let _ = write!(
+        svg,
+        r##"<line x1="{left}" x2="{}" y1="{b}" y2="{b}" stroke="#333"/><text x="{}" y="{}" font-size="10" text-anchor="end">{xmax:.0} s</text><text x="{left}" y="{}" font-size="10">0 s</text>"##,
+        w - right,
+        w - right,
+        h - 8.0,
+        h - 8.0,
+        b = h - bottom
+    );
+    for (i, (name, p)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let path: Vec<String> = p
+            .iter()
+            .map(|(a, b)| format!("{:.1},{:.1}", x(*a), y(*b)))
+            .collect();
+        if !path.is_empty() {
+            let _ = write!(
+                svg,
+                r#"<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" points="{}"/>"#,
+                path.join(" ")
+            );
+        }
+        let ly = top + 14.0 * i as f64;
+        let _ = write!(
+            svg,
+            r#"<rect x="{}" y="{}" width="10" height="3" fill="{color}"/><text x="{}" y="{}" font-size="10">{}</text>"#,
+            w - right + 8.0,
+            ly + 2.0,
+            w - right + 22.0,
+            ly + 6.0,
+            escape(name)
+        );
+    }
+    svg.push_str("</svg>");
+    svg
+}
+
+fn short(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else if v >= 10.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The charts of one variant.
+fn charts(v: &VariantSummary) -> Vec<String> {
+    let servers: Vec<&Series> = v
+        .series
+        .iter()
+        .filter(|s| s.target.name != "nodesim")
+        .collect();
+    let nodesim: Vec<&Series> = v
+        .series
+        .iter()
+        .filter(|s| s.target.name == "nodesim" || !s.names_of("stampede_nodesim_nodes").is_empty())
+        .collect();
+    // Raft entries from the server that applied the most: the leader's view.
+    let busiest: Vec<&Series> = servers
+        .iter()
+        .max_by_key(|s| s.points.len())
+        .copied()
+        .into_iter()
+        .collect();
+    let mut out = vec![
+        chart(
+            "Raft entries by type",
+            "entries/s",
+            &by_label(&busiest, "stampede_raft_entries_total", "type", true),
+        ),
+        chart(
+            "Blocking queries started by source",
+            "queries/s",
+            &by_label(
+                &servers,
+                "stampede_blocking_queries_started_total",
+                "source",
+                true,
+            ),
+        ),
+        chart(
+            "Blocking queries in flight by source",
+            "queries",
+            &by_label(
+                &servers,
+                "stampede_blocking_queries_inflight",
+                "source",
+                false,
+            ),
+        ),
+        chart(
+            "Client update RPCs by priority",
+            "RPCs/s",
+            &by_label(
+                &nodesim,
+                "stampede_nodesim_update_rpcs_total",
+                "priority",
+                true,
+            ),
+        ),
+    ];
+    let mut broker = Vec::new();
+    for metric in [
+        "stampede_broker_ready",
+        "stampede_broker_unacked",
+        "stampede_blocked_evals",
+    ] {
+        let mut sum = BTreeMap::new();
+        for s in &servers {
+            add(&mut sum, metric.into(), gauge(s, metric));
+        }
+        broker.extend(
+            sum.into_iter()
+                .map(|(k, p)| (k.trim_start_matches("stampede_").to_string(), p)),
+        );
+    }
+    out.push(chart("Broker depth", "evaluations", &broker));
+    let cpu: Vec<(String, Vec<(f64, f64)>)> = v
+        .series
+        .iter()
+        .map(|s| (s.target.name.clone(), rate(s, "process_cpu_seconds_total")))
+        .collect();
+    out.push(chart("CPU by process", "cores", &cpu));
+    let rss: Vec<(String, Vec<(f64, f64)>)> = v
+        .series
+        .iter()
+        .map(|s| {
+            let p = gauge(s, "process_resident_memory_bytes")
+                .into_iter()
+                .map(|(t, b)| (t, b / 1048576.0))
+                .collect();
+            (s.target.name.clone(), p)
+        })
+        .collect();
+    out.push(chart("Resident memory by process", "MiB", &rss));
+    out
+}
+
+/// Ratios of the first variant's costs to every other's.
+fn comparison(s: &RunSummary) -> String {
+    if s.variants.len() < 2 {
+        return String::new();
+    }
+    let base = &s.variants[0];
+    let measures: Vec<(&str, Box<dyn Fn(&VariantSummary) -> f64>)> = vec![
+        (
+            "raft entries",
+            Box::new(|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+        ),
+        (
+            "client update entries",
+            Box::new(|v| {
+                *v.raft_entries_by_type
+                    .get("alloc_client_update")
+                    .unwrap_or(&0) as f64
+            }),
+        ),
+        (
+            "client update RPCs",
+            Box::new(|v| v.client_update_rpcs.values().sum::<u64>() as f64),
+        ),
+        (
+            "blocking queries",
+            Box::new(|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+        ),
+        (
+            "deployment watcher queries",
+            Box::new(|v| {
+                *v.blocking_queries_by_source
+                    .get("deployment_watcher")
+                    .unwrap_or(&0) as f64
+            }),
+        ),
+        ("p99 placement ms", Box::new(|v| v.stream.placement_ms.p99)),
+    ];
+    let mut html = String::from("<h2>Side by side</h2><table><tr><th>measure</th>");
+    for v in &s.variants {
+        let _ = write!(html, "<th>{}</th>", escape(&v.name));
+    }
+    for v in &s.variants[1..] {
+        let _ = write!(
+            html,
+            "<th>{} / {}</th>",
+            escape(&v.name),
+            escape(&base.name)
+        );
+    }
+    html.push_str("</tr>");
+    for (name, f) in &measures {
+        let _ = write!(html, "<tr><td>{name}</td>");
+        for v in &s.variants {
+            let _ = write!(html, "<td>{:.0}</td>", f(v));
+        }
+        for v in &s.variants[1..] {
+            let b = f(base);
+            let r = if b > 0.0 {
+                format!("{:.2}", f(v) / b)
+            } else {
+                "-".into()
+            };
+            let _ = write!(html, "<td>{r}</td>");
+        }
+        html.push_str("</tr>");
+    }
+    html.push_str("</table>");
+    html
+}
+
+/// The self-contained report page.
+pub fn html(s: &RunSummary) -> String {
+    let mut page = format!(
+        "<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>stampede capacity run: {name}</title>\
+         <style>body{{font-family:sans-serif;margin:2em;max-width:1400px}}table{{border-collapse:collapse;margin:1em 0}}\
+         td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th:first-child,td:first-child{{text-align:left}}\
+         .warn{{background:#fee;border:1px solid #c00;padding:8px}}.charts{{display:flex;flex-wrap:wrap;gap:12px}}</style>\
+         </head><body><h1>Capacity run: {name}</h1><p>{desc}</p>",
+        name = escape(&s.scenario.name),
+        desc = escape(&s.scenario.description)
+    );
+    if !s.complete {
+        page.push_str("<p class=\"warn\" id=\"partial\">This run did not complete: the report is partial.</p>");
+    }
+    for b in &s.slo_breaches {
+        let _ = write!(page, "<p class=\"warn\">SLO breached: {}</p>", escape(b));
+    }
+    let _ = write!(page, "<h2>Summary</h2><pre>{}</pre>", escape(&table(s)));
+    page.push_str(&comparison(s));
+    for v in &s.variants {
+        let _ = write!(
+            page,
+            "<h2>{}</h2><p>server flags: <code>{}</code>; nodesim flags: <code>{}</code></p>",
+            escape(&v.name),
+            escape(&v.server_args.join(" ")),
+            escape(&v.nodesim_args.join(" "))
+        );
+        for p in &v.problems {
+            let _ = write!(page, "<p class=\"warn\">{}</p>", escape(p));
+        }
+        page.push_str("<div class=\"charts\">");
+        for c in charts(v) {
+            page.push_str(&c);
+        }
+        page.push_str("</div>");
+    }
+    page.push_str("</body></html>");
+    page
+}

@@ -1,0 +1,190 @@
+//! Samples every process's `/metrics` through a run: the series a capacity
+//! report plots, kept as time series per process.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Series a report uses; everything else on `/metrics` is left out.
+const KEEP: &[&str] = &[
+    "stampede_raft_entries_total",
+    "stampede_raft_is_leader",
+    "stampede_raft_applied_index",
+    "stampede_blocking_queries_started_total",
+    "stampede_blocking_queries_inflight",
+    "stampede_broker_ready",
+    "stampede_broker_unacked",
+    "stampede_blocked_evals",
+    "stampede_broker_cancelable",
+    "stampede_evals_cancelled_total",
+    "stampede_deployment_watchers",
+    "stampede_nodesim_update_rpcs_total",
+    "stampede_nodesim_nodes",
+    "stampede_nodesim_allocs",
+    "stampede_worker_nacks_total",
+    "process_cpu_seconds_total",
+    "process_resident_memory_bytes",
+];
+
+/// A process to sample.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    /// `server-1`, `nodesim`, ...
+    pub name: String,
+    pub url: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Point {
+    /// Seconds since the run started.
+    pub t: f64,
+    pub values: BTreeMap<String, f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Series {
+    pub target: Target,
+    pub points: Vec<Point>,
+    /// When the process stopped answering, if it did.
+    pub lost_at: Option<f64>,
+}
+
+impl Series {
+    pub fn first(&self, name: &str) -> f64 {
+        self.points
+            .first()
+            .and_then(|p| p.values.get(name))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    pub fn last(&self, name: &str) -> f64 {
+        self.points
+            .last()
+            .and_then(|p| p.values.get(name))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// The counter's growth over the run.
+    pub fn delta(&self, name: &str) -> f64 {
+        self.last(name) - self.first(name)
+    }
+
+    /// Every series name seen whose name (before labels) is `metric`.
+    pub fn names_of(&self, metric: &str) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .points
+            .iter()
+            .flat_map(|p| p.values.keys())
+            .filter(|k| k.split('{').next() == Some(metric))
+            .cloned()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+}
+
+/// The value of label `label` in a series name such as `x{type="a"}`.
+pub fn label<'a>(series: &'a str, label: &str) -> Option<&'a str> {
+    let start = series.find(&format!("{label}=\""))? + label.len() + 2;
+    let end = series[start..].find('"')? + start;
+    Some(&series[start..end])
+}
+
+/// Keeps the interesting series of Prometheus text.
+pub fn parse(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            // Servers name their process metrics stampede_process_*, nodesim process_*.
+            let name = name
+                .strip_prefix("stampede_")
+                .filter(|n| n.starts_with("process_"))
+                .unwrap_or(name);
+            let metric = name.split('{').next()?;
+            KEEP.contains(&metric)
+                .then(|| value.parse().ok().map(|v| (name.to_string(), v)))
+                .flatten()
+        })
+        .collect()
+}
+
+/// Samples `targets` every `every` until `stop` turns true; then once more.
+pub async fn run(
+    targets: Vec<Target>,
+    every: Duration,
+    start: Instant,
+    mut stop: watch::Receiver<bool>,
+) -> Vec<Series> {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .expect("a plain HTTP client builds");
+    let mut series: Vec<Series> = targets
+        .into_iter()
+        .map(|target| Series {
+            target,
+            points: Vec::new(),
+            lost_at: None,
+        })
+        .collect();
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let last = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stop.wait_for(|s| *s) => true,
+        };
+        let t = start.elapsed().as_secs_f64();
+        let reads = series.iter().map(|s| {
+            let http = http.clone();
+            let url = s.target.url.clone();
+            async move {
+                let text = http.get(&url).send().await.ok()?.text().await.ok()?;
+                Some(parse(&text))
+            }
+        });
+        let values = futures::future::join_all(reads).await;
+        for (s, v) in series.iter_mut().zip(values) {
+            match v {
+                Some(values) => s.points.push(Point { t, values }),
+                None if s.lost_at.is_none() && !last => s.lost_at = Some(t),
+                None => {}
+            }
+        }
+        if last {
+            return series;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_series_a_report_uses() {
+        let text = "# HELP x\nstampede_raft_entries_total{type=\"plan_apply\"} 7\nother_total 3\nprocess_cpu_seconds_total 1.5\nstampede_process_resident_memory_bytes 9\n";
+        let v = parse(text);
+        assert_eq!(v.len(), 3);
+        assert_eq!(
+            v["process_resident_memory_bytes"], 9.0,
+            "one name for every process"
+        );
+        assert_eq!(v["stampede_raft_entries_total{type=\"plan_apply\"}"], 7.0);
+        assert_eq!(
+            label("stampede_raft_entries_total{type=\"plan_apply\"}", "type"),
+            Some("plan_apply")
+        );
+        assert_eq!(
+            label("x{a=\"1\",source=\"worker\"}", "source"),
+            Some("worker")
+        );
+    }
+}

@@ -1,0 +1,356 @@
+//! The job stream: open-loop submissions on the scenario's schedule, each
+//! followed to its placement and to its allocations running.
+//!
+//! Open loop: every submission starts at its scheduled time whatever the
+//! cluster is doing, and its latencies count from that time, so a slow
+//! cluster cannot hide behind a slow client (no coordinated omission). A
+//! submission that starts late, or is dropped because too many are still in
+//! flight, is counted.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use rand::distributions::{Distribution, WeightedIndex};
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{
+    AllocClientStatus, AllocDesiredStatus, EvalGetRequest, EvalStatus, Job, JobAllocationsRequest,
+    JobRegisterRequest, JobType, QueryOptions, Resources, TaskGroup, UpdateStrategy,
+};
+use tokio::time::Instant;
+
+use crate::scenario::{JobKind, Kind, Scenario};
+
+/// Submissions in flight at most; more are dropped (and counted).
+pub const MAX_IN_FLIGHT: usize = 10_000;
+/// A submission that starts this much after its schedule counts as late.
+pub const LATE_AFTER: Duration = Duration::from_millis(100);
+/// How long a blocking query of the follower waits.
+const FOLLOW_WAIT: Duration = Duration::from_secs(30);
+
+/// What the stream did, latencies in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamReport {
+    pub scheduled: u64,
+    pub submitted: u64,
+    pub updates: u64,
+    pub late: u64,
+    pub dropped: u64,
+    pub failed: u64,
+    /// Followed until placed / running before the drain ran out.
+    pub placed: u64,
+    pub running: u64,
+    pub placement_ms: Percentiles,
+    pub time_to_running_ms: Percentiles,
+    pub allocations_placed: u64,
+    /// Allocations placed per second, from the first submission to the last placement.
+    pub placements_per_second: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Self::default();
+        }
+        let ms = |v: u64| v as f64 / 1000.0;
+        Self {
+            count: h.len(),
+            p50: ms(h.value_at_quantile(0.5)),
+            p90: ms(h.value_at_quantile(0.9)),
+            p99: ms(h.value_at_quantile(0.99)),
+            max: ms(h.max()),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    report: StreamReport,
+    placement: Option<Histogram<u64>>,
+    running: Option<Histogram<u64>>,
+    last_placement: Option<Instant>,
+}
+
+impl Tally {
+    fn record(h: &mut Option<Histogram<u64>>, since: Instant) {
+        let h = h.get_or_insert_with(|| {
+            // Microseconds up to an hour; saturating_record does not grow a histogram.
+            Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+        });
+        h.saturating_record(since.elapsed().as_micros() as u64);
+    }
+}
+
+/// The job a submission registers: kind `k`, numbered `n`, at spec `version`.
+pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
+    let update = (k.max_parallel > 0).then_some(UpdateStrategy {
+        max_parallel: k.max_parallel,
+        min_healthy_time_ms: k.min_healthy_time_ms,
+        progress_deadline_ms: 600_000,
+        ..Default::default()
+    });
+    Job {
+        id: format!("{prefix}-{}-{n}", k.name),
+        r#type: match k.kind {
+            Kind::Service => JobType::Service,
+            Kind::Batch => JobType::Batch,
+            Kind::System => JobType::System,
+        } as i32,
+        task_groups: vec![TaskGroup {
+            name: k.name.clone(),
+            count: if k.kind == Kind::System { 1 } else { k.count },
+            resources: Some(Resources {
+                cpu_mhz: k.cpu_mhz,
+                memory_mb: k.memory_mb,
+            }),
+            update,
+            meta: [("spec".to_string(), version.to_string())].into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// Runs the scenario's stream against `client` and follows every job until
+/// `drain` after the last submission. `prefix` keeps job ids of variants apart.
+pub async fn run(
+    client: ClusterClient,
+    scenario: &Scenario,
+    prefix: &str,
+    seed: u64,
+) -> StreamReport {
+    let tally = Arc::new(Mutex::new(Tally::default()));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let weights = WeightedIndex::new(scenario.job_mix.iter().map(|j| j.weight))
+        .expect("the scenario check keeps weights above 0");
+    let total = scenario.duration.as_secs_f64();
+    let start = Instant::now();
+    let mut t = 0.0;
+    let mut tasks = tokio::task::JoinSet::new();
+    // Jobs registered so far, by kind, with their spec version: updates pick one.
+    let mut registered: Vec<(usize, u64, u64)> = Vec::new();
+    let mut counts: HashMap<usize, u64> = HashMap::new();
+    loop {
+        let rate = scenario.arrival.rate_at(t, total).max(1e-3);
+        let gap = match scenario.arrival {
+            crate::scenario::Arrival::Poisson { .. } => {
+                let u: f64 = rng.gen_range(f64::EPSILON..1.0);
+                -u.ln() / rate
+            }
+            _ => 1.0 / rate,
+        };
+        t += gap;
+        if t >= total {
+            break;
+        }
+        let at = start + Duration::from_secs_f64(t);
+        let update = !registered.is_empty() && rng.gen_bool(scenario.update_share);
+        let (kind, n, version) = if update {
+            let i = rng.gen_range(0..registered.len());
+            registered[i].2 += 1;
+            registered[i]
+        } else {
+            let kind = weights.sample(&mut rng);
+            let n = counts.entry(kind).or_default();
+            *n += 1;
+            registered.push((kind, *n, 0));
+            (kind, *n, 0)
+        };
+        let job = build_job(prefix, &scenario.job_mix[kind], n, version);
+        tally.lock().unwrap().report.scheduled += 1;
+        tokio::time::sleep_until(at).await;
+        while tasks.try_join_next().is_some() {}
+        if tasks.len() >= MAX_IN_FLIGHT {
+            tally.lock().unwrap().report.dropped += 1;
+            continue;
+        }
+        if at.elapsed() > LATE_AFTER {
+            tally.lock().unwrap().report.late += 1;
+        }
+        let (client, tally) = (client.clone(), tally.clone());
+        tasks.spawn(submit_and_follow(client, job, update, at, tally));
+    }
+    let _ = tokio::time::timeout(scenario.drain, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+    let mut tally = Arc::try_unwrap(tally)
+        .ok()
+        .expect("every follower has ended")
+        .into_inner()
+        .unwrap();
+    tally.report.placement_ms = tally
+        .placement
+        .as_ref()
+        .map(Percentiles::of)
+        .unwrap_or_default();
+    tally.report.time_to_running_ms = tally
+        .running
+        .as_ref()
+        .map(Percentiles::of)
+        .unwrap_or_default();
+    if let Some(last) = tally.last_placement {
+        let secs = (last - start).as_secs_f64().max(1e-3);
+        tally.report.placements_per_second = tally.report.allocations_placed as f64 / secs;
+    }
+    tally.report
+}
+
+async fn submit_and_follow(
+    client: ClusterClient,
+    job: Job,
+    update: bool,
+    scheduled: Instant,
+    tally: Arc<Mutex<Tally>>,
+) {
+    let reply = client
+        .retrying(|c| {
+            let job = job.clone();
+            async move {
+                Ok(c.jobs()
+                    .register(JobRegisterRequest { job: Some(job) })
+                    .await?
+                    .into_inner())
+            }
+        })
+        .await;
+    let reply = match reply {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(job = job.id, "submission failed: {e}");
+            tally.lock().unwrap().report.failed += 1;
+            return;
+        }
+    };
+    {
+        let mut t = tally.lock().unwrap();
+        t.report.submitted += 1;
+        t.report.updates += update as u64;
+    }
+    // Placed: the evaluation the submission created has completed.
+    let mut index = 1;
+    loop {
+        let got = client
+            .retrying(|c| {
+                let id = reply.eval_id.clone();
+                async move {
+                    Ok(c.evals()
+                        .get(EvalGetRequest {
+                            eval_id: id,
+                            query: Some(query(index)),
+                        })
+                        .await?
+                        .into_inner())
+                }
+            })
+            .await;
+        let got = match got {
+            Ok(got) => got,
+            // A server a little behind the one that took the write does not
+            // know the evaluation yet.
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return lost(&tally, &job.id, e),
+        };
+        index = got.index;
+        let status = got.eval.map_or(0, |e| e.status);
+        if status == EvalStatus::Complete as i32 || status == EvalStatus::Blocked as i32 {
+            break;
+        }
+        if status == EvalStatus::Failed as i32 || status == EvalStatus::Canceled as i32 {
+            // A newer evaluation of the job took over: the job is followed below.
+            break;
+        }
+    }
+    {
+        let mut t = tally.lock().unwrap();
+        Tally::record(&mut t.placement, scheduled);
+        t.report.placed += 1;
+        t.last_placement = Some(Instant::now());
+    }
+    // Running: every allocation of this spec runs (or, for batch work, ran).
+    let want = job.task_groups[0].count as usize;
+    let system = job.r#type == JobType::System as i32;
+    let mut index = 1;
+    loop {
+        let got = client
+            .retrying(|c| {
+                let id = job.id.clone();
+                async move {
+                    Ok(c.jobs()
+                        .allocations(JobAllocationsRequest {
+                            job_id: id,
+                            query: Some(query(index)),
+                        })
+                        .await?
+                        .into_inner())
+                }
+            })
+            .await;
+        let got = match got {
+            Ok(got) => got,
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            Err(e) => return lost(&tally, &job.id, e),
+        };
+        index = got.index;
+        // The newest version placed is this submission's (or a later one's).
+        let newest = got.allocs.iter().map(|a| a.job_version).max().unwrap_or(0);
+        let current: Vec<_> = got
+            .allocs
+            .iter()
+            .filter(|a| a.desired_status == AllocDesiredStatus::Run as i32)
+            .filter(|a| a.job_version == newest)
+            .collect();
+        let up = current
+            .iter()
+            .filter(|a| {
+                a.client_status == AllocClientStatus::Running as i32
+                    || a.client_status == AllocClientStatus::Complete as i32
+            })
+            .count();
+        let enough = if system {
+            up > 0 && up == current.len()
+        } else {
+            up >= want
+        };
+        if enough {
+            let mut t = tally.lock().unwrap();
+            Tally::record(&mut t.running, scheduled);
+            t.report.running += 1;
+            t.report.allocations_placed += up as u64;
+            return;
+        }
+    }
+}
+
+/// A job that could no longer be followed counts as failed.
+fn lost(tally: &Mutex<Tally>, job_id: &str, e: stampede_proto::client::ClientError) {
+    tracing::warn!(job = job_id, "following the job failed: {e}");
+    tally.lock().unwrap().report.failed += 1;
+}
+
+fn query(min_index: u64) -> QueryOptions {
+    QueryOptions {
+        min_index,
+        max_wait_ms: FOLLOW_WAIT.as_millis() as u64,
+        source: "loadgen".into(),
+    }
+}

@@ -1,0 +1,153 @@
+//! `loadgen capacity` end to end: real cluster and nodesim processes, a small
+//! scenario with two variants, and the run directory it writes.
+
+use std::path::Path;
+use std::process::Command;
+
+const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
+
+const TINY: &str = r#"
+name = "tiny"
+description = "two variants of a small stream"
+nodes = 40
+duration = "6s"
+drain = "30s"
+arrival = { process = "constant", rate = 2.0 }
+update_share = 0.3
+
+[[jobs]]
+name = "web"
+type = "service"
+count = 3
+cpu_mhz = 100
+max_parallel = 1
+min_healthy_time_ms = 200
+
+[[variants]]
+name = "legacy"
+nodesim_args = ["--update-mode", "legacy"]
+
+[[variants]]
+name = "prioritized"
+nodesim_args = ["--update-mode", "prioritized"]
+"#;
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[test]
+fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("tiny.toml");
+    std::fs::write(&scenario, TINY).unwrap();
+    let out = dir.path().join("run");
+    let run = Command::new(LOADGEN)
+        .args(["capacity", "--scenario"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("placement p50 / p99 ms") && stdout.contains("prioritized"),
+        "{stdout}"
+    );
+
+    let summary = json(&out.join("summary.json"));
+    let schema = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("summary.schema.json"));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&summary)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+
+    assert_eq!(summary["complete"], true);
+    let variants = summary["variants"].as_array().unwrap();
+    let names: Vec<&str> = variants
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["legacy", "prioritized"]);
+    for v in variants {
+        let entries = &v["raft_entries_by_type"];
+        let stream = &v["stream"];
+        assert_eq!(
+            entries["job_register"], stream["submitted"],
+            "one entry per submission"
+        );
+        assert!(stream["submitted"].as_u64().unwrap() >= 10, "{stream}");
+        assert!(entries["plan_apply"].as_u64().unwrap() > 0, "{entries}");
+        assert!(
+            entries["alloc_client_update"].as_u64().unwrap() > 0,
+            "{entries}"
+        );
+        assert!(
+            v["blocking_queries_by_source"]["client_allocs"]
+                .as_u64()
+                .unwrap()
+                > 0
+        );
+        assert!(v["blocking_queries_by_source"]["loadgen"].as_u64().unwrap() > 0);
+        assert_eq!(stream["submitted"], stream["scheduled"], "{stream}");
+        assert_eq!(
+            stream["running"], stream["submitted"],
+            "every job ran: {stream}"
+        );
+        assert!(
+            stream["placement_ms"]["p50"].as_f64().unwrap() > 0.0,
+            "{stream}"
+        );
+    }
+    let rpcs = |i: usize| -> u64 {
+        variants[i]["client_update_rpcs"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|n| n.as_u64().unwrap())
+            .sum()
+    };
+    assert!(
+        rpcs(1) < rpcs(0),
+        "prioritized sent {} update RPCs, legacy {}",
+        rpcs(1),
+        rpcs(0)
+    );
+    // The top level carries the first variant's totals.
+    assert_eq!(
+        summary["raft_entries_by_type"],
+        variants[0]["raft_entries_by_type"]
+    );
+
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.matches("<svg").count() >= 14,
+        "seven plots per variant"
+    );
+    assert!(html.contains("Raft entries by type") && html.contains("<polyline"));
+    assert!(!html.contains("id=\"partial\""));
+}
+
+#[test]
+fn a_bad_scenario_file_is_refused_with_its_field_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("bad.toml");
+    std::fs::write(&scenario, TINY.replace("count = 3", "count = \"three\"")).unwrap();
+    let run = Command::new(LOADGEN)
+        .args(["capacity", "--scenario"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(dir.path().join("run"))
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("bad.toml") && err.contains("line 13") && err.contains("count"),
+        "{err}"
+    );
+}
