@@ -335,13 +335,16 @@ fn charts(v: &VariantSummary) -> Vec<String> {
     out
 }
 
+/// One number read from a variant's summary.
+type Measure = Box<dyn Fn(&VariantSummary) -> f64>;
+
 /// Ratios of the first variant's costs to every other's.
 fn comparison(s: &RunSummary) -> String {
     if s.variants.len() < 2 {
         return String::new();
     }
     let base = &s.variants[0];
-    let measures: Vec<(&str, Box<dyn Fn(&VariantSummary) -> f64>)> = vec![
+    let measures: Vec<(&str, Measure)> = vec![
         (
             "raft entries",
             Box::new(|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
