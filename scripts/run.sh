@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The main job: installs what is missing, builds release binaries, and starts a
-# local 3-server cluster, printing its status (Ctrl-C stops it). Arguments go
-# to `cluster dev`, e.g. `scripts/run.sh --duration 30s`.
+# The main job: installs what is missing, builds release binaries, and runs a
+# capacity-planning run with the built-in default scenario: a local 3-server
+# cluster, a simulated fleet and a job stream, then a summary table and a run
+# directory (summary.json, samples.json, report.html). Arguments go to
+# `loadgen capacity`, e.g. `scripts/run.sh --scenario client-updates --out runs/cu`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
-cargo build --release --bin cluster
-exec "$CARGO_TARGET_DIR/release/cluster" dev --servers 3 "$@"
+cargo build --release --bin cluster --bin nodesim --bin loadgen
+exec "$CARGO_TARGET_DIR/release/loadgen" capacity "$@"
