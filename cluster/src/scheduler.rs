@@ -1035,6 +1035,43 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_fails_on_an_unhealthy_allocation_or_a_missed_deadline() {
+        let mut c = Cluster::default();
+        c.add_nodes(4, 8000, 8000);
+        let mut j = rolling(2, 1, 0, 100);
+        j.task_groups[0]
+            .update
+            .as_mut()
+            .unwrap()
+            .progress_deadline_ms = 60_000;
+        c.register(j.clone());
+        let d = c.run("web").plan.deployment.unwrap();
+        let assess = |c: &Cluster, at: u64| {
+            let d = c.state.deployment(&d.id).unwrap();
+            crate::deployment_watcher::assess(&c.state, &d, at).0
+        };
+        let now = now_ms();
+        assert_eq!(assess(&c, now).status, DeploymentStatus::Running as i32);
+        let late = assess(&c, now + 61_000);
+        assert_eq!(late.status, DeploymentStatus::Failed as i32);
+        assert_eq!(late.status_description, "progress deadline reached");
+
+        let a = c.live("web")[0].id.clone();
+        c.apply(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: vec![Allocation {
+                id: a,
+                client_status: AllocClientStatus::Running as i32,
+                healthy: Some(false),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }));
+        let unhealthy = assess(&c, now);
+        assert_eq!(unhealthy.status, DeploymentStatus::Failed as i32);
+        assert_eq!(unhealthy.task_groups["app"].unhealthy, 1);
+    }
+
+    #[test]
     fn canaries_run_beside_the_old_version_until_promoted() {
         let mut c = Cluster::default();
         c.add_nodes(4, 8000, 8000);

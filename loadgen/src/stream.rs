@@ -243,29 +243,17 @@ async fn submit_and_follow(
     // Placed: the evaluation the submission created has completed.
     let mut index = 1;
     loop {
-        let got = client
-            .retrying(|c| {
-                let id = reply.eval_id.clone();
-                async move {
-                    Ok(c.evals()
-                        .get(EvalGetRequest {
-                            eval_id: id,
-                            query: Some(query(index)),
-                        })
-                        .await?
-                        .into_inner())
-                }
-            })
-            .await;
-        let got = match got {
-            Ok(got) => got,
-            // A server a little behind the one that took the write does not
-            // know the evaluation yet.
-            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return lost(&tally, &job.id, e),
+        let eval_id = &reply.eval_id;
+        let Some(got) = read(&client, &tally, &job.id, |c| async move {
+            let req = EvalGetRequest {
+                eval_id: eval_id.clone(),
+                query: Some(query(index)),
+            };
+            Ok(c.evals().get(req).await?.into_inner())
+        })
+        .await
+        else {
+            return;
         };
         index = got.index;
         let status = got.eval.map_or(0, |e| e.status);
@@ -288,27 +276,17 @@ async fn submit_and_follow(
     let system = job.r#type == JobType::System as i32;
     let mut index = 1;
     loop {
-        let got = client
-            .retrying(|c| {
-                let id = job.id.clone();
-                async move {
-                    Ok(c.jobs()
-                        .allocations(JobAllocationsRequest {
-                            job_id: id,
-                            query: Some(query(index)),
-                        })
-                        .await?
-                        .into_inner())
-                }
-            })
-            .await;
-        let got = match got {
-            Ok(got) => got,
-            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-            Err(e) => return lost(&tally, &job.id, e),
+        let job_id = &job.id;
+        let Some(got) = read(&client, &tally, &job.id, |c| async move {
+            let req = JobAllocationsRequest {
+                job_id: job_id.clone(),
+                query: Some(query(index)),
+            };
+            Ok(c.jobs().allocations(req).await?.into_inner())
+        })
+        .await
+        else {
+            return;
         };
         index = got.index;
         // The newest version placed is this submission's (or a later one's).
@@ -337,6 +315,34 @@ async fn submit_and_follow(
             t.report.running += 1;
             t.report.allocations_placed += up as u64;
             return;
+        }
+    }
+}
+
+/// One read while following a job: retried on other servers while the
+/// cluster is unavailable, and after a pause while the answering server does
+/// not know the object yet (it is a little behind the one that took the
+/// write). `None`, counted as failed, when following is hopeless.
+async fn read<T, F, Fut>(
+    client: &ClusterClient,
+    tally: &Mutex<Tally>,
+    job_id: &str,
+    call: F,
+) -> Option<T>
+where
+    F: Fn(ClusterClient) -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    loop {
+        match client.retrying(&call).await {
+            Ok(v) => return Some(v),
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => {
+                lost(tally, job_id, e);
+                return None;
+            }
         }
     }
 }

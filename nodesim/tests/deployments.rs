@@ -6,8 +6,6 @@ mod common;
 use std::time::Instant;
 
 use common::*;
-use nodesim::runner::mock_factory;
-use nodesim::Fleet;
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{Deployment, DeploymentStatus, Job, JobDeploymentsRequest, UpdateStrategy};
 
@@ -68,12 +66,7 @@ async fn finished(client: &ClusterClient, job_id: &str, version: u64) -> Deploym
 async fn a_rolling_update_of_20_by_5_takes_4_rounds() {
     let mut h = Harness::start().await;
     let client = h.client();
-    let fleet = Fleet::start(
-        h.opts(&["--nodes", "10"]),
-        mock_factory(h.opts(&[]).mock_config()),
-    )
-    .await
-    .unwrap();
+    let fleet = h.fleet(&["--nodes", "10"]).await;
     ready_nodes(&mut h.0, 10.0).await;
     register(&client, rolling_job("web", 20, 5, 300, "1")).await;
     let first = finished(&client, "web", 0).await;
@@ -157,12 +150,7 @@ async fn watcher_costs_at(mode: &str, sizes: &[usize], nodes: u64) -> Vec<f64> {
     ])
     .await;
     let client = h.client();
-    let fleet = Fleet::start(
-        h.opts(&["--nodes", &nodes.to_string()]),
-        mock_factory(h.opts(&[]).mock_config()),
-    )
-    .await
-    .unwrap();
+    let fleet = h.fleet(&["--nodes", &nodes.to_string()]).await;
     ready_nodes(&mut h.0, nodes as f64).await;
     let mut costs = Vec::new();
     for &n in sizes {

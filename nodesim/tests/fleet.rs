@@ -85,8 +85,8 @@ async fn a_custom_runner_runs_what_the_cluster_places() {
 /// Runs the same job on a fleet of its own and returns its summary once every
 /// allocation is healthy on the servers and nothing is left to send.
 async fn one_workload(h: &Harness, mode: &str) -> Summary {
-    let fleet = Fleet::start(
-        h.opts(&[
+    let fleet = h
+        .fleet(&[
             "--nodes",
             "10",
             "--update-mode",
@@ -95,11 +95,8 @@ async fn one_workload(h: &Harness, mode: &str) -> Summary {
             mode,
             "--id-prefix",
             mode,
-        ]),
-        nodesim::runner::mock_factory(h.opts(&[]).mock_config()),
-    )
-    .await
-    .unwrap();
+        ])
+        .await;
     let client = h.client();
     register(&client, job(mode, 40, mode)).await;
     running(&client, mode, 40).await;
@@ -138,12 +135,7 @@ async fn prioritized_updates_send_fewer_rpcs_than_legacy() {
 async fn the_fleet_survives_a_leader_kill_and_restart() {
     let mut h = Harness::start().await;
     let client = h.client();
-    let fleet = Fleet::start(
-        h.opts(&["--nodes", "30"]),
-        nodesim::runner::mock_factory(h.opts(&[]).mock_config()),
-    )
-    .await
-    .unwrap();
+    let fleet = h.fleet(&["--nodes", "30"]).await;
     register(&client, job("before", 30, "dc1")).await;
     running(&client, "before", 30).await;
 

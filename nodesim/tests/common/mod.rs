@@ -44,6 +44,15 @@ impl Harness {
         ClusterClient::new(&self.0.rpc_addrs()).unwrap()
     }
 
+    /// A fleet with the default mock runner, nodesim flags `args` added.
+    pub async fn fleet(&self, args: &[&str]) -> nodesim::Fleet {
+        let opts = self.opts(args);
+        let factory = nodesim::runner::mock_factory(opts.mock_config());
+        nodesim::Fleet::start(opts, factory)
+            .await
+            .expect("the fleet starts")
+    }
+
     pub fn opts(&self, extra: &[&str]) -> Opts {
         let servers = self.0.rpc_addrs().join(",");
         let mut args = vec!["nodesim", "--servers", &servers];
