@@ -2,6 +2,6 @@
 # The test suite: installs what is missing, then runs every test in the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup-debian.sh
+bash scripts/setup-debian.sh --tests
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
 cargo test --workspace "$@"

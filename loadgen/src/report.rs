@@ -444,6 +444,27 @@ pub fn html(s: &RunSummary) -> String {
         }
         page.push_str("</div>");
     }
+    page.push_str(DRAWN_CHECK);
     page.push_str("</body></html>");
     page
 }
+
+/// Counts, once the page has loaded, the plots the browser actually drew
+/// (an SVG with a size and at least one line with a size), into
+/// `data-plots` and `data-plots-drawn` on the body: what the report's
+/// browser test reads.
+const DRAWN_CHECK: &str = r#"<script>
+window.addEventListener('load', () => {
+  const charts = [...document.querySelectorAll('svg.chart')];
+  const drawn = charts.filter(svg => {
+    const box = svg.getBoundingClientRect();
+    const lines = [...svg.querySelectorAll('polyline')].filter(p => {
+      const b = p.getBBox();
+      return b.width > 0 || b.height > 0;
+    });
+    return box.width > 0 && box.height > 0 && lines.length > 0;
+  });
+  document.body.dataset.plots = charts.length;
+  document.body.dataset.plotsDrawn = drawn.length;
+});
+</script>"#;
