@@ -151,3 +151,82 @@ fn a_bad_scenario_file_is_refused_with_its_field_and_line() {
         "{err}"
     );
 }
+
+/// Pids of processes whose command line mentions `needle`.
+fn pids_mentioning(needle: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("dies.toml");
+    let text = TINY.replace("duration = \"6s\"", "duration = \"20s\"");
+    std::fs::write(&scenario, text).unwrap();
+    let out = dir.path().join("run");
+    let run = Command::new(LOADGEN)
+        .args(["capacity", "--scenario"])
+        .arg(&scenario)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once jobs are flowing (the first variant's servers have applied some),
+    // kill every server of the run.
+    let data = out.join("legacy").join("cluster");
+    let needle = data.to_string_lossy().to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let servers = loop {
+        let pids = pids_mentioning(&needle);
+        let nodesim_up = std::fs::read_to_string(out.join("legacy").join("nodesim.log"))
+            .is_ok_and(|l| l.contains("metrics at"));
+        if pids.len() == 3 && nodesim_up {
+            break pids;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run's servers never came up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    // Let the stream start before the cluster goes.
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    for pid in servers {
+        // SAFETY: kill(2) on a pid read from /proc a moment ago.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    let result = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        !result.status.success(),
+        "a run that lost its cluster fails: {stderr}"
+    );
+    assert!(stderr.contains("did not complete"), "{stderr}");
+
+    let summary = json(&out.join("summary.json"));
+    assert_eq!(summary["complete"], false);
+    let problems = summary["variants"][0]["problems"].as_array().unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.as_str().unwrap().contains("stopped answering")),
+        "{problems:?}"
+    );
+    assert_eq!(
+        summary["variants"].as_array().unwrap().len(),
+        1,
+        "later variants are not run"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("id=\"partial\"") && html.contains("stopped answering"));
+}
