@@ -68,12 +68,16 @@ pub struct VariantSummary {
     pub nodesim_args: Vec<String>,
     /// Raft entries applied during the run, by message type.
     pub raft_entries_by_type: BTreeMap<String, u64>,
+    /// Bytes of those entries, by message type.
+    pub raft_bytes_by_type: BTreeMap<String, u64>,
     /// Blocking queries started during the run, by source, over all servers.
     pub blocking_queries_by_source: BTreeMap<String, u64>,
     /// nodesim's Node.UpdateAlloc calls, by priority.
     pub client_update_rpcs: BTreeMap<String, u64>,
     /// Share of raft entries that are client allocation updates.
     pub client_update_share: f64,
+    /// Share of raft bytes that are client allocation updates.
+    pub client_update_byte_share: f64,
     pub stream: StreamReport,
     /// Average cores each process used over the run.
     pub cpu_cores: BTreeMap<String, f64>,
@@ -371,6 +375,21 @@ async fn drive(
     summarize(v, report, series, start.elapsed().as_secs_f64(), problems)
 }
 
+/// A counter's growth by `type` label; every server applies every entry, so
+/// the most any server counted is the run's.
+fn most_by_type(servers: &[&Series], metric: &str) -> BTreeMap<String, u64> {
+    let mut by_type = BTreeMap::new();
+    for s in servers {
+        for name in s.names_of(metric) {
+            let t = label(&name, "type").unwrap_or("?").to_string();
+            let n = s.delta(&name).max(0.0) as u64;
+            let e = by_type.entry(t).or_insert(0);
+            *e = (*e).max(n);
+        }
+    }
+    by_type
+}
+
 fn summarize(
     v: &Variant,
     stream: StreamReport,
@@ -382,16 +401,8 @@ fn summarize(
         .iter()
         .filter(|s| !s.names_of("stampede_raft_entries_total").is_empty())
         .collect();
-    // Every server applies every entry: the most any server applied is the run's count.
-    let mut raft_entries_by_type = BTreeMap::new();
-    for s in &servers {
-        for name in s.names_of("stampede_raft_entries_total") {
-            let t = label(&name, "type").unwrap_or("?").to_string();
-            let n = s.delta(&name).max(0.0) as u64;
-            let e = raft_entries_by_type.entry(t).or_insert(0);
-            *e = (*e).max(n);
-        }
-    }
+    let raft_entries_by_type = most_by_type(&servers, "stampede_raft_entries_total");
+    let raft_bytes_by_type = most_by_type(&servers, "stampede_raft_entry_bytes_total");
     // Queries are served by whichever server got them: add up.
     let mut blocking_queries_by_source = BTreeMap::new();
     for s in &servers {
@@ -407,11 +418,17 @@ fn summarize(
             *client_update_rpcs.entry(p).or_insert(0) += s.delta(&name).max(0.0) as u64;
         }
     }
-    let total: u64 = raft_entries_by_type.values().sum();
-    let client_updates = raft_entries_by_type
-        .get("alloc_client_update")
-        .copied()
-        .unwrap_or(0);
+    let share = |by_type: &BTreeMap<String, u64>| {
+        let total: u64 = by_type.values().sum();
+        let updates = by_type.get("alloc_client_update").copied().unwrap_or(0);
+        if total > 0 {
+            updates as f64 / total as f64
+        } else {
+            0.0
+        }
+    };
+    let (client_update_share, client_update_byte_share) =
+        (share(&raft_entries_by_type), share(&raft_bytes_by_type));
     let mut cpu_cores = BTreeMap::new();
     let mut rss_mib = BTreeMap::new();
     for s in &series {
@@ -435,13 +452,11 @@ fn summarize(
         server_args: v.server_args.clone(),
         nodesim_args: v.nodesim_args.clone(),
         raft_entries_by_type,
+        raft_bytes_by_type,
         blocking_queries_by_source,
         client_update_rpcs,
-        client_update_share: if total > 0 {
-            client_updates as f64 / total as f64
-        } else {
-            0.0
-        },
+        client_update_share,
+        client_update_byte_share,
         stream,
         cpu_cores,
         rss_mib,

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 /// Series a report uses; everything else on `/metrics` is left out.
 const KEEP: &[&str] = &[
     "stampede_raft_entries_total",
+    "stampede_raft_entry_bytes_total",
     "stampede_raft_is_leader",
     "stampede_raft_applied_index",
     "stampede_blocking_queries_started_total",
