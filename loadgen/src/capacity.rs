@@ -39,6 +39,10 @@ pub struct CapacityOpts {
     /// With --servers: every process's /metrics URL to sample (servers and nodesim shards).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
+    /// An earlier run's summary.json: flag (and fail on) costs or latencies
+    /// more than 10% above it, variant by variant.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     /// How often every process's /metrics is read.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub sample_every: Duration,
@@ -58,6 +62,8 @@ pub enum CapacityError {
     Client(#[from] stampede_proto::client::ClientError),
     #[error("--servers needs --metrics, the /metrics URL of every process to sample")]
     NoMetrics,
+    #[error("--baseline {0}: {1}")]
+    Baseline(PathBuf, String),
 }
 
 /// One variant's results.
@@ -100,11 +106,17 @@ pub struct RunSummary {
     pub variants: Vec<VariantSummary>,
     /// SLO thresholds breached, by variant.
     pub slo_breaches: Vec<String>,
+    /// Measures more than 10% worse than `--baseline`'s, by variant.
+    pub regressions: Vec<String>,
     pub complete: bool,
 }
 
 pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     let scenario = Scenario::load(&opts.scenario)?;
+    let baseline = match &opts.baseline {
+        Some(path) => Some(load_baseline(path)?),
+        None => None,
+    };
     let out = opts.out.clone().unwrap_or_else(|| {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -134,12 +146,12 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         };
         // Written after every variant, so a later failure leaves this one.
         variants.push(summary);
-        let partial = finish(&scenario, &variants, &out, runs.len())?;
+        let partial = finish(&scenario, &variants, &out, runs.len(), baseline.as_ref())?;
         if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
             break;
         }
     }
-    let summary = finish(&scenario, &variants, &out, runs.len())?;
+    let summary = finish(&scenario, &variants, &out, runs.len(), baseline.as_ref())?;
     println!("{}", crate::report::table(&summary));
     println!("report: {}", out.join("report.html").display());
     Ok(summary)
@@ -151,6 +163,7 @@ fn finish(
     variants: &[VariantSummary],
     out: &Path,
     planned: usize,
+    baseline: Option<&serde_json::Value>,
 ) -> Result<RunSummary, CapacityError> {
     let first = variants.first();
     let mut slo_breaches = Vec::new();
@@ -184,6 +197,9 @@ fn finish(
             .map(|v| v.blocking_queries_by_source.clone())
             .unwrap_or_default(),
         variants: variants.to_vec(),
+        regressions: baseline
+            .map(|b| regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
+            .unwrap_or_default(),
         slo_breaches,
         complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
     };
@@ -205,6 +221,73 @@ fn finish(
     )?;
     write("report.html", crate::report::html(&summary))?;
     Ok(summary)
+}
+
+fn load_baseline(path: &Path) -> Result<serde_json::Value, CapacityError> {
+    let bad = |m: String| CapacityError::Baseline(path.to_path_buf(), m);
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
+    match v.get("schema_version").and_then(|s| s.as_u64()) {
+        Some(n) if n == SCHEMA_VERSION as u64 && v["variants"].is_array() => Ok(v),
+        Some(other) => Err(bad(format!(
+            "schema_version {other}, this loadgen writes {SCHEMA_VERSION}"
+        ))),
+        None => Err(bad("not a loadgen summary.json (no schema_version)".into())),
+    }
+}
+
+/// What is compared with a baseline: a name, where it is read, and the
+/// smallest growth that counts (so a handful of extra entries is not news).
+const COMPARED: &[(&str, &str, f64)] = &[
+    ("raft entries", "/raft_entries_by_type", 10.0),
+    ("raft bytes", "/raft_bytes_by_type", 10_000.0),
+    ("client update RPCs", "/client_update_rpcs", 10.0),
+    ("blocking queries", "/blocking_queries_by_source", 10.0),
+    ("p99 placement ms", "/stream/placement_ms/p99", 50.0),
+    (
+        "p99 time to running ms",
+        "/stream/time_to_running_ms/p99",
+        50.0,
+    ),
+];
+
+/// A number, or the sum of an object's numbers.
+fn measure(v: &serde_json::Value, pointer: &str) -> Option<f64> {
+    match v.pointer(pointer)? {
+        serde_json::Value::Object(m) => Some(m.values().filter_map(|n| n.as_f64()).sum()),
+        n => n.as_f64(),
+    }
+}
+
+/// Measures of each variant more than 10% above the baseline's variant of
+/// the same name.
+pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let empty = Vec::new();
+    let base = baseline["variants"].as_array().unwrap_or(&empty);
+    for v in variants.as_array().unwrap_or(&empty) {
+        let name = v["name"].as_str().unwrap_or("?");
+        let Some(b) = base.iter().find(|b| b["name"] == v["name"]) else {
+            continue;
+        };
+        for (what, pointer, floor) in COMPARED {
+            let (Some(now), Some(was)) = (measure(v, pointer), measure(b, pointer)) else {
+                continue;
+            };
+            if now > was * 1.10 && now - was > *floor {
+                out.push(format!(
+                    "{name}: {what} {now:.0}, baseline {was:.0} (+{:.0}%)",
+                    if was > 0.0 {
+                        100.0 * (now / was - 1.0)
+                    } else {
+                        100.0
+                    }
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// A port that was free a moment ago.
@@ -463,5 +546,45 @@ fn summarize(
         seconds,
         problems,
         series,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_growth_past_ten_percent_and_the_floor_is_a_regression() {
+        let base = json!({"schema_version": 1, "variants": [
+            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 100, "eval_update": 100},
+             "stream": {"placement_ms": {"p99": 100.0}, "time_to_running_ms": {"p99": 1000.0}}},
+        ]});
+        let now = json!([
+            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 150, "eval_update": 100},
+             "stream": {"placement_ms": {"p99": 140.0}, "time_to_running_ms": {"p99": 1050.0}}},
+            {"name": "new", "raft_entries_by_type": {"plan_apply": 1000}},
+        ]);
+        let r = regressions(&base, &now);
+        assert_eq!(
+            r,
+            vec!["legacy: raft entries 250, baseline 200 (+25%)".to_string()]
+        );
+    }
+
+    #[test]
+    fn a_baseline_that_is_not_a_summary_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.json");
+        std::fs::write(&p, "{\"schema_version\": 7, \"variants\": []}").unwrap();
+        assert!(load_baseline(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("schema_version 7"));
+        std::fs::write(&p, "not json").unwrap();
+        assert!(load_baseline(&p)
+            .unwrap_err()
+            .to_string()
+            .contains("not JSON"));
     }
 }

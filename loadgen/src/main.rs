@@ -44,6 +44,12 @@ async fn main() -> anyhow::Result<()> {
         }
         Cmd::Capacity(opts) => {
             let summary = loadgen::capacity::run(opts).await?;
+            if !summary.regressions.is_empty() {
+                anyhow::bail!(
+                    "worse than the baseline: {}",
+                    summary.regressions.join("; ")
+                );
+            }
             if !summary.slo_breaches.is_empty() {
                 anyhow::bail!("SLO breached: {}", summary.slo_breaches.join("; "));
             }

@@ -99,6 +99,9 @@ pub fn table(s: &RunSummary) -> String {
     if !s.slo_breaches.is_empty() {
         let _ = write!(out, "\nSLO breached: {}", s.slo_breaches.join("; "));
     }
+    for r in &s.regressions {
+        let _ = write!(out, "\nworse than the baseline: {r}");
+    }
     if !s.complete {
         out.push_str("\nthe run did not complete: this report is partial");
     }
@@ -424,6 +427,13 @@ pub fn html(s: &RunSummary) -> String {
     }
     for b in &s.slo_breaches {
         let _ = write!(page, "<p class=\"warn\">SLO breached: {}</p>", escape(b));
+    }
+    for r in &s.regressions {
+        let _ = write!(
+            page,
+            "<p class=\"warn\">Worse than the baseline: {}</p>",
+            escape(r)
+        );
     }
     let _ = write!(page, "<h2>Summary</h2><pre>{}</pre>", escape(&table(s)));
     page.push_str(&comparison(s));
