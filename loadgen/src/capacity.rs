@@ -131,18 +131,19 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         scenario.runs().into_iter().take(1).collect()
     };
     for (i, v) in runs.iter().enumerate() {
+        let scenario_v = scenario.for_variant(v);
         eprintln!(
             "loadgen: {} {}/{}: {} ({} nodes, {} of jobs)",
             scenario.name,
             i + 1,
             runs.len(),
             v.name,
-            scenario.nodes,
+            scenario_v.nodes,
             humantime::format_duration(scenario.duration)
         );
         let summary = match opts.servers.is_empty() {
-            true => run_local(&scenario, v, &out.join(&v.name), &opts, i as u64).await?,
-            false => run_remote(&scenario, v, &opts, i as u64).await?,
+            true => run_local(&scenario_v, v, &out.join(&v.name), &opts, i as u64).await?,
+            false => run_remote(&scenario_v, v, &opts, i as u64).await?,
         };
         // Written after every variant, so a later failure leaves this one.
         variants.push(summary);
@@ -290,6 +291,19 @@ pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -
     out
 }
 
+/// Names as the cluster takes them in ids: letters, digits and `-_.:`.
+fn id_safe(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.:".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
 /// A port that was free a moment ago.
 fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
@@ -355,7 +369,10 @@ async fn run_local(
         .args(["--nodes", &scenario.nodes.to_string()])
         .args(["--servers", &cluster.rpc_addrs().join(",")])
         .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .args(["--id-prefix", &format!("{}-{}", scenario.name, v.name)])
+        .args([
+            "--id-prefix",
+            &id_safe(&format!("{}-{}", scenario.name, v.name)),
+        ])
         .args(scenario.nodesim_args.iter().chain(&v.nodesim_args))
         .stdin(Stdio::null())
         .stdout(log)
@@ -429,6 +446,16 @@ async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
                 if last as u64 >= nodes {
                     return Ok(());
                 }
+                let refused = text
+                    .lines()
+                    .find_map(|l| {
+                        l.strip_prefix("stampede_nodesim_errors_total{kind=\"register\"} ")
+                    })
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .unwrap_or(0.0);
+                if refused as u64 >= nodes {
+                    return Err("the cluster refused nodesim's nodes (see nodesim.log)".into());
+                }
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -451,7 +478,7 @@ async fn drive(
     let start = Instant::now();
     let (stop, stopped) = watch::channel(false);
     let sampling = tokio::spawn(sampler::run(targets, opts.sample_every, start, stopped));
-    let prefix = format!("{}-{}", scenario.name, v.name);
+    let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
     let report = stream::run(client, scenario, &prefix, 42 + seed).await;
     let _ = stop.send(true);
     let series = sampling.await.unwrap_or_default();

@@ -41,8 +41,18 @@ pub fn table(s: &RunSummary) -> String {
     row("raft entries", &|v| {
         v.raft_entries_by_type.values().sum::<u64>().to_string()
     });
-    row("  client update share", &|v| {
-        format!("{:.1}%", 100.0 * v.client_update_share)
+    row("  client update share (entries / bytes)", &|v| {
+        format!(
+            "{:.1}% / {:.1}%",
+            100.0 * v.client_update_share,
+            100.0 * v.client_update_byte_share
+        )
+    });
+    row("raft MiB", &|v| {
+        format!(
+            "{:.2}",
+            v.raft_bytes_by_type.values().sum::<u64>() as f64 / 1048576.0
+        )
     });
     row("client update RPCs", &|v| {
         v.client_update_rpcs.values().sum::<u64>().to_string()
@@ -162,8 +172,19 @@ fn by_label(
     out.into_iter().collect()
 }
 
-/// An SVG line chart with axes, a title, a unit and a legend.
+/// An SVG line chart of time series (x in seconds) with axes, a title, a
+/// unit and a legend.
 pub fn chart(title: &str, unit: &str, lines: &[(String, Vec<(f64, f64)>)]) -> String {
+    chart_over(title, unit, "s", lines)
+}
+
+/// The same with x in `x_unit`.
+pub fn chart_over(
+    title: &str,
+    unit: &str,
+    x_unit: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> String {
     let (w, h, left, right, top, bottom) = (640.0, 260.0, 60.0, 150.0, 28.0, 30.0);
     let pts = lines.iter().flat_map(|(_, p)| p.iter());
     let xmax = pts.clone().map(|p| p.0).fold(1.0f64, f64::max);
@@ -192,7 +213,7 @@ pub fn chart(title: &str, unit: &str, lines: &[(String, Vec<(f64, f64)>)]) -> St
     }
     let _ = write!(
         svg,
-        r##"<line x1="{left}" x2="{}" y1="{b}" y2="{b}" stroke="#333"/><text x="{}" y="{}" font-size="10" text-anchor="end">{xmax:.0} s</text><text x="{left}" y="{}" font-size="10">0 s</text>"##,
+        r##"<line x1="{left}" x2="{}" y1="{b}" y2="{b}" stroke="#333"/><text x="{}" y="{}" font-size="10" text-anchor="end">{xmax:.0} {x_unit}</text><text x="{left}" y="{}" font-size="10">0 {x_unit}</text>"##,
         w - right,
         w - right,
         h - 8.0,
@@ -411,6 +432,67 @@ fn comparison(s: &RunSummary) -> String {
     html
 }
 
+/// A sweep's cost plotted against its parameter.
+fn sweep(s: &RunSummary) -> String {
+    let Some(sw) = &s.scenario.sweep else {
+        return String::new();
+    };
+    let x = sw.parameter.name();
+    let against = |f: &dyn Fn(&VariantSummary) -> f64| -> Vec<(f64, f64)> {
+        s.variants
+            .iter()
+            .zip(&sw.values)
+            .map(|(v, value)| (*value, f(v)))
+            .collect()
+    };
+    let server_cpu = |v: &VariantSummary| -> f64 {
+        v.cpu_cores
+            .iter()
+            .filter(|(k, _)| k.starts_with("server"))
+            .map(|(_, c)| c)
+            .sum()
+    };
+    let mut html = format!("<h2>Cost against {x}</h2><div class=\"charts\">");
+    html.push_str(&chart_over(
+        &format!("Server CPU against {x}"),
+        "cores",
+        x,
+        &[("servers".into(), against(&server_cpu))],
+    ));
+    html.push_str(&chart_over(
+        &format!("Raft entries and blocking queries against {x}"),
+        "count",
+        x,
+        &[
+            (
+                "raft entries".into(),
+                against(&|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+            ),
+            (
+                "blocking queries".into(),
+                against(&|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+            ),
+        ],
+    ));
+    html.push_str(&chart_over(
+        &format!("Latency against {x}"),
+        "ms",
+        x,
+        &[
+            (
+                "p99 placement".into(),
+                against(&|v| v.stream.placement_ms.p99),
+            ),
+            (
+                "p99 time to running".into(),
+                against(&|v| v.stream.time_to_running_ms.p99),
+            ),
+        ],
+    ));
+    html.push_str("</div>");
+    html
+}
+
 /// The self-contained report page.
 pub fn html(s: &RunSummary) -> String {
     let mut page = format!(
@@ -437,6 +519,7 @@ pub fn html(s: &RunSummary) -> String {
     }
     let _ = write!(page, "<h2>Summary</h2><pre>{}</pre>", escape(&table(s)));
     page.push_str(&comparison(s));
+    page.push_str(&sweep(s));
     for v in &s.variants {
         let _ = write!(
             page,

@@ -70,6 +70,34 @@ pub struct Scenario {
     /// Settings compared on the same workload; one run with none.
     #[serde(default)]
     pub variants: Vec<Variant>,
+    /// One parameter run at several values; the report plots cost against it.
+    pub sweep: Option<Sweep>,
+}
+
+/// `[sweep] parameter = "nodes", values = [1000, 5000, 10000]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    pub parameter: SweepParameter,
+    pub values: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepParameter {
+    /// The fleet size.
+    Nodes,
+    /// The submission rate, jobs per second (a ramp scales both ends).
+    Rate,
+}
+
+impl SweepParameter {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nodes => "nodes",
+            Self::Rate => "rate",
+        }
+    }
 }
 
 mod defaults {
@@ -171,6 +199,12 @@ pub struct Slo {
 pub struct Variant {
     /// Names its setting, e.g. `legacy` or `prioritized`.
     pub name: String,
+    /// Overrides the scenario's fleet size.
+    #[serde(default)]
+    pub nodes: Option<u64>,
+    /// Overrides the scenario's submission rate (jobs per second).
+    #[serde(default)]
+    pub rate: Option<f64>,
     #[serde(default)]
     pub server_args: Vec<String>,
     #[serde(default)]
@@ -252,6 +286,21 @@ impl Scenario {
                 return bad(&field("cpu_mhz"), "resources must be above 0");
             }
         }
+        if let Some(sweep) = &self.sweep {
+            if !self.variants.is_empty() {
+                return bad("sweep", "a scenario has variants or a sweep, not both");
+            }
+            let ok = |v: &f64| match sweep.parameter {
+                SweepParameter::Nodes => (1.0..=1_000_000.0).contains(v) && v.fract() == 0.0,
+                SweepParameter::Rate => *v > 0.0 && *v <= 100_000.0,
+            };
+            if sweep.values.is_empty() || !sweep.values.iter().all(ok) {
+                return bad(
+                    "sweep.values",
+                    "needs values: whole node counts 1 to 1,000,000, or rates above 0",
+                );
+            }
+        }
         let mut names = std::collections::HashSet::new();
         for (i, v) in self.variants.iter().enumerate() {
             if v.name.is_empty() || !names.insert(&v.name) {
@@ -261,17 +310,57 @@ impl Scenario {
         Ok(())
     }
 
-    /// The variants to run: those declared, or one named for the scenario.
+    /// The variants to run: those declared, one per sweep value, or one
+    /// named for the scenario.
     pub fn runs(&self) -> Vec<Variant> {
+        let plain = |name: String| Variant {
+            name,
+            nodes: None,
+            rate: None,
+            server_args: vec![],
+            nodesim_args: vec![],
+        };
+        if let Some(sweep) = &self.sweep {
+            return sweep
+                .values
+                .iter()
+                .map(|&x| {
+                    let mut v = plain(format!("{}-{x}", sweep.parameter.name()));
+                    match sweep.parameter {
+                        SweepParameter::Nodes => v.nodes = Some(x as u64),
+                        SweepParameter::Rate => v.rate = Some(x),
+                    }
+                    v
+                })
+                .collect();
+        }
         if self.variants.is_empty() {
-            vec![Variant {
-                name: self.name.clone(),
-                server_args: vec![],
-                nodesim_args: vec![],
-            }]
+            vec![plain(self.name.clone())]
         } else {
             self.variants.clone()
         }
+    }
+
+    /// The scenario as variant `v` runs it: its fleet size and rate.
+    pub fn for_variant(&self, v: &Variant) -> Scenario {
+        let mut s = self.clone();
+        if let Some(n) = v.nodes {
+            s.nodes = n;
+        }
+        if let Some(r) = v.rate {
+            s.arrival = match s.arrival {
+                Arrival::Constant { .. } => Arrival::Constant { rate: r },
+                Arrival::Poisson { .. } => Arrival::Poisson { rate: r },
+                Arrival::Ramp { from, to } => {
+                    let scale = r / to.max(1e-9);
+                    Arrival::Ramp {
+                        from: from * scale,
+                        to: r,
+                    }
+                }
+            };
+        }
+        s
     }
 }
 
@@ -322,6 +411,32 @@ cpu_mhz = 100
 
         let e = Scenario::load("no-such-scenario").unwrap_err().to_string();
         assert!(e.contains("c2m-mini"), "{e}");
+    }
+
+    #[test]
+    fn a_sweep_runs_one_variant_per_value() {
+        let text = r#"
+name = "grow"
+nodes = 10
+duration = "10s"
+arrival = { process = "constant", rate = 1.0 }
+[[jobs]]
+name = "web"
+type = "service"
+count = 1
+cpu_mhz = 100
+[sweep]
+parameter = "nodes"
+values = [100, 1000]
+"#;
+        let s = Scenario::parse(text, "grow.toml").unwrap();
+        let runs = s.runs();
+        let names: Vec<&str> = runs.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, ["nodes-100", "nodes-1000"]);
+        assert_eq!(s.for_variant(&runs[1]).nodes, 1000);
+        let bad = text.replace("[100, 1000]", "[100, 0.5]");
+        let e = Scenario::parse(&bad, "grow.toml").unwrap_err().to_string();
+        assert!(e.contains("sweep.values"), "{e}");
     }
 
     #[test]
