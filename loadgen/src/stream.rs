@@ -186,12 +186,11 @@ pub async fn run(
         while tasks.join_next().await.is_some() {}
     })
     .await;
+    // Followers still waiting when the drain ends are given up on (they show
+    // as submitted but not placed or not running).
     tasks.abort_all();
-    let mut tally = Arc::try_unwrap(tally)
-        .ok()
-        .expect("every follower has ended")
-        .into_inner()
-        .unwrap();
+    while tasks.join_next().await.is_some() {}
+    let mut tally = std::mem::take(&mut *tally.lock().unwrap());
     tally.report.placement_ms = tally
         .placement
         .as_ref()
