@@ -675,16 +675,16 @@ mod tests {
             #[command(flatten)]
             opts: crate::config::ServeOpts,
         }
+        let base = [
+            "serve",
+            "--id",
+            "1",
+            "--data-dir",
+            "d",
+            "--peers",
+            "1=127.0.0.1:4647",
+        ];
         let parse = |extra: &[&str]| {
-            let base = [
-                "serve",
-                "--id",
-                "1",
-                "--data-dir",
-                "d",
-                "--peers",
-                "1=127.0.0.1:4647",
-            ];
             let cli = <Cli as clap::Parser>::try_parse_from(base.iter().chain(extra)).unwrap();
             cli.opts
         };
@@ -711,17 +711,7 @@ mod tests {
             on.control_config().worker.raft_backoff_limit,
             Some(Duration::from_secs(2))
         );
-        let bad = [
-            "serve",
-            "--id",
-            "1",
-            "--data-dir",
-            "d",
-            "--peers",
-            "1=127.0.0.1:4647",
-        ]
-        .into_iter()
-        .chain(["--worker-raft-backoff", "maybe"]);
+        let bad = base.into_iter().chain(["--worker-raft-backoff", "maybe"]);
         assert!(<Cli as clap::Parser>::try_parse_from(bad).is_err());
     }
 

@@ -274,7 +274,8 @@ impl Fleet {
     pub fn summary(&self) -> Summary {
         Summary::read(
             &self.shared.metrics,
-            self.nodes.len() as u64,
+            // One slot per node of this shard.
+            self.shared.channels.len() as u64,
             self.started.elapsed(),
             self.mode,
         )
@@ -293,9 +294,7 @@ impl Fleet {
         {
             tracing::warn!("some allocation updates were not sent before shutdown");
         }
-        let mut summary = self.summary();
-        summary.nodes = self.shared.channels.len() as u64;
-        summary
+        self.summary()
     }
 }
 
@@ -369,6 +368,14 @@ impl Summary {
                 .collect(),
             elapsed,
         }
+    }
+
+    /// Allocations whose runner last reported `client_status` (`running`, ...).
+    pub fn allocs_with(&self, client_status: &str) -> i64 {
+        self.allocs
+            .iter()
+            .find(|(s, _)| *s == client_status)
+            .map_or(0, |(_, n)| *n)
     }
 
     /// Every `Node.UpdateAlloc` call, whatever its priority.

@@ -71,15 +71,7 @@ async fn a_custom_runner_runs_what_the_cluster_places() {
     let summary = fleet.shutdown().await;
     assert_eq!(summary.runners_started, 25);
     assert_eq!(summary.ready, 10);
-    assert_eq!(
-        summary
-            .allocs
-            .iter()
-            .find(|(s, _)| *s == "running")
-            .unwrap()
-            .1,
-        25
-    );
+    assert_eq!(summary.allocs_with("running"), 25);
 }
 
 /// Runs the same job on a fleet of its own and returns its summary once every
@@ -162,13 +154,5 @@ async fn the_fleet_survives_a_leader_kill_and_restart() {
     eprintln!("{summary}");
     assert_eq!(summary.ready, 30, "every node heartbeats again");
     assert_eq!(summary.runners_started, 90);
-    assert_eq!(
-        summary
-            .allocs
-            .iter()
-            .find(|(s, _)| *s == "running")
-            .unwrap()
-            .1,
-        90
-    );
+    assert_eq!(summary.allocs_with("running"), 90);
 }
