@@ -442,16 +442,14 @@ async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
     while Instant::now() < deadline {
         if let Ok(r) = reqwest::get(url).await {
             if let Ok(text) = r.text().await {
-                last = sampler::parse(&text).get(series).copied().unwrap_or(0.0);
+                let values = sampler::parse(&text);
+                last = values.get(series).copied().unwrap_or(0.0);
                 if last as u64 >= nodes {
                     return Ok(());
                 }
-                let refused = text
-                    .lines()
-                    .find_map(|l| {
-                        l.strip_prefix("stampede_nodesim_errors_total{kind=\"register\"} ")
-                    })
-                    .and_then(|v| v.parse::<f64>().ok())
+                let refused = values
+                    .get("stampede_nodesim_errors_total{kind=\"register\"}")
+                    .copied()
                     .unwrap_or(0.0);
                 if refused as u64 >= nodes {
                     return Err("the cluster refused nodesim's nodes (see nodesim.log)".into());

@@ -25,6 +25,7 @@ const KEEP: &[&str] = &[
     "stampede_nodesim_update_rpcs_total",
     "stampede_nodesim_nodes",
     "stampede_nodesim_allocs",
+    "stampede_nodesim_errors_total",
     "stampede_worker_nacks_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
