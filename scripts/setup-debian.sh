@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building stampede needs on Debian and is missing: a C++
 # compiler and libclang (RocksDB and its Rust bindings) and protoc (the gRPC
-# code), and with --tests a headless Chromium (the report test). Runs
-# apt-get as root, or through sudo.
+# code), and with --tests a headless Chromium (the report test) and Prometheus
+# with promtool (the dashboard test). Runs apt-get as root, or through sudo.
 set -euo pipefail
 
 need=()
@@ -11,9 +11,11 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || need+=(curl)
-# With --tests: the capacity report's test opens report.html in a headless browser.
+# With --tests: the capacity report's test opens report.html in a headless
+# browser, and the dashboard test queries a real Prometheus.
 if [ "${1:-}" = "--tests" ]; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 fi
 
 if ((${#need[@]})); then

@@ -160,6 +160,11 @@ impl BrokerMetrics {
         registry.register(Box::new(m.dequeue_wait.clone())).unwrap();
         registry.register(Box::new(m.acks.clone())).unwrap();
         registry.register(Box::new(m.nacks.clone())).unwrap();
+        // Every reason at zero from the start, so a dashboard shows "none yet"
+        // rather than "no data".
+        for r in NACK_REASONS.iter().chain(&["other"]) {
+            m.nacks.with_label_values(&[r]);
+        }
         registry.register(Box::new(m.failed.clone())).unwrap();
         registry.register(Box::new(m.cancelable.clone())).unwrap();
         registry.register(Box::new(m.cancelled.clone())).unwrap();

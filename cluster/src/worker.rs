@@ -137,6 +137,10 @@ impl WorkerPool {
             .register(Box::new(metrics.raft_backoffs.clone()))
             .unwrap();
         registry.register(Box::new(metrics.nacks.clone())).unwrap();
+        // Every reason at zero from the start, so a dashboard shows "none yet".
+        for r in crate::broker::NACK_REASONS {
+            metrics.nacks.with_label_values(&[r]);
+        }
         registry
             .register(Box::new(metrics.evals_processed.clone()))
             .unwrap();

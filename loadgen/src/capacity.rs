@@ -2,10 +2,12 @@
 //! scenario it starts a local cluster of real `cluster` processes and a
 //! `nodesim` fleet (or uses the ones given), runs the job stream, samples
 //! every process's `/metrics`, and writes a run directory: `summary.json`,
-//! `samples.json` and a self-contained `report.html`.
+//! `samples.json`, a self-contained `report.html`, and each process's last
+//! `/metrics` under `VARIANT/metrics/`. When Prometheus is installed it scrapes
+//! the run too (`prometheus_run`), for the Grafana dashboards.
 
 use std::collections::BTreeMap;
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -17,6 +19,8 @@ use stampede_proto::client::ClusterClient;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::metrics::LoadMetrics;
+use crate::prometheus_run::{self, PrometheusInfo, PrometheusRun};
 use crate::sampler::{self, label, Series, Target};
 use crate::scenario::{Scenario, Variant};
 use crate::stream::{self, StreamReport};
@@ -46,6 +50,12 @@ pub struct CapacityOpts {
     /// How often every process's /metrics is read.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub sample_every: Duration,
+    /// Where loadgen serves its own /metrics (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub serve_metrics: SocketAddr,
+    /// Do not start Prometheus even if it is installed.
+    #[arg(long)]
+    pub no_prometheus: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +74,10 @@ pub enum CapacityError {
     NoMetrics,
     #[error("--baseline {0}: {1}")]
     Baseline(PathBuf, String),
+    #[error("--serve-metrics {0}: {1}")]
+    ServeMetrics(SocketAddr, std::io::Error),
+    #[error("--sample-every must be at least 100ms")]
+    SampleEvery,
 }
 
 /// One variant's results.
@@ -90,6 +104,10 @@ pub struct VariantSummary {
     /// Peak resident memory of each process, in MiB.
     pub rss_mib: BTreeMap<String, f64>,
     pub seconds: f64,
+    /// Wall-clock start and end of the stream, in Unix seconds: the time
+    /// range to look at in Prometheus or Grafana.
+    pub started_unix: f64,
+    pub ended_unix: f64,
     /// Empty when the run completed; otherwise what went wrong (the report is partial).
     pub problems: Vec<String>,
     #[serde(skip)]
@@ -109,6 +127,8 @@ pub struct RunSummary {
     /// Measures more than 10% worse than `--baseline`'s, by variant.
     pub regressions: Vec<String>,
     pub complete: bool,
+    /// The Prometheus that scraped the run, when one was installed.
+    pub prometheus: Option<PrometheusInfo>,
 }
 
 pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
@@ -124,6 +144,21 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         PathBuf::from("runs").join(format!("{}-{now}", scenario.name))
     });
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
+    if opts.sample_every < Duration::from_millis(100) {
+        return Err(CapacityError::SampleEvery.into());
+    }
+    let metrics = LoadMetrics::new();
+    metrics.set_slo(&scenario.slo);
+    let own = metrics
+        .serve(opts.serve_metrics)
+        .await
+        .map_err(|e| CapacityError::ServeMetrics(opts.serve_metrics, e))?;
+    let prometheus = start_prometheus(&opts, &out, own).await;
+    let ctx = Ctx {
+        opts: &opts,
+        metrics: &metrics,
+        prometheus: prometheus.as_ref(),
+    };
     let mut variants = Vec::new();
     let runs = if opts.servers.is_empty() {
         scenario.runs()
@@ -141,21 +176,79 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
             scenario_v.nodes,
             humantime::format_duration(scenario.duration)
         );
+        let dir = out.join(&v.name);
         let summary = match opts.servers.is_empty() {
-            true => run_local(&scenario_v, v, &out.join(&v.name), &opts, i as u64).await?,
-            false => run_remote(&scenario_v, v, &opts, i as u64).await?,
+            true => run_local(&scenario_v, v, &dir, &ctx, i as u64).await?,
+            false => run_remote(&scenario_v, v, &dir, &ctx, i as u64).await?,
         };
         // Written after every variant, so a later failure leaves this one.
         variants.push(summary);
-        let partial = finish(&scenario, &variants, &out, runs.len(), baseline.as_ref())?;
+        let partial = finish(
+            &scenario,
+            &variants,
+            &out,
+            runs.len(),
+            &ctx,
+            baseline.as_ref(),
+        )?;
         if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
             break;
         }
     }
-    let summary = finish(&scenario, &variants, &out, runs.len(), baseline.as_ref())?;
+    let summary = finish(
+        &scenario,
+        &variants,
+        &out,
+        runs.len(),
+        &ctx,
+        baseline.as_ref(),
+    )?;
+    let loadgen_metrics = out.join("loadgen.prom");
+    std::fs::write(&loadgen_metrics, metrics.render())
+        .map_err(|e| CapacityError::Write(loadgen_metrics, e))?;
+    if let Some(p) = prometheus {
+        p.stop();
+    }
     println!("{}", crate::report::table(&summary));
     println!("report: {}", out.join("report.html").display());
+    if let Some(p) = &summary.prometheus {
+        println!("prometheus data: {}", p.browse);
+    }
     Ok(summary)
+}
+
+/// What every variant of a run shares.
+struct Ctx<'a> {
+    opts: &'a CapacityOpts,
+    metrics: &'a LoadMetrics,
+    prometheus: Option<&'a PrometheusRun>,
+}
+
+/// Starts Prometheus in the run directory if it is installed and wanted. A
+/// Prometheus that fails to start is reported and the run goes on without it:
+/// the run's own numbers do not depend on it.
+async fn start_prometheus(
+    opts: &CapacityOpts,
+    out: &Path,
+    own: SocketAddr,
+) -> Option<PrometheusRun> {
+    if opts.no_prometheus {
+        return None;
+    }
+    let Some(bin) = prometheus_run::installed() else {
+        eprintln!("loadgen: prometheus is not installed; the run is not scraped for Grafana (scripts/setup-debian.sh --tests installs it)");
+        return None;
+    };
+    match PrometheusRun::start(&bin, out, opts.sample_every, own.to_string()).await {
+        Ok(p) => {
+            eprintln!("loadgen: prometheus at {}", p.info().url);
+            Some(p)
+        }
+        Err(e) => {
+            eprintln!("loadgen: prometheus not started: {e}");
+            None
+        }
+    }
 }
 
 /// Writes summary.json, samples.json and report.html for what has run so far.
@@ -164,6 +257,7 @@ fn finish(
     variants: &[VariantSummary],
     out: &Path,
     planned: usize,
+    ctx: &Ctx,
     baseline: Option<&serde_json::Value>,
 ) -> Result<RunSummary, CapacityError> {
     let first = variants.first();
@@ -203,6 +297,7 @@ fn finish(
             .unwrap_or_default(),
         slo_breaches,
         complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
+        prometheus: ctx.prometheus.map(|p| p.info().clone()),
     };
     let write = |name: &str, body: String| {
         let path = out.join(name);
@@ -309,29 +404,15 @@ fn free_port() -> std::io::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// Kills nodesim if the run ends early.
-struct NodesimProc(Child);
-
-impl NodesimProc {
-    /// SIGTERM, so nodesim flushes and prints its summary; then wait.
-    fn stop(mut self) {
-        // SAFETY: kill(2) with a pid we spawned and have not reaped.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
-        for _ in 0..200 {
-            if let Ok(Some(_)) = self.0.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// Stops nodesim when the run ends, early or not: SIGTERM, so it flushes
+/// and prints its summary.
+struct NodesimProc(Option<Child>);
 
 impl Drop for NodesimProc {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        if let Some(child) = self.0.take() {
+            stampede_launch::terminate(child);
+        }
     }
 }
 
@@ -339,7 +420,7 @@ async fn run_local(
     scenario: &Scenario,
     v: &Variant,
     dir: &Path,
-    opts: &CapacityOpts,
+    ctx: &Ctx<'_>,
     seed: u64,
 ) -> Result<VariantSummary, CapacityError> {
     let _ = std::fs::remove_dir_all(dir);
@@ -379,7 +460,7 @@ async fn run_local(
         .stderr(log2)
         .spawn()
         .map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
-    let nodesim = NodesimProc(child);
+    let nodesim = NodesimProc(Some(child));
 
     let mut targets: Vec<Target> = cluster
         .servers()
@@ -393,12 +474,22 @@ async fn run_local(
         name: "nodesim".into(),
         url: format!("http://127.0.0.1:{port}/metrics"),
     });
+    if let Some(p) = ctx.prometheus {
+        let servers: Vec<String> = cluster
+            .servers()
+            .iter()
+            .map(|s| s.http.to_string())
+            .collect();
+        if let Err(e) = p.set_targets(&v.name, &servers, Some(&[format!("127.0.0.1:{port}")])) {
+            eprintln!("loadgen: {e}");
+        }
+    }
     let mut problems = Vec::new();
     if let Err(e) = wait_for_fleet(&targets.last().unwrap().url, scenario.nodes).await {
         problems.push(e);
     }
     let client = ClusterClient::new(&cluster.rpc_addrs())?;
-    let mut summary = drive(scenario, v, client, targets, opts, seed, problems).await;
+    let mut summary = drive(scenario, v, client, targets, dir, ctx, seed, problems).await?;
     for s in &summary.series {
         if let Some(t) = s.lost_at {
             summary.problems.push(format!(
@@ -407,7 +498,7 @@ async fn run_local(
             ));
         }
     }
-    nodesim.stop();
+    drop(nodesim);
     cluster.stop_all();
     Ok(summary)
 }
@@ -415,9 +506,11 @@ async fn run_local(
 async fn run_remote(
     scenario: &Scenario,
     v: &Variant,
-    opts: &CapacityOpts,
+    dir: &Path,
+    ctx: &Ctx<'_>,
     seed: u64,
 ) -> Result<VariantSummary, CapacityError> {
+    let opts = ctx.opts;
     if opts.metrics.is_empty() {
         return Err(CapacityError::NoMetrics);
     }
@@ -430,8 +523,39 @@ async fn run_remote(
             url: url.clone(),
         })
         .collect();
+    if let Some(p) = ctx.prometheus {
+        let (nodesim, servers) = classify(&opts.metrics).await;
+        if let Err(e) = p.set_targets(&v.name, &servers, Some(&nodesim)) {
+            eprintln!("loadgen: {e}");
+        }
+    }
     let client = ClusterClient::new(&opts.servers)?;
-    Ok(drive(scenario, v, client, targets, opts, seed, Vec::new()).await)
+    drive(scenario, v, client, targets, dir, ctx, seed, Vec::new()).await
+}
+
+/// Splits `/metrics` URLs into nodesim shards and servers (host:port each,
+/// as Prometheus targets), by what each serves; one that does not answer
+/// counts as a server.
+async fn classify(urls: &[String]) -> (Vec<String>, Vec<String>) {
+    let (mut nodesim, mut servers) = (Vec::new(), Vec::new());
+    for url in urls {
+        let host = url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let text = match reqwest::get(url).await {
+            Ok(r) => r.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        };
+        if text.contains("stampede_nodesim_") {
+            nodesim.push(host);
+        } else {
+            servers.push(host);
+        }
+    }
+    (nodesim, servers)
 }
 
 /// Waits until nodesim says the whole fleet is ready.
@@ -463,24 +587,51 @@ async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
     ))
 }
 
-/// Runs the stream while sampling, and sums up.
+/// Runs the stream while sampling, keeps each process's last `/metrics` in
+/// `dir/metrics/`, and sums up.
+#[allow(clippy::too_many_arguments)]
 async fn drive(
     scenario: &Scenario,
     v: &Variant,
     client: ClusterClient,
     targets: Vec<Target>,
-    opts: &CapacityOpts,
+    dir: &Path,
+    ctx: &Ctx<'_>,
     seed: u64,
     problems: Vec<String>,
-) -> VariantSummary {
+) -> Result<VariantSummary, CapacityError> {
     let start = Instant::now();
+    let started_unix = unix_now();
     let (stop, stopped) = watch::channel(false);
-    let sampling = tokio::spawn(sampler::run(targets, opts.sample_every, start, stopped));
+    let sampling = tokio::spawn(sampler::run(targets, ctx.opts.sample_every, start, stopped));
     let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
-    let report = stream::run(client, scenario, &prefix, 42 + seed).await;
+    let progress = crate::progress::Progress::start(scenario, ctx.metrics);
+    let report = stream::run(client, scenario, &prefix, 42 + seed, ctx.metrics).await;
+    progress.finish();
+    if let Some(p) = ctx.prometheus {
+        p.settle(ctx.opts.sample_every).await;
+    }
     let _ = stop.send(true);
     let series = sampling.await.unwrap_or_default();
-    summarize(v, report, series, start.elapsed().as_secs_f64(), problems)
+    let metrics_dir = dir.join("metrics");
+    std::fs::create_dir_all(&metrics_dir)
+        .map_err(|e| CapacityError::Write(metrics_dir.clone(), e))?;
+    for s in &series {
+        if let Some(text) = &s.last_text {
+            let path = metrics_dir.join(format!("{}.prom", s.target.name));
+            std::fs::write(&path, text).map_err(|e| CapacityError::Write(path, e))?;
+        }
+    }
+    let mut summary = summarize(v, report, series, start.elapsed().as_secs_f64(), problems);
+    summary.started_unix = started_unix;
+    summary.ended_unix = unix_now();
+    Ok(summary)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A counter's growth by `type` label; every server applies every entry, so
@@ -569,6 +720,8 @@ fn summarize(
         cpu_cores,
         rss_mib,
         seconds,
+        started_unix: 0.0,
+        ended_unix: 0.0,
         problems,
         series,
     }

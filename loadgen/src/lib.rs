@@ -1,7 +1,10 @@
 //! loadgen: drives load at a running stampede cluster and measures it.
 
 pub mod capacity;
+pub mod metrics;
 pub mod place;
+pub mod progress;
+pub mod prometheus_run;
 pub mod report;
 pub mod sampler;
 pub mod scenario;

@@ -52,6 +52,9 @@ pub struct Series {
     pub points: Vec<Point>,
     /// When the process stopped answering, if it did.
     pub lost_at: Option<f64>,
+    /// The last `/metrics` text read, kept as the process served it.
+    #[serde(skip)]
+    pub last_text: Option<String>,
 }
 
 impl Series {
@@ -134,6 +137,7 @@ pub async fn run(
             target,
             points: Vec::new(),
             lost_at: None,
+            last_text: None,
         })
         .collect();
     let mut tick = tokio::time::interval(every);
@@ -147,15 +151,18 @@ pub async fn run(
         let reads = series.iter().map(|s| {
             let http = http.clone();
             let url = s.target.url.clone();
-            async move {
-                let text = http.get(&url).send().await.ok()?.text().await.ok()?;
-                Some(parse(&text))
-            }
+            async move { http.get(&url).send().await.ok()?.text().await.ok() }
         });
         let values = futures::future::join_all(reads).await;
         for (s, v) in series.iter_mut().zip(values) {
             match v {
-                Some(values) => s.points.push(Point { t, values }),
+                Some(text) => {
+                    s.points.push(Point {
+                        t,
+                        values: parse(&text),
+                    });
+                    s.last_text = Some(text);
+                }
                 None if s.lost_at.is_none() && !last => s.lost_at = Some(t),
                 None => {}
             }

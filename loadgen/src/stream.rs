@@ -22,6 +22,7 @@ use stampede_proto::{
 };
 use tokio::time::Instant;
 
+use crate::metrics::{LoadMetrics, Outcome};
 use crate::scenario::{JobKind, Kind, Scenario};
 
 /// Submissions in flight at most; more are dropped (and counted).
@@ -84,12 +85,15 @@ struct Tally {
 }
 
 impl Tally {
-    fn record(h: &mut Option<Histogram<u64>>, since: Instant) {
+    /// Records the time since `since` in the run's histogram and in the live metric.
+    fn record(h: &mut Option<Histogram<u64>>, live: &prometheus::Histogram, since: Instant) {
         let h = h.get_or_insert_with(|| {
             // Microseconds up to an hour; saturating_record does not grow a histogram.
             Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
         });
-        h.saturating_record(since.elapsed().as_micros() as u64);
+        let took = since.elapsed();
+        h.saturating_record(took.as_micros() as u64);
+        live.observe(took.as_secs_f64());
     }
 }
 
@@ -124,12 +128,14 @@ pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
 }
 
 /// Runs the scenario's stream against `client` and follows every job until
-/// `drain` after the last submission. `prefix` keeps job ids of variants apart.
+/// `drain` after the last submission. `prefix` keeps job ids of variants apart;
+/// `metrics` shows the stream live.
 pub async fn run(
     client: ClusterClient,
     scenario: &Scenario,
     prefix: &str,
     seed: u64,
+    metrics: &LoadMetrics,
 ) -> StreamReport {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
@@ -174,13 +180,15 @@ pub async fn run(
         while tasks.try_join_next().is_some() {}
         if tasks.len() >= MAX_IN_FLIGHT {
             tally.lock().unwrap().report.dropped += 1;
+            metrics.submitted(Outcome::Dropped);
             continue;
         }
         if at.elapsed() > LATE_AFTER {
             tally.lock().unwrap().report.late += 1;
+            metrics.late.inc();
         }
-        let (client, tally) = (client.clone(), tally.clone());
-        tasks.spawn(submit_and_follow(client, job, update, at, tally));
+        let (client, tally, metrics) = (client.clone(), tally.clone(), metrics.clone());
+        tasks.spawn(submit_and_follow(client, job, update, at, tally, metrics));
     }
     let _ = tokio::time::timeout(scenario.drain, async {
         while tasks.join_next().await.is_some() {}
@@ -214,6 +222,7 @@ async fn submit_and_follow(
     update: bool,
     scheduled: Instant,
     tally: Arc<Mutex<Tally>>,
+    metrics: LoadMetrics,
 ) {
     let reply = client
         .retrying(|c| {
@@ -231,9 +240,12 @@ async fn submit_and_follow(
         Err(e) => {
             tracing::warn!(job = job.id, "submission failed: {e}");
             tally.lock().unwrap().report.failed += 1;
+            metrics.submitted(Outcome::Failed);
             return;
         }
     };
+    metrics.submitted(Outcome::Accepted);
+    let _following = Following::start(&metrics.following);
     {
         let mut t = tally.lock().unwrap();
         t.report.submitted += 1;
@@ -266,7 +278,7 @@ async fn submit_and_follow(
     }
     {
         let mut t = tally.lock().unwrap();
-        Tally::record(&mut t.placement, scheduled);
+        Tally::record(&mut t.placement, &metrics.placement, scheduled);
         t.report.placed += 1;
         t.last_placement = Some(Instant::now());
     }
@@ -310,11 +322,28 @@ async fn submit_and_follow(
         };
         if enough {
             let mut t = tally.lock().unwrap();
-            Tally::record(&mut t.running, scheduled);
+            Tally::record(&mut t.running, &metrics.time_to_running, scheduled);
             t.report.running += 1;
             t.report.allocations_placed += up as u64;
             return;
         }
+    }
+}
+
+/// Counts a job as followed until the follower ends, however it ends
+/// (done, lost, or aborted when the drain runs out).
+struct Following(prometheus::IntGauge);
+
+impl Following {
+    fn start(gauge: &prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

@@ -243,26 +243,6 @@ impl Metrics {
 
     /// Serves `/metrics` on `addr` until the process ends.
     pub async fn serve(self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        use axum::{http::header, routing::get, Router};
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let bound = listener.local_addr()?;
-        let app = Router::new().route(
-            "/metrics",
-            get(move || {
-                let m = self.clone();
-                async move {
-                    (
-                        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-                        m.render(),
-                    )
-                }
-            }),
-        );
-        tokio::spawn(async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!("metrics server stopped: {e}");
-            }
-        });
-        Ok(bound)
+        stampede_proto::serve_metrics(addr, move || self.render()).await
     }
 }

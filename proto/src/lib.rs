@@ -56,6 +56,8 @@ macro_rules! sized {
 }
 
 pub mod client;
+mod metrics_http;
+pub use metrics_http::serve_metrics;
 
 /// Logs of every stampede binary: to stderr, quiet by default (warnings, and
 /// only errors from openraft, whose elections are chatty); `RUST_LOG` raises them.

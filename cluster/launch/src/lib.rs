@@ -412,7 +412,9 @@ impl Drop for LocalCluster {
     }
 }
 
-fn terminate(mut child: Child) {
+/// Stops a child process gracefully: SIGTERM, then SIGKILL if it is still
+/// running after a grace period; reaps it either way.
+pub fn terminate(mut child: Child) {
     // SAFETY: kill(2) with a pid we spawned and have not reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let deadline = Instant::now() + STOP_GRACE;
