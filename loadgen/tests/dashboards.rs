@@ -258,6 +258,17 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     );
     let problems: Vec<String> = dashboards.iter().flat_map(|(f, d)| lint(f, d)).collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // The local-run configuration the dashboards' README gives.
+    let check = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(dashboards_dir().join("prometheus.yml"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "dashboards/prometheus.yml: {}",
+        String::from_utf8_lossy(&check.stdout)
+    );
 
     // A short capacity run, scraped by the Prometheus it starts.
     let dir = tempfile::tempdir().unwrap();
@@ -274,6 +285,16 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");
+    let check = Command::new("promtool")
+        .args(["check", "config"])
+        .arg(run.join("prometheus.yml"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "the run's prometheus.yml: {}",
+        String::from_utf8_lossy(&check.stdout)
+    );
     let summary = json(&run.join("summary.json"));
     assert!(
         summary["prometheus"]["url"].is_string(),

@@ -132,7 +132,7 @@ pub struct MockRunner {
 }
 
 /// The names of the mock's pending task events, in order (then repeating).
-const TASK_EVENTS: &[&str] = &["task setup", "downloading artifacts", "driver started"];
+pub const TASK_EVENTS: &[&str] = &["task setup", "downloading artifacts", "driver started"];
 
 fn report(
     status: AllocClientStatus,
