@@ -123,13 +123,8 @@ impl Metrics {
             m.raft_entry_bytes.with_label_values(&[t]);
         }
         #[cfg(target_os = "linux")]
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::new(
-                std::process::id() as i32,
-                "stampede",
-            ),
-        ))
-        .unwrap();
+        r.register(stampede_proto::process_collector("stampede"))
+            .unwrap();
         m
     }
 

@@ -97,7 +97,7 @@ impl LoadMetrics {
             Box::new(placement.clone()),
             Box::new(time_to_running.clone()),
             Box::new(slo.clone()),
-            Box::new(prometheus::process_collector::ProcessCollector::for_self()),
+            stampede_proto::process_collector(""),
         ] {
             registry.register(c).expect("metric names are unique");
         }

@@ -159,9 +159,7 @@ impl Metrics {
         }
         #[cfg(target_os = "linux")]
         registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
+            .register(stampede_proto::process_collector(""))
             .unwrap();
         // Every label value shows from the start, so dashboards see zeros, not gaps.
         for s in NodeState::ALL {
