@@ -178,8 +178,8 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         );
         let dir = out.join(&v.name);
         let summary = match opts.servers.is_empty() {
-            true => run_local(&scenario_v, v, &dir, &ctx, i as u64).await?,
-            false => run_remote(&scenario_v, v, &dir, &ctx, i as u64).await?,
+            true => run_local(&scenario_v, v, &dir, &ctx).await?,
+            false => run_remote(&scenario_v, v, &dir, &ctx).await?,
         };
         // Written after every variant, so a later failure leaves this one.
         variants.push(summary);
@@ -421,7 +421,6 @@ async fn run_local(
     v: &Variant,
     dir: &Path,
     ctx: &Ctx<'_>,
-    seed: u64,
 ) -> Result<VariantSummary, CapacityError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| CapacityError::Write(dir.into(), e))?;
@@ -489,7 +488,7 @@ async fn run_local(
         problems.push(e);
     }
     let client = ClusterClient::new(&cluster.rpc_addrs())?;
-    let mut summary = drive(scenario, v, client, targets, dir, ctx, seed, problems).await?;
+    let mut summary = drive(scenario, v, client, targets, dir, ctx, problems).await?;
     for s in &summary.series {
         if let Some(t) = s.lost_at {
             summary.problems.push(format!(
@@ -508,7 +507,6 @@ async fn run_remote(
     v: &Variant,
     dir: &Path,
     ctx: &Ctx<'_>,
-    seed: u64,
 ) -> Result<VariantSummary, CapacityError> {
     let opts = ctx.opts;
     if opts.metrics.is_empty() {
@@ -530,7 +528,7 @@ async fn run_remote(
         }
     }
     let client = ClusterClient::new(&opts.servers)?;
-    drive(scenario, v, client, targets, dir, ctx, seed, Vec::new()).await
+    drive(scenario, v, client, targets, dir, ctx, Vec::new()).await
 }
 
 /// Splits `/metrics` URLs into nodesim shards and servers (host:port each,
@@ -597,7 +595,6 @@ async fn drive(
     targets: Vec<Target>,
     dir: &Path,
     ctx: &Ctx<'_>,
-    seed: u64,
     problems: Vec<String>,
 ) -> Result<VariantSummary, CapacityError> {
     let start = Instant::now();
@@ -606,7 +603,7 @@ async fn drive(
     let sampling = tokio::spawn(sampler::run(targets, ctx.opts.sample_every, start, stopped));
     let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
     let progress = crate::progress::Progress::start(scenario, ctx.metrics);
-    let report = stream::run(client, scenario, &prefix, 42 + seed, ctx.metrics).await;
+    let report = stream::run(client, scenario, &prefix, ctx.metrics).await;
     progress.finish();
     if let Some(p) = ctx.prometheus {
         p.settle(ctx.opts.sample_every).await;

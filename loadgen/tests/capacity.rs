@@ -103,6 +103,14 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
             "{stream}"
         );
     }
+    // Variants compare on the very same stream.
+    for field in ["scheduled", "updates"] {
+        assert_eq!(
+            variants[0]["stream"][field], variants[1]["stream"][field],
+            "{field} differs between variants"
+        );
+    }
+    assert!(variants[0]["stream"]["updates"].as_u64().unwrap() > 0);
     let rpcs = |i: usize| -> u64 {
         variants[i]["client_update_rpcs"]
             .as_object()
