@@ -94,6 +94,9 @@ pub struct VariantSummary {
     pub blocking_queries_by_source: BTreeMap<String, u64>,
     /// nodesim's Node.UpdateAlloc calls, by priority.
     pub client_update_rpcs: BTreeMap<String, u64>,
+    /// Time deployment-watcher queries spent queued for the shared query
+    /// rate limiter, summed over queries (the leader's watchers).
+    pub deployment_query_wait_seconds: f64,
     /// Share of raft entries that are client allocation updates.
     pub client_update_share: f64,
     /// Share of raft bytes that are client allocation updates.
@@ -340,6 +343,11 @@ const COMPARED: &[(&str, &str, f64)] = &[
     ("raft bytes", "/raft_bytes_by_type", 10_000.0),
     ("client update RPCs", "/client_update_rpcs", 10.0),
     ("blocking queries", "/blocking_queries_by_source", 10.0),
+    (
+        "deployment query wait s",
+        "/deployment_query_wait_seconds",
+        5.0,
+    ),
     ("p99 placement ms", "/stream/placement_ms/p99", 50.0),
     (
         "p99 time to running ms",
@@ -667,6 +675,13 @@ fn summarize(
             *blocking_queries_by_source.entry(src).or_insert(0) += s.delta(&name).max(0.0) as u64;
         }
     }
+    let deployment_query_wait_seconds = servers
+        .iter()
+        .map(|s| {
+            s.delta("stampede_deployment_watcher_limiter_wait_seconds_sum")
+                .max(0.0)
+        })
+        .sum();
     let mut client_update_rpcs = BTreeMap::new();
     for s in &series {
         for name in s.names_of("stampede_nodesim_update_rpcs_total") {
@@ -710,6 +725,7 @@ fn summarize(
         raft_entries_by_type,
         raft_bytes_by_type,
         blocking_queries_by_source,
+        deployment_query_wait_seconds,
         client_update_rpcs,
         client_update_share,
         client_update_byte_share,

@@ -70,6 +70,9 @@ pub fn table(s: &RunSummary) -> String {
             .unwrap_or(0)
             .to_string()
     });
+    row("  queued for the query limiter (s)", &|v| {
+        format!("{:.1}", v.deployment_query_wait_seconds)
+    });
     row("server CPU cores (sum)", &|v| {
         let sum: f64 = v
             .cpu_cores
@@ -397,7 +400,15 @@ fn comparison(s: &RunSummary) -> String {
                     .unwrap_or(&0) as f64
             }),
         ),
+        (
+            "deployment queries queued for the limiter, s",
+            Box::new(|v| v.deployment_query_wait_seconds),
+        ),
         ("p99 placement ms", Box::new(|v| v.stream.placement_ms.p99)),
+        (
+            "p99 time to running ms",
+            Box::new(|v| v.stream.time_to_running_ms.p99),
+        ),
     ];
     let mut html = String::from("<h2>Side by side</h2><table><tr><th>measure</th>");
     for v in &s.variants {

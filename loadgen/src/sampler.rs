@@ -22,6 +22,8 @@ const KEEP: &[&str] = &[
     "stampede_broker_cancelable",
     "stampede_evals_cancelled_total",
     "stampede_deployment_watchers",
+    "stampede_deployment_watcher_limiter_wait_seconds_sum",
+    "stampede_deployment_watcher_limiter_wait_seconds_count",
     "stampede_nodesim_update_rpcs_total",
     "stampede_nodesim_nodes",
     "stampede_nodesim_allocs",
