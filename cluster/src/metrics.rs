@@ -3,10 +3,7 @@
 //! Names start with `stampede_`, use base units, and no label carries an
 //! unbounded value: `type` is a raft message type, never an id.
 
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 pub struct Metrics {
     registry: Registry,
@@ -142,11 +139,7 @@ impl Metrics {
 
     /// The registry in Prometheus text format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("text encoding into a Vec cannot fail");
-        String::from_utf8(buf).expect("Prometheus text format is UTF-8")
+        stampede_proto::render_metrics(&self.registry)
     }
 }
 

@@ -162,11 +162,21 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         metrics: &metrics,
         prometheus: prometheus.as_ref(),
     };
-    let mut variants = Vec::new();
     let runs = if opts.servers.is_empty() {
         scenario.runs()
     } else {
         scenario.runs().into_iter().take(1).collect()
+    };
+    let mut variants = Vec::new();
+    let finish = |variants: &[VariantSummary]| {
+        finish(
+            &scenario,
+            variants,
+            &out,
+            runs.len(),
+            &ctx,
+            baseline.as_ref(),
+        )
     };
     for (i, v) in runs.iter().enumerate() {
         let scenario_v = scenario.for_variant(v);
@@ -186,26 +196,12 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         };
         // Written after every variant, so a later failure leaves this one.
         variants.push(summary);
-        let partial = finish(
-            &scenario,
-            &variants,
-            &out,
-            runs.len(),
-            &ctx,
-            baseline.as_ref(),
-        )?;
+        let partial = finish(&variants)?;
         if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
             break;
         }
     }
-    let summary = finish(
-        &scenario,
-        &variants,
-        &out,
-        runs.len(),
-        &ctx,
-        baseline.as_ref(),
-    )?;
+    let summary = finish(&variants)?;
     let loadgen_metrics = out.join("loadgen.prom");
     std::fs::write(&loadgen_metrics, metrics.render())
         .map_err(|e| CapacityError::Write(loadgen_metrics, e))?;

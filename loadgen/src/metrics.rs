@@ -7,10 +7,7 @@
 
 use std::net::SocketAddr;
 
-use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::scenario::Slo;
 
@@ -133,17 +130,12 @@ impl LoadMetrics {
     }
 
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("text encoding of gathered metrics");
-        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+        stampede_proto::render_metrics(&self.registry)
     }
 
     /// Serves `/metrics` on `addr` until the process ends.
     pub async fn serve(&self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        let me = self.clone();
-        stampede_proto::serve_metrics(addr, move || me.render()).await
+        stampede_proto::serve_metrics(addr, self.registry.clone()).await
     }
 }
 

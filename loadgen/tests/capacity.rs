@@ -1,10 +1,11 @@
 //! `loadgen capacity` end to end: real cluster and nodesim processes, a small
 //! scenario with two variants, and the run directory it writes.
 
-use std::path::Path;
-use std::process::Command;
+mod common;
 
-const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
+use std::path::Path;
+
+use common::{capacity, json};
 
 const TINY: &str = r#"
 name = "tiny"
@@ -32,23 +33,10 @@ name = "prioritized"
 nodesim_args = ["--update-mode", "prioritized"]
 "#;
 
-fn json(path: &Path) -> serde_json::Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
 #[test]
 fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("tiny.toml");
-    std::fs::write(&scenario, TINY).unwrap();
-    let out = dir.path().join("run");
-    let run = Command::new(LOADGEN)
-        .args(["capacity", "--scenario"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let (_dir, out, mut cmd) = capacity(TINY, "tiny");
+    let run = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stdout}\n{stderr}");
@@ -142,16 +130,9 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
 
 #[test]
 fn a_bad_scenario_file_is_refused_with_its_field_and_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("bad.toml");
-    std::fs::write(&scenario, TINY.replace("count = 3", "count = \"three\"")).unwrap();
-    let run = Command::new(LOADGEN)
-        .args(["capacity", "--scenario"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(dir.path().join("run"))
-        .output()
-        .unwrap();
+    let bad = TINY.replace("count = 3", "count = \"three\"");
+    let (_dir, _out, mut cmd) = capacity(&bad, "bad");
+    let run = cmd.output().unwrap();
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
@@ -175,16 +156,9 @@ fn pids_mentioning(needle: &str) -> Vec<i32> {
 
 #[test]
 fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("dies.toml");
-    let text = TINY.replace("duration = \"6s\"", "duration = \"20s\"");
-    std::fs::write(&scenario, text).unwrap();
-    let out = dir.path().join("run");
-    let run = Command::new(LOADGEN)
-        .args(["capacity", "--scenario"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&out)
+    let longer = TINY.replace("duration = \"6s\"", "duration = \"20s\"");
+    let (_dir, out, mut cmd) = capacity(&longer, "dies");
+    let run = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

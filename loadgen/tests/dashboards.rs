@@ -13,9 +13,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use serde_json::Value;
+mod common;
 
-const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
+use common::{capacity, json};
+use serde_json::Value;
 
 /// Every kind of job, rolling updates (deployments) and an SLO, so that every
 /// panel has something to show.
@@ -59,11 +60,6 @@ const RATE_INTERVAL: &str = "10s";
 
 fn dashboards_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards")
-}
-
-fn json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
 fn on_path(bin: &str) -> bool {
@@ -271,17 +267,8 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     );
 
     // A short capacity run, scraped by the Prometheus it starts.
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("dashboards.toml");
-    std::fs::write(&scenario, SCENARIO).unwrap();
-    let run = dir.path().join("run");
-    let out = Command::new(LOADGEN)
-        .args(["capacity", "--scenario"])
-        .arg(&scenario)
-        .arg("--out")
-        .arg(&run)
-        .output()
-        .unwrap();
+    let (_dir, run, mut cmd) = capacity(SCENARIO, "dashboards");
+    let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stdout}\n{stderr}");

@@ -4,8 +4,7 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
 use stampede_proto::AllocClientStatus;
 
@@ -232,15 +231,11 @@ impl Metrics {
     }
 
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        TextEncoder::new()
-            .encode(&self.registry.gather(), &mut buf)
-            .expect("text encoding of gathered metrics");
-        String::from_utf8(buf).expect("Prometheus text is UTF-8")
+        stampede_proto::render_metrics(&self.registry)
     }
 
     /// Serves `/metrics` on `addr` until the process ends.
     pub async fn serve(self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
-        stampede_proto::serve_metrics(addr, move || self.render()).await
+        stampede_proto::serve_metrics(addr, self.registry).await
     }
 }

@@ -58,7 +58,7 @@ macro_rules! sized {
 pub mod client;
 mod metrics_http;
 mod process_metrics;
-pub use metrics_http::serve_metrics;
+pub use metrics_http::{render_metrics, serve_metrics};
 pub use process_metrics::process_collector;
 
 /// Logs of every stampede binary: to stderr, quiet by default (warnings, and

@@ -1,0 +1,29 @@
+//! What the loadgen tests share: a `loadgen capacity` command for a scenario
+//! written to a fresh directory, and reading the JSON a run writes.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
+
+/// A capacity run of `scenario` (TOML, saved as `NAME.toml`) into `RUN/run`:
+/// the directory (deleted on drop), the run directory, and the command.
+pub fn capacity(scenario: &str, name: &str) -> (tempfile::TempDir, PathBuf, Command) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join(format!("{name}.toml"));
+    std::fs::write(&file, scenario).unwrap();
+    let out = dir.path().join("run");
+    let mut cmd = Command::new(LOADGEN);
+    cmd.args(["capacity", "--scenario"])
+        .arg(&file)
+        .arg("--out")
+        .arg(&out);
+    (dir, out, cmd)
+}
+
+pub fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
