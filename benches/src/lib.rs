@@ -10,9 +10,9 @@ use cluster::state::{Changes, State};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use stampede_proto::{
-    log_entry::Msg, AllocClientStatus, AllocDesiredStatus, Allocation, EvalStatus, Evaluation,
-    Job, JobRegisterEntry, JobType, LogEntry, Node, NodeRegisterEntry, NodeStatus, Plan,
-    PlanApplyEntry, Resources, TaskGroup,
+    log_entry::Msg, AllocClientStatus, AllocDesiredStatus, Allocation, EvalStatus, Evaluation, Job,
+    JobRegisterEntry, JobType, LogEntry, Node, NodeRegisterEntry, NodeStatus, Plan, PlanApplyEntry,
+    Resources, TaskGroup,
 };
 
 /// Capacity of every bench node: a mid-sized client (4 GHz, 8 GiB).

@@ -1,0 +1,204 @@
+//! State-machine apply, one bench per raft message type (issue 7: "state-machine
+//! apply per message type").
+//!
+//! Every committed entry is applied on every server under the state's write
+//! lock, so apply time bounds raft throughput and holds up readers. Each bench
+//! applies one typical entry of its type to a copy of a populated state (1,000
+//! nodes, 100 jobs of 10 running allocations, one running deployment). Copies
+//! share structure, so the first write pays for copying the touched paths;
+//! that is the real cost too, since readers (blocking queries, workers) keep
+//! copies of the live state almost all the time. Throughput counts entries.
+
+use cluster::state::{Changes, State};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use stampede_benches::{alloc, apply, eval_for, node_id, node_register, placed, plan_apply};
+use stampede_benches::{register, scheduled_plan, service_job, state_with_nodes};
+use stampede_proto::{
+    log_entry::Msg, AllocClientStatus, AllocClientUpdateEntry, Allocation, Deployment,
+    DeploymentGroupState, DeploymentStatus, DeploymentUpdateEntry, EvalStatus, EvalUpdateEntry,
+    Evaluation, JobDeregisterEntry, LogEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry,
+    TaskState, MESSAGE_TYPES,
+};
+
+const NODES: usize = 1_000;
+const JOBS: usize = 100;
+const ALLOCS_PER_JOB: u32 = 10;
+/// Client updates in one `alloc_client_update` entry: the leader gathers
+/// 50 ms of `Node.UpdateAlloc` calls into one entry, which under load holds
+/// many allocations.
+const CLIENT_UPDATES: usize = 100;
+
+fn job_id(j: usize) -> String {
+    format!("job-{j:03}")
+}
+
+/// The populated state every entry is applied to.
+fn base_state() -> State {
+    let mut state = state_with_nodes(NODES);
+    for j in 0..JOBS {
+        let job = service_job(&job_id(j), ALLOCS_PER_JOB);
+        register(&mut state, &job);
+        let allocs = (0..ALLOCS_PER_JOB)
+            .map(|i| alloc(&job, i, &node_id((j * 10 + i as usize) % NODES)))
+            .collect();
+        apply(&mut state, &plan_apply(allocs));
+    }
+    let deployment = LogEntry {
+        msg: Some(Msg::PlanApply(PlanApplyEntry {
+            deployment: Some(deployment(0)),
+            ..Default::default()
+        })),
+    };
+    apply(&mut state, &deployment);
+    // Registered but not placed yet: the `plan_apply` bench places it.
+    register(&mut state, &service_job("pending", ALLOCS_PER_JOB));
+    state
+}
+
+/// The running deployment of job 0, with `healthy` allocations so far.
+fn deployment(healthy: u32) -> Deployment {
+    Deployment {
+        id: "deployment-job-000".into(),
+        job_id: job_id(0),
+        status: DeploymentStatus::Running as i32,
+        task_groups: [(
+            "web".to_string(),
+            DeploymentGroupState {
+                desired_total: ALLOCS_PER_JOB,
+                placed: ALLOCS_PER_JOB,
+                healthy,
+                ..Default::default()
+            },
+        )]
+        .into(),
+        ..Default::default()
+    }
+}
+
+/// An evaluation the server writes for a job in reaction to `trigger`.
+fn eval(job: &str, trigger: &str) -> Evaluation {
+    Evaluation {
+        triggered_by: trigger.into(),
+        ..eval_for(
+            &service_job(job, ALLOCS_PER_JOB),
+            &format!("eval-{trigger}-{job}"),
+        )
+    }
+}
+
+/// A typical entry of message type `name`, against `state`; `None` for a
+/// type this bench does not know yet.
+fn entry(name: &str, state: &State) -> Option<LogEntry> {
+    let msg = match name {
+        // A new node joins the fleet.
+        "node_register" => return Some(node_register(NODES)),
+        // A node missed its heartbeats: it goes down, its allocations are
+        // lost and each of their jobs gets an evaluation.
+        "node_status" => {
+            let node = node_id(0);
+            let mut jobs: Vec<String> = state
+                .node_allocs(&node)
+                .iter()
+                .map(|a| a.job_id.clone())
+                .collect();
+            jobs.dedup();
+            Msg::NodeStatus(NodeStatusEntry {
+                node_id: node,
+                status: NodeStatus::Down as i32,
+                updated_at_ms: 1,
+                evals: jobs.iter().map(|j| eval(j, "node_update")).collect(),
+            })
+        }
+        // A new job, with its evaluation.
+        "job_register" => return Some(stampede_benches::job_register(&service_job("new", 10))),
+        // A job is stopped (kept for history), with the evaluation that stops its allocations.
+        "job_deregister" => Msg::JobDeregister(JobDeregisterEntry {
+            job_id: job_id(1),
+            purge: false,
+            eval: Some(eval(&job_id(1), "job_deregister")),
+        }),
+        // A worker finished an evaluation.
+        "eval_update" => Msg::EvalUpdate(EvalUpdateEntry {
+            evals: vec![Evaluation {
+                status: EvalStatus::Complete as i32,
+                ..eval(&job_id(2), "job_register")
+            }],
+        }),
+        // The scheduler's plan for a job of 10: what the plan applier commits.
+        "plan_apply" => {
+            let pending = state
+                .eval("eval-pending")
+                .expect("the base state has a pending job");
+            return Some(plan_apply(placed(&scheduled_plan(state, &pending))));
+        }
+        // Clients report allocations running and healthy.
+        "alloc_client_update" => Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: state
+                .allocs()
+                .take(CLIENT_UPDATES)
+                .map(|a| Allocation {
+                    id: a.id.clone(),
+                    client_status: AllocClientStatus::Running as i32,
+                    client_description: "healthy".into(),
+                    task_states: [(
+                        "web".to_string(),
+                        TaskState {
+                            state: "running".into(),
+                            started_at_ms: 1,
+                            ..Default::default()
+                        },
+                    )]
+                    .into(),
+                    healthy: Some(true),
+                    ..Default::default()
+                })
+                .collect(),
+            evals: vec![],
+            updated_at_ms: 2,
+        }),
+        // The deployment watcher records progress and asks for the next round.
+        "deployment_update" => Msg::DeploymentUpdate(DeploymentUpdateEntry {
+            deployment: Some(deployment(5)),
+            evals: vec![eval(&job_id(0), "deployment_watcher")],
+        }),
+        _ => return None,
+    };
+    Some(LogEntry { msg: Some(msg) })
+}
+
+fn state_apply(c: &mut Criterion) {
+    let base = base_state();
+    let index = base.index() + 1;
+    let mut group = c.benchmark_group("state_apply");
+    group.throughput(Throughput::Elements(1));
+    for &name in MESSAGE_TYPES {
+        if matches!(name, "blank" | "membership") {
+            // openraft's own entries: the state only records their index.
+            continue;
+        }
+        let entry = entry(name, &base)
+            .unwrap_or_else(|| panic!("state_apply has no bench entry for message type {name}"));
+        let type_name = entry.msg.as_ref().map(|m| m.type_name());
+        assert_eq!(type_name, Some(name), "the bench entry for {name}");
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || base.clone(),
+                |mut state| {
+                    state.apply(index, &entry, &mut Changes::default());
+                    state
+                },
+                BatchSize::SmallInput,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2));
+    targets = state_apply
+}
+criterion_main!(benches);
