@@ -135,6 +135,9 @@ pub struct RunSummary {
 }
 
 pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    if opts.sample_every < Duration::from_millis(100) {
+        return Err(CapacityError::SampleEvery.into());
+    }
     let scenario = Scenario::load(&opts.scenario)?;
     let baseline = match &opts.baseline {
         Some(path) => Some(load_baseline(path)?),
@@ -147,9 +150,6 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         PathBuf::from("runs").join(format!("{}-{now}", scenario.name))
     });
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
-    if opts.sample_every < Duration::from_millis(100) {
-        return Err(CapacityError::SampleEvery.into());
-    }
     let metrics = LoadMetrics::new();
     metrics.set_slo(&scenario.slo);
     let own = metrics

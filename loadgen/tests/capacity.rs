@@ -141,6 +141,19 @@ fn a_bad_scenario_file_is_refused_with_its_field_and_line() {
     );
 }
 
+#[test]
+fn a_sampling_interval_out_of_range_is_refused_before_anything_starts() {
+    let (_dir, out, mut cmd) = capacity(TINY, "tiny");
+    let run = cmd.args(["--sample-every", "10ms"]).output().unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("--sample-every must be at least 100ms"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing was written");
+}
+
 /// Pids of processes whose command line mentions `needle`.
 fn pids_mentioning(needle: &str) -> Vec<i32> {
     std::fs::read_dir("/proc")
