@@ -14,7 +14,9 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use prometheus::{Counter, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Counter, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+};
 use rand::SeedableRng;
 use serde::Serialize;
 use stampede_proto::{
@@ -62,7 +64,13 @@ const BACKOFF_LIMIT: Duration = Duration::from_secs(1);
 /// How often a raft backoff adds its time to its metric.
 const RAFT_BACKOFF_STEP: Duration = Duration::from_secs(1);
 
+/// What a worker can be doing, as `/v1/workers` and `stampede_workers` name it
+/// (a stopped worker leaves the list).
+pub const WORKER_STATES: &[&str] = &["starting", "dequeuing", "working", "backing_off", "paused"];
+
 pub struct WorkerMetrics {
+    /// Workers of this server by state.
+    pub states: IntGaugeVec,
     pub seconds: HistogramVec,
     pub nacks: IntCounterVec,
     pub evals_processed: IntCounter,
@@ -97,6 +105,14 @@ pub struct WorkerPool {
 impl WorkerPool {
     pub fn new(config: WorkerConfig, registry: &Registry) -> Self {
         let metrics = WorkerMetrics {
+            states: IntGaugeVec::new(
+                Opts::new(
+                    "stampede_workers",
+                    "Scheduling workers on this server by state: starting, dequeuing, working, backing_off, paused.",
+                ),
+                &["state"],
+            )
+            .unwrap(),
             seconds: HistogramVec::new(
                 HistogramOpts::new(
                     "stampede_worker_seconds",
@@ -137,6 +153,10 @@ impl WorkerPool {
             .register(Box::new(metrics.raft_backoffs.clone()))
             .unwrap();
         registry.register(Box::new(metrics.nacks.clone())).unwrap();
+        registry.register(Box::new(metrics.states.clone())).unwrap();
+        for state in WORKER_STATES {
+            metrics.states.with_label_values(&[state]);
+        }
         // Every reason at zero from the start, so a dashboard shows "none yet".
         for r in crate::broker::NACK_REASONS {
             metrics.nacks.with_label_values(&[r]);
@@ -165,6 +185,7 @@ impl WorkerPool {
                 *next += 1;
                 *next - 1
             };
+            self.metrics.states.with_label_values(&["starting"]).inc();
             let status = Arc::new(Mutex::new(WorkerStatus {
                 id,
                 state: "starting",
@@ -297,6 +318,13 @@ async fn backoff_until(
 impl WorkerRun {
     fn set_state(&self, state: &'static str, eval: Option<&str>) {
         let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        if s.state != state {
+            let gauge = &self.cp.workers.metrics.states;
+            gauge.with_label_values(&[s.state]).dec();
+            if state != "stopped" {
+                gauge.with_label_values(&[state]).inc();
+            }
+        }
         s.state = state;
         s.current_eval = eval.map(str::to_string);
     }

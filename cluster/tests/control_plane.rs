@@ -408,6 +408,27 @@ async fn pausing_all_workers_stops_placement_and_resuming_resumes_it() {
                 .all(|w| w["state"] == "paused")
         })
         .await;
+        // The dashboards' workers panel reads the same states from /metrics.
+        let workers = c
+            .request(id, reqwest::Method::GET, "/v1/workers")
+            .await
+            .unwrap()
+            .json::<serde_json::Value>()
+            .await
+            .unwrap()["workers"]
+            .as_array()
+            .unwrap()
+            .len();
+        assert!(workers > 0);
+        let paused = c
+            .metric(id, "stampede_workers{state=\"paused\"}")
+            .await
+            .unwrap();
+        let dequeuing = c
+            .metric(id, "stampede_workers{state=\"dequeuing\"}")
+            .await
+            .unwrap();
+        assert_eq!((paused, dequeuing), (workers as f64, 0.0));
     }
     register_job(&client, service_job("web", 3, 100, 64)).await;
     eventually("the evaluation waits in the broker", CATCH_UP, || async {
@@ -435,6 +456,15 @@ async fn pausing_all_workers_stops_placement_and_resuming_resumes_it() {
         .await
         .unwrap();
     assert_eq!(r["count"], 5);
+    eventually("five workers on the metric", CATCH_UP, || async {
+        let mut sum = 0.0;
+        for state in ["starting", "dequeuing", "working", "backing_off", "paused"] {
+            let series = format!("stampede_workers{{state=\"{state}\"}}");
+            sum += c.metric(leader, &series).await.unwrap();
+        }
+        sum == 5.0
+    })
+    .await;
     let err = c
         .request(leader, reqwest::Method::PUT, "/v1/workers?count=many")
         .await
