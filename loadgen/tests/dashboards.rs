@@ -5,7 +5,8 @@
 //! query, its variables substituted, must return data. Every process's
 //! `/metrics`, as the run kept it, must pass `promtool check metrics`.
 //!
-//! Needs `prometheus` and `promtool` on PATH: `scripts/setup-debian.sh --tests`.
+//! Needs `prometheus` and `promtool` on PATH; when they are missing the test
+//! installs them with `scripts/setup-debian.sh --tests` (Debian's package).
 
 use std::collections::BTreeSet;
 use std::net::TcpListener;
@@ -227,11 +228,18 @@ impl Drop for Prometheus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
-    for bin in ["prometheus", "promtool"] {
+    if !on_path("prometheus") || !on_path("promtool") {
+        // Installs the Debian package `prometheus` (needs root or sudo).
+        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-debian.sh");
+        let status = Command::new("bash").arg(&setup).arg("--tests").status();
         assert!(
-            on_path(bin),
-            "{bin} is not installed: run scripts/setup-debian.sh --tests"
+            status.is_ok_and(|s| s.success()),
+            "prometheus is not installed and {} could not install it",
+            setup.display()
         );
+    }
+    for bin in ["prometheus", "promtool"] {
+        assert!(on_path(bin), "{bin} is still not on PATH after setup");
     }
     let mut dashboards = Vec::new();
     for entry in std::fs::read_dir(dashboards_dir()).unwrap() {
