@@ -18,7 +18,7 @@
 //! emptied when it loses it.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -225,17 +225,14 @@ struct Inner {
     /// Evaluations an ack of a newer one made moot, oldest first, waiting to
     /// be written as canceled.
     cancelable: VecDeque<Arc<Evaluation>>,
+    /// Ids of the evaluations in `job_waiting` and `cancelable`, so that
+    /// "already queued?" does not scan them (one job can pile up thousands).
+    held: HashSet<String>,
 }
 
 impl Inner {
     fn tracked(&self, id: &str) -> bool {
-        self.unacked.contains_key(id)
-            || self.deliveries.contains_key(id)
-            || self
-                .job_waiting
-                .values()
-                .any(|q| q.iter().any(|e| e.id == id))
-            || self.cancelable.iter().any(|e| e.id == id)
+        self.unacked.contains_key(id) || self.deliveries.contains_key(id) || self.held.contains(id)
     }
 
     fn push_ready(&mut self, eval: Arc<Evaluation>) {
@@ -271,6 +268,7 @@ impl Inner {
             next
         };
         if let Some(next) = next {
+            self.held.remove(&next.id);
             self.job_outstanding
                 .insert(job_id.to_string(), next.id.clone());
             self.deliveries.insert(next.id.clone(), 0);
@@ -342,6 +340,7 @@ impl EvalBroker {
         }
         match inner.job_outstanding.entry(eval.job_id.clone()) {
             std::collections::hash_map::Entry::Occupied(_) => {
+                inner.held.insert(eval.id.clone());
                 inner
                     .job_waiting
                     .entry(eval.job_id.clone())
@@ -544,6 +543,9 @@ impl EvalBroker {
         let mut inner = self.lock();
         let n = max.min(inner.cancelable.len());
         let taken: Vec<_> = inner.cancelable.drain(..n).collect();
+        for e in &taken {
+            inner.held.remove(&e.id);
+        }
         self.update_gauges(&inner);
         taken
     }
@@ -557,6 +559,7 @@ impl EvalBroker {
         }
         for eval in evals.into_iter().rev() {
             if !inner.tracked(&eval.id) {
+                inner.held.insert(eval.id.clone());
                 inner.cancelable.push_front(eval);
             }
         }
@@ -685,6 +688,26 @@ mod tests {
         assert_eq!(b.stats(), (0, 1, 1));
         b.ack(&e1.id, &token).unwrap();
         assert_eq!(next(&b).await.unwrap().0.id, "e2");
+    }
+
+    #[tokio::test]
+    async fn an_evaluation_already_waiting_or_cancelable_is_not_queued_twice() {
+        let b = broker_with(3, true);
+        b.enqueue(eval("e1", "web", 50, 1));
+        b.enqueue(eval("e2", "web", 50, 2));
+        b.enqueue(eval("e3", "web", 50, 3));
+        b.enqueue(eval("e2", "web", 50, 2));
+        assert_eq!(b.stats(), (1, 0, 2), "e2 waits once");
+        let (e1, token) = next(&b).await.unwrap();
+        b.ack(&e1.id, &token).unwrap();
+        // e3 is the newest: it goes ready, and e2 becomes cancelable.
+        assert_eq!(b.cancelable_len(), 1);
+        b.enqueue(eval("e2", "web", 50, 2));
+        assert_eq!((b.stats(), b.cancelable_len()), ((1, 0, 0), 1));
+        // Once taken to be written as canceled, the broker no longer holds it.
+        assert_eq!(b.take_cancelable(10).len(), 1);
+        b.enqueue(eval("e2", "web", 50, 2));
+        assert_eq!(b.stats(), (1, 0, 1), "e2 waits behind e3 again");
     }
 
     #[tokio::test]
