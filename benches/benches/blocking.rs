@@ -160,9 +160,7 @@ fn blocking_wakeup(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = blocking_wakeup
 }
 criterion_main!(benches);

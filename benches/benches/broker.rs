@@ -123,9 +123,7 @@ fn eval_broker(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = eval_broker
 }
 criterion_main!(benches);

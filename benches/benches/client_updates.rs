@@ -16,7 +16,6 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use nodesim::alloc_sync::{AllocSync, SendBatch, UpdateMode, TICK};
@@ -189,9 +188,7 @@ fn client_updates(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = client_updates
 }
 criterion_main!(benches);

@@ -11,8 +11,6 @@
 //!
 //! Throughput is the encoded size, so the figures read as MiB/s.
 
-use std::time::Duration;
-
 use cluster::types::{Command, Entry, LogId};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use openraft::{CommittedLeaderId, EntryPayload};
@@ -55,9 +53,7 @@ fn plan_codec(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = plan_codec
 }
 criterion_main!(benches);

@@ -187,7 +187,7 @@ fn raft_commit(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
+    config = stampede_benches::criterion()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
     targets = raft_commit

@@ -8,8 +8,6 @@
 //! them to followers. Real RocksDB in a temporary directory on the build
 //! machine's disk, through the server's own `LogStore`.
 
-use std::time::Duration;
-
 use cluster::log_store::{Identity, LogStore};
 use cluster::types::{Command, Entry, LogId};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
@@ -95,9 +93,7 @@ fn read(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = append_synced, read
 }
 criterion_main!(benches);

@@ -7,8 +7,6 @@
 //! allocation fits, which is the common case of a capacity run; the cost is
 //! the feasibility scan over all nodes plus two candidates per placement.
 
-use std::time::Duration;
-
 use cluster::scheduler;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use rand::rngs::StdRng;
@@ -39,9 +37,7 @@ fn place(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(Duration::from_millis(500))
-        .measurement_time(Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = place
 }
 criterion_main!(benches);

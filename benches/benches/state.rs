@@ -196,9 +196,7 @@ fn state_apply(c: &mut Criterion) {
 
 criterion_group! {
     name = benches;
-    config = Criterion::default()
-        .warm_up_time(std::time::Duration::from_millis(500))
-        .measurement_time(std::time::Duration::from_secs(2));
+    config = stampede_benches::criterion();
     targets = state_apply
 }
 criterion_main!(benches);

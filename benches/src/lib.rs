@@ -171,6 +171,14 @@ pub fn placed(plan: &Plan) -> Vec<Allocation> {
         .collect()
 }
 
+/// The suite's timing: half a second of warm-up and two seconds of samples
+/// per bench, which keeps a whole `cargo bench` to a few minutes on 2 cores.
+pub fn criterion() -> criterion::Criterion {
+    criterion::Criterion::default()
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(2))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
