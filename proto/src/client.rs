@@ -47,6 +47,8 @@ pub struct ClusterClient {
 
 impl ClusterClient {
     /// Channels connect lazily, so this works with servers still starting.
+    /// Call it inside a tokio runtime: the lazy channels spawn their
+    /// connection tasks on it (outside one, tonic panics with "no reactor running").
     pub fn new<S: AsRef<str>>(addrs: &[S]) -> Result<Self, ClientError> {
         Self::with_connections(addrs, 1)
     }
