@@ -260,27 +260,6 @@ fn finish(
     baseline: Option<&serde_json::Value>,
 ) -> Result<RunSummary, CapacityError> {
     let first = variants.first();
-    let mut slo_breaches = Vec::new();
-    for v in variants {
-        let p99 = v.stream.placement_ms.p99;
-        if let Some(max) = scenario.slo.p99_placement_ms {
-            if p99 > max {
-                slo_breaches.push(format!(
-                    "{}: p99 placement {p99:.0} ms > {max:.0} ms",
-                    v.name
-                ));
-            }
-        }
-        let p99 = v.stream.time_to_running_ms.p99;
-        if let Some(max) = scenario.slo.p99_running_ms {
-            if p99 > max {
-                slo_breaches.push(format!(
-                    "{}: p99 time to running {p99:.0} ms > {max:.0} ms",
-                    v.name
-                ));
-            }
-        }
-    }
     let summary = RunSummary {
         schema_version: SCHEMA_VERSION,
         scenario: scenario.clone(),
@@ -294,7 +273,7 @@ fn finish(
         regressions: baseline
             .map(|b| regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
             .unwrap_or_default(),
-        slo_breaches,
+        slo_breaches: slo_breaches(&scenario.slo, variants),
         complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
         prometheus: ctx.prometheus.map(|p| p.info().clone()),
     };
@@ -316,6 +295,27 @@ fn finish(
     )?;
     write("report.html", crate::report::html(&summary))?;
     Ok(summary)
+}
+
+/// The scenario's SLO thresholds each variant breached, said in words.
+fn slo_breaches(slo: &crate::scenario::Slo, variants: &[VariantSummary]) -> Vec<String> {
+    let mut slo_breaches = Vec::new();
+    for v in variants {
+        let measures = [
+            ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
+            (
+                "time to running",
+                v.stream.time_to_running_ms.p99,
+                slo.p99_running_ms,
+            ),
+        ];
+        for (what, p99, max) in measures {
+            if let Some(max) = max.filter(|max| p99 > *max) {
+                slo_breaches.push(format!("{}: p99 {what} {p99:.0} ms > {max:.0} ms", v.name));
+            }
+        }
+    }
+    slo_breaches
 }
 
 fn load_baseline(path: &Path) -> Result<serde_json::Value, CapacityError> {
@@ -757,6 +757,41 @@ mod tests {
             r,
             vec!["legacy: raft entries 250, baseline 200 (+25%)".to_string()]
         );
+    }
+
+    #[test]
+    fn only_a_p99_above_its_threshold_breaches_the_slo() {
+        let variant = |name: &str, placement: f64, running: f64| {
+            let mut v = summarize(
+                &Variant {
+                    name: name.into(),
+                    nodes: None,
+                    rate: None,
+                    server_args: vec![],
+                    nodesim_args: vec![],
+                },
+                StreamReport::default(),
+                vec![],
+                1.0,
+                vec![],
+            );
+            v.stream.placement_ms.p99 = placement;
+            v.stream.time_to_running_ms.p99 = running;
+            v
+        };
+        let variants = [variant("a", 900.0, 5000.0), variant("b", 1200.0, 4000.0)];
+        let slo = crate::scenario::Slo {
+            p99_placement_ms: Some(1000.0),
+            p99_running_ms: Some(4500.0),
+        };
+        assert_eq!(
+            slo_breaches(&slo, &variants),
+            [
+                "a: p99 time to running 5000 ms > 4500 ms",
+                "b: p99 placement 1200 ms > 1000 ms",
+            ]
+        );
+        assert!(slo_breaches(&crate::scenario::Slo::default(), &variants).is_empty());
     }
 
     #[test]
