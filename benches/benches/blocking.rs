@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use cluster::blocking::{Blocking, BlockingMetrics};
+use cluster::state::blocking::{Blocking, BlockingMetrics};
 use cluster::state::{StateStore, WatchKey};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use prometheus::Registry;

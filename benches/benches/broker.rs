@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use cluster::broker::{BrokerConfig, EvalBroker};
+use cluster::control::leader::broker::{BrokerConfig, EvalBroker};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use prometheus::Registry;
 use stampede_benches::{eval_for, service_job};

@@ -11,7 +11,7 @@
 //!
 //! Throughput is the encoded size, so the figures read as MiB/s.
 
-use cluster::types::{Command, Entry, LogId};
+use cluster::raft::{Command, Entry, LogId};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use openraft::{CommittedLeaderId, EntryPayload};
 use prost::Message;

@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use cluster::config::ServeOpts;
-use cluster::http::StatusReport;
+use cluster::server::config::ServeOpts;
+use cluster::api::http::StatusReport;
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use stampede_benches::node;
 use stampede_proto::client::ClusterClient;
@@ -40,7 +40,7 @@ struct Server {
     rpc: SocketAddr,
     http: SocketAddr,
     stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), cluster::error::ServerError>>,
+    task: JoinHandle<Result<(), cluster::server::error::ServerError>>,
 }
 
 /// Three servers serving in this process until [`InProcessCluster::stop`].

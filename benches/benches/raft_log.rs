@@ -8,8 +8,8 @@
 //! them to followers. Real RocksDB in a temporary directory on the build
 //! machine's disk, through the server's own `LogStore`.
 
-use cluster::log_store::{Identity, LogStore};
-use cluster::types::{Command, Entry, LogId};
+use cluster::raft::log_store::{Identity, LogStore};
+use cluster::raft::{Command, Entry, LogId};
 use criterion::{criterion_group, criterion_main, BatchSize, BenchmarkId, Criterion, Throughput};
 use openraft::{CommittedLeaderId, EntryPayload, RaftLogReader};
 use stampede_benches::node_register;

@@ -1,42 +1,48 @@
 //! The stampede server under test: a Nomad-style control plane replicated with
 //! openraft, its log and snapshots on RocksDB, served over tonic gRPC.
 //!
-//! Start one with [`server::serve`] (listeners and a shutdown future given, for
-//! tests and benches) or [`server::run`] (what `cluster serve` does); start a
-//! local cluster of real processes with [`launcher::LocalCluster`].
+//! # Layout
+//!
+//! Each folder is one layer; a layer imports only the layers listed above it.
+//!
+//! - [`model`]: pure helpers on the wire types (the clock, new evaluations,
+//!   allocation and deployment predicates) and request validation.
+//! - [`state`]: the in-memory state store raft applies to (O(1) `imbl`
+//!   snapshots), its watch keys and changes, and blocking queries.
+//! - [`raft`]: openraft's type config, the RocksDB log store, the snapshot
+//!   store, the state machine (which reports what it applied to an observer
+//!   callback and knows nothing of the control plane), the peer network, the
+//!   proposer that writes through whichever server leads, and raft metrics.
+//! - [`scheduler`]: the pure, seeded scheduler: an evaluation and a state
+//!   snapshot in, a plan out; and how a deployment stands.
+//! - [`control`]: the control plane as a composition root: it builds the parts,
+//!   follows leadership, and starts and stops the leader-only mechanisms in
+//!   [`control::leader`] (eval broker, blocked evaluations, heartbeats, plan
+//!   applier, client-update batcher, deployment watcher), each handed a small
+//!   per-term context, never the whole control plane. Scheduler workers
+//!   ([`control::worker`]) reach the leader only through the
+//!   [`control::worker::Leader`] trait.
+//! - [`api`]: the gRPC services (the public job, node and deployment API; the
+//!   server-to-server scheduling API; the raft peer service) and HTTP. Errors
+//!   of the parts become `tonic::Status` here and nowhere deeper.
+//! - [`server`]: `serve(opts, listeners, shutdown)`, the options (the one home
+//!   of every default) and start-up errors.
+//! - [`cli`]: the operator commands, their rendering, job files and
+//!   `cluster dev`; it needs only the wire types, the client and validation.
+//!
+//! Start a server with [`server::serve`] (listeners and a shutdown future
+//! given, for tests and benches) or [`server::run`] (what `cluster serve`
+//! does). Local clusters of real processes are started by the
+//! `stampede-launch` crate, which does not link this one.
 
-// tonic handlers must return `Result<_, tonic::Status>`, a large error type;
-// boxing it everywhere would only add noise at every gRPC boundary.
-#![allow(clippy::result_large_err)]
-
-pub mod alloc_updates;
-pub mod blocked_evals;
-pub mod blocking;
-pub mod broker;
-pub mod config;
-pub mod control_plane;
-pub mod deployment_watcher;
-pub mod dev;
-pub mod error;
-pub mod heartbeat;
-pub mod http;
-pub mod jobspec;
-pub mod leader_rpc;
-pub mod log_store;
-pub mod metrics;
-pub mod network;
-pub mod ops;
-pub mod plan_apply;
-pub mod proposer;
-pub mod rpc;
+pub mod api;
+pub mod cli;
+pub mod control;
+pub mod model;
+pub mod raft;
 pub mod scheduler;
 pub mod server;
-pub mod snapshot_store;
 pub mod state;
-pub mod state_machine;
-pub mod types;
-pub mod validate;
-pub mod worker;
 
 /// Local clusters of real processes; its own crate so that tools which spawn
 /// clusters need not link RocksDB.

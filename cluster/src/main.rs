@@ -11,15 +11,15 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run one server.
-    Serve(Box<cluster::config::ServeOpts>),
+    Serve(Box<cluster::server::config::ServeOpts>),
     /// Start a local cluster of server processes on free ports.
-    Dev(cluster::dev::DevOpts),
+    Dev(cluster::cli::dev::DevOpts),
     /// Register, inspect and stop jobs on a running cluster.
     #[command(subcommand)]
-    Job(cluster::ops::JobCmd),
+    Job(cluster::cli::JobCmd),
     /// Inspect the client nodes of a running cluster.
     #[command(subcommand)]
-    Node(cluster::ops::NodeCmd),
+    Node(cluster::cli::NodeCmd),
 }
 
 #[tokio::main]
@@ -28,8 +28,8 @@ async fn main() -> anyhow::Result<()> {
     stampede_proto::init_logging();
     match Cli::parse().command {
         Cmd::Serve(opts) => cluster::server::run(*opts).await,
-        Cmd::Dev(opts) => cluster::dev::run(opts).await,
-        Cmd::Job(cmd) => cluster::ops::run_job(cmd).await,
-        Cmd::Node(cmd) => cluster::ops::run_node(cmd).await,
+        Cmd::Dev(opts) => cluster::cli::dev::run(opts).await,
+        Cmd::Job(cmd) => cluster::cli::run_job(cmd).await,
+        Cmd::Node(cmd) => cluster::cli::run_node(cmd).await,
     }
 }

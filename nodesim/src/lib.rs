@@ -32,7 +32,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::alloc_sync::{AllocSync, SendBatch, UpdateMode};
-use crate::metrics::{client_status_label, Metrics, NodeState, ERROR_KINDS, PRIORITIES};
+use crate::metrics::{Metrics, NodeState, ERROR_KINDS, PRIORITIES};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
 
@@ -342,7 +342,7 @@ impl Summary {
             AllocClientStatus::Failed,
         ]
         .into_iter()
-        .map(client_status_label)
+        .map(AllocClientStatus::label)
         .map(|s| (s, m.allocs.with_label_values(&[s]).get()))
         .collect();
         Self {

@@ -39,21 +39,10 @@ pub const ERROR_KINDS: &[&str] = &[
 ];
 
 /// The `source` nodes give their allocation queries, as the servers count them.
-pub const SOURCE: &str = "client_allocs";
+pub const SOURCE: stampede_proto::QuerySource = stampede_proto::QuerySource::ClientAllocs;
 
 /// Why an update RPC was sent: `urgent` if it carried a `ClientStatus` change.
 pub const PRIORITIES: &[&str] = &["urgent", "typical"];
-
-pub fn client_status_label(s: AllocClientStatus) -> &'static str {
-    match s {
-        AllocClientStatus::Unspecified => "unspecified",
-        AllocClientStatus::Pending => "pending",
-        AllocClientStatus::Running => "running",
-        AllocClientStatus::Complete => "complete",
-        AllocClientStatus::Failed => "failed",
-        AllocClientStatus::Lost => "lost",
-    }
-}
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -170,7 +159,7 @@ impl Metrics {
             AllocClientStatus::Complete,
             AllocClientStatus::Failed,
         ] {
-            allocs.with_label_values(&[client_status_label(s)]);
+            allocs.with_label_values(&[s.label()]);
         }
         for p in PRIORITIES {
             update_rpcs.with_label_values(&[p]);
@@ -202,13 +191,13 @@ impl Metrics {
     /// Counts a new allocation under the client status the server gave it.
     pub fn track_alloc(&self, status: AllocClientStatus) {
         self.allocs
-            .with_label_values(&[client_status_label(status)])
+            .with_label_values(&[status.label()])
             .inc();
     }
 
     pub fn untrack_alloc(&self, status: AllocClientStatus) {
         self.allocs
-            .with_label_values(&[client_status_label(status)])
+            .with_label_values(&[status.label()])
             .dec();
     }
 

@@ -182,7 +182,7 @@ impl SimNode {
                 query: Some(QueryOptions {
                     min_index,
                     max_wait_ms: wait.as_millis() as u64,
-                    source: SOURCE.into(),
+                    source: SOURCE.label().into(),
                 }),
             };
             let started = Instant::now();
@@ -230,7 +230,7 @@ impl SimNode {
                     query: Some(QueryOptions {
                         min_index: reply.index,
                         max_wait_ms: CATCH_UP_WAIT.as_millis() as u64,
-                        source: SOURCE.into(),
+                        source: SOURCE.label().into(),
                     }),
                 };
                 match timed(Box::pin(client.get_allocs(req))).await {

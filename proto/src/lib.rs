@@ -56,7 +56,12 @@ macro_rules! sized {
 }
 
 pub mod client;
+mod labels;
+pub mod metric_defs;
 mod metrics_http;
+mod sync;
+pub use labels::QuerySource;
+pub use sync::{lock, read, write};
 mod process_metrics;
 pub use metrics_http::{render_metrics, serve_metrics};
 pub use process_metrics::process_collector;
@@ -83,5 +88,16 @@ pub fn default_sigpipe() {
     #[cfg(unix)]
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// Resolves on Ctrl-C or SIGTERM: how a server or `cluster dev` is told to
+/// stop cleanly.
+pub async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("installing a SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }

@@ -1,0 +1,180 @@
+//! HTTP: `/metrics` for Prometheus and `/v1/status` for people and tests.
+
+use std::sync::Arc;
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+
+use crate::control::calls::LeaderCalls;
+use crate::control::fleet::FleetGauges;
+use crate::control::worker::{WorkerPool, WorkerStatus, MAX_WORKERS};
+use crate::raft::metrics::Metrics;
+use crate::raft::Raft;
+
+
+pub use stampede_launch::StatusReport;
+
+/// What `GET /v1/status` answers, read from raft's metrics.
+pub fn status_report(raft: &Raft) -> StatusReport {
+    let m = raft.metrics().borrow().clone();
+    let shutdown = m.running_state.is_err();
+    StatusReport {
+        id: m.id,
+        leader_id: m.current_leader,
+        state: if shutdown {
+            "Shutdown".into()
+        } else {
+            format!("{:?}", m.state)
+        },
+        term: m.current_term,
+        last_log_index: m.last_log_index.unwrap_or(0),
+        applied_index: m.last_applied.map_or(0, |l| l.index),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        members: m
+            .membership_config
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect(),
+    }
+}
+
+/// What the HTTP endpoints may touch.
+#[derive(Clone)]
+pub struct HttpState {
+    /// For `/v1/status`.
+    pub raft: Raft,
+    /// The server's registry, for `/metrics`.
+    pub metrics: Arc<Metrics>,
+    /// Counted again on each scrape.
+    pub fleet: Arc<FleetGauges>,
+    /// Listed, resized, paused and resumed by `/v1/workers`.
+    pub workers: Arc<WorkerPool<LeaderCalls>>,
+}
+
+type Cp = State<HttpState>;
+
+pub fn router(cp: HttpState) -> Router {
+    Router::new()
+        .route("/v1/status", get(status))
+        .route("/metrics", get(render_metrics))
+        .route("/v1/workers", get(list_workers).put(set_workers))
+        .route("/v1/workers/pause", post(pause_workers))
+        .route("/v1/workers/resume", post(resume_workers))
+        .with_state(cp)
+}
+
+async fn status(State(cp): Cp) -> Json<StatusReport> {
+    Json(status_report(&cp.raft))
+}
+
+async fn render_metrics(State(cp): Cp) -> impl IntoResponse {
+    cp.fleet.update();
+    (
+        [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
+        cp.metrics.render(),
+    )
+}
+
+/// The answer of the `/v1/workers` calls.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkersReport {
+    pub count: usize,
+    pub workers: Vec<WorkerReport>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub id: u64,
+    pub state: String,
+    pub paused: bool,
+    pub evals_processed: u64,
+    pub evals_nacked: u64,
+    pub current_eval: Option<String>,
+}
+
+impl From<WorkerStatus> for WorkerReport {
+    fn from(w: WorkerStatus) -> Self {
+        Self {
+            id: w.id,
+            state: w.state.label().to_string(),
+            paused: w.paused,
+            evals_processed: w.evals_processed,
+            evals_nacked: w.evals_nacked,
+            current_eval: w.current_eval,
+        }
+    }
+}
+
+fn workers_report(cp: &HttpState) -> Json<WorkersReport> {
+    let workers: Vec<WorkerReport> = cp.workers.list().into_iter().map(Into::into).collect();
+    Json(WorkersReport {
+        count: workers.len(),
+        workers,
+    })
+}
+
+async fn list_workers(State(cp): Cp) -> Json<WorkersReport> {
+    workers_report(&cp)
+}
+
+#[derive(Deserialize)]
+struct CountParam {
+    count: Option<String>,
+}
+
+/// `PUT /v1/workers?count=N`: starts or stops workers until N run.
+async fn set_workers(
+    State(cp): Cp,
+    Query(q): Query<CountParam>,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    let bad = |msg: String| (StatusCode::BAD_REQUEST, msg);
+    let raw = q
+        .count
+        .ok_or_else(|| bad("count: is required, e.g. /v1/workers?count=4".into()))?;
+    let n: usize = raw
+        .parse()
+        .map_err(|_| bad(format!("count: {raw:?} is not a whole number")))?;
+    if n > MAX_WORKERS {
+        return Err(bad(format!("count: {n} is more than {MAX_WORKERS}")));
+    }
+    cp.workers.set_count(n);
+    Ok(workers_report(&cp))
+}
+
+#[derive(Deserialize)]
+struct IdParam {
+    id: Option<u64>,
+}
+
+async fn pause_workers(
+    State(cp): Cp,
+    Query(q): Query<IdParam>,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    set_paused(&cp, q.id, true)
+}
+
+async fn resume_workers(
+    State(cp): Cp,
+    Query(q): Query<IdParam>,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    set_paused(&cp, q.id, false)
+}
+
+fn set_paused(
+    cp: &HttpState,
+    id: Option<u64>,
+    paused: bool,
+) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    if !cp.workers.set_paused(id, paused) {
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("id: no worker {}", id.unwrap_or_default()),
+        ));
+    }
+    Ok(workers_report(cp))
+}

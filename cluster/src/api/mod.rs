@@ -1,0 +1,132 @@
+//! The edge of the server: the gRPC services on `--rpc` and HTTP on
+//! `--http`. Handlers check the request, call the part that answers it, and
+//! turn that part's error into a `tonic::Status` here, and nowhere deeper:
+//! a caller's mistake is `InvalidArgument`, `NotFound` or
+//! `FailedPrecondition`; a moving leader is `Unavailable`, with the leader's
+//! address when known.
+//!
+//! - [`public`]: jobs, nodes and deployments (any client).
+//! - [`scheduling`]: evaluations and plans (workers, server to server).
+//! - [`peer`]: raft and forwarded writes (server to server only).
+//! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
+
+pub mod http;
+pub mod peer;
+pub mod public;
+pub mod scheduling;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use stampede_proto::{LogEntry, QueryOptions};
+use tonic::{Response, Status};
+
+use crate::control::calls::LeaderCalls;
+use crate::control::error::ControlError;
+use crate::control::leader::broker::BrokerError;
+use crate::model::validate::InvalidField;
+use crate::raft::proposer::{ProposeError, Proposer};
+use crate::state::blocking::Blocking;
+use crate::state::{State, StateStore, WatchKey};
+
+/// gRPC metadata key carrying the leader's address on `Unavailable` answers.
+pub const LEADER_HEADER: &str = "x-stampede-leader";
+
+/// How long a write's answer waits for this server to apply it.
+const READ_YOUR_WRITES_WAIT: Duration = Duration::from_secs(5);
+
+type Reply<T> = Result<Response<T>, Status>;
+
+fn ok<T>(v: T) -> Reply<T> {
+    Ok(Response::new(v))
+}
+
+/// What the public and scheduling services may touch. Cheap to clone.
+#[derive(Clone)]
+pub struct Api {
+    /// This server's state, for reads.
+    pub store: Arc<StateStore>,
+    pub blocking: Blocking,
+    /// Writes through whichever server leads.
+    pub proposer: Proposer,
+    /// Leader-only calls, routed.
+    pub calls: LeaderCalls,
+}
+
+impl Api {
+    /// Commits a write through the leader, then waits (briefly) until this
+    /// server has applied it too, so a client reads its own writes here.
+    async fn write(&self, msg: stampede_proto::log_entry::Msg) -> Result<u64, Status> {
+        let index = self.proposer.write(LogEntry { msg: Some(msg) }).await?;
+        self.store
+            .wait_for_index(index, READ_YOUR_WRITES_WAIT)
+            .await;
+        Ok(index)
+    }
+
+    async fn query<T>(
+        &self,
+        opts: Option<&QueryOptions>,
+        keys: &[WatchKey],
+        run: impl Fn(&State) -> (T, u64),
+    ) -> (T, u64) {
+        self.blocking.query(opts, keys, run).await
+    }
+}
+
+/// `Unavailable`, with the leader's address for a client that wants to go
+/// there directly.
+fn unavailable_at(message: String, leader_addr: &str) -> Status {
+    let mut status = Status::unavailable(message);
+    if let Ok(v) = leader_addr.parse() {
+        status.metadata_mut().insert(LEADER_HEADER, v);
+    }
+    status
+}
+
+impl From<InvalidField> for Status {
+    fn from(e: InvalidField) -> Self {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+impl From<BrokerError> for Status {
+    fn from(e: BrokerError) -> Self {
+        match e {
+            BrokerError::Disabled => Status::unavailable(e.to_string()),
+            BrokerError::NotOutstanding(_) | BrokerError::TokenMismatch(_) => {
+                Status::failed_precondition(e.to_string())
+            }
+        }
+    }
+}
+
+impl From<ProposeError> for Status {
+    fn from(e: ProposeError) -> Self {
+        match e {
+            ProposeError::Rejected(status) => *status,
+            ProposeError::NotLeader { ref addr, .. }
+            | ProposeError::LeaderUnreachable { ref addr, .. } => {
+                unavailable_at(e.to_string(), addr)
+            }
+            ProposeError::NoLeader | ProposeError::ShuttingDown => {
+                Status::unavailable(e.to_string())
+            }
+            ProposeError::Raft(_) => Status::internal(e.to_string()),
+        }
+    }
+}
+
+impl From<ControlError> for Status {
+    fn from(e: ControlError) -> Self {
+        match e {
+            ControlError::Invalid(m) => Status::invalid_argument(m),
+            ControlError::NotFound(m) => Status::not_found(m),
+            ControlError::Unavailable(m) => Status::unavailable(m),
+            ControlError::NotLeader { ref addr, .. } => unavailable_at(e.to_string(), addr),
+            ControlError::Broker(e) => e.into(),
+            ControlError::Propose(e) => e.into(),
+            ControlError::Leader(status) => *status,
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! The raft service between servers: openraft's AppendEntries, Vote and
+//! InstallSnapshot, carried as bincode in `RaftPayload`, and writes a
+//! follower forwards to the leader. Its own file, because only servers may
+//! call it.
+
+use serde::{de::DeserializeOwned, Serialize};
+use stampede_proto::raft_service_server::RaftService;
+use stampede_proto::{ForwardRequest, RaftPayload, WriteReply};
+use tonic::{Request, Status};
+
+use super::{ok, Reply};
+use crate::raft::proposer::Proposer;
+use crate::raft::Raft;
+
+/// What the peer service may touch: raft itself, and the proposer for
+/// forwarded writes.
+#[derive(Clone)]
+pub struct PeerApi {
+    pub raft: Raft,
+    pub proposer: Proposer,
+}
+
+fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
+    bincode::deserialize(&req.into_inner().data).map_err(|e| {
+        Status::invalid_argument(format!("data: not a raft message of this type: {e}"))
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Reply<RaftPayload> {
+    let data = bincode::serialize(value).map_err(|e| Status::internal(e.to_string()))?;
+    ok(RaftPayload { data })
+}
+
+#[tonic::async_trait]
+impl RaftService for PeerApi {
+    async fn append_entries(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
+        let rpc = decode(req)?;
+        encode(&self.raft.append_entries(rpc).await)
+    }
+
+    async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
+        let rpc = decode(req)?;
+        encode(&self.raft.vote(rpc).await)
+    }
+
+    async fn install_snapshot(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
+        let rpc = decode(req)?;
+        encode(&self.raft.install_snapshot(rpc).await)
+    }
+
+    /// A write a follower sent on. Proposed here only: a server that is not the
+    /// leader any more answers `Unavailable` and the sender tries again.
+    async fn forward(&self, req: Request<ForwardRequest>) -> Reply<WriteReply> {
+        let entry = req
+            .into_inner()
+            .entry
+            .ok_or_else(|| Status::invalid_argument("entry: is required"))?;
+        if entry.msg.is_none() {
+            return Err(Status::invalid_argument("entry.msg: is required"));
+        }
+        let index = self.proposer.write_local(entry).await?;
+        ok(WriteReply { index })
+    }
+}

@@ -1,0 +1,315 @@
+//! The public API: jobs, nodes and deployments. Reads answer from this
+//! server's state (blocking when asked); writes go through the leader and
+//! answer once this server has applied them, so a client reads its own
+//! writes wherever it asks.
+
+use stampede_proto::deployment_service_server::DeploymentService;
+use stampede_proto::job_service_server::JobService;
+use stampede_proto::node_service_server::NodeService;
+use stampede_proto::*;
+use tonic::{Request, Status};
+
+use super::{ok, Api, Reply};
+use crate::control::routing::is_forwarded;
+use crate::model::{new_eval, system_job_evals, validate};
+use crate::state::blocking;
+use crate::state::WatchKey;
+
+#[tonic::async_trait]
+impl NodeService for Api {
+    async fn register(&self, req: Request<NodeRegisterRequest>) -> Reply<WriteReply> {
+        let req = req.into_inner();
+        let node = validate::node(req.node.as_ref())?.clone();
+        let evals = if node.status == NodeStatus::Down as i32 {
+            Vec::new()
+        } else {
+            system_job_evals(self.store.snapshot().jobs(), &node.id)
+        };
+        let node = Node {
+            create_index: 0,
+            modify_index: 0,
+            ..node
+        };
+        let index = self
+            .write(log_entry::Msg::NodeRegister(NodeRegisterEntry {
+                node: Some(node),
+                evals,
+            }))
+            .await?;
+        ok(WriteReply { index })
+    }
+
+    async fn get(&self, req: Request<NodeGetRequest>) -> Reply<NodeGetReply> {
+        let id = req.into_inner().node_id;
+        validate::id("node_id", &id)?;
+        let state = self.store.snapshot();
+        match state.node(&id) {
+            Some(node) => ok(NodeGetReply {
+                node: Some(Node::clone(&node)),
+                index: state.index(),
+            }),
+            None => Err(Status::not_found(format!(
+                "node_id: no node {id:?} is registered"
+            ))),
+        }
+    }
+
+    async fn list(&self, req: Request<NodeListRequest>) -> Reply<NodeListReply> {
+        let req = req.into_inner();
+        let (nodes, index) = self
+            .query(req.query.as_ref(), &[WatchKey::Nodes], |s| {
+                (
+                    s.nodes().map(|n| Node::clone(n)).collect(),
+                    s.indexes().nodes.max(1),
+                )
+            })
+            .await;
+        ok(NodeListReply { nodes, index })
+    }
+
+    async fn update_status(
+        &self,
+        req: Request<NodeUpdateStatusRequest>,
+    ) -> Reply<NodeUpdateStatusReply> {
+        let fwd = is_forwarded(&req);
+        ok(self.calls.update_status(req.into_inner(), fwd).await?)
+    }
+
+    async fn get_client_allocs(
+        &self,
+        req: Request<NodeClientAllocsRequest>,
+    ) -> Reply<NodeClientAllocsReply> {
+        let req = req.into_inner();
+        validate::id("node_id", &req.node_id)?;
+        if self.store.snapshot().node(&req.node_id).is_none() {
+            return Err(Status::not_found(format!(
+                "node_id: no node {:?} is registered",
+                req.node_id
+            )));
+        }
+        let node = req.node_id.clone();
+        let (allocs, index) = self
+            .query(
+                req.query.as_ref(),
+                &[WatchKey::NodeAllocs(node.clone())],
+                |s| {
+                    let allocs = s
+                        .node_allocs(&node)
+                        .iter()
+                        .map(|a| (a.id.clone(), a.alloc_modify_index))
+                        .collect();
+                    (allocs, s.node_alloc_index(&node).max(1))
+                },
+            )
+            .await;
+        ok(NodeClientAllocsReply { allocs, index })
+    }
+
+    async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
+        let req = req.into_inner();
+        if let Some(q) = req.query.as_ref().filter(|q| q.min_index > 0) {
+            let wait = blocking::wait_of(q);
+            if !self.store.wait_for_index(q.min_index, wait).await {
+                return Err(Status::unavailable(format!(
+                    "this server has not reached index {} within {wait:?}; ask another",
+                    q.min_index
+                )));
+            }
+        }
+        let state = self.store.snapshot();
+        let allocs = req
+            .alloc_ids
+            .iter()
+            .filter_map(|id| state.alloc(id))
+            .map(|a| Allocation::clone(&a))
+            .collect();
+        ok(AllocationsReply {
+            allocs,
+            index: state.indexes().allocs,
+        })
+    }
+
+    async fn update_alloc(&self, req: Request<NodeUpdateAllocRequest>) -> Reply<WriteReply> {
+        let fwd = is_forwarded(&req);
+        let index = self.calls.update_alloc(req.into_inner(), fwd).await?;
+        ok(WriteReply { index })
+    }
+}
+
+#[tonic::async_trait]
+impl JobService for Api {
+    async fn register(&self, req: Request<JobRegisterRequest>) -> Reply<JobRegisterReply> {
+        let req = req.into_inner();
+        let mut job = validate::job(req.job.as_ref())?.clone();
+        if job.priority == 0 {
+            job.priority = validate::DEFAULT_PRIORITY;
+        }
+        let eval = new_eval(&job, "job_register", None);
+        let eval_id = eval.id.clone();
+        let index = self
+            .write(log_entry::Msg::JobRegister(JobRegisterEntry {
+                job: Some(job.clone()),
+                eval: Some(eval),
+            }))
+            .await?;
+        let job_modify_index = self
+            .store
+            .snapshot()
+            .job(&job.id)
+            .map_or(index, |j| j.job_modify_index);
+        ok(JobRegisterReply {
+            eval_id,
+            index,
+            job_modify_index,
+        })
+    }
+
+    async fn deregister(&self, req: Request<JobDeregisterRequest>) -> Reply<JobRegisterReply> {
+        let req = req.into_inner();
+        validate::id("job_id", &req.job_id)?;
+        let job = self.store.snapshot().job(&req.job_id).ok_or_else(|| {
+            Status::not_found(format!("job_id: no job {:?} is registered", req.job_id))
+        })?;
+        let eval = new_eval(&job, "job_deregister", None);
+        let eval_id = eval.id.clone();
+        let index = self
+            .write(log_entry::Msg::JobDeregister(JobDeregisterEntry {
+                job_id: req.job_id,
+                purge: req.purge,
+                eval: Some(eval),
+            }))
+            .await?;
+        ok(JobRegisterReply {
+            eval_id,
+            index,
+            job_modify_index: index,
+        })
+    }
+
+    async fn get(&self, req: Request<JobGetRequest>) -> Reply<JobGetReply> {
+        let req = req.into_inner();
+        validate::id("job_id", &req.job_id)?;
+        let id = req.job_id.clone();
+        let (job, index) = self
+            .query(
+                req.query.as_ref(),
+                &[WatchKey::Job(id.clone())],
+                |s| match s.job(&id) {
+                    Some(j) => (Some(Job::clone(&j)), j.modify_index),
+                    None => (None, s.indexes().jobs.max(1)),
+                },
+            )
+            .await;
+        match job {
+            Some(job) => ok(JobGetReply {
+                job: Some(job),
+                index,
+            }),
+            None => Err(Status::not_found(format!(
+                "job_id: no job {id:?} is registered"
+            ))),
+        }
+    }
+
+    async fn list(&self, req: Request<JobListRequest>) -> Reply<JobListReply> {
+        let req = req.into_inner();
+        let (jobs, index) = self
+            .query(req.query.as_ref(), &[WatchKey::Jobs], |s| {
+                (
+                    s.jobs().map(|j| Job::clone(j)).collect(),
+                    s.indexes().jobs.max(1),
+                )
+            })
+            .await;
+        ok(JobListReply { jobs, index })
+    }
+
+    async fn allocations(&self, req: Request<JobAllocationsRequest>) -> Reply<AllocationsReply> {
+        let req = req.into_inner();
+        validate::id("job_id", &req.job_id)?;
+        let id = req.job_id.clone();
+        let (allocs, index) = self
+            .query(
+                req.query.as_ref(),
+                &[WatchKey::JobAllocs(id.clone())],
+                |s| {
+                    let allocs = s
+                        .job_allocs(&id)
+                        .iter()
+                        .map(|a| Allocation::clone(a))
+                        .collect();
+                    (allocs, s.job_alloc_index(&id).max(1))
+                },
+            )
+            .await;
+        ok(AllocationsReply { allocs, index })
+    }
+
+    async fn evaluations(&self, req: Request<JobEvaluationsRequest>) -> Reply<EvaluationsReply> {
+        let req = req.into_inner();
+        validate::id("job_id", &req.job_id)?;
+        let id = req.job_id.clone();
+        let (evals, index) = self
+            .query(req.query.as_ref(), &[WatchKey::JobEvals(id.clone())], |s| {
+                let evals: Vec<Evaluation> = s
+                    .job_evals(&id)
+                    .iter()
+                    .map(|e| Evaluation::clone(e))
+                    .collect();
+                let index = evals.iter().map(|e| e.modify_index).max().unwrap_or(1);
+                (evals, index)
+            })
+            .await;
+        ok(EvaluationsReply { evals, index })
+    }
+}
+
+#[tonic::async_trait]
+impl DeploymentService for Api {
+    async fn get(&self, req: Request<DeploymentGetRequest>) -> Reply<DeploymentGetReply> {
+        let req = req.into_inner();
+        validate::id("deployment_id", &req.deployment_id)?;
+        let id = req.deployment_id.clone();
+        let (d, index) = self
+            .query(
+                req.query.as_ref(),
+                &[WatchKey::Deployment(id.clone())],
+                |s| match s.deployment(&id) {
+                    Some(d) => (Some(Deployment::clone(&d)), d.modify_index),
+                    None => (None, s.indexes().deployments.max(1)),
+                },
+            )
+            .await;
+        match d {
+            Some(d) => ok(DeploymentGetReply {
+                deployment: Some(d),
+                index,
+            }),
+            None => Err(Status::not_found(format!(
+                "deployment_id: no deployment {id:?}"
+            ))),
+        }
+    }
+
+    async fn for_job(&self, req: Request<JobDeploymentsRequest>) -> Reply<DeploymentsReply> {
+        let req = req.into_inner();
+        validate::id("job_id", &req.job_id)?;
+        let id = req.job_id.clone();
+        let (deployments, index) = self
+            .query(
+                req.query.as_ref(),
+                &[WatchKey::JobDeployments(id.clone())],
+                |s| {
+                    let ds: Vec<Deployment> = s
+                        .job_deployments(&id)
+                        .iter()
+                        .map(|d| Deployment::clone(d))
+                        .collect();
+                    let index = ds.iter().map(|d| d.modify_index).max().unwrap_or(1);
+                    (ds, index)
+                },
+            )
+            .await;
+        ok(DeploymentsReply { deployments, index })
+    }
+}

@@ -1,0 +1,97 @@
+//! `cluster dev`: a local cluster of real server processes for trying things out.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use stampede_launch::{LaunchOptions, LocalCluster};
+use stampede_proto::shutdown_signal;
+
+#[derive(Debug, Clone, Args)]
+pub struct DevOpts {
+    /// How many server processes to start.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=9))]
+    pub servers: u64,
+    /// Keep data dirs and logs here instead of a temporary dir removed on exit.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Stop after this long (e.g. `30s`, `5m`) instead of waiting for Ctrl-C.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// How long to wait for the servers to elect a leader.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub leader_timeout: Duration,
+    /// Extra `cluster serve` flags for every server, after `--`.
+    #[arg(last = true)]
+    pub server_args: Vec<String>,
+}
+
+pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
+    let bin = std::env::current_exe()?;
+    let mut cluster = LocalCluster::start(LaunchOptions {
+        bin,
+        servers: opts.servers as usize,
+        root: opts.data_dir.clone(),
+        server_args: opts.server_args.clone(),
+    })?;
+    println!(
+        "started {} servers; data and logs in {}",
+        opts.servers,
+        cluster.root().display()
+    );
+    let leader = match cluster.wait_for_leader(opts.leader_timeout).await {
+        Ok(l) => l,
+        Err(e) => {
+            for id in cluster.ids() {
+                eprintln!("--- server {id} log ---\n{}", cluster.log(id));
+            }
+            return Err(e.into());
+        }
+    };
+
+    // Every server has the leader's first entry: the cluster is ready to take writes.
+    let index = cluster.status(leader).await?.last_log_index;
+    for id in cluster.ids() {
+        cluster
+            .wait_for_status(
+                id,
+                "it has applied the leader's first entry",
+                Duration::from_secs(10),
+                |s| s.applied_index >= index,
+            )
+            .await?;
+    }
+
+    println!("every server has applied index {index}; leader is server {leader}");
+    println!();
+    println!(
+        "{:>3}  {:<9} {:<21} {:<21} {:>5} {:>9} {:>8}",
+        "id", "state", "rpc", "http", "term", "last_log", "applied"
+    );
+    for s in cluster.servers() {
+        let st = cluster.status(s.id).await?;
+        println!(
+            "{:>3}  {:<9} {:<21} {:<21} {:>5} {:>9} {:>8}",
+            s.id, st.state, s.rpc, s.http, st.term, st.last_log_index, st.applied_index
+        );
+    }
+    println!();
+    println!("metrics: curl http://{}/metrics", cluster.servers()[0].http);
+    match opts.duration {
+        Some(d) => {
+            println!("running for {}", humantime::format_duration(d));
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = shutdown_signal() => {}
+            }
+        }
+        None => {
+            println!("press Ctrl-C to stop");
+            shutdown_signal().await;
+        }
+    }
+    cluster.stop_all();
+    println!("stopped");
+    Ok(())
+}

@@ -1,0 +1,299 @@
+//! Calls only the leader can answer — the broker, plans, evaluation updates,
+//! heartbeats and client allocation updates — for gRPC handlers and
+//! in-process workers alike: answered here when this server leads, sent on
+//! to the leader otherwise (see [`super::routing`]).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use stampede_proto::eval_service_client::EvalServiceClient;
+use stampede_proto::node_service_client::NodeServiceClient;
+use stampede_proto::plan_service_client::PlanServiceClient;
+use stampede_proto::{
+    log_entry::Msg, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalUpdateEntry,
+    EvalUpdateRequest, Evaluation, JobType, LogEntry, NodeStatus, NodeUpdateAllocRequest,
+    NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan, PlanResult, PlanSubmitRequest,
+};
+use tonic::transport::Channel;
+
+use super::error::ControlError;
+use super::leader::broker::{EvalBroker, NackOutcome, NackReason};
+use super::leader::heartbeat::Heartbeats;
+use super::leader::plan_apply::PlanError;
+use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
+use super::routing::{forwarded, Route, Router};
+use super::worker::Leader;
+use crate::model::validate;
+
+/// Longest a dequeue may wait for work.
+const MAX_DEQUEUE_WAIT: Duration = Duration::from_secs(30);
+
+/// The leader-only calls of one server. Cheap to clone.
+#[derive(Clone)]
+pub struct LeaderCalls(Arc<Inner>);
+
+struct Inner {
+    /// Where each call goes.
+    router: Router,
+    /// The state to check requests against, and the local proposer.
+    ctx: LeaderContext,
+    broker: Arc<EvalBroker>,
+    heartbeats: Arc<Heartbeats>,
+    plans: Arc<super::leader::plan_apply::PlanQueue>,
+    alloc_updates: Arc<super::leader::alloc_updates::AllocUpdates>,
+}
+
+fn eval_client(ch: Channel) -> EvalServiceClient<Channel> {
+    stampede_proto::sized!(EvalServiceClient::new(ch))
+}
+
+fn plan_client(ch: Channel) -> PlanServiceClient<Channel> {
+    stampede_proto::sized!(PlanServiceClient::new(ch))
+}
+
+fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
+    stampede_proto::sized!(NodeServiceClient::new(ch))
+}
+
+impl LeaderCalls {
+    pub fn new(router: Router, ctx: LeaderContext, parts: &LeaderParts) -> Self {
+        Self(Arc::new(Inner {
+            router,
+            ctx,
+            broker: parts.broker.clone(),
+            heartbeats: parts.heartbeats.clone(),
+            plans: parts.plans.clone(),
+            alloc_updates: parts.alloc_updates.clone(),
+        }))
+    }
+
+    /// Hands out an evaluation and its delivery token; `fwd` says whether
+    /// another server already sent this call on.
+    pub async fn dequeue(
+        &self,
+        req: EvalDequeueRequest,
+        fwd: bool,
+    ) -> Result<EvalDequeueReply, ControlError> {
+        if let Route::Leader(ch) = self.0.router.route(fwd)? {
+            return Ok(eval_client(ch).dequeue(forwarded(req)).await?.into_inner());
+        }
+        let schedulers: Vec<JobType> = req
+            .schedulers
+            .iter()
+            .filter_map(|t| JobType::try_from(*t).ok())
+            .filter(|t| *t != JobType::Unspecified)
+            .collect();
+        if schedulers.is_empty() {
+            return Err(ControlError::Invalid(
+                "schedulers: name at least one of service, batch, system".into(),
+            ));
+        }
+        let timeout = Duration::from_millis(req.timeout_ms).min(MAX_DEQUEUE_WAIT);
+        match self.0.broker.dequeue(&schedulers, timeout).await? {
+            None => Ok(EvalDequeueReply::default()),
+            Some((eval, token)) => {
+                // The worker must see the evaluation and the job's latest plan.
+                let state = self.0.ctx.store.snapshot();
+                let wait_index = eval.modify_index.max(state.job_alloc_index(&eval.job_id));
+                Ok(EvalDequeueReply {
+                    eval: Some(Evaluation::clone(&eval)),
+                    token,
+                    wait_index,
+                })
+            }
+        }
+    }
+
+    /// Acks on the leader; an ack may leave older evaluations of the job
+    /// cancelable, and a batch of them is then written in the background, so
+    /// cancelations keep pace with the schedulers without delaying the reply.
+    pub async fn ack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => {
+                eval_client(ch).ack(forwarded(req)).await?;
+            }
+            Route::Local => {
+                self.0.broker.ack(&req.eval_id, &req.token)?;
+                if self.0.broker.cancelable_len() > 0 {
+                    let (ctx, broker) = (self.0.ctx.clone(), self.0.broker.clone());
+                    tokio::spawn(async move { ctx.cancel_batch(&broker).await });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub async fn nack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => {
+                eval_client(ch).nack(forwarded(req)).await?;
+            }
+            Route::Local => {
+                let reason = NackReason::parse(&req.reason);
+                if let NackOutcome::Failed(eval) =
+                    self.0.broker.nack(&req.eval_id, &req.token, reason)?
+                {
+                    self.0
+                        .ctx
+                        .write_evals(vec![delivery_limit_reached(&eval)])
+                        .await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A worker records how an evaluation ended; the first evaluation must be
+    /// the one its token delivers. Returns the entry's index.
+    pub async fn update_evals(
+        &self,
+        req: EvalUpdateRequest,
+        fwd: bool,
+    ) -> Result<u64, ControlError> {
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => Ok(eval_client(ch)
+                .update(forwarded(req))
+                .await?
+                .into_inner()
+                .index),
+            Route::Local => {
+                let first = req.evals.first().ok_or_else(|| {
+                    ControlError::Invalid("evals: give at least one evaluation".into())
+                })?;
+                self.0.broker.check_token(&first.id, &req.token)?;
+                for (i, e) in req.evals.iter().enumerate() {
+                    validate::id(&format!("evals[{i}].id"), &e.id)?;
+                    validate::id(&format!("evals[{i}].job_id"), &e.job_id)?;
+                }
+                let entry = LogEntry {
+                    msg: Some(Msg::EvalUpdate(EvalUpdateEntry { evals: req.evals })),
+                };
+                Ok(self.0.ctx.proposer.write(entry).await?)
+            }
+        }
+    }
+
+    /// Queues a plan for the leader's plan applier and waits for its result.
+    pub async fn submit_plan(&self, plan: Plan, fwd: bool) -> Result<PlanResult, ControlError> {
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => Ok(plan_client(ch)
+                .submit(forwarded(PlanSubmitRequest { plan: Some(plan) }))
+                .await?
+                .into_inner()
+                .result
+                .unwrap_or_default()),
+            Route::Local => match self.0.plans.submit(plan).await {
+                Ok(result) => Ok(result),
+                Err(PlanError::Broker(e)) => Err(e.into()),
+                Err(PlanError::Propose(e)) => Err(e.into()),
+                Err(e) => Err(ControlError::Unavailable(e.to_string())),
+            },
+        }
+    }
+
+    /// A heartbeat (status READY) or another status change from a node.
+    pub async fn update_status(
+        &self,
+        req: NodeUpdateStatusRequest,
+        fwd: bool,
+    ) -> Result<NodeUpdateStatusReply, ControlError> {
+        validate::id("node_id", &req.node_id)?;
+        let status = NodeStatus::try_from(req.status)
+            .ok()
+            .filter(|s| *s != NodeStatus::Unspecified)
+            .ok_or_else(|| {
+                ControlError::Invalid("status: give READY, INITIALIZING or DOWN".into())
+            })?;
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => Ok(node_client(ch)
+                .update_status(forwarded(req))
+                .await?
+                .into_inner()),
+            Route::Local => {
+                let node = self.0.ctx.store.snapshot().node(&req.node_id).ok_or_else(|| {
+                    ControlError::NotFound(format!(
+                        "node_id: no node {:?} is registered; register it first",
+                        req.node_id
+                    ))
+                })?;
+                let mut index = 0;
+                if node.status != status as i32 {
+                    index = self.0.ctx.set_node_status(&req.node_id, status).await?;
+                }
+                let ttl = match status {
+                    NodeStatus::Ready => self.0.heartbeats.reset(&req.node_id),
+                    _ => {
+                        self.0.heartbeats.remove(&req.node_id);
+                        Some(Duration::ZERO)
+                    }
+                }
+                .ok_or_else(|| ControlError::Unavailable("leadership changed; retry".into()))?;
+                Ok(NodeUpdateStatusReply {
+                    heartbeat_ttl_ms: ttl.as_millis() as u64,
+                    index,
+                })
+            }
+        }
+    }
+
+    /// Client allocation updates, batched into the leader's next entry;
+    /// returns that entry's index.
+    pub async fn update_alloc(
+        &self,
+        req: NodeUpdateAllocRequest,
+        fwd: bool,
+    ) -> Result<u64, ControlError> {
+        if req.allocs.is_empty() {
+            return Err(ControlError::Invalid(
+                "allocs: give at least one allocation update".into(),
+            ));
+        }
+        let state = self.0.ctx.store.snapshot();
+        for (i, a) in req.allocs.iter().enumerate() {
+            validate::id(&format!("allocs[{i}].id"), &a.id)?;
+            if a.client_status == 0 {
+                return Err(ControlError::Invalid(format!(
+                    "allocs[{i}].client_status: is required"
+                )));
+            }
+            if state.alloc(&a.id).is_none() {
+                return Err(ControlError::NotFound(format!(
+                    "allocs[{i}].id: no allocation {:?}",
+                    a.id
+                )));
+            }
+        }
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => Ok(node_client(ch)
+                .update_alloc(forwarded(req))
+                .await?
+                .into_inner()
+                .index),
+            Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),
+        }
+    }
+}
+
+/// Workers call the same routed calls as the gRPC handlers, as callers on
+/// this server (never forwarded yet).
+impl Leader for LeaderCalls {
+    async fn dequeue(&self, req: EvalDequeueRequest) -> Result<EvalDequeueReply, ControlError> {
+        LeaderCalls::dequeue(self, req, false).await
+    }
+
+    async fn ack(&self, req: EvalAckRequest) -> Result<(), ControlError> {
+        LeaderCalls::ack(self, req, false).await
+    }
+
+    async fn nack(&self, req: EvalAckRequest) -> Result<(), ControlError> {
+        LeaderCalls::nack(self, req, false).await
+    }
+
+    async fn submit_plan(&self, plan: Plan) -> Result<PlanResult, ControlError> {
+        LeaderCalls::submit_plan(self, plan, false).await
+    }
+
+    async fn update_evals(&self, req: EvalUpdateRequest) -> Result<u64, ControlError> {
+        LeaderCalls::update_evals(self, req, false).await
+    }
+}

@@ -1,0 +1,75 @@
+//! The leader's view of the fleet for Prometheus: nodes by status and
+//! allocations by client status, counted from the state when `/metrics` is
+//! read (not on every write). Followers export none, so a sum over servers
+//! counts the fleet once.
+
+use std::sync::Arc;
+
+use prometheus::{IntGaugeVec, Registry};
+use stampede_proto::metric_defs::int_gauge_vec;
+use stampede_proto::{AllocClientStatus, NodeStatus};
+use tokio::sync::watch;
+
+use crate::state::StateStore;
+
+pub struct FleetGauges {
+    store: Arc<StateStore>,
+    /// True while this server leads.
+    leading: watch::Receiver<bool>,
+    nodes: IntGaugeVec,
+    allocs: IntGaugeVec,
+}
+
+impl FleetGauges {
+    pub fn new(
+        store: Arc<StateStore>,
+        leading: watch::Receiver<bool>,
+        registry: &Registry,
+    ) -> Self {
+        Self {
+            store,
+            leading,
+            nodes: int_gauge_vec(
+                registry,
+                "stampede_nodes",
+                "Leader: client nodes by status.",
+                "status",
+                &[],
+            ),
+            allocs: int_gauge_vec(
+                registry,
+                "stampede_allocs",
+                "Leader: allocations by client status.",
+                "client_status",
+                &[],
+            ),
+        }
+    }
+
+    /// Counts again from the current state.
+    pub fn update(&self) {
+        self.nodes.reset();
+        self.allocs.reset();
+        if !*self.leading.borrow() {
+            return;
+        }
+        let state = self.store.snapshot();
+        for s in [
+            NodeStatus::Initializing,
+            NodeStatus::Ready,
+            NodeStatus::Down,
+        ] {
+            self.nodes.with_label_values(&[s.label()]).set(0);
+        }
+        for n in state.nodes() {
+            self.nodes
+                .with_label_values(&[NodeStatus::label_of(n.status)])
+                .inc();
+        }
+        for a in state.allocs() {
+            self.allocs
+                .with_label_values(&[AllocClientStatus::label_of(a.client_status)])
+                .inc();
+        }
+    }
+}

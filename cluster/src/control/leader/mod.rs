@@ -1,0 +1,248 @@
+//! The mechanisms only the leader runs, as in Nomad: the eval broker, the
+//! blocked-evaluation tracker, node heartbeat timers, the plan applier, the
+//! client-update batcher, the deployment watcher and the timers that expire
+//! deliveries and sweep cancelable evaluations.
+//!
+//! They are built once per server ([`LeaderParts`]) and switched on for each
+//! term of leadership. A term's tasks get a [`LeaderContext`] — the state to
+//! read and a proposer that writes only on this server — plus what each one
+//! needs of its own (the broker, its metrics, its config); none of them sees
+//! the rest of the server.
+
+pub mod alloc_updates;
+pub mod blocked_evals;
+pub mod broker;
+pub mod deployment_watcher;
+pub mod heartbeat;
+pub mod plan_apply;
+mod timers;
+
+use std::sync::{Arc, Mutex};
+
+use prometheus::Registry;
+use stampede_proto::{
+    log_entry::Msg, EvalStatus, EvalUpdateEntry, Evaluation, LogEntry, NodeStatus,
+    NodeStatusEntry,
+};
+use tokio::task::JoinHandle;
+
+use crate::model::{alloc_terminal, new_eval, now_ms, system_job_evals};
+use crate::raft::proposer::{LocalProposer, ProposeError};
+use crate::state::blocking::Blocking;
+use crate::state::StateStore;
+
+use self::alloc_updates::AllocUpdates;
+use self::blocked_evals::BlockedEvals;
+use self::broker::{BrokerConfig, EvalBroker, CANCEL_BATCH};
+use self::deployment_watcher::{WatcherConfig, WatcherMetrics};
+use self::heartbeat::{HeartbeatConfig, Heartbeats};
+use self::plan_apply::PlanQueue;
+
+/// Settings of the leader-only mechanisms (`cluster serve` flags fill them).
+#[derive(Debug, Clone)]
+pub struct LeaderConfig {
+    pub broker: BrokerConfig,
+    pub heartbeat: HeartbeatConfig,
+    /// How long the leader gathers client allocation updates into one entry.
+    pub alloc_update_window: std::time::Duration,
+    pub deployments: WatcherConfig,
+}
+
+impl Default for LeaderConfig {
+    fn default() -> Self {
+        Self {
+            broker: BrokerConfig::default(),
+            heartbeat: HeartbeatConfig::default(),
+            alloc_update_window: alloc_updates::DEFAULT_WINDOW,
+            deployments: WatcherConfig::default(),
+        }
+    }
+}
+
+/// What every leader task of one term may touch.
+#[derive(Clone)]
+pub struct LeaderContext {
+    /// The state to read; it is at least as new as everything committed
+    /// before the term began.
+    pub store: Arc<StateStore>,
+    /// Writes only on this server: once it no longer leads, writes fail
+    /// rather than reach the new leader, whose own mechanisms own them.
+    pub proposer: LocalProposer,
+}
+
+impl LeaderContext {
+    /// Writes evaluation updates as one entry.
+    pub async fn write_evals(&self, evals: Vec<Evaluation>) -> Result<u64, ProposeError> {
+        let entry = LogEntry {
+            msg: Some(Msg::EvalUpdate(EvalUpdateEntry { evals })),
+        };
+        self.proposer.write(entry).await
+    }
+
+    /// Writes a node's status change, with evaluations for what it affects:
+    /// the jobs of a node that went down, the system jobs a ready node may take.
+    pub async fn set_node_status(
+        &self,
+        node_id: &str,
+        status: NodeStatus,
+    ) -> Result<u64, ProposeError> {
+        let state = self.store.snapshot();
+        let evals = match status {
+            NodeStatus::Down => {
+                let mut jobs: Vec<String> = state
+                    .node_allocs(node_id)
+                    .iter()
+                    .filter(|a| !alloc_terminal(a))
+                    .map(|a| a.job_id.clone())
+                    .collect();
+                jobs.sort();
+                jobs.dedup();
+                jobs.iter()
+                    .filter_map(|j| state.job(j))
+                    .map(|job| new_eval(&job, "node_update", Some(node_id)))
+                    .collect()
+            }
+            NodeStatus::Ready => system_job_evals(state.jobs(), node_id),
+            _ => Vec::new(),
+        };
+        let entry = LogEntry {
+            msg: Some(Msg::NodeStatus(NodeStatusEntry {
+                node_id: node_id.to_string(),
+                status: status as i32,
+                updated_at_ms: now_ms(),
+                evals,
+            })),
+        };
+        self.proposer.write(entry).await
+    }
+
+    /// Writes up to [`CANCEL_BATCH`] of the broker's cancelable evaluations
+    /// as canceled in one entry; returns how many. On failure they go back to
+    /// the broker for a later try.
+    pub async fn cancel_batch(&self, broker: &EvalBroker) -> usize {
+        let batch = broker.take_cancelable(CANCEL_BATCH);
+        if batch.is_empty() {
+            return 0;
+        }
+        let evals = batch
+            .iter()
+            .map(|e| Evaluation {
+                status: EvalStatus::Canceled as i32,
+                status_description: "canceled after a newer evaluation of the job was processed"
+                    .into(),
+                ..Evaluation::clone(e)
+            })
+            .collect();
+        match self.write_evals(evals).await {
+            Ok(_) => {
+                broker.metrics.cancelled.inc_by(batch.len() as u64);
+                broker.metrics.cancel_batches.inc();
+                batch.len()
+            }
+            Err(e) => {
+                tracing::warn!("canceling {} evaluations: {e}", batch.len());
+                broker.restore_cancelable(batch);
+                0
+            }
+        }
+    }
+}
+
+/// The failed copy of an evaluation that ran out of deliveries.
+pub fn delivery_limit_reached(eval: &Evaluation) -> Evaluation {
+    Evaluation {
+        status: EvalStatus::Failed as i32,
+        status_description: "delivery limit reached".into(),
+        ..eval.clone()
+    }
+}
+
+/// The leader-only mechanisms of one server: built at start-up, running
+/// only while this server leads.
+pub struct LeaderParts {
+    pub broker: Arc<EvalBroker>,
+    pub blocked: Arc<BlockedEvals>,
+    pub heartbeats: Arc<Heartbeats>,
+    pub plans: Arc<PlanQueue>,
+    pub alloc_updates: Arc<AllocUpdates>,
+    deployments: WatcherConfig,
+    deployment_metrics: Arc<WatcherMetrics>,
+    /// The tasks of the current term, aborted when it ends.
+    tasks: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl LeaderParts {
+    pub fn new(config: &LeaderConfig, registry: &Registry) -> Self {
+        let broker = Arc::new(EvalBroker::new(config.broker, registry));
+        Self {
+            blocked: Arc::new(BlockedEvals::new(broker.clone(), registry)),
+            broker,
+            heartbeats: Arc::new(Heartbeats::new(config.heartbeat, registry)),
+            plans: Arc::new(PlanQueue::new(registry)),
+            alloc_updates: Arc::new(AllocUpdates::new(config.alloc_update_window, registry)),
+            deployments: config.deployments,
+            deployment_metrics: Arc::new(WatcherMetrics::new(registry)),
+            tasks: Mutex::default(),
+        }
+    }
+
+    /// Starts a term: restores the broker, the blocked evaluations and the
+    /// heartbeat timers from the state, and starts the term's tasks. The
+    /// caller has passed a barrier, so the state holds every committed entry.
+    pub fn establish(&self, ctx: LeaderContext, blocking: Blocking) {
+        self.broker.set_enabled(true);
+        self.blocked.set_enabled(true);
+        let state = ctx.store.snapshot();
+        for eval in state.evals() {
+            match EvalStatus::try_from(eval.status) {
+                Ok(EvalStatus::Pending) => self.broker.enqueue(eval.clone()),
+                Ok(EvalStatus::Blocked) => self.blocked.block(eval.clone()),
+                _ => {}
+            }
+        }
+        self.heartbeats.set_enabled(
+            true,
+            state
+                .nodes()
+                .filter(|n| n.status == NodeStatus::Ready as i32)
+                .map(|n| n.id.as_str()),
+        );
+        let (plan_rx, update_rx) = (self.plans.open(), self.alloc_updates.open());
+        let mut tasks = stampede_proto::lock(&self.tasks);
+        tasks.push(tokio::spawn(plan_apply::run(
+            ctx.clone(),
+            self.broker.clone(),
+            self.plans.metrics.clone(),
+            plan_rx,
+        )));
+        tasks.push(tokio::spawn(alloc_updates::run(
+            ctx.clone(),
+            self.alloc_updates.window,
+            self.alloc_updates.metrics.clone(),
+            update_rx,
+        )));
+        tasks.push(tokio::spawn(timers::run(
+            ctx.clone(),
+            self.broker.clone(),
+            self.heartbeats.clone(),
+        )));
+        tasks.push(tokio::spawn(deployment_watcher::run(
+            ctx,
+            blocking,
+            self.deployments,
+            self.deployment_metrics.clone(),
+        )));
+    }
+
+    /// Ends a term: stops its tasks and switches every mechanism off.
+    pub fn revoke(&self) {
+        for t in stampede_proto::lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+        self.plans.close();
+        self.alloc_updates.close();
+        self.broker.set_enabled(false);
+        self.blocked.set_enabled(false);
+        self.heartbeats.set_enabled(false, std::iter::empty());
+    }
+}

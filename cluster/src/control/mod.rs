@@ -1,0 +1,194 @@
+//! The control plane one server runs, as a composition root: it builds the
+//! parts, hands each the narrow handles it needs, and follows raft
+//! leadership to start and stop the leader-only mechanisms.
+//!
+//! - [`apply`]: what reacts to every applied batch (blocking queries, and on
+//!   the leader the broker, blocked evaluations and heartbeat timers).
+//! - [`leader`]: the leader-only mechanisms, each run per term with a
+//!   [`leader::LeaderContext`].
+//! - [`routing`] and [`calls`]: calls only the leader can answer, handled
+//!   here or sent on to the leader.
+//! - [`worker`]: scheduler workers, on every server, reaching the leader
+//!   only through the [`worker::Leader`] trait.
+//! - [`fleet`]: the leader's gauges of nodes and allocations.
+
+pub mod apply;
+pub mod calls;
+pub mod error;
+pub mod fleet;
+pub mod leader;
+pub mod routing;
+pub mod worker;
+
+use std::sync::Arc;
+
+use prometheus::Registry;
+use tokio::sync::watch;
+
+use self::apply::ApplyHub;
+use self::calls::LeaderCalls;
+use self::fleet::FleetGauges;
+use self::leader::{LeaderConfig, LeaderContext, LeaderParts};
+use self::routing::Router;
+use self::worker::{WorkerConfig, WorkerPool};
+use crate::raft::network::PeerChannels;
+use crate::raft::proposer::{LocalProposer, Proposer};
+use crate::raft::{NodeId, Raft};
+use crate::state::blocking::{Blocking, BlockingMetrics};
+use crate::state::StateStore;
+
+/// Control-plane settings (`cluster serve` flags fill them).
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    pub leader: LeaderConfig,
+    pub worker: WorkerConfig,
+    /// Scheduler workers on this server at start.
+    pub workers: usize,
+}
+
+/// The parts that exist before raft does: the state machine's observer
+/// needs the leader-only mechanisms it feeds.
+pub struct Foundations {
+    pub store: Arc<StateStore>,
+    pub leader: Arc<LeaderParts>,
+    pub hub: Arc<ApplyHub>,
+}
+
+impl Foundations {
+    pub fn new(config: &ControlConfig, registry: &Registry) -> Self {
+        let store = Arc::new(StateStore::default());
+        let leader = Arc::new(LeaderParts::new(&config.leader, registry));
+        let hub = Arc::new(ApplyHub::new(&leader));
+        Self { store, leader, hub }
+    }
+}
+
+/// One server's control plane.
+pub struct ControlPlane {
+    /// This server's raft id.
+    id: NodeId,
+    raft: Raft,
+    store: Arc<StateStore>,
+    /// Reads that wait for a change (shared by the API and the watcher).
+    pub blocking: Blocking,
+    /// Writes through whichever server leads (the public API's writes).
+    pub proposer: Proposer,
+    /// Leader-only calls, routed (the API's and the workers').
+    pub calls: LeaderCalls,
+    pub workers: Arc<WorkerPool<LeaderCalls>>,
+    pub fleet: Arc<FleetGauges>,
+    leader: Arc<LeaderParts>,
+    /// True once this server leads and its leader-only parts are running.
+    leading: watch::Sender<bool>,
+}
+
+impl ControlPlane {
+    pub fn new(
+        id: NodeId,
+        raft: Raft,
+        parts: Foundations,
+        proposer: Proposer,
+        channels: PeerChannels,
+        config: ControlConfig,
+        registry: &Registry,
+    ) -> Arc<Self> {
+        let Foundations { store, leader, hub } = parts;
+        let (leading, leading_rx) = watch::channel(false);
+        let router = Router::new(id, raft.clone(), channels, leading_rx.clone());
+        let ctx = LeaderContext {
+            store: store.clone(),
+            proposer: LocalProposer::new(proposer.clone()),
+        };
+        let calls = LeaderCalls::new(router, ctx, &leader);
+        let workers = Arc::new(WorkerPool::new(
+            calls.clone(),
+            store.clone(),
+            config.worker.clone(),
+            registry,
+        ));
+        workers.set_count(config.workers);
+        Arc::new(Self {
+            id,
+            blocking: Blocking {
+                store: store.clone(),
+                watchers: hub.watchers.clone(),
+                metrics: Arc::new(BlockingMetrics::new(registry)),
+            },
+            fleet: Arc::new(FleetGauges::new(store.clone(), leading_rx, registry)),
+            raft,
+            store,
+            proposer,
+            calls,
+            workers,
+            leader,
+            leading,
+        })
+    }
+
+    pub fn store(&self) -> &Arc<StateStore> {
+        &self.store
+    }
+
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Follows raft leadership: sets up the leader-only parts when this
+    /// server becomes leader and tears them down when it stops being one.
+    pub async fn run_leadership(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let mut rx = self.raft.metrics();
+        loop {
+            let leads = {
+                let m = rx.borrow_and_update();
+                m.current_leader == Some(self.id) && m.state == openraft::ServerState::Leader
+            };
+            if leads && !self.is_leading() {
+                self.establish().await;
+            } else if !leads && self.is_leading() {
+                self.revoke();
+            }
+            tokio::select! {
+                changed = rx.changed() => if changed.is_err() { break },
+                _ = stop.wait_for(|s| *s) => break,
+            }
+        }
+        self.revoke();
+    }
+
+    async fn establish(&self) {
+        // Barrier: everything committed before this term is applied here.
+        if let Err(e) = self.raft.ensure_linearizable().await {
+            tracing::warn!("leadership barrier failed: {e}");
+            return;
+        }
+        let ctx = LeaderContext {
+            store: self.store.clone(),
+            proposer: LocalProposer::new(self.proposer.clone()),
+        };
+        self.leader.establish(ctx, self.blocking.clone());
+        self.leading.send_replace(true);
+        tracing::info!(
+            id = self.id,
+            "leading: broker restored with {:?} (ready, unacked, waiting)",
+            self.leader.broker.stats()
+        );
+    }
+
+    fn revoke(&self) {
+        if !self.leading.send_replace(false) {
+            return;
+        }
+        self.leader.revoke();
+        tracing::info!(id = self.id, "no longer leading");
+    }
+
+    /// Stops workers and leader tasks (server shutdown).
+    pub fn shutdown(&self) {
+        self.workers.stop_all();
+        self.revoke();
+    }
+}

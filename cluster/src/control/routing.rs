@@ -1,0 +1,99 @@
+//! Where a call that only the leader can answer goes: handled here when this
+//! server leads, otherwise sent on to the leader, once. A forwarded call that
+//! finds no leader here is refused rather than sent on again, so a call
+//! never loops between servers during an election.
+
+use tokio::sync::watch;
+use tonic::transport::Channel;
+use tonic::Request;
+
+use crate::control::error::ControlError;
+use crate::raft::network::PeerChannels;
+use crate::raft::{NodeId, Raft};
+
+/// gRPC metadata marking a call one server sent on to the leader.
+pub const FORWARDED: &str = "x-stampede-forwarded";
+
+/// Where a leader-only call goes.
+pub enum Route {
+    Local,
+    Leader(Channel),
+}
+
+/// Decides routes from raft's view of the leader and this server's own
+/// "leading" flag (set once its leader-only parts are running).
+#[derive(Clone)]
+pub struct Router {
+    /// This server's raft id.
+    id: NodeId,
+    /// Read for the current leader and its address.
+    raft: Raft,
+    /// Channels to peers, shared with raft replication.
+    channels: PeerChannels,
+    /// True while this server leads and its leader-only parts run.
+    leading: watch::Receiver<bool>,
+}
+
+impl Router {
+    pub fn new(
+        id: NodeId,
+        raft: Raft,
+        channels: PeerChannels,
+        leading: watch::Receiver<bool>,
+    ) -> Self {
+        Self {
+            id,
+            raft,
+            channels,
+            leading,
+        }
+    }
+
+    pub fn is_leading(&self) -> bool {
+        *self.leading.borrow()
+    }
+
+    /// Decides where a leader-only call goes; `forwarded` says whether
+    /// another server already sent it here.
+    pub fn route(&self, forwarded: bool) -> Result<Route, ControlError> {
+        if self.is_leading() {
+            return Ok(Route::Local);
+        }
+        let m = self.raft.metrics().borrow().clone();
+        match m.current_leader {
+            None => Err(ControlError::Unavailable(
+                "no raft leader is elected yet; retry shortly".into(),
+            )),
+            Some(l) if l == self.id => Err(ControlError::Unavailable(
+                "this server was just elected and is restoring its eval broker; retry shortly"
+                    .into(),
+            )),
+            Some(l) => {
+                let addr = m
+                    .membership_config
+                    .nodes()
+                    .find(|(id, _)| **id == l)
+                    .map(|(_, n)| n.addr.clone())
+                    .ok_or_else(|| {
+                        ControlError::Unavailable(format!("leader {l} is not in the membership"))
+                    })?;
+                if forwarded {
+                    return Err(ControlError::NotLeader { id: l, addr });
+                }
+                Ok(Route::Leader(self.channels.get(l, &addr)))
+            }
+        }
+    }
+}
+
+/// Marks a request as already forwarded once.
+pub fn forwarded<T>(msg: T) -> Request<T> {
+    let mut r = Request::new(msg);
+    r.metadata_mut()
+        .insert(FORWARDED, tonic::metadata::MetadataValue::from_static("1"));
+    r
+}
+
+pub fn is_forwarded<T>(req: &Request<T>) -> bool {
+    req.metadata().contains_key(FORWARDED)
+}

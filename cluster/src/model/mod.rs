@@ -1,0 +1,65 @@
+//! Pure helpers on the wire types (`stampede_proto`): the clock every entry is
+//! stamped with, new evaluations, the allocation and deployment predicates
+//! every layer asks, and request validation. Nothing here touches raft, the
+//! state store or the network, so every layer may use it.
+
+pub mod validate;
+
+use stampede_proto::{
+    AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
+    Evaluation, Job, JobType,
+};
+
+/// Milliseconds since the Unix epoch: the one clock of entries and deadlines.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A pending evaluation of `job`, for the reason `triggered_by`.
+pub fn new_eval(job: &Job, triggered_by: &str, node_id: Option<&str>) -> Evaluation {
+    Evaluation {
+        id: uuid::Uuid::new_v4().to_string(),
+        job_id: job.id.clone(),
+        r#type: job.r#type,
+        priority: job.priority,
+        triggered_by: triggered_by.into(),
+        status: EvalStatus::Pending as i32,
+        job_modify_index: job.job_modify_index,
+        node_id: node_id.unwrap_or_default().to_string(),
+        ..Default::default()
+    }
+}
+
+/// Evaluations for every live system job among `jobs`: a node that becomes
+/// ready may take them.
+pub fn system_job_evals<'a, J: AsRef<Job> + 'a>(
+    jobs: impl Iterator<Item = &'a J>,
+    node_id: &str,
+) -> Vec<Evaluation> {
+    jobs.map(AsRef::as_ref)
+        .filter(|j| j.r#type == JobType::System as i32 && !j.stop)
+        .map(|j| new_eval(j, "node_update", Some(node_id)))
+        .collect()
+}
+
+/// Whether an allocation no longer holds resources on its node: stopped by
+/// the scheduler, or complete, failed or lost on the client.
+pub fn alloc_terminal(a: &Allocation) -> bool {
+    a.desired_status == AllocDesiredStatus::Stop as i32
+        || matches!(
+            AllocClientStatus::try_from(a.client_status),
+            Ok(AllocClientStatus::Complete | AllocClientStatus::Failed | AllocClientStatus::Lost)
+        )
+}
+
+/// Running or paused: the deployment may still place work.
+pub fn deployment_running(d: &Deployment) -> bool {
+    d.status == DeploymentStatus::Running as i32 || d.status == DeploymentStatus::Paused as i32
+}
+
+/// Successful, failed or cancelled.
+pub fn deployment_done(d: &Deployment) -> bool {
+    !deployment_running(d)
+}

@@ -1,0 +1,352 @@
+//! The raft log, vote and commit markers on RocksDB.
+//!
+//! Two column families: `logs` (key: index as big-endian u64, so byte order is
+//! numeric order; value: the bincode entry) and `meta` (vote, committed,
+//! purged, and the identity of the server that owns the data dir). Every append
+//! is one `WriteBatch`; appends, truncations and votes are written with a synced
+//! WAL, so they are durable before openraft is told they are.
+
+use std::collections::BTreeSet;
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{AnyError, OptionalSend, RaftLogReader, StorageIOError, Vote};
+use rocksdb::{
+    ColumnFamilyDescriptor, Direction, IteratorMode, Options, WriteBatch, WriteOptions, DB,
+};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::raft::error::StoreError;
+use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
+
+const CF_LOGS: &str = "logs";
+const CF_META: &str = "meta";
+const KEY_VOTE: &[u8] = b"vote";
+const KEY_COMMITTED: &[u8] = b"committed";
+const KEY_PURGED: &[u8] = b"purged";
+const KEY_IDENTITY: &[u8] = b"identity";
+
+/// Who a data dir belongs to, written on first start and checked on every start.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub server_id: NodeId,
+    pub members: BTreeSet<NodeId>,
+}
+
+#[derive(Clone)]
+pub struct LogStore {
+    db: Arc<DB>,
+}
+
+impl LogStore {
+    /// Opens (or creates) the store in `dir`, and refuses a dir that belongs to
+    /// another server or another cluster.
+    pub fn open(dir: &Path, identity: &Identity) -> Result<Self, StoreError> {
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.create_missing_column_families(true);
+        opts.set_paranoid_checks(true);
+        let cfs = [CF_LOGS, CF_META].map(|n| ColumnFamilyDescriptor::new(n, Options::default()));
+        let db = DB::open_cf_descriptors(&opts, dir, cfs).map_err(|source| StoreError::Open {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let store = Self { db: Arc::new(db) };
+        store.check_identity(dir, identity)?;
+        Ok(store)
+    }
+
+    fn check_identity(&self, dir: &Path, want: &Identity) -> Result<(), StoreError> {
+        let corrupt = |detail: String| StoreError::Corrupt {
+            path: dir.to_path_buf(),
+            what: "server identity",
+            detail,
+        };
+        match self
+            .get_meta::<Identity>(KEY_IDENTITY)
+            .map_err(|e| corrupt(e.to_string()))?
+        {
+            Some(found) if found.server_id != want.server_id => Err(StoreError::OtherServer {
+                path: dir.to_path_buf(),
+                found: found.server_id,
+                expected: want.server_id,
+            }),
+            Some(found) if found.members != want.members => Err(StoreError::OtherCluster {
+                path: dir.to_path_buf(),
+                found: found.members.into_iter().collect(),
+                expected: want.members.iter().copied().collect(),
+            }),
+            Some(_) => Ok(()),
+            None => {
+                let has_log = self
+                    .db
+                    .iterator_cf(self.cf(CF_LOGS), IteratorMode::Start)
+                    .next()
+                    .is_some();
+                if has_log {
+                    return Err(corrupt(
+                        "the raft log has entries but no owner record".into(),
+                    ));
+                }
+                self.put_meta(KEY_IDENTITY, want, true).map_err(|e| {
+                    StoreError::Io(PathBuf::from(dir), std::io::Error::other(e.to_string()))
+                })
+            }
+        }
+    }
+
+    fn cf(&self, name: &str) -> &rocksdb::ColumnFamily {
+        self.db
+            .cf_handle(name)
+            .expect("column families are created on open")
+    }
+
+    fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, AnyError> {
+        match self
+            .db
+            .get_cf(self.cf(CF_META), key)
+            .map_err(|e| AnyError::new(&e))?
+        {
+            None => Ok(None),
+            Some(bytes) => bincode::deserialize(&bytes)
+                .map(Some)
+                .map_err(|e| AnyError::new(&*e)),
+        }
+    }
+
+    fn put_meta<T: Serialize>(&self, key: &[u8], value: &T, sync: bool) -> Result<(), AnyError> {
+        let bytes = bincode::serialize(value).map_err(|e| AnyError::new(&*e))?;
+        self.db
+            .put_cf_opt(self.cf(CF_META), key, bytes, &write_options(sync))
+            .map_err(|e| AnyError::new(&e))
+    }
+
+    fn last_log_id(&self) -> Result<Option<LogId>, AnyError> {
+        match self
+            .db
+            .iterator_cf(self.cf(CF_LOGS), IteratorMode::End)
+            .next()
+        {
+            None => Ok(None),
+            Some(item) => {
+                let (_, value) = item.map_err(|e| AnyError::new(&e))?;
+                let entry: Entry = bincode::deserialize(&value).map_err(|e| AnyError::new(&*e))?;
+                Ok(Some(entry.log_id))
+            }
+        }
+    }
+}
+
+impl LogStore {
+    /// Appends `entries` in one `WriteBatch` and returns once the WAL is synced.
+    pub fn append_synced(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+    ) -> Result<(), StorageIOError<NodeId>> {
+        let mut batch = WriteBatch::default();
+        let cf = self.cf(CF_LOGS);
+        for entry in entries {
+            let bytes = bincode::serialize(&entry)
+                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&*e)))?;
+            batch.put_cf(cf, key(entry.log_id.index), bytes);
+        }
+        self.db
+            .write_opt(batch, &write_options(true))
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))
+    }
+}
+
+fn write_options(sync: bool) -> WriteOptions {
+    let mut o = WriteOptions::default();
+    o.set_sync(sync);
+    o
+}
+
+fn key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+fn index_of(key: &[u8]) -> u64 {
+    u64::from_be_bytes(key.try_into().expect("log keys are 8 bytes"))
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let start = match range.start_bound() {
+            Bound::Included(i) => *i,
+            Bound::Excluded(i) => i + 1,
+            Bound::Unbounded => 0,
+        };
+        let mut entries = Vec::new();
+        let iter = self.db.iterator_cf(
+            self.cf(CF_LOGS),
+            IteratorMode::From(&key(start), Direction::Forward),
+        );
+        for item in iter {
+            let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+            let index = index_of(&k);
+            if !range.contains(&index) {
+                break;
+            }
+            let entry: Entry = bincode::deserialize(&v)
+                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::new(&*e)))?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id = self
+            .get_meta::<LogId>(KEY_PURGED)
+            .map_err(StorageIOError::read_logs)?;
+        let last = self.last_log_id().map_err(StorageIOError::read_logs)?;
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id: last.or(last_purged_log_id),
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError> {
+        self.put_meta(KEY_VOTE, vote, true)
+            .map_err(StorageIOError::write_vote)?;
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError> {
+        Ok(self.get_meta(KEY_VOTE).map_err(StorageIOError::read_vote)?)
+    }
+
+    /// Not synced: losing the newest commit marker in a crash only means
+    /// re-applying a few entries once they are committed again.
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        self.put_meta(KEY_COMMITTED, &committed, false)
+            .map_err(StorageIOError::write)?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self
+            .get_meta::<Option<LogId>>(KEY_COMMITTED)
+            .map_err(StorageIOError::read)?
+            .flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let result = self.append_synced(entries);
+        callback.log_io_completed(
+            result
+                .as_ref()
+                .map(|_| ())
+                .map_err(|e| std::io::Error::other(e.to_string())),
+        );
+        Ok(result?)
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        batch.delete_range_cf(self.cf(CF_LOGS), key(log_id.index), key(u64::MAX));
+        self.db
+            .write_opt(batch, &write_options(true))
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
+        Ok(())
+    }
+
+    /// Records the purge point and deletes the entries up to it in one batch.
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        let mut batch = WriteBatch::default();
+        let marker = bincode::serialize(&log_id)
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&*e)))?;
+        batch.put_cf(self.cf(CF_META), KEY_PURGED, marker);
+        batch.delete_range_cf(self.cf(CF_LOGS), key(0), key(log_id.index + 1));
+        self.db
+            .write_opt(batch, &write_options(false))
+            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::StorageError as RaftStorageError;
+
+    use crate::raft::state_machine::StateMachine;
+
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), RaftStorageError<NodeId>> {
+            let dir = tempfile::tempdir().unwrap();
+            let identity = Identity {
+                server_id: 1,
+                members: [1].into(),
+            };
+            let log = LogStore::open(&dir.path().join("raft"), &identity).unwrap();
+            let sm = StateMachine::open(
+                &dir.path().join("snapshots"),
+                Default::default(),
+                Default::default(),
+                std::sync::Arc::new(|_: &crate::state::Changes| {}),
+            )
+            .unwrap();
+            Ok((dir, log, sm))
+        }
+    }
+
+    /// openraft's own conformance suite for log stores and state machines.
+    #[test]
+    fn passes_openraft_storage_suite() {
+        Suite::test_all(Builder).unwrap();
+    }
+
+    #[test]
+    fn refuses_a_data_dir_of_another_server_or_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = Identity {
+            server_id: 1,
+            members: [1, 2, 3].into(),
+        };
+        drop(LogStore::open(dir.path(), &one).unwrap());
+        let two = Identity {
+            server_id: 2,
+            ..one.clone()
+        };
+        let err = LogStore::open(dir.path(), &two).err().unwrap().to_string();
+        assert!(err.contains("belongs to server 1"), "{err}");
+        let other = Identity {
+            server_id: 1,
+            members: [1, 2].into(),
+        };
+        let err = LogStore::open(dir.path(), &other)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("cluster of servers [1, 2, 3]"), "{err}");
+        assert!(LogStore::open(dir.path(), &one).is_ok());
+    }
+}

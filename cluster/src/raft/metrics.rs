@@ -1,0 +1,150 @@
+//! The server's Prometheus registry (one per server, served at `/metrics`),
+//! and the raft metrics on it. The other parts register their own metrics on
+//! the same registry.
+//!
+//! Names start with `stampede_`, use base units, and no label carries an
+//! unbounded value: `type` is a raft message type, never an id.
+
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
+
+pub struct Metrics {
+    registry: Registry,
+    /// Entries applied to the state machine, by message type.
+    pub raft_entries: IntCounterVec,
+    /// Bytes of those entries as stored in the raft log.
+    pub raft_entry_bytes: IntCounterVec,
+    /// On the leader: from a write's submission to its being applied.
+    pub raft_apply_seconds: Histogram,
+    pub raft_last_log_index: IntGauge,
+    pub raft_applied_index: IntGauge,
+    pub raft_snapshot_index: IntGauge,
+    pub raft_term: IntGauge,
+    pub raft_is_leader: IntGauge,
+    pub raft_leader_changes: IntCounter,
+    pub raft_snapshots_built: IntCounter,
+    pub raft_snapshots_installed: IntCounter,
+    pub raft_snapshot_bytes: IntGauge,
+    /// Writes this server received as a follower and sent on to the leader.
+    pub writes_forwarded: IntCounter,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let types = stampede_proto::MESSAGE_TYPES;
+        let m = Self {
+            raft_entries: int_counter_vec(
+                &r,
+                "stampede_raft_entries_total",
+                "Raft entries applied to the state machine, by message type.",
+                "type",
+                types,
+            ),
+            raft_entry_bytes: int_counter_vec(
+                &r,
+                "stampede_raft_entry_bytes_total",
+                "Bytes of raft entries applied to the state machine, by message type.",
+                "type",
+                types,
+            ),
+            raft_apply_seconds: histogram(
+                &r,
+                "stampede_raft_apply_seconds",
+                "On the leader: time from a write's submission to its being applied.",
+                (0.0005, 2.0, 14),
+            ),
+            raft_last_log_index: int_gauge(
+                &r,
+                "stampede_raft_last_log_index",
+                "Index of the last entry in this server's raft log.",
+            ),
+            raft_applied_index: int_gauge(
+                &r,
+                "stampede_raft_applied_index",
+                "Index of the last entry applied to this server's state machine.",
+            ),
+            raft_snapshot_index: int_gauge(
+                &r,
+                "stampede_raft_snapshot_index",
+                "Last index covered by this server's current snapshot.",
+            ),
+            raft_term: int_gauge(&r, "stampede_raft_term", "Current raft term."),
+            raft_is_leader: int_gauge(
+                &r,
+                "stampede_raft_is_leader",
+                "1 while this server is the raft leader, else 0.",
+            ),
+            raft_leader_changes: int_counter(
+                &r,
+                "stampede_raft_leader_changes_total",
+                "Times this server saw a new leader.",
+            ),
+            raft_snapshots_built: int_counter(
+                &r,
+                "stampede_raft_snapshots_built_total",
+                "Snapshots this server built from its state.",
+            ),
+            raft_snapshots_installed: int_counter(
+                &r,
+                "stampede_raft_snapshots_installed_total",
+                "Snapshots this server installed from a leader.",
+            ),
+            raft_snapshot_bytes: int_gauge(
+                &r,
+                "stampede_raft_snapshot_bytes",
+                "Size of this server's current snapshot.",
+            ),
+            writes_forwarded: int_counter(
+                &r,
+                "stampede_raft_writes_forwarded_total",
+                "Writes received as a follower and sent on to the leader.",
+            ),
+            registry: r,
+        };
+        #[cfg(target_os = "linux")]
+        m.registry
+            .register(stampede_proto::process_collector("stampede"))
+            .expect("the process collector is registered once");
+        m
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Counts one applied raft entry.
+    pub fn entry_applied(&self, type_name: &str, bytes: u64) {
+        self.raft_entries.with_label_values(&[type_name]).inc();
+        self.raft_entry_bytes
+            .with_label_values(&[type_name])
+            .inc_by(bytes);
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn render(&self) -> String {
+        stampede_proto::render_metrics(&self.registry)
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_by_type_with_process_metrics() {
+        let m = Metrics::new();
+        m.entry_applied("node_register", 40);
+        m.entry_applied("node_register", 2);
+        let text = m.render();
+        assert!(text.contains("stampede_raft_entries_total{type=\"node_register\"} 2"));
+        assert!(text.contains("stampede_raft_entry_bytes_total{type=\"node_register\"} 42"));
+        assert!(text.contains("stampede_process_resident_memory_bytes"));
+    }
+}

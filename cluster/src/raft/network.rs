@@ -1,0 +1,203 @@
+//! Raft RPC to the other servers, over tonic: one long-lived channel per peer,
+//! shared by replication and by writes forwarded to the leader.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::{de::DeserializeOwned, Serialize};
+use stampede_proto::raft_service_client::RaftServiceClient;
+use stampede_proto::RaftPayload;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::raft::{NodeId, TypeConfig};
+
+/// How long to wait for a TCP connection to a peer.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Most bytes of entries one AppendEntries carries. openraft 0.9 gives each
+/// AppendEntries one heartbeat interval to complete and retries the same
+/// batch when it does not, so a follower far behind on large entries (a
+/// plan of 10,000 allocations is megabytes) would never catch up: we send a
+/// prefix within this budget and report it as a partial success.
+pub const APPEND_BUDGET_BYTES: u64 = 512 * 1024;
+
+/// How many of `entries` fit in `budget` bytes; at least one, so that any
+/// single entry, however large, is sent.
+fn fitting<T: Serialize>(entries: &[T], budget: u64) -> usize {
+    let mut used = 0;
+    for (i, e) in entries.iter().enumerate() {
+        used += bincode::serialized_size(e).unwrap_or(u64::MAX / 2);
+        if used > budget {
+            return i.max(1);
+        }
+    }
+    entries.len()
+}
+
+/// Channels to peers, created on first use and kept for the server's life.
+#[derive(Clone, Default)]
+pub struct PeerChannels {
+    channels: Arc<Mutex<HashMap<NodeId, Channel>>>,
+}
+
+impl PeerChannels {
+    pub fn get(&self, id: NodeId, addr: &str) -> Channel {
+        let mut map = stampede_proto::lock(&self.channels);
+        map.entry(id)
+            .or_insert_with(|| {
+                Endpoint::from_shared(format!("http://{addr}"))
+                    .expect("peer addresses are validated socket addresses")
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_secs(10))
+                    .connect_lazy()
+            })
+            .clone()
+    }
+
+    pub fn raft_client(&self, id: NodeId, addr: &str) -> RaftServiceClient<Channel> {
+        stampede_proto::sized!(RaftServiceClient::new(self.get(id, addr)))
+    }
+}
+
+pub struct NetworkFactory {
+    pub channels: PeerChannels,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = PeerConnection;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerConnection {
+        PeerConnection {
+            target,
+            client: self.channels.raft_client(target, &node.addr),
+        }
+    }
+}
+
+pub struct PeerConnection {
+    target: NodeId,
+    client: RaftServiceClient<Channel>,
+}
+
+#[derive(Clone, Copy)]
+enum Method {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+type RpcResult<T, E> = Result<T, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>;
+
+impl PeerConnection {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        method: Method,
+        req: &Req,
+        ttl: Duration,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let payload = RaftPayload {
+            data: bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&*e)))?,
+        };
+        let mut client = self.client.clone();
+        let call = async move {
+            match method {
+                Method::AppendEntries => client.append_entries(payload).await,
+                Method::Vote => client.vote(payload).await,
+                Method::InstallSnapshot => client.install_snapshot(payload).await,
+            }
+        };
+        let reply = match tokio::time::timeout(ttl, call).await {
+            Err(_) => {
+                let e = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {ttl:?}"),
+                );
+                return Err(RPCError::Network(NetworkError::new(&e)));
+            }
+            Ok(Err(status)) if status.code() == tonic::Code::Unavailable => {
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+            }
+            Ok(Err(status)) => return Err(RPCError::Network(NetworkError::new(&status))),
+            Ok(Ok(reply)) => reply.into_inner(),
+        };
+        let result: Result<Resp, RaftError<NodeId, E>> = bincode::deserialize(&reply.data)
+            .map_err(|e| RPCError::Network(NetworkError::new(&*e)))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerConnection {
+    async fn append_entries(
+        &mut self,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        let keep = fitting(&rpc.entries, APPEND_BUDGET_BYTES);
+        if keep == rpc.entries.len() {
+            return self
+                .call(Method::AppendEntries, &rpc, option.hard_ttl())
+                .await;
+        }
+        rpc.entries.truncate(keep);
+        let last = rpc.entries.last().map(|e| e.log_id);
+        let reply = self
+            .call(Method::AppendEntries, &rpc, option.hard_ttl())
+            .await?;
+        Ok(match reply {
+            AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(last),
+            other => other,
+        })
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
+        self.call(Method::InstallSnapshot, &rpc, option.hard_ttl())
+            .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
+        self.call(Method::Vote, &rpc, option.hard_ttl()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fitting;
+
+    #[test]
+    fn a_batch_is_cut_at_the_byte_budget_but_never_empty() {
+        let entries = vec![vec![0u8; 100]; 10];
+        // bincode writes a u64 length before each vector's bytes.
+        assert_eq!(fitting(&entries, 10_000), 10);
+        assert_eq!(fitting(&entries, 330), 3);
+        assert_eq!(
+            fitting(&entries, 10),
+            1,
+            "one entry goes even when it alone is too big"
+        );
+        assert_eq!(fitting::<Vec<u8>>(&[], 10), 0);
+    }
+}

@@ -1,0 +1,164 @@
+//! Writes: propose a command to raft on the leader, or send it on to the
+//! leader from a follower, so a client may write through any server.
+
+use std::time::{Duration, Instant};
+
+use openraft::error::{ClientWriteError, RaftError};
+use stampede_proto::{ForwardRequest, LogEntry};
+use tonic::Status;
+
+use crate::raft::metrics::Metrics;
+use crate::raft::network::PeerChannels;
+use crate::raft::{Command, NodeId, Raft};
+use std::sync::Arc;
+
+
+/// Pause between attempts while leadership moves.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("no raft leader is elected yet; retry shortly")]
+    NoLeader,
+    #[error("this server is not the leader; the leader is server {id} at {addr}")]
+    NotLeader { id: NodeId, addr: String },
+    #[error("the leader, server {id} at {addr}, did not take the write: {detail}")]
+    LeaderUnreachable {
+        id: NodeId,
+        addr: String,
+        detail: String,
+    },
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// The leader answered the forwarded write with this status.
+    #[error("{}", .0.message())]
+    Rejected(Box<Status>),
+    /// Raft refused a membership change (not a caller's mistake).
+    #[error("raft refused the write: {0}")]
+    Raft(String),
+}
+
+/// Writes through whichever server leads. Cheap to clone: every part that
+/// writes holds its own.
+#[derive(Clone)]
+pub struct Proposer {
+    raft: Raft,
+    channels: PeerChannels,
+    metrics: Arc<Metrics>,
+    /// How long a write may wait for a leader before it is refused.
+    leader_wait: Duration,
+}
+
+impl Proposer {
+    pub fn new(
+        raft: Raft,
+        channels: PeerChannels,
+        metrics: Arc<Metrics>,
+        leader_wait: Duration,
+    ) -> Self {
+        Self {
+            raft,
+            channels,
+            metrics,
+            leader_wait,
+        }
+    }
+
+    /// Commits `entry` through whichever server leads, waiting out an election,
+    /// and returns the raft index at which it was applied.
+    pub async fn write(&self, entry: LogEntry) -> Result<u64, ProposeError> {
+        let deadline = Instant::now() + self.leader_wait;
+        loop {
+            let err = match self.write_local(entry.clone()).await {
+                Ok(index) => return Ok(index),
+                Err(ProposeError::NotLeader { id, addr }) => {
+                    match self.forward(id, &addr, entry.clone()).await {
+                        Ok(index) => return Ok(index),
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            };
+            let retry = matches!(
+                err,
+                ProposeError::NoLeader
+                    | ProposeError::LeaderUnreachable { .. }
+                    | ProposeError::NotLeader { .. }
+            );
+            let now = Instant::now();
+            if !retry || now >= deadline {
+                return Err(err);
+            }
+            if matches!(err, ProposeError::NoLeader) {
+                // Wake as soon as a leader is known rather than polling.
+                let _ = self
+                    .raft
+                    .wait(Some(deadline - now))
+                    .metrics(|m| m.current_leader.is_some(), "a leader is elected")
+                    .await;
+            } else {
+                tokio::time::sleep(RETRY_PAUSE.min(deadline - now)).await;
+            }
+        }
+    }
+
+    /// Proposes on this server; fails with `NotLeader` on a follower.
+    pub async fn write_local(&self, entry: LogEntry) -> Result<u64, ProposeError> {
+        let start = Instant::now();
+        match self.raft.client_write(Command(entry)).await {
+            Ok(resp) => {
+                self.metrics
+                    .raft_apply_seconds
+                    .observe(start.elapsed().as_secs_f64());
+                Ok(resp.log_id.index)
+            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                match (f.leader_id, f.leader_node) {
+                    (Some(id), Some(node)) => Err(ProposeError::NotLeader {
+                        id,
+                        addr: node.addr,
+                    }),
+                    _ => Err(ProposeError::NoLeader),
+                }
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+                Err(ProposeError::Raft(e.to_string()))
+            }
+            Err(RaftError::Fatal(_)) => Err(ProposeError::ShuttingDown),
+        }
+    }
+
+    async fn forward(&self, id: NodeId, addr: &str, entry: LogEntry) -> Result<u64, ProposeError> {
+        self.metrics.writes_forwarded.inc();
+        let mut client = self.channels.raft_client(id, addr);
+        match client.forward(ForwardRequest { entry: Some(entry) }).await {
+            Ok(reply) => Ok(reply.into_inner().index),
+            Err(status) if status.code() == tonic::Code::Unavailable => {
+                Err(ProposeError::LeaderUnreachable {
+                    id,
+                    addr: addr.to_string(),
+                    detail: status.message().to_string(),
+                })
+            }
+            Err(status) => Err(ProposeError::Rejected(Box::new(status))),
+        }
+    }
+}
+
+/// A proposer that writes only on this server and never forwards: what the
+/// leader-only mechanisms get, because what they write (broker deliveries,
+/// plan results, heartbeat expiries) belongs to this server's term; on
+/// another server it would be wrong.
+#[derive(Clone)]
+pub struct LocalProposer(Proposer);
+
+impl LocalProposer {
+    pub fn new(proposer: Proposer) -> Self {
+        Self(proposer)
+    }
+
+    /// Proposes on this server; fails with `NotLeader` once it no longer leads.
+    pub async fn write(&self, entry: LogEntry) -> Result<u64, ProposeError> {
+        self.0.write_local(entry).await
+    }
+}

@@ -1,0 +1,247 @@
+//! openraft's state machine: applies committed entries to the [`StateStore`]
+//! and builds, persists and installs snapshots of it.
+//!
+//! The state lives in memory and is persisted only through snapshots; on start
+//! it is rebuilt from the latest snapshot, and openraft re-applies the log
+//! from there up to the last committed index.
+
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
+use prost::Message;
+use stampede_proto::StateSnapshot;
+
+use crate::raft::error::StoreError;
+use crate::raft::metrics::Metrics;
+use crate::raft::snapshot_store::{SnapshotStore, StoredSnapshot};
+use crate::state::{Changes, State, StateStore};
+use crate::raft::{
+    Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+
+/// Told what each applied batch changed (wakes queries, feeds the leader's broker).
+pub type Observer = Arc<dyn Fn(&Changes) + Send + Sync>;
+
+pub struct StateMachine {
+    store: Arc<StateStore>,
+    observer: Observer,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshots: Arc<SnapshotStore>,
+    metrics: Arc<Metrics>,
+    /// Makes snapshot ids unique within this process.
+    builds: Arc<AtomicU64>,
+    /// Sleep before each applied batch (`--apply-delay`, a test knob).
+    apply_delay: Duration,
+}
+
+impl StateMachine {
+    /// Opens the snapshot dir and loads the state from its snapshot, if any.
+    pub fn open(
+        dir: &Path,
+        store: Arc<StateStore>,
+        metrics: Arc<Metrics>,
+        observer: Observer,
+    ) -> Result<Self, StoreError> {
+        let snapshots = SnapshotStore::open(dir)?;
+        let mut sm = Self {
+            store,
+            observer,
+            last_applied: None,
+            membership: StoredMembership::default(),
+            snapshots: Arc::new(snapshots),
+            metrics,
+            builds: Arc::default(),
+            apply_delay: Duration::ZERO,
+        };
+        if let Some(snap) = sm.snapshots.current() {
+            let index = snap.meta.last_log_id.map_or(0, |l| l.index);
+            let state = decode_state(&snap.data, index).map_err(|detail| StoreError::Corrupt {
+                path: dir.to_path_buf(),
+                what: "snapshot state",
+                detail,
+            })?;
+            sm.load(&snap, state);
+        }
+        Ok(sm)
+    }
+
+    /// Sleeps this long before applying each batch of entries, so this
+    /// server's state lags the leader's commit index under load while raft
+    /// itself (appends, votes, heartbeats) stays healthy.
+    pub fn with_apply_delay(mut self, delay: Duration) -> Self {
+        self.apply_delay = delay;
+        self
+    }
+
+    fn load(&mut self, snap: &StoredSnapshot, state: State) {
+        self.store.replace(state);
+        self.last_applied = snap.meta.last_log_id;
+        self.membership = snap.meta.last_membership.clone();
+        self.metrics.raft_snapshot_bytes.set(snap.data.len() as i64);
+        self.metrics
+            .raft_snapshot_index
+            .set(snap.meta.last_log_id.map_or(0, |l| l.index) as i64);
+    }
+}
+
+fn decode_state(bytes: &[u8], index: u64) -> Result<State, String> {
+    StateSnapshot::decode(bytes)
+        .map(|s| State::from_snapshot(s, index))
+        .map_err(|e| e.to_string())
+}
+
+fn to_snapshot(s: &StoredSnapshot) -> Snapshot<TypeConfig> {
+    Snapshot {
+        meta: s.meta.clone(),
+        snapshot: Box::new(Cursor::new(s.data.as_ref().clone())),
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachine {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<Applied>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        if !self.apply_delay.is_zero() {
+            tokio::time::sleep(self.apply_delay).await;
+        }
+        let store = self.store.clone();
+        let mut changes = Changes::default();
+        let replies = store.write(|state| {
+            let mut replies = Vec::new();
+            for entry in entries {
+                let index = entry.log_id.index;
+                let bytes = bincode::serialized_size(&entry).unwrap_or(0);
+                let type_name = match &entry.payload {
+                    EntryPayload::Blank => "blank",
+                    EntryPayload::Normal(cmd) => {
+                        state.apply(index, &cmd.0, &mut changes);
+                        cmd.type_name()
+                    }
+                    EntryPayload::Membership(m) => {
+                        self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                        "membership"
+                    }
+                };
+                state.set_index(index);
+                self.metrics.entry_applied(type_name, bytes);
+                self.last_applied = Some(entry.log_id);
+                replies.push(Applied { index });
+            }
+            replies
+        });
+        (self.observer)(&changes);
+        Ok(replies)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            state: self.store.snapshot(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            snapshots: self.snapshots.clone(),
+            metrics: self.metrics.clone(),
+            builds: self.builds.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let data = snapshot.into_inner();
+        let index = meta.last_log_id.map_or(0, |l| l.index);
+        let state = decode_state(&data, index).map_err(|e| {
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e))
+        })?;
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: Arc::new(data),
+        };
+        let snapshots = self.snapshots.clone();
+        let to_save = stored.clone();
+        tokio::task::spawn_blocking(move || snapshots.save(to_save))
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
+            .map_err(|e| {
+                StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
+            })?;
+        self.load(&stored, state);
+        self.metrics.raft_snapshots_installed.inc();
+        // Everything may have changed: wake every kind of query.
+        (self.observer)(&Changes::everything(&self.store.snapshot()));
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        Ok(self.snapshots.current().as_ref().map(to_snapshot))
+    }
+}
+
+/// Builds a snapshot from a copy of the state taken when openraft asked for
+/// the builder, so applying goes on while the snapshot is encoded and written.
+pub struct SnapshotBuilder {
+    state: State,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    snapshots: Arc<SnapshotStore>,
+    metrics: Arc<Metrics>,
+    builds: Arc<AtomicU64>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let n = self.builds.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match self.last_applied {
+            Some(l) => format!(
+                "{}-{}-{}-{n}",
+                l.leader_id.term, l.leader_id.node_id, l.index
+            ),
+            None => format!("empty-{n}"),
+        };
+        let meta = SnapshotMeta {
+            last_log_id: self.last_applied,
+            last_membership: self.membership.clone(),
+            snapshot_id,
+        };
+        let state = self.state.clone();
+        let snapshots = self.snapshots.clone();
+        let meta_for_save = meta.clone();
+        let stored = tokio::task::spawn_blocking(move || {
+            let stored = StoredSnapshot {
+                meta: meta_for_save,
+                data: Arc::new(state.to_snapshot().encode_to_vec()),
+            };
+            snapshots.save(stored.clone()).map(|_| stored)
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        self.metrics.raft_snapshots_built.inc();
+        self.metrics
+            .raft_snapshot_bytes
+            .set(stored.data.len() as i64);
+        self.metrics
+            .raft_snapshot_index
+            .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
+        Ok(to_snapshot(&stored))
+    }
+}

@@ -1,0 +1,308 @@
+//! Server options: the one home of every server default (`cluster serve --help`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::control::leader::alloc_updates;
+use crate::control::leader::broker::BrokerConfig;
+use crate::control::leader::deployment_watcher::{WatcherConfig, WatcherMode};
+use crate::control::leader::heartbeat::HeartbeatConfig;
+use crate::control::leader::LeaderConfig;
+use crate::control::worker::{WorkerConfig, MAX_WORKERS};
+use crate::control::ControlConfig;
+use crate::raft::NodeId;
+
+/// Every member of the cluster: server id to its `--rpc` address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peers(pub BTreeMap<NodeId, SocketAddr>);
+
+impl std::str::FromStr for Peers {
+    type Err = String;
+
+    /// Parses `1=127.0.0.1:4647,2=127.0.0.1:5647,...`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut peers = BTreeMap::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (id, addr) = part
+                .split_once('=')
+                .ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
+            let id: NodeId = id.parse().ok().filter(|id| *id > 0).ok_or_else(|| {
+                format!("{id:?} in {part:?} is not a server id (a whole number from 1)")
+            })?;
+            let addr: SocketAddr = addr
+                .parse()
+                .map_err(|_| format!("{addr:?} in {part:?} is not an IP:PORT address"))?;
+            if peers.insert(id, addr).is_some() {
+                return Err(format!("server id {id} is listed twice"));
+            }
+        }
+        if peers.is_empty() {
+            return Err("no peers given".into());
+        }
+        Ok(Peers(peers))
+    }
+}
+
+impl std::fmt::Display for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let parts: Vec<String> = self.0.iter().map(|(id, a)| format!("{id}={a}")).collect();
+        f.write_str(&parts.join(","))
+    }
+}
+
+/// A feature switch on the command line: `on` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    On,
+    Off,
+}
+
+impl Switch {
+    pub fn is_on(self) -> bool {
+        self == Switch::On
+    }
+}
+
+impl From<bool> for Switch {
+    fn from(on: bool) -> Self {
+        if on {
+            Switch::On
+        } else {
+            Switch::Off
+        }
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeOpts {
+    /// This server's id; must be one of the ids in --peers.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub id: NodeId,
+    /// Address for gRPC: raft between servers and the public API.
+    #[arg(long, default_value = "127.0.0.1:4647")]
+    pub rpc: SocketAddr,
+    /// Address for HTTP: /metrics and /v1/status.
+    #[arg(long, default_value = "127.0.0.1:4646")]
+    pub http: SocketAddr,
+    /// Where the raft log and snapshots live.
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Every member, itself included: ID=HOST:PORT,... of their --rpc addresses.
+    #[arg(long)]
+    pub peers: Peers,
+    /// Leader heartbeat interval, in milliseconds. openraft also gives each
+    /// AppendEntries this long, so it is roomy for a busy 2-core machine.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    pub heartbeat_ms: u64,
+    /// Shortest election timeout, in milliseconds (the longest is twice this).
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    pub election_timeout_ms: u64,
+    /// Build a snapshot once this many entries were applied since the last one.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_entries: u64,
+    /// Entries to keep in the log behind a snapshot, for followers only a little behind.
+    #[arg(long, default_value_t = 1_000)]
+    pub keep_entries: u64,
+    /// How long a write waits for a leader to be elected before it is refused, in milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub leader_wait_ms: u64,
+    /// Scheduler workers on this server (default: one per core).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
+    pub workers: Option<u64>,
+    /// Shortest heartbeat TTL given to a node.
+    #[arg(long, default_value_t = HeartbeatConfig::default().min_ttl.into())]
+    pub heartbeat_min_ttl: humantime::Duration,
+    /// Time past a node's TTL before the leader marks it down.
+    #[arg(long, default_value_t = HeartbeatConfig::default().grace.into())]
+    pub heartbeat_grace: humantime::Duration,
+    /// Heartbeats per second the leader takes; TTLs grow with the fleet to stay under it.
+    #[arg(long, default_value_t = HeartbeatConfig::default().max_per_second)]
+    pub max_heartbeats_per_second: f64,
+    /// An evaluation a worker has not acked within this long is given to another.
+    #[arg(long, default_value_t = BrokerConfig::default().nack_timeout.into())]
+    pub nack_timeout: humantime::Duration,
+    /// Deliveries of an evaluation before it is failed.
+    #[arg(long, default_value_t = BrokerConfig::default().delivery_limit, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub delivery_limit: u32,
+    /// When an evaluation is acked, cancel all but the newest evaluation
+    /// waiting for the same job (its plan already covers them), in batches.
+    #[arg(long, value_enum, default_value_t = Switch::from(BrokerConfig::default().eval_cancelation))]
+    pub eval_cancelation: Switch,
+    /// How long a worker waits for its state to reach an evaluation before it nacks.
+    #[arg(long, default_value_t = WorkerConfig::RAFT_SYNC_LIMIT.into())]
+    pub raft_sync_limit: humantime::Duration,
+    /// After a worker's state fails to reach an evaluation in time, wait for
+    /// it to catch up (up to --worker-raft-backoff-limit) before dequeuing
+    /// again, so a lagging server stops taking evaluations it cannot process.
+    #[arg(long, value_enum, default_value_t = Switch::from(WorkerConfig::default().raft_backoff_limit.is_some()))]
+    pub worker_raft_backoff: Switch,
+    /// Longest such backoff.
+    #[arg(long, default_value_t = WorkerConfig::RAFT_BACKOFF_LIMIT.into())]
+    pub worker_raft_backoff_limit: humantime::Duration,
+    /// Test and benchmark knob: sleep this long before applying each batch
+    /// of raft entries, so this server's state lags the leader under load.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration, hide_short_help = true)]
+    pub apply_delay: Duration,
+    /// How long the leader gathers client allocation updates into one raft entry.
+    #[arg(long, default_value_t = alloc_updates::DEFAULT_WINDOW.into())]
+    pub alloc_update_window: humantime::Duration,
+    /// How the leader's deployment watchers query allocations: `fixed`, one
+    /// query in flight per watcher, or `legacy`, a new query every iteration
+    /// with every deployment change waking every watcher (before seed 000).
+    #[arg(long, value_enum, default_value_t = WatcherConfig::default().mode)]
+    pub deployment_watcher: WatcherMode,
+    /// Blocking queries per second all deployment watchers may start together.
+    #[arg(long, default_value_t = WatcherConfig::default().query_rate)]
+    pub deployment_query_rate: f64,
+}
+
+impl ServeOpts {
+    /// Checks what clap cannot check field by field.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.max_heartbeats_per_second.is_nan() || self.max_heartbeats_per_second <= 0.0 {
+            return Err("--max-heartbeats-per-second must be above 0".into());
+        }
+        if !(self.deployment_query_rate > 0.0 && self.deployment_query_rate <= 1e6) {
+            return Err("--deployment-query-rate must be above 0 (queries per second)".into());
+        }
+        match self.peers.0.get(&self.id) {
+            None => Err(format!(
+                "--id {} is not among --peers ({})",
+                self.id,
+                self.peers
+                    .0
+                    .keys()
+                    .map(|i| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            Some(addr) if addr.port() != self.rpc.port() => Err(format!(
+                "--peers gives server {} the address {addr}, but --rpc is {}",
+                self.id, self.rpc
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    pub fn control_config(&self) -> ControlConfig {
+        ControlConfig {
+            leader: LeaderConfig {
+                broker: BrokerConfig {
+                    nack_timeout: *self.nack_timeout,
+                    delivery_limit: self.delivery_limit,
+                    eval_cancelation: self.eval_cancelation.is_on(),
+                },
+                heartbeat: HeartbeatConfig {
+                    min_ttl: *self.heartbeat_min_ttl,
+                    max_per_second: self.max_heartbeats_per_second,
+                    grace: *self.heartbeat_grace,
+                },
+                alloc_update_window: *self.alloc_update_window,
+                deployments: WatcherConfig {
+                    mode: self.deployment_watcher,
+                    query_rate: self.deployment_query_rate,
+                },
+            },
+            worker: WorkerConfig {
+                raft_sync_limit: *self.raft_sync_limit,
+                raft_backoff_limit: self
+                    .worker_raft_backoff
+                    .is_on()
+                    .then_some(*self.worker_raft_backoff_limit),
+                ..Default::default()
+            },
+            workers: self.workers.map_or_else(
+                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                |n| n as usize,
+            ),
+        }
+    }
+
+    pub fn leader_wait(&self) -> Duration {
+        Duration::from_millis(self.leader_wait_ms)
+    }
+
+    pub fn raft_config(&self) -> Result<openraft::Config, String> {
+        let config = openraft::Config {
+            cluster_name: "stampede".into(),
+            heartbeat_interval: self.heartbeat_ms,
+            election_timeout_min: self.election_timeout_ms,
+            election_timeout_max: self.election_timeout_ms * 2,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_entries),
+            max_in_snapshot_log_to_keep: self.keep_entries,
+            // A lagging follower gets a snapshot once it is further behind than the log we keep.
+            replication_lag_threshold: self.keep_entries.max(1),
+            ..Default::default()
+        };
+        config.validate().map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_peers_and_says_what_is_wrong() {
+        let p: Peers = "1=127.0.0.1:4647, 2=127.0.0.1:5647".parse().unwrap();
+        assert_eq!(p.0.len(), 2);
+        assert_eq!(p.to_string(), "1=127.0.0.1:4647,2=127.0.0.1:5647");
+        let err = |s: &str| s.parse::<Peers>().unwrap_err();
+        assert!(err("1:127.0.0.1:1").contains("not ID=HOST:PORT"));
+        assert!(err("0=127.0.0.1:1").contains("not a server id"));
+        assert!(err("1=localhost").contains("not an IP:PORT"));
+        assert!(err("1=127.0.0.1:1,1=127.0.0.1:2").contains("listed twice"));
+        assert!(err("").contains("no peers"));
+    }
+
+    #[test]
+    fn serve_options_thread_the_backoff_into_the_workers() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            opts: ServeOpts,
+        }
+        let base = [
+            "serve",
+            "--id",
+            "1",
+            "--data-dir",
+            "d",
+            "--peers",
+            "1=127.0.0.1:4647",
+        ];
+        let parse = |extra: &[&str]| {
+            let cli = <Cli as clap::Parser>::try_parse_from(base.iter().chain(extra)).unwrap();
+            cli.opts
+        };
+        let defaults = parse(&[]);
+        assert_eq!(defaults.apply_delay, Duration::ZERO);
+        assert_eq!(
+            defaults.control_config().worker.raft_backoff_limit,
+            WorkerConfig::default().raft_backoff_limit
+        );
+        let off = parse(&[
+            "--worker-raft-backoff",
+            "off",
+            "--worker-raft-backoff-limit",
+            "2s",
+        ]);
+        assert_eq!(off.control_config().worker.raft_backoff_limit, None);
+        let on = parse(&[
+            "--worker-raft-backoff",
+            "on",
+            "--worker-raft-backoff-limit",
+            "2s",
+        ]);
+        assert_eq!(
+            on.control_config().worker.raft_backoff_limit,
+            Some(Duration::from_secs(2))
+        );
+        let bad = base.into_iter().chain(["--worker-raft-backoff", "maybe"]);
+        assert!(<Cli as clap::Parser>::try_parse_from(bad).is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! One server: opens its stores, starts raft, builds the control plane,
+//! serves gRPC and HTTP on listeners it is given, and stops cleanly when
+//! `shutdown` resolves. [`config`] is the one home of every server default.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use openraft::BasicNode;
+use stampede_proto::deployment_service_server::DeploymentServiceServer;
+use stampede_proto::eval_service_server::EvalServiceServer;
+use stampede_proto::job_service_server::JobServiceServer;
+use stampede_proto::node_service_server::NodeServiceServer;
+use stampede_proto::plan_service_server::PlanServiceServer;
+use stampede_proto::raft_service_server::RaftServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+
+pub mod config;
+pub mod error;
+
+use self::config::ServeOpts;
+use self::error::ServerError;
+use crate::api::http::HttpState;
+use crate::api::peer::PeerApi;
+use crate::api::Api;
+use crate::control::{ControlPlane, Foundations};
+use crate::raft::log_store::{Identity, LogStore};
+use crate::raft::metrics::Metrics;
+use crate::raft::network::{NetworkFactory, PeerChannels};
+use crate::raft::proposer::Proposer;
+use crate::raft::state_machine::StateMachine;
+use crate::raft::Raft;
+
+/// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
+pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
+    opts.validate().map_err(anyhow::Error::msg)?;
+    let rpc = TcpListener::bind(opts.rpc)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on --rpc {}: {e}", opts.rpc))?;
+    let http = TcpListener::bind(opts.http)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on --http {}: {e}", opts.http))?;
+    serve(opts, rpc, http, stampede_proto::shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Serves one server on already-bound listeners until `shutdown` resolves.
+pub async fn serve(
+    opts: ServeOpts,
+    rpc: TcpListener,
+    http: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServerError> {
+    let metrics = Arc::new(Metrics::new());
+    let identity = Identity {
+        server_id: opts.id,
+        members: opts.peers.0.keys().copied().collect(),
+    };
+    let log_store = LogStore::open(&opts.data_dir.join("raft"), &identity)?;
+    let control = opts.control_config();
+    let foundations = Foundations::new(&control, metrics.registry());
+    let observer = {
+        let hub = foundations.hub.clone();
+        Arc::new(move |c: &crate::state::Changes| hub.applied(c))
+    };
+    let state_machine = StateMachine::open(
+        &opts.data_dir.join("snapshots"),
+        foundations.store.clone(),
+        metrics.clone(),
+        observer,
+    )?
+    .with_apply_delay(opts.apply_delay);
+
+    let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
+    let channels = PeerChannels::default();
+    let network = NetworkFactory {
+        channels: channels.clone(),
+    };
+    let raft = Raft::new(opts.id, config, network, log_store, state_machine)
+        .await
+        .map_err(|e| ServerError::Raft(e.to_string()))?;
+
+    let proposer = Proposer::new(
+        raft.clone(),
+        channels.clone(),
+        metrics.clone(),
+        opts.leader_wait(),
+    );
+    let cp = ControlPlane::new(
+        opts.id,
+        raft.clone(),
+        foundations,
+        proposer.clone(),
+        channels,
+        control,
+        metrics.registry(),
+    );
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let api = Api {
+        store: cp.store().clone(),
+        blocking: cp.blocking.clone(),
+        proposer: proposer.clone(),
+        calls: cp.calls.clone(),
+    };
+    let peer = PeerApi {
+        raft: raft.clone(),
+        proposer,
+    };
+    let grpc = tokio::spawn(serve_grpc(api, peer, rpc, stop_rx.clone()));
+    let http_state = HttpState {
+        raft: raft.clone(),
+        metrics: metrics.clone(),
+        fleet: cp.fleet.clone(),
+        workers: cp.workers.clone(),
+    };
+    let http_task = tokio::spawn(serve_http(http_state, http, stop_rx.clone()));
+    tokio::spawn(watch_raft(raft.clone(), metrics.clone(), stop_rx.clone()));
+    tokio::spawn(cp.clone().run_leadership(stop_rx));
+
+    // Static membership: every server proposes the same initial membership.
+    // The entry is identical on all of them, so whoever wins the first
+    // election, the cluster forms once a quorum is up. A server with any raft
+    // state already is past this point and refuses, which is what we want.
+    let members: BTreeMap<_, _> = opts
+        .peers
+        .0
+        .iter()
+        .map(|(id, addr)| (*id, BasicNode::new(addr.to_string())))
+        .collect();
+    if let Err(e) = raft.initialize(members).await {
+        tracing::debug!("initialize: {e} (this server has raft state already)");
+    }
+    tracing::info!(id = opts.id, rpc = %opts.rpc, http = %opts.http, "server started");
+
+    shutdown.await;
+    tracing::info!("shutting down");
+    let _ = stop_tx.send(true);
+    cp.shutdown();
+    if let Err(e) = raft.shutdown().await {
+        tracing::warn!("raft shutdown: {e}");
+    }
+    if let Ok(Err(e)) = grpc.await {
+        return Err(e);
+    }
+    if let Ok(Err(e)) = http_task.await {
+        return Err(ServerError::Http(e));
+    }
+    Ok(())
+}
+
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+async fn serve_grpc(
+    api: Api,
+    peer: PeerApi,
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+) -> Result<(), ServerError> {
+    macro_rules! service {
+        ($server:ident) => {
+            stampede_proto::sized!($server::new(api.clone()))
+        };
+    }
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(stampede_proto::sized!(RaftServiceServer::new(peer)))
+        .add_service(service!(NodeServiceServer))
+        .add_service(service!(JobServiceServer))
+        .add_service(service!(EvalServiceServer))
+        .add_service(service!(PlanServiceServer))
+        .add_service(service!(DeploymentServiceServer))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
+        .await?;
+    Ok(())
+}
+
+async fn serve_http(
+    state: HttpState,
+    listener: TcpListener,
+    stop: watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    axum::serve(listener, crate::api::http::router(state))
+        .with_graceful_shutdown(stopped(stop))
+        .await
+}
+
+/// Mirrors openraft's view of this server into the raft gauges.
+async fn watch_raft(raft: Raft, metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
+    let mut rx = raft.metrics();
+    let mut leader = None;
+    loop {
+        {
+            let m = rx.borrow_and_update();
+            metrics.raft_term.set(m.current_term as i64);
+            metrics
+                .raft_last_log_index
+                .set(m.last_log_index.unwrap_or(0) as i64);
+            metrics
+                .raft_applied_index
+                .set(m.last_applied.map_or(0, |l| l.index) as i64);
+            metrics
+                .raft_is_leader
+                .set(i64::from(m.current_leader == Some(m.id)));
+            if m.current_leader.is_some() && m.current_leader != leader {
+                metrics.raft_leader_changes.inc();
+            }
+            leader = m.current_leader;
+        }
+        tokio::select! {
+            changed = rx.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
+    }
+}

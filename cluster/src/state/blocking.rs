@@ -1,0 +1,332 @@
+//! Blocking queries, as Nomad does them: a read with `min_index` and
+//! `max_wait` returns at once if its data's index is above `min_index`;
+//! otherwise it parks until what it watches changes, or the wait (plus a
+//! little jitter) ends, and then answers with the current data and index.
+//!
+//! Waiters register on [`WatchKey`]s. Applying an entry notifies only the keys
+//! it changed, so a write to one node's allocations wakes only the queries on
+//! that node, however many are parked.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus::{IntCounterVec, IntGaugeVec, Registry};
+use stampede_proto::metric_defs::{int_counter_vec, int_gauge_vec};
+use stampede_proto::{lock, QuerySource};
+use rand::Rng;
+use stampede_proto::QueryOptions;
+use tokio::sync::Notify;
+
+use crate::state::{State, StateStore, WatchKey};
+
+/// Longest wait a query may ask for; Nomad's limit too.
+pub const MAX_WAIT: Duration = Duration::from_secs(600);
+/// The wait when a query gives `min_index` but no `max_wait_ms`.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(300);
+
+/// How long a query with these options may wait: its own `max_wait_ms`, capped.
+pub fn wait_of(opts: &QueryOptions) -> Duration {
+    match opts.max_wait_ms {
+        0 => DEFAULT_WAIT,
+        ms => Duration::from_millis(ms).min(MAX_WAIT),
+    }
+}
+
+pub struct BlockingMetrics {
+    pub started: IntCounterVec,
+    pub inflight: IntGaugeVec,
+    pub wakeups: IntCounterVec,
+}
+
+impl BlockingMetrics {
+    pub fn new(registry: &Registry) -> Self {
+        // Every source from the start, so a dashboard shows zeros, not gaps.
+        let sources = QuerySource::ALL.map(QuerySource::label);
+        Self {
+            started: int_counter_vec(
+                registry,
+                "stampede_blocking_queries_started_total",
+                "Blocking queries started, by kind of caller.",
+                "source",
+                &sources,
+            ),
+            inflight: int_gauge_vec(
+                registry,
+                "stampede_blocking_queries_inflight",
+                "Blocking queries parked or running now, by kind of caller.",
+                "source",
+                &sources,
+            ),
+            wakeups: int_counter_vec(
+                registry,
+                "stampede_blocking_query_wakeups_total",
+                "Times a parked blocking query was woken by a change to what it watches.",
+                "source",
+                &sources,
+            ),
+        }
+    }
+}
+
+/// Parked queries, by what they watch.
+#[derive(Default)]
+pub struct Watchers {
+    keys: Mutex<HashMap<WatchKey, Arc<Notify>>>,
+}
+
+impl Watchers {
+    fn register(&self, key: &WatchKey) -> Arc<Notify> {
+        let mut keys = lock(&self.keys);
+        keys.entry(key.clone()).or_default().clone()
+    }
+
+    fn release(&self, key: &WatchKey, notify: Arc<Notify>) {
+        let mut keys = lock(&self.keys);
+        // The map's reference and ours: nobody else waits on this key.
+        if Arc::strong_count(&notify) == 2 {
+            keys.remove(key);
+        }
+    }
+
+    /// Wakes every query watching any of `keys`.
+    pub fn notify(&self, keys: &[WatchKey]) {
+        let map = lock(&self.keys);
+        if map.is_empty() {
+            return;
+        }
+        for k in keys {
+            if let Some(n) = map.get(k) {
+                n.notify_waiters();
+            }
+        }
+    }
+
+    /// Keys with at least one parked query (for tests and metrics).
+    pub fn watched(&self) -> usize {
+        lock(&self.keys).len()
+    }
+}
+
+/// Runs blocking queries against a state store. Cheap to clone.
+#[derive(Clone)]
+pub struct Blocking {
+    pub store: Arc<StateStore>,
+    pub watchers: Arc<Watchers>,
+    pub metrics: Arc<BlockingMetrics>,
+}
+
+struct Inflight<'a>(&'a BlockingMetrics, &'static str);
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.with_label_values(&[self.1]).dec();
+    }
+}
+
+impl Blocking {
+    /// Answers `run` on the current state; if its index is not above
+    /// `opts.min_index`, waits for a change to `keys` and asks again, until
+    /// the index moves or the wait ends. Returns the answer and its index.
+    pub async fn query<T>(
+        &self,
+        opts: Option<&QueryOptions>,
+        keys: &[WatchKey],
+        run: impl Fn(&State) -> (T, u64),
+    ) -> (T, u64) {
+        let default = QueryOptions::default();
+        let opts = opts.unwrap_or(&default);
+        if opts.min_index == 0 {
+            // A plain read.
+            return run(&self.store.snapshot());
+        }
+        // Every blocking query counts, also one answered at once: each is a
+        // request the caller made in its watch loop.
+        let source = QuerySource::parse(&opts.source).label();
+        self.metrics.started.with_label_values(&[source]).inc();
+        let (answer, index) = run(&self.store.snapshot());
+        if index > opts.min_index {
+            return (answer, index);
+        }
+        self.metrics.inflight.with_label_values(&[source]).inc();
+        let _inflight = Inflight(&self.metrics, source);
+
+        let wait = wait_of(opts);
+        // Up to 1/16 more, so queries parked together do not all return together.
+        let jitter = rand::thread_rng().gen_range(0..=wait.as_millis() as u64 / 16);
+        let deadline = tokio::time::Instant::now() + wait + Duration::from_millis(jitter);
+
+        let registered: Vec<(WatchKey, Arc<Notify>)> = keys
+            .iter()
+            .map(|k| (k.clone(), self.watchers.register(k)))
+            .collect();
+        let result = loop {
+            let notified: Vec<_> = registered.iter().map(|(_, n)| n.notified()).collect();
+            let mut notified: Vec<_> = notified.into_iter().map(Box::pin).collect();
+            for n in &mut notified {
+                n.as_mut().enable();
+            }
+            // Read after registering, so a change in between is not missed.
+            let (answer, index) = run(&self.store.snapshot());
+            if index > opts.min_index {
+                break (answer, index);
+            }
+            tokio::select! {
+                _ = futures::future::select_all(notified) => {
+                    self.metrics.wakeups.with_label_values(&[source]).inc();
+                }
+                _ = tokio::time::sleep_until(deadline) => break run(&self.store.snapshot()),
+            }
+        };
+        for (k, n) in registered {
+            self.watchers.release(&k, n);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Changes;
+    use stampede_proto::{log_entry::Msg, Allocation, LogEntry, PlanApplyEntry};
+
+    fn blocking() -> Blocking {
+        Blocking {
+            store: Arc::default(),
+            watchers: Arc::default(),
+            metrics: Arc::new(BlockingMetrics::new(&Registry::new())),
+        }
+    }
+
+    fn place(b: &Blocking, index: u64, node: &str) {
+        let entry = LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                allocs: vec![Allocation {
+                    id: format!("a{index}"),
+                    node_id: node.into(),
+                    job_id: "j".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        };
+        let mut changes = Changes::default();
+        b.store.write(|s| s.apply(index, &entry, &mut changes));
+        b.watchers.notify(&changes.keys);
+    }
+
+    fn client_allocs(node: &str) -> impl Fn(&State) -> (usize, u64) + '_ {
+        move |s| (s.node_allocs(node).len(), s.node_alloc_index(node))
+    }
+
+    fn opts(min_index: u64, max_wait_ms: u64) -> QueryOptions {
+        QueryOptions {
+            min_index,
+            max_wait_ms,
+            source: "client_allocs".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_at_once_when_the_data_is_newer() {
+        let b = blocking();
+        place(&b, 5, "n1");
+        let (n, index) = b
+            .query(
+                Some(&opts(4, 60_000)),
+                &[WatchKey::NodeAllocs("n1".into())],
+                client_allocs("n1"),
+            )
+            .await;
+        assert_eq!((n, index), (1, 5));
+        assert_eq!(
+            b.metrics
+                .started
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1,
+            "a query with a min_index counts even when answered at once"
+        );
+        assert_eq!(
+            b.metrics
+                .inflight
+                .with_label_values(&["client_allocs"])
+                .get(),
+            0
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wakes_on_its_node_only_and_times_out_otherwise() {
+        let b = Arc::new(blocking());
+        place(&b, 1, "n1");
+        place(&b, 2, "n2");
+        let b2 = b.clone();
+        let parked = tokio::spawn(async move {
+            b2.query(
+                Some(&opts(1, 60_000)),
+                &[WatchKey::NodeAllocs("n1".into())],
+                client_allocs("n1"),
+            )
+            .await
+        });
+        // Let the query park, then change other nodes many times.
+        while b.watchers.watched() == 0 {
+            tokio::task::yield_now().await;
+        }
+        for i in 3..103 {
+            place(&b, i, "n2");
+        }
+        tokio::task::yield_now().await;
+        assert_eq!(
+            b.metrics
+                .wakeups
+                .with_label_values(&["client_allocs"])
+                .get(),
+            0
+        );
+        assert_eq!(
+            b.metrics
+                .inflight
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1
+        );
+        place(&b, 200, "n1");
+        let (n, index) = parked.await.unwrap();
+        assert_eq!((n, index), (2, 200));
+        assert_eq!(
+            b.metrics
+                .wakeups
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            b.metrics
+                .started
+                .with_label_values(&["client_allocs"])
+                .get(),
+            1
+        );
+        assert_eq!(
+            b.metrics
+                .inflight
+                .with_label_values(&["client_allocs"])
+                .get(),
+            0
+        );
+        assert_eq!(b.watchers.watched(), 0, "no waiter left behind");
+
+        // Nothing changes: the wait ends and returns the same index.
+        let (_, index) = b
+            .query(
+                Some(&opts(200, 1_000)),
+                &[WatchKey::NodeAllocs("n1".into())],
+                client_allocs("n1"),
+            )
+            .await;
+        assert_eq!(index, 200);
+    }
+}

@@ -1,0 +1,878 @@
+//! The in-memory state store that raft entries are applied to.
+//!
+//! Tables are persistent maps (`imbl`): a copy of the whole state is an O(1)
+//! clone that shares structure with the live one. Snapshot builders, workers
+//! and readers take such a copy and never hold the apply path up.
+//!
+//! Every row keeps the raft index that created it and the one that last
+//! changed it; every table, each node's allocations and each job's
+//! allocations keep the latest index that touched them, which is what
+//! blocking queries compare against.
+
+pub mod blocking;
+
+use std::sync::{Arc, RwLock};
+
+use imbl::{OrdMap, OrdSet};
+use stampede_proto::{
+    log_entry::Msg, AllocClientStatus, Allocation, Deployment,
+    DeploymentStatus, EvalStatus, Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus,
+    Resources, StateSnapshot, TableIndexes,
+};
+use tokio::sync::watch;
+
+/// What a blocking query can wait on. Applying an entry wakes only the
+/// queries watching what it changed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum WatchKey {
+    Nodes,
+    Jobs,
+    Job(String),
+    JobAllocs(String),
+    JobEvals(String),
+    JobDeployments(String),
+    /// Any deployment: what the leader's deployment watcher follows.
+    Deployments,
+    NodeAllocs(String),
+    Eval(String),
+    Deployment(String),
+}
+
+/// What one applied batch changed, for watchers and for the leader's
+/// broker, blocked-evaluation tracker and heartbeat timers.
+#[derive(Debug, Default)]
+pub struct Changes {
+    pub keys: Vec<WatchKey>,
+    /// Evaluations written with status pending or blocked.
+    pub evals: Vec<Arc<Evaluation>>,
+    /// A node became ready, or allocations stopped: blocked work may fit now.
+    pub capacity_changed: bool,
+    /// Nodes registered or whose status changed.
+    pub nodes: Vec<Arc<Node>>,
+    /// The raft index of the last entry applied in the batch.
+    pub index: u64,
+}
+
+impl Changes {
+    /// What a snapshot install changes: possibly every row.
+    pub fn everything(state: &State) -> Self {
+        let mut keys = vec![WatchKey::Nodes, WatchKey::Jobs, WatchKey::Deployments];
+        for j in state.jobs() {
+            keys.push(WatchKey::Job(j.id.clone()));
+            keys.push(WatchKey::JobAllocs(j.id.clone()));
+            keys.push(WatchKey::JobEvals(j.id.clone()));
+            keys.push(WatchKey::JobDeployments(j.id.clone()));
+        }
+        for n in state.nodes() {
+            keys.push(WatchKey::NodeAllocs(n.id.clone()));
+        }
+        for e in state.evals() {
+            keys.push(WatchKey::Eval(e.id.clone()));
+        }
+        Changes {
+            keys,
+            evals: state.evals().cloned().collect(),
+            capacity_changed: true,
+            nodes: state.nodes().cloned().collect(),
+            index: state.index(),
+        }
+    }
+}
+
+use crate::model::{alloc_terminal, deployment_done, deployment_running};
+
+/// One consistent version of every table.
+#[derive(Clone, Debug, Default)]
+pub struct State {
+    nodes: OrdMap<String, Arc<Node>>,
+    jobs: OrdMap<String, Arc<Job>>,
+    evals: OrdMap<String, Arc<Evaluation>>,
+    allocs: OrdMap<String, Arc<Allocation>>,
+    deployments: OrdMap<String, Arc<Deployment>>,
+    allocs_by_node: OrdMap<String, OrdSet<String>>,
+    allocs_by_job: OrdMap<String, OrdSet<String>>,
+    evals_by_job: OrdMap<String, OrdSet<String>>,
+    deployments_by_job: OrdMap<String, OrdSet<String>>,
+    node_alloc_index: OrdMap<String, u64>,
+    job_alloc_index: OrdMap<String, u64>,
+    indexes: TableIndexes,
+    /// The raft index of the last entry applied.
+    index: u64,
+}
+
+impl State {
+    /// Applies one command at raft index `index`. Commands were validated before
+    /// they were proposed, so applying never fails: every server reaches the
+    /// same state from the same log.
+    pub fn apply(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
+        self.index = index;
+        changes.index = index;
+        match &entry.msg {
+            Some(Msg::NodeRegister(e)) => {
+                if let Some(node) = &e.node {
+                    self.upsert_node(index, node.clone(), changes);
+                }
+                self.upsert_evals(index, &e.evals, changes);
+            }
+            Some(Msg::NodeStatus(e)) => {
+                self.set_node_status(index, &e.node_id, e.status, changes);
+                self.upsert_evals(index, &e.evals, changes);
+            }
+            Some(Msg::JobRegister(e)) => {
+                if let Some(job) = &e.job {
+                    self.upsert_job(index, job.clone(), changes);
+                }
+                self.upsert_evals(index, e.eval.as_slice(), changes);
+            }
+            Some(Msg::JobDeregister(e)) => {
+                self.deregister_job(index, &e.job_id, e.purge, changes);
+                self.upsert_evals(index, e.eval.as_slice(), changes);
+            }
+            Some(Msg::EvalUpdate(e)) => self.upsert_evals(index, &e.evals, changes),
+            Some(Msg::PlanApply(e)) => {
+                for alloc in &e.allocs {
+                    self.upsert_alloc_from_plan(index, alloc, changes);
+                }
+                if let Some(d) = &e.deployment {
+                    self.upsert_deployment(index, d.clone(), changes);
+                }
+            }
+            Some(Msg::AllocClientUpdate(e)) => {
+                for alloc in &e.allocs {
+                    self.update_alloc_from_client(index, alloc, e.updated_at_ms, changes);
+                }
+                self.upsert_evals(index, &e.evals, changes);
+            }
+            Some(Msg::DeploymentUpdate(e)) => {
+                if let Some(d) = &e.deployment {
+                    self.upsert_deployment(index, d.clone(), changes);
+                }
+                self.upsert_evals(index, &e.evals, changes);
+            }
+            None => {}
+        }
+    }
+
+    fn upsert_node(&mut self, index: u64, mut node: Node, changes: &mut Changes) {
+        let old = self.nodes.get(&node.id).cloned();
+        node.create_index = old.as_ref().map_or(index, |o| o.create_index);
+        node.modify_index = index;
+        if node.status == NodeStatus::Unspecified as i32 {
+            node.status = NodeStatus::Ready as i32;
+        }
+        let ready = node.status == NodeStatus::Ready as i32;
+        if ready && old.is_none_or(|o| o.status != NodeStatus::Ready as i32) {
+            changes.capacity_changed = true;
+        }
+        let node = Arc::new(node);
+        changes.keys.push(WatchKey::Nodes);
+        changes.nodes.push(node.clone());
+        self.nodes.insert(node.id.clone(), node);
+        self.indexes.nodes = index;
+    }
+
+    fn set_node_status(&mut self, index: u64, node_id: &str, status: i32, changes: &mut Changes) {
+        let Some(old) = self.nodes.get(node_id).cloned() else {
+            return;
+        };
+        let node = Arc::new(Node {
+            status,
+            modify_index: index,
+            ..Node::clone(&old)
+        });
+        changes.keys.push(WatchKey::Nodes);
+        changes.nodes.push(node.clone());
+        self.nodes.insert(node_id.to_string(), node);
+        self.indexes.nodes = index;
+        if status == NodeStatus::Ready as i32 && old.status != status {
+            changes.capacity_changed = true;
+        }
+        if status == NodeStatus::Down as i32 {
+            // Everything still running there is lost.
+            let lost: Vec<Arc<Allocation>> = self
+                .node_allocs(node_id)
+                .into_iter()
+                .filter(|a| !alloc_terminal(a))
+                .collect();
+            for a in lost {
+                let updated = Allocation {
+                    client_status: AllocClientStatus::Lost as i32,
+                    client_description: "node is down".into(),
+                    alloc_modify_index: index,
+                    ..Allocation::clone(&a)
+                };
+                self.put_alloc(index, updated, changes);
+            }
+        }
+    }
+
+    fn upsert_job(&mut self, index: u64, mut job: Job, changes: &mut Changes) {
+        let old = self.jobs.get(&job.id).cloned();
+        match &old {
+            Some(o) if !o.stop && same_spec(o, &job) => {
+                job.version = o.version;
+                job.job_modify_index = o.job_modify_index;
+                job.status = o.status;
+            }
+            Some(o) => {
+                job.version = o.version + 1;
+                job.job_modify_index = index;
+                job.status = JobStatus::Pending as i32;
+            }
+            None => {
+                job.version = 0;
+                job.job_modify_index = index;
+                job.status = JobStatus::Pending as i32;
+            }
+        }
+        for tg in &mut job.task_groups {
+            let before = old
+                .as_ref()
+                .and_then(|o| o.task_groups.iter().find(|g| g.name == tg.name));
+            tg.spec_version = match before {
+                Some(b) if same_group(b, tg, false) => b.spec_version,
+                _ => job.version,
+            };
+        }
+        job.stop = false;
+        job.create_index = old.as_ref().map_or(index, |o| o.create_index);
+        job.modify_index = index;
+        changes.keys.push(WatchKey::Jobs);
+        changes.keys.push(WatchKey::Job(job.id.clone()));
+        self.jobs.insert(job.id.clone(), Arc::new(job));
+        self.indexes.jobs = index;
+    }
+
+    fn deregister_job(&mut self, index: u64, job_id: &str, purge: bool, changes: &mut Changes) {
+        let Some(old) = self.jobs.get(job_id).cloned() else {
+            return;
+        };
+        if purge {
+            self.jobs.remove(job_id);
+        } else {
+            let job = Job {
+                stop: true,
+                status: JobStatus::Dead as i32,
+                modify_index: index,
+                job_modify_index: index,
+                ..Job::clone(&old)
+            };
+            self.jobs.insert(job_id.to_string(), Arc::new(job));
+        }
+        changes.keys.push(WatchKey::Jobs);
+        changes.keys.push(WatchKey::Job(job_id.to_string()));
+        self.indexes.jobs = index;
+    }
+
+    fn upsert_evals(&mut self, index: u64, evals: &[Evaluation], changes: &mut Changes) {
+        for e in evals {
+            let mut eval = e.clone();
+            eval.create_index = self.evals.get(&eval.id).map_or(index, |o| o.create_index);
+            eval.modify_index = index;
+            let eval = Arc::new(eval);
+            if eval.status == EvalStatus::Pending as i32
+                || eval.status == EvalStatus::Blocked as i32
+            {
+                changes.evals.push(eval.clone());
+            }
+            changes.keys.push(WatchKey::Eval(eval.id.clone()));
+            changes.keys.push(WatchKey::JobEvals(eval.job_id.clone()));
+            self.evals_by_job
+                .entry(eval.job_id.clone())
+                .or_default()
+                .insert(eval.id.clone());
+            self.evals.insert(eval.id.clone(), eval);
+            self.indexes.evals = index;
+        }
+    }
+
+    /// Server-side fields come from the plan; client-side fields stay as the
+    /// client last reported them.
+    fn upsert_alloc_from_plan(&mut self, index: u64, alloc: &Allocation, changes: &mut Changes) {
+        let mut new = alloc.clone();
+        new.alloc_modify_index = index;
+        if let Some(old) = self.allocs.get(&alloc.id) {
+            new.create_index = old.create_index;
+            new.create_time_ms = old.create_time_ms;
+            new.client_status = old.client_status;
+            new.client_description = old.client_description.clone();
+            new.task_states = old.task_states.clone();
+            new.healthy = old.healthy;
+            if !alloc_terminal(old) && alloc_terminal(&new) {
+                changes.capacity_changed = true;
+            }
+        } else {
+            new.create_index = index;
+            if new.client_status == AllocClientStatus::Unspecified as i32 {
+                new.client_status = AllocClientStatus::Pending as i32;
+            }
+            if let Some(job) = self.jobs.get(&new.job_id) {
+                if job.status == JobStatus::Pending as i32 {
+                    let job = Job {
+                        status: JobStatus::Running as i32,
+                        ..Job::clone(job)
+                    };
+                    self.jobs.insert(job.id.clone(), Arc::new(job));
+                    changes.keys.push(WatchKey::Job(new.job_id.clone()));
+                }
+            }
+        }
+        self.put_alloc(index, new, changes);
+    }
+
+    fn update_alloc_from_client(
+        &mut self,
+        index: u64,
+        update: &Allocation,
+        at_ms: u64,
+        changes: &mut Changes,
+    ) {
+        let Some(old) = self.allocs.get(&update.id).cloned() else {
+            return;
+        };
+        let new = Allocation {
+            client_status: update.client_status,
+            client_description: update.client_description.clone(),
+            task_states: update.task_states.clone(),
+            healthy: update.healthy.or(old.healthy),
+            modify_time_ms: at_ms,
+            ..Allocation::clone(&old)
+        };
+        if !alloc_terminal(&old) && alloc_terminal(&new) {
+            changes.capacity_changed = true;
+        }
+        self.put_alloc(index, new, changes);
+    }
+
+    fn put_alloc(&mut self, index: u64, mut alloc: Allocation, changes: &mut Changes) {
+        alloc.modify_index = index;
+        let (id, node, job) = (
+            alloc.id.clone(),
+            alloc.node_id.clone(),
+            alloc.job_id.clone(),
+        );
+        self.allocs_by_node
+            .entry(node.clone())
+            .or_default()
+            .insert(id.clone());
+        self.allocs_by_job
+            .entry(job.clone())
+            .or_default()
+            .insert(id.clone());
+        self.node_alloc_index.insert(node.clone(), index);
+        self.job_alloc_index.insert(job.clone(), index);
+        self.allocs.insert(id, Arc::new(alloc));
+        self.indexes.allocs = index;
+        changes.keys.push(WatchKey::NodeAllocs(node));
+        changes.keys.push(WatchKey::JobAllocs(job));
+    }
+
+    fn upsert_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
+        let old = self.deployments.get(&d.id).cloned();
+        if old.as_ref().is_some_and(|o| deployment_done(o)) {
+            // A finished deployment stays finished: a late write (a plan
+            // built before it ended) does not bring it back.
+            return;
+        }
+        d.create_index = old.map_or(index, |o| o.create_index);
+        if d.create_index == index && deployment_running(&d) {
+            // A new version's deployment supersedes the job's older ones.
+            let older: Vec<Arc<Deployment>> = self
+                .job_deployments(&d.job_id)
+                .into_iter()
+                .filter(|o| o.id != d.id && deployment_running(o) && o.job_version < d.job_version)
+                .collect();
+            for o in older {
+                let cancelled = Deployment {
+                    status: DeploymentStatus::Cancelled as i32,
+                    status_description: format!("superseded by job version {}", d.job_version),
+                    ..Deployment::clone(&o)
+                };
+                self.put_deployment(index, cancelled, changes);
+            }
+        }
+        self.put_deployment(index, d, changes);
+    }
+
+    fn put_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
+        d.modify_index = index;
+        changes.keys.push(WatchKey::Deployments);
+        changes.keys.push(WatchKey::Deployment(d.id.clone()));
+        changes
+            .keys
+            .push(WatchKey::JobDeployments(d.job_id.clone()));
+        self.deployments_by_job
+            .entry(d.job_id.clone())
+            .or_default()
+            .insert(d.id.clone());
+        self.deployments.insert(d.id.clone(), Arc::new(d));
+        self.indexes.deployments = index;
+    }
+
+    /// Records that raft entries up to `index` are applied (openraft's own
+    /// blank and membership entries change no table).
+    pub fn set_index(&mut self, index: u64) {
+        self.index = index;
+    }
+
+    // ----- reads -----
+
+    /// The raft index of the last entry applied to this state.
+    pub fn index(&self) -> u64 {
+        self.index
+    }
+
+    pub fn indexes(&self) -> &TableIndexes {
+        &self.indexes
+    }
+
+    pub fn node(&self, id: &str) -> Option<Arc<Node>> {
+        self.nodes.get(id).cloned()
+    }
+
+    /// Every node, in id order.
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
+        self.nodes.values()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn job(&self, id: &str) -> Option<Arc<Job>> {
+        self.jobs.get(id).cloned()
+    }
+
+    pub fn jobs(&self) -> impl Iterator<Item = &Arc<Job>> {
+        self.jobs.values()
+    }
+
+    pub fn eval(&self, id: &str) -> Option<Arc<Evaluation>> {
+        self.evals.get(id).cloned()
+    }
+
+    pub fn evals(&self) -> impl Iterator<Item = &Arc<Evaluation>> {
+        self.evals.values()
+    }
+
+    pub fn job_evals(&self, job_id: &str) -> Vec<Arc<Evaluation>> {
+        self.lookup(&self.evals_by_job, job_id, &self.evals)
+    }
+
+    pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
+        self.allocs.get(id).cloned()
+    }
+
+    pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> {
+        self.allocs.values()
+    }
+
+    pub fn node_allocs(&self, node_id: &str) -> Vec<Arc<Allocation>> {
+        self.lookup(&self.allocs_by_node, node_id, &self.allocs)
+    }
+
+    pub fn job_allocs(&self, job_id: &str) -> Vec<Arc<Allocation>> {
+        self.lookup(&self.allocs_by_job, job_id, &self.allocs)
+    }
+
+    /// The last index that changed any allocation on `node_id`.
+    pub fn node_alloc_index(&self, node_id: &str) -> u64 {
+        self.node_alloc_index.get(node_id).copied().unwrap_or(0)
+    }
+
+    /// The last index that changed any allocation of `job_id`.
+    pub fn job_alloc_index(&self, job_id: &str) -> u64 {
+        self.job_alloc_index.get(job_id).copied().unwrap_or(0)
+    }
+
+    pub fn deployment(&self, id: &str) -> Option<Arc<Deployment>> {
+        self.deployments.get(id).cloned()
+    }
+
+    /// Every deployment, in id order.
+    pub fn deployments(&self) -> impl Iterator<Item = &Arc<Deployment>> {
+        self.deployments.values()
+    }
+
+    pub fn job_deployments(&self, job_id: &str) -> Vec<Arc<Deployment>> {
+        self.lookup(&self.deployments_by_job, job_id, &self.deployments)
+    }
+
+    /// What the live allocations on a node hold.
+    pub fn node_usage(&self, node_id: &str) -> Resources {
+        let mut used = Resources::default();
+        if let Some(ids) = self.allocs_by_node.get(node_id) {
+            for a in ids.iter().filter_map(|id| self.allocs.get(id)) {
+                if !alloc_terminal(a) {
+                    let r = a.resources.unwrap_or_default();
+                    used.cpu_mhz += r.cpu_mhz;
+                    used.memory_mb += r.memory_mb;
+                }
+            }
+        }
+        used
+    }
+
+    fn lookup<T: Clone>(
+        &self,
+        index: &OrdMap<String, OrdSet<String>>,
+        key: &str,
+        table: &OrdMap<String, T>,
+    ) -> Vec<T> {
+        index
+            .get(key)
+            .map(|ids| ids.iter().filter_map(|id| table.get(id).cloned()).collect())
+            .unwrap_or_default()
+    }
+
+    pub fn to_snapshot(&self) -> StateSnapshot {
+        StateSnapshot {
+            nodes: self.nodes.values().map(|n| Node::clone(n)).collect(),
+            indexes: Some(self.indexes),
+            jobs: self.jobs.values().map(|j| Job::clone(j)).collect(),
+            evals: self.evals.values().map(|e| Evaluation::clone(e)).collect(),
+            allocs: self.allocs.values().map(|a| Allocation::clone(a)).collect(),
+            deployments: self
+                .deployments
+                .values()
+                .map(|d| Deployment::clone(d))
+                .collect(),
+        }
+    }
+
+    /// Rebuilds the state, and its secondary indexes, from a snapshot taken at `index`.
+    pub fn from_snapshot(snap: StateSnapshot, index: u64) -> Self {
+        let mut s = State {
+            indexes: snap.indexes.unwrap_or_default(),
+            index,
+            ..Default::default()
+        };
+        for n in snap.nodes {
+            s.nodes.insert(n.id.clone(), Arc::new(n));
+        }
+        for j in snap.jobs {
+            s.jobs.insert(j.id.clone(), Arc::new(j));
+        }
+        for e in snap.evals {
+            s.evals_by_job
+                .entry(e.job_id.clone())
+                .or_default()
+                .insert(e.id.clone());
+            s.evals.insert(e.id.clone(), Arc::new(e));
+        }
+        for a in snap.allocs {
+            s.allocs_by_node
+                .entry(a.node_id.clone())
+                .or_default()
+                .insert(a.id.clone());
+            s.allocs_by_job
+                .entry(a.job_id.clone())
+                .or_default()
+                .insert(a.id.clone());
+            let n = s.node_alloc_index.entry(a.node_id.clone()).or_insert(0);
+            *n = (*n).max(a.modify_index);
+            let j = s.job_alloc_index.entry(a.job_id.clone()).or_insert(0);
+            *j = (*j).max(a.modify_index);
+            s.allocs.insert(a.id.clone(), Arc::new(a));
+        }
+        for d in snap.deployments {
+            s.deployments_by_job
+                .entry(d.job_id.clone())
+                .or_default()
+                .insert(d.id.clone());
+            s.deployments.insert(d.id.clone(), Arc::new(d));
+        }
+        s
+    }
+}
+
+/// Whether two versions of a job ask for the same thing (indexes, status and
+/// version aside). A registration that changes nothing is not a new version.
+pub fn same_spec(a: &Job, b: &Job) -> bool {
+    a.r#type == b.r#type
+        && a.priority == b.priority
+        && a.datacenters == b.datacenters
+        && a.task_groups.len() == b.task_groups.len()
+        && a.task_groups
+            .iter()
+            .zip(&b.task_groups)
+            .all(|(x, y)| same_group(x, y, true))
+}
+
+/// Whether two versions of a task group ask for the same thing, with or
+/// without comparing their count (a count change alone is no reason to
+/// replace running allocations).
+pub fn same_group(
+    a: &stampede_proto::TaskGroup,
+    b: &stampede_proto::TaskGroup,
+    with_count: bool,
+) -> bool {
+    a.name == b.name
+        && (!with_count || a.count == b.count)
+        && a.resources == b.resources
+        && a.constraints == b.constraints
+        && a.update == b.update
+        && a.meta == b.meta
+}
+
+/// The live state, shared by the state machine (the one writer) and readers.
+#[derive(Debug)]
+pub struct StateStore {
+    state: RwLock<State>,
+    applied: watch::Sender<u64>,
+}
+
+impl Default for StateStore {
+    fn default() -> Self {
+        Self {
+            state: RwLock::default(),
+            applied: watch::channel(0).0,
+        }
+    }
+}
+
+impl StateStore {
+    /// A consistent copy of the current state; cheap, see the module docs.
+    pub fn snapshot(&self) -> State {
+        stampede_proto::read(&self.state).clone()
+    }
+
+    /// Runs `f` with the state locked for writing, then publishes the new index.
+    pub fn write<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
+        let (out, index) = {
+            let mut guard = stampede_proto::write(&self.state);
+            let out = f(&mut guard);
+            (out, guard.index)
+        };
+        self.applied.send_if_modified(|i| {
+            let moved = *i != index;
+            *i = index;
+            moved
+        });
+        out
+    }
+
+    pub fn replace(&self, state: State) {
+        self.write(|s| *s = state);
+    }
+
+    /// Waits until the state has applied at least `index`; false on timeout.
+    pub async fn wait_for_index(&self, index: u64, timeout: std::time::Duration) -> bool {
+        let mut rx = self.applied.subscribe();
+        tokio::time::timeout(timeout, rx.wait_for(|i| *i >= index))
+            .await
+            .is_ok_and(|r| r.is_ok())
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stampede_proto::{
+        AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, NodeRegisterEntry, NodeStatusEntry,
+        PlanApplyEntry,
+    };
+
+    fn node_entry(id: &str) -> LogEntry {
+        LogEntry {
+            msg: Some(Msg::NodeRegister(NodeRegisterEntry {
+                node: Some(Node {
+                    id: id.into(),
+                    datacenter: "dc1".into(),
+                    ..Default::default()
+                }),
+                evals: vec![],
+            })),
+        }
+    }
+
+    fn alloc(id: &str, node: &str, job: &str) -> Allocation {
+        Allocation {
+            id: id.into(),
+            node_id: node.into(),
+            job_id: job.into(),
+            desired_status: AllocDesiredStatus::Run as i32,
+            resources: Some(Resources {
+                cpu_mhz: 100,
+                memory_mb: 64,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn apply(s: &mut State, index: u64, e: LogEntry) -> Changes {
+        let mut c = Changes::default();
+        s.apply(index, &e, &mut c);
+        c
+    }
+
+    #[test]
+    fn register_keeps_create_index_and_moves_modify_index() {
+        let mut s = State::default();
+        let c = apply(&mut s, 5, node_entry("a"));
+        assert!(c.capacity_changed, "a new ready node is new capacity");
+        let c = apply(&mut s, 9, node_entry("a"));
+        assert!(!c.capacity_changed);
+        let a = s.node("a").unwrap();
+        assert_eq!((a.create_index, a.modify_index), (5, 9));
+        assert_eq!(a.status, NodeStatus::Ready as i32);
+        assert_eq!(s.indexes().nodes, 9);
+        assert_eq!(s.index(), 9);
+    }
+
+    #[test]
+    fn a_copy_does_not_see_later_writes() {
+        let store = StateStore::default();
+        store.write(|s| s.apply(1, &node_entry("a"), &mut Changes::default()));
+        let before = store.snapshot();
+        store.write(|s| s.apply(2, &node_entry("b"), &mut Changes::default()));
+        assert_eq!(before.node_count(), 1);
+        assert_eq!(store.snapshot().node_count(), 2);
+        assert_eq!(store.applied_index(), 2);
+    }
+
+    #[test]
+    fn allocation_writes_touch_only_their_node_and_job() {
+        let mut s = State::default();
+        apply(&mut s, 1, node_entry("n1"));
+        apply(&mut s, 2, node_entry("n2"));
+        let plan = LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                allocs: vec![alloc("a1", "n1", "web")],
+                ..Default::default()
+            })),
+        };
+        let c = apply(&mut s, 3, plan);
+        assert!(c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
+        assert!(!c.keys.contains(&WatchKey::NodeAllocs("n2".into())));
+        assert_eq!((s.node_alloc_index("n1"), s.node_alloc_index("n2")), (3, 0));
+        assert_eq!(s.node_usage("n1").cpu_mhz, 100);
+
+        let update = LogEntry {
+            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs: vec![Allocation {
+                    id: "a1".into(),
+                    client_status: AllocClientStatus::Complete as i32,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })),
+        };
+        let c = apply(&mut s, 4, update);
+        assert!(
+            c.capacity_changed,
+            "a finished allocation frees its resources"
+        );
+        let a1 = s.alloc("a1").unwrap();
+        assert_eq!((a1.create_index, a1.modify_index), (3, 4));
+        assert_eq!(a1.node_id, "n1", "server-side fields stay");
+        assert_eq!(s.node_usage("n1").cpu_mhz, 0);
+    }
+
+    #[test]
+    fn a_node_going_down_loses_its_running_allocations() {
+        let mut s = State::default();
+        apply(&mut s, 1, node_entry("n1"));
+        let plan = LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                allocs: vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")],
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 2, plan);
+        let down = LogEntry {
+            msg: Some(Msg::NodeStatus(NodeStatusEntry {
+                node_id: "n1".into(),
+                status: NodeStatus::Down as i32,
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 3, down);
+        for a in s.job_allocs("web") {
+            assert_eq!(a.client_status, AllocClientStatus::Lost as i32);
+            assert_eq!(a.modify_index, 3);
+        }
+        assert_eq!(s.node("n1").unwrap().status, NodeStatus::Down as i32);
+    }
+
+    #[test]
+    fn re_registering_an_unchanged_job_is_not_a_new_version() {
+        let mut s = State::default();
+        let job = Job {
+            id: "web".into(),
+            priority: 50,
+            ..Default::default()
+        };
+        let reg = |job: &Job| LogEntry {
+            msg: Some(Msg::JobRegister(JobRegisterEntry {
+                job: Some(job.clone()),
+                eval: None,
+            })),
+        };
+        apply(&mut s, 1, reg(&job));
+        apply(&mut s, 2, reg(&job));
+        let j = s.job("web").unwrap();
+        assert_eq!((j.version, j.job_modify_index, j.modify_index), (0, 1, 2));
+        apply(
+            &mut s,
+            3,
+            reg(&Job {
+                priority: 70,
+                ..job.clone()
+            }),
+        );
+        let j = s.job("web").unwrap();
+        assert_eq!((j.version, j.job_modify_index), (1, 3));
+    }
+
+    #[test]
+    fn a_count_change_is_a_new_version_but_not_a_new_group_spec() {
+        let mut s = State::default();
+        let group = |count: u32, v: &str| stampede_proto::TaskGroup {
+            name: "web".into(),
+            count,
+            meta: [("v".to_string(), v.to_string())].into(),
+            ..Default::default()
+        };
+        let reg = |tg| LogEntry {
+            msg: Some(Msg::JobRegister(JobRegisterEntry {
+                job: Some(Job {
+                    id: "web".into(),
+                    task_groups: vec![tg],
+                    ..Default::default()
+                }),
+                eval: None,
+            })),
+        };
+        apply(&mut s, 1, reg(group(2, "1")));
+        apply(&mut s, 2, reg(group(5, "1")));
+        let j = s.job("web").unwrap();
+        assert_eq!((j.version, j.task_groups[0].spec_version), (1, 0));
+        apply(&mut s, 3, reg(group(5, "2")));
+        let j = s.job("web").unwrap();
+        assert_eq!((j.version, j.task_groups[0].spec_version), (2, 2));
+    }
+
+    #[test]
+    fn snapshot_round_trip_keeps_rows_indexes_and_lookups() {
+        let mut s = State::default();
+        apply(&mut s, 1, node_entry("n1"));
+        let plan = LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                allocs: vec![alloc("a1", "n1", "web")],
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 2, plan);
+        let back = State::from_snapshot(s.to_snapshot(), 2);
+        assert_eq!(back.node_count(), 1);
+        assert_eq!(back.indexes(), s.indexes());
+        assert_eq!(back.node_alloc_index("n1"), 2);
+        assert_eq!(back.job_allocs("web").len(), 1);
+        assert_eq!(back.index(), 2);
+    }
+}
