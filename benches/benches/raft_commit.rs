@@ -14,8 +14,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use cluster::server::config::ServeOpts;
 use cluster::api::http::StatusReport;
+use cluster::server::config::ServeOpts;
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use stampede_benches::node;
 use stampede_proto::client::ClusterClient;

@@ -190,15 +190,11 @@ impl Metrics {
 
     /// Counts a new allocation under the client status the server gave it.
     pub fn track_alloc(&self, status: AllocClientStatus) {
-        self.allocs
-            .with_label_values(&[status.label()])
-            .inc();
+        self.allocs.with_label_values(&[status.label()]).inc();
     }
 
     pub fn untrack_alloc(&self, status: AllocClientStatus) {
-        self.allocs
-            .with_label_values(&[status.label()])
-            .dec();
+        self.allocs.with_label_values(&[status.label()]).dec();
     }
 
     /// Moves the count of an allocation from one status to another.

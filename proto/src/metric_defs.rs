@@ -4,7 +4,7 @@
 //! is a programming error caught by the first test that builds the component,
 //! so it panics with the metric's name.
 
-use prometheus::core::Collector;
+use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
     Counter, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
@@ -38,7 +38,24 @@ pub fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {
     register(registry, built(name, IntGauge::new(name, help)))
 }
 
-/// A counter per value of `labels`; pass every value a dashboard expects to
+/// Registers a labelled metric, with each of `zero` present from the start.
+fn labelled<P>(
+    registry: &Registry,
+    name: &str,
+    metric: prometheus::Result<MetricVec<P>>,
+    zero: &[&str],
+) -> MetricVec<P>
+where
+    P: MetricVecBuilder + 'static,
+{
+    let m = register(registry, built(name, metric));
+    for v in zero {
+        m.with_label_values(&[v]);
+    }
+    m
+}
+
+/// A counter per value of `label`; pass every value a dashboard expects to
 /// see as `zero`, so each shows 0 rather than no data until its first count.
 pub fn int_counter_vec(
     registry: &Registry,
@@ -47,14 +64,8 @@ pub fn int_counter_vec(
     label: &str,
     zero: &[&str],
 ) -> IntCounterVec {
-    let m = register(
-        registry,
-        built(name, IntCounterVec::new(Opts::new(name, help), &[label])),
-    );
-    for v in zero {
-        m.with_label_values(&[v]);
-    }
-    m
+    let m = IntCounterVec::new(Opts::new(name, help), &[label]);
+    labelled(registry, name, m, zero)
 }
 
 /// A gauge per value of `label`, each of `zero` present from the start.
@@ -65,14 +76,8 @@ pub fn int_gauge_vec(
     label: &str,
     zero: &[&str],
 ) -> IntGaugeVec {
-    let m = register(
-        registry,
-        built(name, IntGaugeVec::new(Opts::new(name, help), &[label])),
-    );
-    for v in zero {
-        m.with_label_values(&[v]);
-    }
-    m
+    let m = IntGaugeVec::new(Opts::new(name, help), &[label]);
+    labelled(registry, name, m, zero)
 }
 
 /// A histogram with exponential buckets: `count` of them from `start`, each

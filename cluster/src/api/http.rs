@@ -15,7 +15,6 @@ use crate::control::worker::{WorkerPool, WorkerStatus, MAX_WORKERS};
 use crate::raft::metrics::Metrics;
 use crate::raft::Raft;
 
-
 pub use stampede_launch::StatusReport;
 
 /// What `GET /v1/status` answers, read from raft's metrics.

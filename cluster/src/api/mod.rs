@@ -37,10 +37,6 @@ const READ_YOUR_WRITES_WAIT: Duration = Duration::from_secs(5);
 
 type Reply<T> = Result<Response<T>, Status>;
 
-fn ok<T>(v: T) -> Reply<T> {
-    Ok(Response::new(v))
-}
-
 /// What the public and scheduling services may touch. Cheap to clone.
 #[derive(Clone)]
 pub struct Api {
@@ -56,7 +52,7 @@ pub struct Api {
 impl Api {
     /// Commits a write through the leader, then waits (briefly) until this
     /// server has applied it too, so a client reads its own writes here.
-    async fn write(&self, msg: stampede_proto::log_entry::Msg) -> Result<u64, Status> {
+    async fn write(&self, msg: stampede_proto::log_entry::Msg) -> Result<u64, ProposeError> {
         let index = self.proposer.write(LogEntry { msg: Some(msg) }).await?;
         self.store
             .wait_for_index(index, READ_YOUR_WRITES_WAIT)

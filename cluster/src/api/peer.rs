@@ -6,9 +6,9 @@
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_server::RaftService;
 use stampede_proto::{ForwardRequest, RaftPayload, WriteReply};
-use tonic::{Request, Status};
+use tonic::{Request, Response, Status};
 
-use super::{ok, Reply};
+use super::Reply;
 use crate::raft::proposer::Proposer;
 use crate::raft::Raft;
 
@@ -20,32 +20,53 @@ pub struct PeerApi {
     pub proposer: Proposer,
 }
 
-fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, Status> {
-    bincode::deserialize(&req.into_inner().data).map_err(|e| {
-        Status::invalid_argument(format!("data: not a raft message of this type: {e}"))
-    })
+/// A payload that is not the raft message its call expects.
+#[derive(Debug, thiserror::Error)]
+#[error("data: not a raft message of this type: {0}")]
+struct BadPayload(bincode::Error);
+
+impl From<BadPayload> for Status {
+    fn from(e: BadPayload) -> Self {
+        Status::invalid_argument(e.to_string())
+    }
 }
 
-fn encode<T: Serialize>(value: &T) -> Reply<RaftPayload> {
-    let data = bincode::serialize(value).map_err(|e| Status::internal(e.to_string()))?;
-    ok(RaftPayload { data })
+fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, BadPayload> {
+    bincode::deserialize(&req.into_inner().data).map_err(BadPayload)
+}
+
+/// Raft's answer that could not be encoded: our own types always encode, so
+/// this would be a bug here, hence `Internal`.
+#[derive(Debug, thiserror::Error)]
+#[error("encoding a raft answer: {0}")]
+struct EncodeFailed(bincode::Error);
+
+impl From<EncodeFailed> for Status {
+    fn from(e: EncodeFailed) -> Self {
+        Status::internal(e.to_string())
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, EncodeFailed> {
+    let data = bincode::serialize(value).map_err(EncodeFailed)?;
+    Ok(Response::new(RaftPayload { data }))
 }
 
 #[tonic::async_trait]
 impl RaftService for PeerApi {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
         let rpc = decode(req)?;
-        encode(&self.raft.append_entries(rpc).await)
+        Ok(encode(&self.raft.append_entries(rpc).await)?)
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
         let rpc = decode(req)?;
-        encode(&self.raft.vote(rpc).await)
+        Ok(encode(&self.raft.vote(rpc).await)?)
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
         let rpc = decode(req)?;
-        encode(&self.raft.install_snapshot(rpc).await)
+        Ok(encode(&self.raft.install_snapshot(rpc).await)?)
     }
 
     /// A write a follower sent on. Proposed here only: a server that is not the
@@ -59,6 +80,6 @@ impl RaftService for PeerApi {
             return Err(Status::invalid_argument("entry.msg: is required"));
         }
         let index = self.proposer.write_local(entry).await?;
-        ok(WriteReply { index })
+        Ok(Response::new(WriteReply { index }))
     }
 }

@@ -7,9 +7,9 @@ use stampede_proto::deployment_service_server::DeploymentService;
 use stampede_proto::job_service_server::JobService;
 use stampede_proto::node_service_server::NodeService;
 use stampede_proto::*;
-use tonic::{Request, Status};
+use tonic::{Request, Response, Status};
 
-use super::{ok, Api, Reply};
+use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
 use crate::model::{new_eval, system_job_evals, validate};
 use crate::state::blocking;
@@ -36,7 +36,7 @@ impl NodeService for Api {
                 evals,
             }))
             .await?;
-        ok(WriteReply { index })
+        Ok(Response::new(WriteReply { index }))
     }
 
     async fn get(&self, req: Request<NodeGetRequest>) -> Reply<NodeGetReply> {
@@ -44,10 +44,10 @@ impl NodeService for Api {
         validate::id("node_id", &id)?;
         let state = self.store.snapshot();
         match state.node(&id) {
-            Some(node) => ok(NodeGetReply {
+            Some(node) => Ok(Response::new(NodeGetReply {
                 node: Some(Node::clone(&node)),
                 index: state.index(),
-            }),
+            })),
             None => Err(Status::not_found(format!(
                 "node_id: no node {id:?} is registered"
             ))),
@@ -64,7 +64,7 @@ impl NodeService for Api {
                 )
             })
             .await;
-        ok(NodeListReply { nodes, index })
+        Ok(Response::new(NodeListReply { nodes, index }))
     }
 
     async fn update_status(
@@ -72,7 +72,9 @@ impl NodeService for Api {
         req: Request<NodeUpdateStatusRequest>,
     ) -> Reply<NodeUpdateStatusReply> {
         let fwd = is_forwarded(&req);
-        ok(self.calls.update_status(req.into_inner(), fwd).await?)
+        Ok(Response::new(
+            self.calls.update_status(req.into_inner(), fwd).await?,
+        ))
     }
 
     async fn get_client_allocs(
@@ -102,7 +104,7 @@ impl NodeService for Api {
                 },
             )
             .await;
-        ok(NodeClientAllocsReply { allocs, index })
+        Ok(Response::new(NodeClientAllocsReply { allocs, index }))
     }
 
     async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
@@ -123,16 +125,16 @@ impl NodeService for Api {
             .filter_map(|id| state.alloc(id))
             .map(|a| Allocation::clone(&a))
             .collect();
-        ok(AllocationsReply {
+        Ok(Response::new(AllocationsReply {
             allocs,
             index: state.indexes().allocs,
-        })
+        }))
     }
 
     async fn update_alloc(&self, req: Request<NodeUpdateAllocRequest>) -> Reply<WriteReply> {
         let fwd = is_forwarded(&req);
         let index = self.calls.update_alloc(req.into_inner(), fwd).await?;
-        ok(WriteReply { index })
+        Ok(Response::new(WriteReply { index }))
     }
 }
 
@@ -157,11 +159,11 @@ impl JobService for Api {
             .snapshot()
             .job(&job.id)
             .map_or(index, |j| j.job_modify_index);
-        ok(JobRegisterReply {
+        Ok(Response::new(JobRegisterReply {
             eval_id,
             index,
             job_modify_index,
-        })
+        }))
     }
 
     async fn deregister(&self, req: Request<JobDeregisterRequest>) -> Reply<JobRegisterReply> {
@@ -179,11 +181,11 @@ impl JobService for Api {
                 eval: Some(eval),
             }))
             .await?;
-        ok(JobRegisterReply {
+        Ok(Response::new(JobRegisterReply {
             eval_id,
             index,
             job_modify_index: index,
-        })
+        }))
     }
 
     async fn get(&self, req: Request<JobGetRequest>) -> Reply<JobGetReply> {
@@ -201,10 +203,10 @@ impl JobService for Api {
             )
             .await;
         match job {
-            Some(job) => ok(JobGetReply {
+            Some(job) => Ok(Response::new(JobGetReply {
                 job: Some(job),
                 index,
-            }),
+            })),
             None => Err(Status::not_found(format!(
                 "job_id: no job {id:?} is registered"
             ))),
@@ -221,7 +223,7 @@ impl JobService for Api {
                 )
             })
             .await;
-        ok(JobListReply { jobs, index })
+        Ok(Response::new(JobListReply { jobs, index }))
     }
 
     async fn allocations(&self, req: Request<JobAllocationsRequest>) -> Reply<AllocationsReply> {
@@ -242,7 +244,7 @@ impl JobService for Api {
                 },
             )
             .await;
-        ok(AllocationsReply { allocs, index })
+        Ok(Response::new(AllocationsReply { allocs, index }))
     }
 
     async fn evaluations(&self, req: Request<JobEvaluationsRequest>) -> Reply<EvaluationsReply> {
@@ -260,7 +262,7 @@ impl JobService for Api {
                 (evals, index)
             })
             .await;
-        ok(EvaluationsReply { evals, index })
+        Ok(Response::new(EvaluationsReply { evals, index }))
     }
 }
 
@@ -281,10 +283,10 @@ impl DeploymentService for Api {
             )
             .await;
         match d {
-            Some(d) => ok(DeploymentGetReply {
+            Some(d) => Ok(Response::new(DeploymentGetReply {
                 deployment: Some(d),
                 index,
-            }),
+            })),
             None => Err(Status::not_found(format!(
                 "deployment_id: no deployment {id:?}"
             ))),
@@ -310,6 +312,6 @@ impl DeploymentService for Api {
                 },
             )
             .await;
-        ok(DeploymentsReply { deployments, index })
+        Ok(Response::new(DeploymentsReply { deployments, index }))
     }
 }

@@ -7,9 +7,9 @@
 use stampede_proto::eval_service_server::EvalService;
 use stampede_proto::plan_service_server::PlanService;
 use stampede_proto::*;
-use tonic::{Request, Status};
+use tonic::{Request, Response, Status};
 
-use super::{ok, Api, Reply};
+use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
 use crate::model::validate;
 use crate::state::WatchKey;
@@ -31,35 +31,37 @@ impl EvalService for Api {
             )
             .await;
         match eval {
-            Some(eval) => ok(EvalGetReply {
+            Some(eval) => Ok(Response::new(EvalGetReply {
                 eval: Some(eval),
                 index,
-            }),
+            })),
             None => Err(Status::not_found(format!("eval_id: no evaluation {id:?}"))),
         }
     }
 
     async fn dequeue(&self, req: Request<EvalDequeueRequest>) -> Reply<EvalDequeueReply> {
         let fwd = is_forwarded(&req);
-        ok(self.calls.dequeue(req.into_inner(), fwd).await?)
+        Ok(Response::new(
+            self.calls.dequeue(req.into_inner(), fwd).await?,
+        ))
     }
 
     async fn ack(&self, req: Request<EvalAckRequest>) -> Reply<Empty> {
         let fwd = is_forwarded(&req);
         self.calls.ack(req.into_inner(), fwd).await?;
-        ok(Empty {})
+        Ok(Response::new(Empty {}))
     }
 
     async fn nack(&self, req: Request<EvalAckRequest>) -> Reply<Empty> {
         let fwd = is_forwarded(&req);
         self.calls.nack(req.into_inner(), fwd).await?;
-        ok(Empty {})
+        Ok(Response::new(Empty {}))
     }
 
     async fn update(&self, req: Request<EvalUpdateRequest>) -> Reply<WriteReply> {
         let fwd = is_forwarded(&req);
         let index = self.calls.update_evals(req.into_inner(), fwd).await?;
-        ok(WriteReply { index })
+        Ok(Response::new(WriteReply { index }))
     }
 }
 
@@ -72,9 +74,8 @@ impl PlanService for Api {
             .plan
             .ok_or_else(|| Status::invalid_argument("plan: is required"))?;
         let result = self.calls.submit_plan(plan, fwd).await?;
-        ok(PlanSubmitReply {
+        Ok(Response::new(PlanSubmitReply {
             result: Some(result),
-        })
+        }))
     }
 }
-

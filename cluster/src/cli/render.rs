@@ -10,7 +10,6 @@ use stampede_proto::{
     Node, NodeStatus,
 };
 
-
 /// A wire enum's label, or `unknown(N)` for a value this build does not know.
 fn name<E: TryFrom<i32>>(v: i32, label: fn(E) -> &'static str) -> String {
     E::try_from(v).map_or_else(|_| format!("unknown({v})"), |e| label(e).to_string())
@@ -564,5 +563,4 @@ node-2  b     dc2  gpu    down    no        8000     16384
         assert_eq!(v["nodes"][1]["status"], "down");
         assert_eq!(v["nodes"][1]["eligible"], false);
     }
-
 }

@@ -210,12 +210,18 @@ impl LeaderCalls {
                 .await?
                 .into_inner()),
             Route::Local => {
-                let node = self.0.ctx.store.snapshot().node(&req.node_id).ok_or_else(|| {
-                    ControlError::NotFound(format!(
-                        "node_id: no node {:?} is registered; register it first",
-                        req.node_id
-                    ))
-                })?;
+                let node = self
+                    .0
+                    .ctx
+                    .store
+                    .snapshot()
+                    .node(&req.node_id)
+                    .ok_or_else(|| {
+                        ControlError::NotFound(format!(
+                            "node_id: no node {:?} is registered; register it first",
+                            req.node_id
+                        ))
+                    })?;
                 let mut index = 0;
                 if node.status != status as i32 {
                     index = self.0.ctx.set_node_status(&req.node_id, status).await?;

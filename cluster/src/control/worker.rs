@@ -216,7 +216,12 @@ pub struct WorkerPool<L: Leader> {
 }
 
 impl<L: Leader> WorkerPool<L> {
-    pub fn new(leader: L, store: Arc<StateStore>, config: WorkerConfig, registry: &Registry) -> Self {
+    pub fn new(
+        leader: L,
+        store: Arc<StateStore>,
+        config: WorkerConfig,
+        registry: &Registry,
+    ) -> Self {
         Self {
             leader,
             store,
@@ -516,14 +521,8 @@ impl<L: Leader> WorkerRun<L> {
             let step = deadline
                 .saturating_duration_since(start)
                 .min(RAFT_BACKOFF_STEP);
-            let end = backoff_until(
-                &self.store,
-                index,
-                step,
-                &mut self.stop,
-                &mut self.paused,
-            )
-            .await;
+            let end =
+                backoff_until(&self.store, index, step, &mut self.stop, &mut self.paused).await;
             self.metrics
                 .raft_backoff_seconds
                 .inc_by(start.elapsed().as_secs_f64());
@@ -678,8 +677,14 @@ mod tests {
             Some((9, Duration::from_secs(30)))
         );
         assert_eq!(behind.raft_backoff(None), None);
-        assert_eq!(Nack::new(NackReason::PlanFailed, "").raft_backoff(limit), None);
-        assert_eq!(Nack::new(NackReason::ShuttingDown, "").raft_backoff(limit), None);
+        assert_eq!(
+            Nack::new(NackReason::PlanFailed, "").raft_backoff(limit),
+            None
+        );
+        assert_eq!(
+            Nack::new(NackReason::ShuttingDown, "").raft_backoff(limit),
+            None
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -803,7 +808,10 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
             Ok(EvalDequeueReply {
-                token: eval.as_ref().map(|e| format!("token-{}", e.id)).unwrap_or_default(),
+                token: eval
+                    .as_ref()
+                    .map(|e| format!("token-{}", e.id))
+                    .unwrap_or_default(),
                 wait_index: eval.as_ref().map_or(0, |e| e.modify_index),
                 eval,
             })
@@ -926,7 +934,10 @@ mod tests {
         let seen = run_one(leader, store).await;
 
         assert_eq!(seen.plans.len(), 1);
-        assert!(seen.updates.is_empty(), "nothing recorded for a failed plan");
+        assert!(
+            seen.updates.is_empty(),
+            "nothing recorded for a failed plan"
+        );
         assert!(seen.acks.is_empty());
         assert_eq!(
             seen.nacks,

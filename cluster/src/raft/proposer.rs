@@ -12,7 +12,6 @@ use crate::raft::network::PeerChannels;
 use crate::raft::{Command, NodeId, Raft};
 use std::sync::Arc;
 
-
 /// Pause between attempts while leadership moves.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 

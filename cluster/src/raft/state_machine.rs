@@ -19,10 +19,10 @@ use stampede_proto::StateSnapshot;
 use crate::raft::error::StoreError;
 use crate::raft::metrics::Metrics;
 use crate::raft::snapshot_store::{SnapshotStore, StoredSnapshot};
-use crate::state::{Changes, State, StateStore};
 use crate::raft::{
     Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
+use crate::state::{Changes, State, StateStore};
 
 /// Told what each applied batch changed (wakes queries, feeds the leader's broker).
 pub type Observer = Arc<dyn Fn(&Changes) + Send + Sync>;

@@ -124,7 +124,6 @@ fn score(node: &Node, used: &Resources, ask: &Resources) -> f64 {
         + ratio(used.memory_mb, ask.memory_mb, cap.memory_mb)
 }
 
-
 /// The plan being built for one evaluation, and what it has done to node usage.
 struct Planner<'a> {
     state: &'a State,

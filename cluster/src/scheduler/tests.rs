@@ -845,12 +845,9 @@ fn removed_groups_and_duplicates_are_stopped() {
     // Dropping group b stops its allocation.
     c.register(job("web", JobType::Service, vec![group("a", 2, 100, 100)]));
     let out = c.schedule("web");
-    assert!(
-        stopped(&out.plan)
-            .iter()
-            .any(|a| a.task_group == "b"
-                && a.desired_description == "task group removed from job")
-    );
+    assert!(stopped(&out.plan)
+        .iter()
+        .any(|a| a.task_group == "b" && a.desired_description == "task group removed from job"));
     assert!(placed(&out.plan).iter().all(|a| a.task_group == "a"));
 }
 

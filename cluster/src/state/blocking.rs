@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus::{IntCounterVec, IntGaugeVec, Registry};
-use stampede_proto::metric_defs::{int_counter_vec, int_gauge_vec};
-use stampede_proto::{lock, QuerySource};
 use rand::Rng;
+use stampede_proto::metric_defs::{int_counter_vec, int_gauge_vec};
 use stampede_proto::QueryOptions;
+use stampede_proto::{lock, QuerySource};
 use tokio::sync::Notify;
 
 use crate::state::{State, StateStore, WatchKey};

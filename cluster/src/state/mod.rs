@@ -15,9 +15,8 @@ use std::sync::{Arc, RwLock};
 
 use imbl::{OrdMap, OrdSet};
 use stampede_proto::{
-    log_entry::Msg, AllocClientStatus, Allocation, Deployment,
-    DeploymentStatus, EvalStatus, Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus,
-    Resources, StateSnapshot, TableIndexes,
+    log_entry::Msg, AllocClientStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
+    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, Resources, StateSnapshot, TableIndexes,
 };
 use tokio::sync::watch;
 
@@ -673,8 +672,8 @@ impl StateStore {
 mod tests {
     use super::*;
     use stampede_proto::{
-        AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, NodeRegisterEntry, NodeStatusEntry,
-        PlanApplyEntry,
+        AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, NodeRegisterEntry,
+        NodeStatusEntry, PlanApplyEntry,
     };
 
     fn node_entry(id: &str) -> LogEntry {

@@ -16,7 +16,7 @@ use stampede_proto::{
 };
 use tokio::sync::{mpsc, oneshot};
 
-use super::LeaderContext;
+use super::context::LeaderContext;
 use crate::model::{alloc_terminal, new_eval, now_ms};
 use crate::raft::proposer::ProposeError;
 

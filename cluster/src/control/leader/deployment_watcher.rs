@@ -31,14 +31,13 @@ use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
 use stampede_proto::{lock, QuerySource};
 use stampede_proto::{
-    log_entry::Msg, DeploymentStatus,
-    DeploymentUpdateEntry, LogEntry, QueryOptions,
+    log_entry::Msg, DeploymentStatus, DeploymentUpdateEntry, LogEntry, QueryOptions,
 };
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::LeaderContext;
+use super::context::LeaderContext;
 use crate::model::{deployment_done, deployment_running, new_eval, now_ms};
 use crate::scheduler::deployment::assess;
 use crate::state::blocking::Blocking;
@@ -308,7 +307,6 @@ fn progress_deadline(state: &State, id: &str) -> Option<Duration> {
         .min()?;
     Some(Duration::from_millis(by.saturating_sub(now_ms())) + Duration::from_millis(10))
 }
-
 
 /// Looks at the deployment once and writes what changed. Returns how it
 /// ended, if it has.

@@ -12,6 +12,7 @@
 pub mod alloc_updates;
 pub mod blocked_evals;
 pub mod broker;
+mod context;
 pub mod deployment_watcher;
 pub mod heartbeat;
 pub mod plan_apply;
@@ -20,20 +21,15 @@ mod timers;
 use std::sync::{Arc, Mutex};
 
 use prometheus::Registry;
-use stampede_proto::{
-    log_entry::Msg, EvalStatus, EvalUpdateEntry, Evaluation, LogEntry, NodeStatus,
-    NodeStatusEntry,
-};
+use stampede_proto::{EvalStatus, NodeStatus};
 use tokio::task::JoinHandle;
 
-use crate::model::{alloc_terminal, new_eval, now_ms, system_job_evals};
-use crate::raft::proposer::{LocalProposer, ProposeError};
 use crate::state::blocking::Blocking;
-use crate::state::StateStore;
 
 use self::alloc_updates::AllocUpdates;
 use self::blocked_evals::BlockedEvals;
-use self::broker::{BrokerConfig, EvalBroker, CANCEL_BATCH};
+use self::broker::{BrokerConfig, EvalBroker};
+pub use self::context::{delivery_limit_reached, LeaderContext};
 use self::deployment_watcher::{WatcherConfig, WatcherMetrics};
 use self::heartbeat::{HeartbeatConfig, Heartbeats};
 use self::plan_apply::PlanQueue;
@@ -56,104 +52,6 @@ impl Default for LeaderConfig {
             alloc_update_window: alloc_updates::DEFAULT_WINDOW,
             deployments: WatcherConfig::default(),
         }
-    }
-}
-
-/// What every leader task of one term may touch.
-#[derive(Clone)]
-pub struct LeaderContext {
-    /// The state to read; it is at least as new as everything committed
-    /// before the term began.
-    pub store: Arc<StateStore>,
-    /// Writes only on this server: once it no longer leads, writes fail
-    /// rather than reach the new leader, whose own mechanisms own them.
-    pub proposer: LocalProposer,
-}
-
-impl LeaderContext {
-    /// Writes evaluation updates as one entry.
-    pub async fn write_evals(&self, evals: Vec<Evaluation>) -> Result<u64, ProposeError> {
-        let entry = LogEntry {
-            msg: Some(Msg::EvalUpdate(EvalUpdateEntry { evals })),
-        };
-        self.proposer.write(entry).await
-    }
-
-    /// Writes a node's status change, with evaluations for what it affects:
-    /// the jobs of a node that went down, the system jobs a ready node may take.
-    pub async fn set_node_status(
-        &self,
-        node_id: &str,
-        status: NodeStatus,
-    ) -> Result<u64, ProposeError> {
-        let state = self.store.snapshot();
-        let evals = match status {
-            NodeStatus::Down => {
-                let mut jobs: Vec<String> = state
-                    .node_allocs(node_id)
-                    .iter()
-                    .filter(|a| !alloc_terminal(a))
-                    .map(|a| a.job_id.clone())
-                    .collect();
-                jobs.sort();
-                jobs.dedup();
-                jobs.iter()
-                    .filter_map(|j| state.job(j))
-                    .map(|job| new_eval(&job, "node_update", Some(node_id)))
-                    .collect()
-            }
-            NodeStatus::Ready => system_job_evals(state.jobs(), node_id),
-            _ => Vec::new(),
-        };
-        let entry = LogEntry {
-            msg: Some(Msg::NodeStatus(NodeStatusEntry {
-                node_id: node_id.to_string(),
-                status: status as i32,
-                updated_at_ms: now_ms(),
-                evals,
-            })),
-        };
-        self.proposer.write(entry).await
-    }
-
-    /// Writes up to [`CANCEL_BATCH`] of the broker's cancelable evaluations
-    /// as canceled in one entry; returns how many. On failure they go back to
-    /// the broker for a later try.
-    pub async fn cancel_batch(&self, broker: &EvalBroker) -> usize {
-        let batch = broker.take_cancelable(CANCEL_BATCH);
-        if batch.is_empty() {
-            return 0;
-        }
-        let evals = batch
-            .iter()
-            .map(|e| Evaluation {
-                status: EvalStatus::Canceled as i32,
-                status_description: "canceled after a newer evaluation of the job was processed"
-                    .into(),
-                ..Evaluation::clone(e)
-            })
-            .collect();
-        match self.write_evals(evals).await {
-            Ok(_) => {
-                broker.metrics.cancelled.inc_by(batch.len() as u64);
-                broker.metrics.cancel_batches.inc();
-                batch.len()
-            }
-            Err(e) => {
-                tracing::warn!("canceling {} evaluations: {e}", batch.len());
-                broker.restore_cancelable(batch);
-                0
-            }
-        }
-    }
-}
-
-/// The failed copy of an evaluation that ran out of deliveries.
-pub fn delivery_limit_reached(eval: &Evaluation) -> Evaluation {
-    Evaluation {
-        status: EvalStatus::Failed as i32,
-        status_description: "delivery limit reached".into(),
-        ..eval.clone()
     }
 }
 

@@ -18,7 +18,7 @@ use stampede_proto::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::broker::{BrokerError, EvalBroker};
-use super::LeaderContext;
+use super::context::LeaderContext;
 use crate::model::alloc_terminal;
 use crate::raft::proposer::ProposeError;
 use crate::scheduler::fits;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use stampede_proto::NodeStatus;
 
 use super::broker::{EvalBroker, CANCEL_BATCH, CANCEL_SWEEP_INTERVAL};
+use super::context::{delivery_limit_reached, LeaderContext};
 use super::heartbeat::Heartbeats;
-use super::{delivery_limit_reached, LeaderContext};
 
 /// How often the timers look.
 const TICK: Duration = Duration::from_millis(250);
