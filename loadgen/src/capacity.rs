@@ -5,6 +5,10 @@
 //! `samples.json`, a self-contained `report.html`, and each process's last
 //! `/metrics` under `VARIANT/metrics/`. When Prometheus is installed it scrapes
 //! the run too (`prometheus_run`), for the Grafana dashboards.
+//!
+//! This module runs things and builds the summary from what they measured;
+//! the summary's model, its SLO checks and the baseline comparison are in
+//! `summary`, and `report` renders it.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
@@ -13,20 +17,18 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use clap::Args;
-use serde::Serialize;
 use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
 use stampede_proto::client::ClusterClient;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::metrics::LoadMetrics;
-use crate::prometheus_run::{self, PrometheusInfo, PrometheusRun};
+use crate::prometheus_run::{self, PrometheusRun};
+use crate::report;
 use crate::sampler::{self, label, Series, Target};
 use crate::scenario::{Scenario, Variant};
-use crate::stream::{self, StreamReport};
-
-/// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
-pub const SCHEMA_VERSION: u32 = 1;
+use crate::stream;
+use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERSION};
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
@@ -78,60 +80,6 @@ pub enum CapacityError {
     ServeMetrics(SocketAddr, std::io::Error),
     #[error("--sample-every must be at least 100ms")]
     SampleEvery,
-}
-
-/// One variant's results.
-#[derive(Debug, Clone, Serialize)]
-pub struct VariantSummary {
-    pub name: String,
-    pub server_args: Vec<String>,
-    pub nodesim_args: Vec<String>,
-    /// Raft entries applied during the run, by message type.
-    pub raft_entries_by_type: BTreeMap<String, u64>,
-    /// Bytes of those entries, by message type.
-    pub raft_bytes_by_type: BTreeMap<String, u64>,
-    /// Blocking queries started during the run, by source, over all servers.
-    pub blocking_queries_by_source: BTreeMap<String, u64>,
-    /// nodesim's Node.UpdateAlloc calls, by priority.
-    pub client_update_rpcs: BTreeMap<String, u64>,
-    /// Time deployment-watcher queries spent queued for the shared query
-    /// rate limiter, summed over queries (the leader's watchers).
-    pub deployment_query_wait_seconds: f64,
-    /// Share of raft entries that are client allocation updates.
-    pub client_update_share: f64,
-    /// Share of raft bytes that are client allocation updates.
-    pub client_update_byte_share: f64,
-    pub stream: StreamReport,
-    /// Average cores each process used over the run.
-    pub cpu_cores: BTreeMap<String, f64>,
-    /// Peak resident memory of each process, in MiB.
-    pub rss_mib: BTreeMap<String, f64>,
-    pub seconds: f64,
-    /// Wall-clock start and end of the stream, in Unix seconds: the time
-    /// range to look at in Prometheus or Grafana.
-    pub started_unix: f64,
-    pub ended_unix: f64,
-    /// Empty when the run completed; otherwise what went wrong (the report is partial).
-    pub problems: Vec<String>,
-    #[serde(skip)]
-    pub series: Vec<Series>,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct RunSummary {
-    pub schema_version: u32,
-    pub scenario: Scenario,
-    /// The first variant's totals (the only one when there are no variants).
-    pub raft_entries_by_type: BTreeMap<String, u64>,
-    pub blocking_queries_by_source: BTreeMap<String, u64>,
-    pub variants: Vec<VariantSummary>,
-    /// SLO thresholds breached, by variant.
-    pub slo_breaches: Vec<String>,
-    /// Measures more than 10% worse than `--baseline`'s, by variant.
-    pub regressions: Vec<String>,
-    pub complete: bool,
-    /// The Prometheus that scraped the run, when one was installed.
-    pub prometheus: Option<PrometheusInfo>,
 }
 
 pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
@@ -208,7 +156,7 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if let Some(p) = prometheus {
         p.stop();
     }
-    println!("{}", crate::report::table(&summary));
+    println!("{}", report::table(&summary));
     println!("report: {}", out.join("report.html").display());
     if let Some(p) = &summary.prometheus {
         println!("prometheus data: {}", p.browse);
@@ -271,9 +219,9 @@ fn finish(
             .unwrap_or_default(),
         variants: variants.to_vec(),
         regressions: baseline
-            .map(|b| regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
+            .map(|b| summary::regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
             .unwrap_or_default(),
-        slo_breaches: slo_breaches(&scenario.slo, variants),
+        slo_breaches: summary::slo_breaches(&scenario.slo, variants),
         complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
         prometheus: ctx.prometheus.map(|p| p.info().clone()),
     };
@@ -293,101 +241,15 @@ fn finish(
         "samples.json",
         serde_json::to_string(&samples).expect("samples serialize"),
     )?;
-    write("report.html", crate::report::html(&summary))?;
+    write("report.html", report::html(&summary))?;
     Ok(summary)
 }
 
-/// The scenario's SLO thresholds each variant breached, said in words.
-fn slo_breaches(slo: &crate::scenario::Slo, variants: &[VariantSummary]) -> Vec<String> {
-    let mut slo_breaches = Vec::new();
-    for v in variants {
-        let measures = [
-            ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
-            (
-                "time to running",
-                v.stream.time_to_running_ms.p99,
-                slo.p99_running_ms,
-            ),
-        ];
-        for (what, p99, max) in measures {
-            if let Some(max) = max.filter(|max| p99 > *max) {
-                slo_breaches.push(format!("{}: p99 {what} {p99:.0} ms > {max:.0} ms", v.name));
-            }
-        }
-    }
-    slo_breaches
-}
-
+/// Reads `--baseline`: an earlier run's summary.json (see `summary::parse_baseline`).
 fn load_baseline(path: &Path) -> Result<serde_json::Value, CapacityError> {
     let bad = |m: String| CapacityError::Baseline(path.to_path_buf(), m);
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| bad(format!("not JSON: {e}")))?;
-    match v.get("schema_version").and_then(|s| s.as_u64()) {
-        Some(n) if n == SCHEMA_VERSION as u64 && v["variants"].is_array() => Ok(v),
-        Some(other) => Err(bad(format!(
-            "schema_version {other}, this loadgen writes {SCHEMA_VERSION}"
-        ))),
-        None => Err(bad("not a loadgen summary.json (no schema_version)".into())),
-    }
-}
-
-/// What is compared with a baseline: a name, where it is read, and the
-/// smallest growth that counts (so a handful of extra entries is not news).
-const COMPARED: &[(&str, &str, f64)] = &[
-    ("raft entries", "/raft_entries_by_type", 10.0),
-    ("raft bytes", "/raft_bytes_by_type", 10_000.0),
-    ("client update RPCs", "/client_update_rpcs", 10.0),
-    ("blocking queries", "/blocking_queries_by_source", 10.0),
-    (
-        "deployment query wait s",
-        "/deployment_query_wait_seconds",
-        5.0,
-    ),
-    ("p99 placement ms", "/stream/placement_ms/p99", 50.0),
-    (
-        "p99 time to running ms",
-        "/stream/time_to_running_ms/p99",
-        50.0,
-    ),
-];
-
-/// A number, or the sum of an object's numbers.
-fn measure(v: &serde_json::Value, pointer: &str) -> Option<f64> {
-    match v.pointer(pointer)? {
-        serde_json::Value::Object(m) => Some(m.values().filter_map(|n| n.as_f64()).sum()),
-        n => n.as_f64(),
-    }
-}
-
-/// Measures of each variant more than 10% above the baseline's variant of
-/// the same name.
-pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -> Vec<String> {
-    let mut out = Vec::new();
-    let empty = Vec::new();
-    let base = baseline["variants"].as_array().unwrap_or(&empty);
-    for v in variants.as_array().unwrap_or(&empty) {
-        let name = v["name"].as_str().unwrap_or("?");
-        let Some(b) = base.iter().find(|b| b["name"] == v["name"]) else {
-            continue;
-        };
-        for (what, pointer, floor) in COMPARED {
-            let (Some(now), Some(was)) = (measure(v, pointer), measure(b, pointer)) else {
-                continue;
-            };
-            if now > was * 1.10 && now - was > *floor {
-                out.push(format!(
-                    "{name}: {what} {now:.0}, baseline {was:.0} (+{:.0}%)",
-                    if was > 0.0 {
-                        100.0 * (now / was - 1.0)
-                    } else {
-                        100.0
-                    }
-                ));
-            }
-        }
-    }
-    out
+    summary::parse_baseline(&text).map_err(|e| bad(e.to_string()))
 }
 
 /// Names as the cluster takes them in ids: letters, digits and `-_.:`.
@@ -733,80 +595,5 @@ fn summarize(
         ended_unix: 0.0,
         problems,
         series,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn only_growth_past_ten_percent_and_the_floor_is_a_regression() {
-        let base = json!({"schema_version": 1, "variants": [
-            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 100, "eval_update": 100},
-             "stream": {"placement_ms": {"p99": 100.0}, "time_to_running_ms": {"p99": 1000.0}}},
-        ]});
-        let now = json!([
-            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 150, "eval_update": 100},
-             "stream": {"placement_ms": {"p99": 140.0}, "time_to_running_ms": {"p99": 1050.0}}},
-            {"name": "new", "raft_entries_by_type": {"plan_apply": 1000}},
-        ]);
-        let r = regressions(&base, &now);
-        assert_eq!(
-            r,
-            vec!["legacy: raft entries 250, baseline 200 (+25%)".to_string()]
-        );
-    }
-
-    #[test]
-    fn only_a_p99_above_its_threshold_breaches_the_slo() {
-        let variant = |name: &str, placement: f64, running: f64| {
-            let mut v = summarize(
-                &Variant {
-                    name: name.into(),
-                    nodes: None,
-                    rate: None,
-                    server_args: vec![],
-                    nodesim_args: vec![],
-                },
-                StreamReport::default(),
-                vec![],
-                1.0,
-                vec![],
-            );
-            v.stream.placement_ms.p99 = placement;
-            v.stream.time_to_running_ms.p99 = running;
-            v
-        };
-        let variants = [variant("a", 900.0, 5000.0), variant("b", 1200.0, 4000.0)];
-        let slo = crate::scenario::Slo {
-            p99_placement_ms: Some(1000.0),
-            p99_running_ms: Some(4500.0),
-        };
-        assert_eq!(
-            slo_breaches(&slo, &variants),
-            [
-                "a: p99 time to running 5000 ms > 4500 ms",
-                "b: p99 placement 1200 ms > 1000 ms",
-            ]
-        );
-        assert!(slo_breaches(&crate::scenario::Slo::default(), &variants).is_empty());
-    }
-
-    #[test]
-    fn a_baseline_that_is_not_a_summary_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("b.json");
-        std::fs::write(&p, "{\"schema_version\": 7, \"variants\": []}").unwrap();
-        assert!(load_baseline(&p)
-            .unwrap_err()
-            .to_string()
-            .contains("schema_version 7"));
-        std::fs::write(&p, "not json").unwrap();
-        assert!(load_baseline(&p)
-            .unwrap_err()
-            .to_string()
-            .contains("not JSON"));
     }
 }

@@ -9,4 +9,5 @@ pub mod report;
 pub mod sampler;
 pub mod scenario;
 pub mod stream;
+pub mod summary;
 pub mod writes;

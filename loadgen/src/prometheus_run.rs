@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::summary::PrometheusInfo;
+
 /// The scrape jobs, as the dashboards' `job` variable names them.
 pub const CLUSTER_JOB: &str = "stampede-cluster";
 pub const NODESIM_JOB: &str = "stampede-nodesim";
@@ -26,15 +28,6 @@ const TARGETS_DIR: &str = "prometheus-targets";
 /// A run's data is kept until the run directory is deleted: a run browsed
 /// months later must not have been pruned by Prometheus's 15-day default.
 pub const RETENTION: &str = "100y";
-
-/// What `summary.json` says about the run's Prometheus.
-#[derive(Debug, Clone, Serialize)]
-pub struct PrometheusInfo {
-    /// Where it listened during the run.
-    pub url: String,
-    /// To browse the run later: the command that serves its data again.
-    pub browse: String,
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PrometheusError {

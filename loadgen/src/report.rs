@@ -1,11 +1,14 @@
 //! What a capacity run says: a summary table for the terminal and a
 //! self-contained `report.html` whose plots are SVG drawn here.
+//!
+//! It renders from the run's summary (`summary`) and its samples (`sampler`)
+//! alone; `capacity`, which runs things, calls it, never the other way round.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::capacity::{RunSummary, VariantSummary};
 use crate::sampler::{label, Series};
+use crate::summary::{RunSummary, VariantSummary};
 
 const COLORS: &[&str] = &[
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",

@@ -14,7 +14,6 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use rand::distributions::{Distribution, WeightedIndex};
 use rand::{Rng, SeedableRng};
-use serde::Serialize;
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, EvalGetRequest, EvalStatus, Job, JobAllocationsRequest,
@@ -24,6 +23,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{LoadMetrics, Outcome};
 use crate::scenario::{JobKind, Kind, Scenario};
+use crate::summary::{Percentiles, StreamReport};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;
@@ -35,47 +35,18 @@ pub const SEED: u64 = 42;
 /// How long a blocking query of the follower waits.
 const FOLLOW_WAIT: Duration = Duration::from_secs(30);
 
-/// What the stream did, latencies in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StreamReport {
-    pub scheduled: u64,
-    pub submitted: u64,
-    pub updates: u64,
-    pub late: u64,
-    pub dropped: u64,
-    pub failed: u64,
-    /// Followed until placed / running before the drain ran out.
-    pub placed: u64,
-    pub running: u64,
-    pub placement_ms: Percentiles,
-    pub time_to_running_ms: Percentiles,
-    pub allocations_placed: u64,
-    /// Allocations placed per second, from the first submission to the last placement.
-    pub placements_per_second: f64,
-}
-
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Percentiles {
-    pub count: u64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
-}
-
-impl Percentiles {
-    fn of(h: &Histogram<u64>) -> Self {
-        if h.is_empty() {
-            return Self::default();
-        }
-        let ms = |v: u64| v as f64 / 1000.0;
-        Self {
-            count: h.len(),
-            p50: ms(h.value_at_quantile(0.5)),
-            p90: ms(h.value_at_quantile(0.9)),
-            p99: ms(h.value_at_quantile(0.99)),
-            max: ms(h.max()),
-        }
+/// The percentiles, in milliseconds, of a histogram of microseconds.
+fn percentiles_ms(h: &Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    let ms = |v: u64| v as f64 / 1000.0;
+    Percentiles {
+        count: h.len(),
+        p50: ms(h.value_at_quantile(0.5)),
+        p90: ms(h.value_at_quantile(0.9)),
+        p99: ms(h.value_at_quantile(0.99)),
+        max: ms(h.max()),
     }
 }
 
@@ -204,12 +175,12 @@ pub async fn run(
     tally.report.placement_ms = tally
         .placement
         .as_ref()
-        .map(Percentiles::of)
+        .map(percentiles_ms)
         .unwrap_or_default();
     tally.report.time_to_running_ms = tally
         .running
         .as_ref()
-        .map(Percentiles::of)
+        .map(percentiles_ms)
         .unwrap_or_default();
     if let Some(last) = tally.last_placement {
         let secs = (last - start).as_secs_f64().max(1e-3);

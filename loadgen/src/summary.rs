@@ -1,0 +1,274 @@
+//! What a capacity run found, as `summary.json` says it: the summary model,
+//! the checks against the scenario's SLO, and the comparison with an earlier
+//! run's summary (`--baseline`).
+//!
+//! It lives apart from `capacity`, which runs the processes and builds the
+//! summary, and from `report`, which renders it, so that both depend on it and
+//! not on each other. Everything here is pure (no I/O, no processes, no
+//! async): it can be tested on values alone.
+//!
+//! The field names are a contract: `loadgen/summary.schema.json` describes
+//! them, and dashboards and baselines read them.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::sampler::Series;
+use crate::scenario::{Scenario, Slo};
+
+/// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub schema_version: u32,
+    pub scenario: Scenario,
+    /// The first variant's totals (the only one when there are no variants).
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    pub variants: Vec<VariantSummary>,
+    /// SLO thresholds breached, by variant.
+    pub slo_breaches: Vec<String>,
+    /// Measures more than 10% worse than `--baseline`'s, by variant.
+    pub regressions: Vec<String>,
+    pub complete: bool,
+    /// The Prometheus that scraped the run, when one was installed.
+    pub prometheus: Option<PrometheusInfo>,
+}
+
+/// One variant's results.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    pub server_args: Vec<String>,
+    pub nodesim_args: Vec<String>,
+    /// Raft entries applied during the run, by message type.
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    /// Bytes of those entries, by message type.
+    pub raft_bytes_by_type: BTreeMap<String, u64>,
+    /// Blocking queries started during the run, by source, over all servers.
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    /// nodesim's Node.UpdateAlloc calls, by priority.
+    pub client_update_rpcs: BTreeMap<String, u64>,
+    /// Time deployment-watcher queries spent queued for the shared query
+    /// rate limiter, summed over queries (the leader's watchers).
+    pub deployment_query_wait_seconds: f64,
+    /// Share of raft entries that are client allocation updates.
+    pub client_update_share: f64,
+    /// Share of raft bytes that are client allocation updates.
+    pub client_update_byte_share: f64,
+    pub stream: StreamReport,
+    /// Average cores each process used over the run.
+    pub cpu_cores: BTreeMap<String, f64>,
+    /// Peak resident memory of each process, in MiB.
+    pub rss_mib: BTreeMap<String, f64>,
+    pub seconds: f64,
+    /// Wall-clock start and end of the stream, in Unix seconds: the time
+    /// range to look at in Prometheus or Grafana.
+    pub started_unix: f64,
+    pub ended_unix: f64,
+    /// Empty when the run completed; otherwise what went wrong (the report is partial).
+    pub problems: Vec<String>,
+    /// The samples behind the report's plots; written to `samples.json`, not here.
+    #[serde(skip)]
+    pub series: Vec<Series>,
+}
+
+/// What the stream did, latencies in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamReport {
+    pub scheduled: u64,
+    pub submitted: u64,
+    pub updates: u64,
+    pub late: u64,
+    pub dropped: u64,
+    pub failed: u64,
+    /// Followed until placed / running before the drain ran out.
+    pub placed: u64,
+    pub running: u64,
+    pub placement_ms: Percentiles,
+    pub time_to_running_ms: Percentiles,
+    pub allocations_placed: u64,
+    /// Allocations placed per second, from the first submission to the last placement.
+    pub placements_per_second: f64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// What `summary.json` says about the run's Prometheus.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrometheusInfo {
+    /// Where it listened during the run.
+    pub url: String,
+    /// To browse the run later: the command that serves its data again.
+    pub browse: String,
+}
+
+/// The scenario's SLO thresholds each variant breached, said in words.
+pub fn slo_breaches(slo: &Slo, variants: &[VariantSummary]) -> Vec<String> {
+    let mut slo_breaches = Vec::new();
+    for v in variants {
+        let measures = [
+            ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
+            (
+                "time to running",
+                v.stream.time_to_running_ms.p99,
+                slo.p99_running_ms,
+            ),
+        ];
+        for (what, p99, max) in measures {
+            if let Some(max) = max.filter(|max| p99 > *max) {
+                slo_breaches.push(format!("{}: p99 {what} {p99:.0} ms > {max:.0} ms", v.name));
+            }
+        }
+    }
+    slo_breaches
+}
+
+/// Why an earlier run's `summary.json` cannot be a baseline.
+#[derive(Debug, thiserror::Error)]
+pub enum BaselineError {
+    #[error("not JSON: {0}")]
+    NotJson(#[from] serde_json::Error),
+    #[error("schema_version {0}, this loadgen writes {SCHEMA_VERSION}")]
+    SchemaVersion(u64),
+    #[error("not a loadgen summary.json (no schema_version)")]
+    NotASummary,
+}
+
+/// An earlier run's `summary.json` text, checked to be one this loadgen can
+/// compare with. It is kept as JSON, not read back into a [`RunSummary`]:
+/// only the compared measures need to be there.
+pub fn parse_baseline(text: &str) -> Result<serde_json::Value, BaselineError> {
+    let v: serde_json::Value = serde_json::from_str(text)?;
+    match v.get("schema_version").and_then(|s| s.as_u64()) {
+        Some(n) if n == SCHEMA_VERSION as u64 && v["variants"].is_array() => Ok(v),
+        Some(other) => Err(BaselineError::SchemaVersion(other)),
+        None => Err(BaselineError::NotASummary),
+    }
+}
+
+/// What is compared with a baseline: a name, where it is read, and the
+/// smallest growth that counts (so a handful of extra entries is not news).
+const COMPARED: &[(&str, &str, f64)] = &[
+    ("raft entries", "/raft_entries_by_type", 10.0),
+    ("raft bytes", "/raft_bytes_by_type", 10_000.0),
+    ("client update RPCs", "/client_update_rpcs", 10.0),
+    ("blocking queries", "/blocking_queries_by_source", 10.0),
+    (
+        "deployment query wait s",
+        "/deployment_query_wait_seconds",
+        5.0,
+    ),
+    ("p99 placement ms", "/stream/placement_ms/p99", 50.0),
+    (
+        "p99 time to running ms",
+        "/stream/time_to_running_ms/p99",
+        50.0,
+    ),
+];
+
+/// A number, or the sum of an object's numbers.
+fn measure(v: &serde_json::Value, pointer: &str) -> Option<f64> {
+    match v.pointer(pointer)? {
+        serde_json::Value::Object(m) => Some(m.values().filter_map(|n| n.as_f64()).sum()),
+        n => n.as_f64(),
+    }
+}
+
+/// Measures of each variant more than 10% above the baseline's variant of
+/// the same name.
+pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let empty = Vec::new();
+    let base = baseline["variants"].as_array().unwrap_or(&empty);
+    for v in variants.as_array().unwrap_or(&empty) {
+        let name = v["name"].as_str().unwrap_or("?");
+        let Some(b) = base.iter().find(|b| b["name"] == v["name"]) else {
+            continue;
+        };
+        for (what, pointer, floor) in COMPARED {
+            let (Some(now), Some(was)) = (measure(v, pointer), measure(b, pointer)) else {
+                continue;
+            };
+            if now > was * 1.10 && now - was > *floor {
+                out.push(format!(
+                    "{name}: {what} {now:.0}, baseline {was:.0} (+{:.0}%)",
+                    if was > 0.0 {
+                        100.0 * (now / was - 1.0)
+                    } else {
+                        100.0
+                    }
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_growth_past_ten_percent_and_the_floor_is_a_regression() {
+        let base = json!({"schema_version": 1, "variants": [
+            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 100, "eval_update": 100},
+             "stream": {"placement_ms": {"p99": 100.0}, "time_to_running_ms": {"p99": 1000.0}}},
+        ]});
+        let now = json!([
+            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 150, "eval_update": 100},
+             "stream": {"placement_ms": {"p99": 140.0}, "time_to_running_ms": {"p99": 1050.0}}},
+            {"name": "new", "raft_entries_by_type": {"plan_apply": 1000}},
+        ]);
+        let r = regressions(&base, &now);
+        assert_eq!(
+            r,
+            vec!["legacy: raft entries 250, baseline 200 (+25%)".to_string()]
+        );
+    }
+
+    #[test]
+    fn only_a_p99_above_its_threshold_breaches_the_slo() {
+        let variant = |name: &str, placement: f64, running: f64| {
+            let mut v = VariantSummary {
+                name: name.into(),
+                ..Default::default()
+            };
+            v.stream.placement_ms.p99 = placement;
+            v.stream.time_to_running_ms.p99 = running;
+            v
+        };
+        let variants = [variant("a", 900.0, 5000.0), variant("b", 1200.0, 4000.0)];
+        let slo = Slo {
+            p99_placement_ms: Some(1000.0),
+            p99_running_ms: Some(4500.0),
+        };
+        assert_eq!(
+            slo_breaches(&slo, &variants),
+            [
+                "a: p99 time to running 5000 ms > 4500 ms",
+                "b: p99 placement 1200 ms > 1000 ms",
+            ]
+        );
+        assert!(slo_breaches(&Slo::default(), &variants).is_empty());
+    }
+
+    #[test]
+    fn a_baseline_that_is_not_a_summary_is_refused() {
+        let refused = |text: &str| parse_baseline(text).unwrap_err().to_string();
+        assert!(refused("{\"schema_version\": 7, \"variants\": []}").contains("schema_version 7"));
+        assert!(refused("not json").contains("not JSON"));
+        assert!(refused("{\"variants\": []}").contains("no schema_version"));
+        assert!(parse_baseline("{\"schema_version\": 1, \"variants\": []}").is_ok());
+    }
+}
