@@ -74,7 +74,7 @@ impl Fleet {
             let opts = QueryOptions {
                 min_index: blocking.store.snapshot().node_alloc_index(&node),
                 max_wait_ms: 600_000,
-                source: "client_allocs".into(),
+                source: stampede_proto::QuerySource::ClientAllocs.label().into(),
             };
             let keys = [WatchKey::NodeAllocs(node.clone())];
             blocking

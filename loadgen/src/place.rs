@@ -156,7 +156,7 @@ async fn place_job(
                     query: Some(QueryOptions {
                         min_index: index,
                         max_wait_ms: 30_000,
-                        source: "loadgen".into(),
+                        source: stampede_proto::QuerySource::Loadgen.label().into(),
                     }),
                 };
                 async move { Ok(c.jobs().allocations(req).await?.into_inner()) }

@@ -68,7 +68,7 @@ pub fn table(s: &RunSummary) -> String {
     });
     row("  deployment_watcher", &|v| {
         v.blocking_queries_by_source
-            .get("deployment_watcher")
+            .get(stampede_proto::QuerySource::DeploymentWatcher.label())
             .copied()
             .unwrap_or(0)
             .to_string()
@@ -399,7 +399,7 @@ fn comparison(s: &RunSummary) -> String {
             "deployment watcher queries",
             Box::new(|v| {
                 *v.blocking_queries_by_source
-                    .get("deployment_watcher")
+                    .get(stampede_proto::QuerySource::DeploymentWatcher.label())
                     .unwrap_or(&0) as f64
             }),
         ),

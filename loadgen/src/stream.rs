@@ -358,6 +358,6 @@ fn query(min_index: u64) -> QueryOptions {
     QueryOptions {
         min_index,
         max_wait_ms: FOLLOW_WAIT.as_millis() as u64,
-        source: "loadgen".into(),
+        source: stampede_proto::QuerySource::Loadgen.label().into(),
     }
 }

@@ -58,11 +58,17 @@ impl Default for LeaderConfig {
 /// The leader-only mechanisms of one server: built at start-up, running
 /// only while this server leads.
 pub struct LeaderParts {
+    /// Pending evaluations waiting for a worker.
     pub broker: Arc<EvalBroker>,
+    /// Evaluations waiting for capacity.
     pub blocked: Arc<BlockedEvals>,
+    /// Node heartbeat timers.
     pub heartbeats: Arc<Heartbeats>,
+    /// Where plans wait for the plan applier.
     pub plans: Arc<PlanQueue>,
+    /// Where client allocation updates wait for the next batch.
     pub alloc_updates: Arc<AllocUpdates>,
+    /// The deployment watcher's settings and metrics, for each term's watcher.
     deployments: WatcherConfig,
     deployment_metrics: Arc<WatcherMetrics>,
     /// The tasks of the current term, aborted when it ends.
