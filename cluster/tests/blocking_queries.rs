@@ -4,9 +4,26 @@
 use stampede_launch::testing::{
     eventually, node_with, register_job, service_job, Harness, CATCH_UP,
 };
+use stampede_proto::client::ClusterClient;
 use stampede_proto::{
-    Constraint, ConstraintOperand, ConstraintTarget, NodeClientAllocsRequest, QueryOptions,
+    Constraint, ConstraintOperand, ConstraintTarget, NodeClientAllocsReply,
+    NodeClientAllocsRequest, QueryOptions,
 };
+
+/// A node's allocations as its client reads them, blocking if `query` says so.
+async fn client_allocs(
+    client: ClusterClient,
+    node_id: String,
+    query: Option<QueryOptions>,
+) -> NodeClientAllocsReply {
+    let req = NodeClientAllocsRequest { node_id, query };
+    client
+        .nodes()
+        .get_client_allocs(req)
+        .await
+        .unwrap()
+        .into_inner()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_blocking_query_wakes_for_its_own_node_only() {
@@ -20,42 +37,19 @@ async fn a_blocking_query_wakes_for_its_own_node_only() {
     client.register_node(a).await.unwrap();
     client.register_node(b).await.unwrap();
 
-    let park = |node: &str, min_index: u64| {
-        let client = client.clone();
-        let node_id = node.to_string();
-        tokio::spawn(async move {
-            let req = NodeClientAllocsRequest {
-                node_id,
-                query: Some(QueryOptions {
-                    min_index,
-                    max_wait_ms: 120_000,
-                    source: "client_allocs".into(),
-                }),
-            };
-            client
-                .nodes()
-                .get_client_allocs(req)
-                .await
-                .unwrap()
-                .into_inner()
-        })
-    };
+    // A node's first read answers at once; a parked one waits for a change
+    // past the index that read returned.
     let first = |node: &str| {
-        let client = client.clone();
-        let node_id = node.to_string();
-        async move {
-            let req = NodeClientAllocsRequest {
-                node_id,
-                query: None,
-            };
-            client
-                .nodes()
-                .get_client_allocs(req)
-                .await
-                .unwrap()
-                .into_inner()
-                .index
-        }
+        let read = client_allocs(client.clone(), node.to_string(), None);
+        async move { read.await.index }
+    };
+    let park = |node: &str, min_index: u64| {
+        let query = QueryOptions {
+            min_index,
+            max_wait_ms: 120_000,
+            source: "client_allocs".into(),
+        };
+        tokio::spawn(client_allocs(client.clone(), node.to_string(), Some(query)))
     };
     let (ia, ib) = (first("node-a").await, first("node-b").await);
     let wait_a = park("node-a", ia);
