@@ -1,14 +1,11 @@
 //! The operator commands against a real cluster, as a user runs them.
 
-mod common;
-
 use std::process::Command;
 
-use common::{eventually, node_with, Harness, BIN, CATCH_UP, ELECTION};
-use stampede_proto::client::ClusterClient;
+use stampede_launch::testing::{cluster_bin, eventually, node_with, Harness, CATCH_UP};
 
 fn cluster_cmd(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
+    let out = Command::new(cluster_bin()).args(args).output().unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -18,10 +15,9 @@ fn cluster_cmd(args: &[&str]) -> (bool, String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn job_run_status_stop_and_node_status() {
-    let mut c = Harness::start(3, &["--heartbeat-min-ttl", "600s"]);
-    c.wait_for_leader(ELECTION).await.unwrap();
+    let (c, _) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
     let addrs = c.rpc_addrs().join(",");
-    let client = ClusterClient::new(&c.rpc_addrs()).unwrap();
+    let client = c.client();
     for i in 0..2 {
         client
             .register_node(node_with(&format!("n{i}"), 4000, 8192))

@@ -6,17 +6,14 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-mod common;
-
-use cluster::launcher::LocalCluster;
-use common::{node, Harness, BIN, CATCH_UP, ELECTION};
-use stampede_proto::client::ClusterClient;
+use stampede_launch::testing::{cluster_bin, eventually_ok, node, Harness, CATCH_UP};
+use stampede_launch::NodeId;
 use stampede_proto::{Node, NodeGetRequest, NodeListRequest, NodeRegisterRequest};
 use tokio::sync::watch;
 use tonic::Code;
 
 /// The node ids server `id` has, once it has applied at least `index`.
-async fn nodes_on(c: &LocalCluster, id: u64, index: u64) -> BTreeSet<String> {
+async fn nodes_on(c: &Harness, id: NodeId, index: u64) -> BTreeSet<String> {
     c.wait_for_status(
         id,
         &format!("applied index reaches {index}"),
@@ -25,8 +22,8 @@ async fn nodes_on(c: &LocalCluster, id: u64, index: u64) -> BTreeSet<String> {
     )
     .await
     .unwrap();
-    let client = ClusterClient::new(&[c.server(id).unwrap().rpc.to_string()]).unwrap();
-    let reply = client
+    let reply = c
+        .client_of(&[id])
         .nodes()
         .list(NodeListRequest::default())
         .await
@@ -38,15 +35,14 @@ async fn nodes_on(c: &LocalCluster, id: u64, index: u64) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn three_servers_elect_a_leader_and_take_writes_through_any_server() {
-    let mut c = Harness::start(3, &[]);
-    let leader = c.wait_for_leader(ELECTION).await.unwrap();
+    let (c, leader) = Harness::with_leader(3, &[]).await;
 
     let mut want = BTreeSet::new();
     let mut max_index = 0;
-    for (i, addr) in c.rpc_addrs().iter().enumerate() {
-        let client = ClusterClient::new(&[addr]).unwrap();
+    for server in c.ids() {
+        let client = c.client_of(&[server]);
         for j in 0..10 {
-            let id = format!("via-{}-{j}", i + 1);
+            let id = format!("via-{server}-{j}");
             max_index = max_index.max(client.register_node(node(&id)).await.unwrap());
             want.insert(id);
         }
@@ -75,11 +71,8 @@ async fn three_servers_elect_a_leader_and_take_writes_through_any_server() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
-    let mut c = Harness::start(3, &[]);
-    let leader = c.wait_for_leader(ELECTION).await.unwrap();
-    let client = ClusterClient::new(&c.rpc_addrs())
-        .unwrap()
-        .with_retry_for(Duration::from_secs(30));
+    let (mut c, leader) = Harness::with_leader(3, &[]).await;
+    let client = c.client().with_retry_for(Duration::from_secs(30));
 
     let acked: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -102,15 +95,14 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
     }
     let acked_count = || acked.lock().unwrap().len();
     let wait_acked = |n: usize| async move {
-        let deadline = Instant::now() + CATCH_UP;
-        while acked_count() < n {
-            assert!(
-                Instant::now() < deadline,
-                "writes stalled at {}",
-                acked_count()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("{n} writes are acknowledged");
+        eventually_ok(&what, CATCH_UP, || async {
+            match acked_count() {
+                done if done >= n => Ok(()),
+                stalled => Err(format!("writes stalled at {stalled}")),
+            }
+        })
+        .await
     };
     wait_acked(100).await;
     c.kill(leader).unwrap();
@@ -121,12 +113,12 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
         w.await.unwrap();
     }
 
-    let new_leader = c.wait_for_leader(ELECTION).await.unwrap();
+    let new_leader = c.leader().await;
     assert_ne!(new_leader, leader);
     let acked = acked.lock().unwrap().clone();
     let max_index = acked.iter().map(|(_, i)| *i).max().unwrap();
     let want: BTreeSet<String> = acked.into_iter().map(|(id, _)| id).collect();
-    for id in c.ids().into_iter().filter(|id| *id != leader) {
+    for id in c.ids_except(leader) {
         let have = nodes_on(&c, id, max_index).await;
         let missing: Vec<_> = want.difference(&have).collect();
         assert!(
@@ -146,19 +138,13 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_server_left_behind_a_snapshot_catches_up_by_installing_it() {
-    let mut c = Harness::start(3, &["--snapshot-entries", "50", "--keep-entries", "10"]);
-    let leader = c.wait_for_leader(ELECTION).await.unwrap();
-    let behind = c.ids().into_iter().find(|id| *id != leader).unwrap();
+    let (mut c, leader) =
+        Harness::with_leader(3, &["--snapshot-entries", "50", "--keep-entries", "10"]).await;
+    let behind = c.ids_except(leader)[0];
     let behind_at = c.status(behind).await.unwrap().last_log_index;
     c.kill(behind).unwrap();
 
-    let others: Vec<String> = c
-        .servers()
-        .iter()
-        .filter(|s| s.id != behind)
-        .map(|s| s.rpc.to_string())
-        .collect();
-    let client = ClusterClient::new(&others).unwrap();
+    let client = c.client_of(&c.ids_except(behind));
     let mut max_index = 0;
     let mut want = BTreeSet::new();
     for k in 0..300 {
@@ -196,9 +182,8 @@ async fn a_server_left_behind_a_snapshot_catches_up_by_installing_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_requests_get_invalid_argument_naming_the_field() {
-    let mut c = Harness::start(1, &[]);
-    c.wait_for_leader(ELECTION).await.unwrap();
-    let client = ClusterClient::new(&c.rpc_addrs()).unwrap();
+    let (c, _) = Harness::with_leader(1, &[]).await;
+    let client = c.client();
     let register = |n: Node| {
         let client = client.clone();
         async move {
@@ -260,7 +245,7 @@ async fn bad_requests_get_invalid_argument_naming_the_field() {
 
 /// Runs `cluster serve` on `data_dir` and returns its stderr, expecting it to fail fast.
 fn serve_expecting_failure(data_dir: &Path, id: u64, peers: &str, rpc: &str) -> String {
-    let mut child = Command::new(BIN)
+    let mut child = Command::new(cluster_bin())
         .args([
             "serve",
             "--id",
@@ -297,9 +282,8 @@ fn serve_expecting_failure(data_dir: &Path, id: u64, peers: &str, rpc: &str) -> 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error() {
-    let mut c = Harness::start(1, &["--snapshot-entries", "5"]);
-    c.wait_for_leader(ELECTION).await.unwrap();
-    let client = ClusterClient::new(&c.rpc_addrs()).unwrap();
+    let (mut c, _) = Harness::with_leader(1, &["--snapshot-entries", "5"]).await;
+    let client = c.client();
     for k in 0..10 {
         client.register_node(node(&format!("n{k}"))).await.unwrap();
     }
@@ -342,7 +326,7 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error() {
 
 #[test]
 fn bad_flags_are_named() {
-    let out = Command::new(BIN)
+    let out = Command::new(cluster_bin())
         .args([
             "serve",
             "--id",
@@ -358,7 +342,7 @@ fn bad_flags_are_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--id 4 is not among --peers (1)"), "{err}");
 
-    let out = Command::new(BIN)
+    let out = Command::new(cluster_bin())
         .args([
             "serve",
             "--id",
@@ -380,7 +364,7 @@ fn bad_flags_are_named() {
 
 #[test]
 fn dev_starts_a_cluster_shows_its_status_and_stops() {
-    let out = Command::new(BIN)
+    let out = Command::new(cluster_bin())
         .args(["dev", "--servers", "3", "--duration", "1s"])
         .output()
         .unwrap();

@@ -9,9 +9,12 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{eventually, node, Harness, CATCH_UP, ELECTION};
+use common::worker_states;
+use stampede_launch::testing::{
+    allocs, eventually, node, register_job, service_job, Harness, CATCH_UP, ELECTION,
+};
 use stampede_proto::client::ClusterClient;
-use stampede_proto::*;
+use stampede_proto::AllocDesiredStatus;
 
 const NODES: usize = 10;
 const JOBS: usize = 60;
@@ -31,31 +34,9 @@ struct Lagging {
     seen_backing_off: bool,
 }
 
-fn small_job(id: &str) -> Job {
-    Job {
-        id: id.into(),
-        r#type: JobType::Service as i32,
-        task_groups: vec![TaskGroup {
-            name: "web".into(),
-            count: 1,
-            resources: Some(Resources {
-                cpu_mhz: 100,
-                memory_mb: 64,
-            }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    }
-}
-
 async fn placed(client: &ClusterClient, job: &str) -> bool {
-    let req = JobAllocationsRequest {
-        job_id: job.into(),
-        query: None,
-    };
-    client.jobs().allocations(req).await.is_ok_and(|r| {
-        r.into_inner()
-            .allocs
+    allocs(client, job).await.is_ok_and(|allocs| {
+        allocs
             .iter()
             .any(|a| a.desired_status == AllocDesiredStatus::Run as i32)
     })
@@ -63,14 +44,10 @@ async fn placed(client: &ClusterClient, job: &str) -> bool {
 
 /// Polls `http`'s `/v1/workers` until `done`; true if a worker was backing off.
 async fn watch_for_backing_off(http: std::net::SocketAddr, done: Arc<AtomicBool>) -> bool {
-    let url = format!("http://{http}/v1/workers");
     while !done.load(Ordering::Relaxed) {
-        if let Ok(r) = reqwest::get(&url).await {
-            if let Ok(v) = r.json::<serde_json::Value>().await {
-                let workers = v["workers"].as_array().cloned().unwrap_or_default();
-                if workers.iter().any(|w| w["state"] == "backing_off") {
-                    return true;
-                }
+        if let Ok(states) = worker_states(http).await {
+            if states.iter().any(|s| s == "backing_off") {
+                return true;
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -81,7 +58,7 @@ async fn watch_for_backing_off(http: std::net::SocketAddr, done: Arc<AtomicBool>
 /// Runs the workload on a fresh cluster with `--worker-raft-backoff backoff`
 /// and one follower restarted with `--apply-delay`.
 async fn run(backoff: &str) -> Lagging {
-    let mut c = Harness::start(
+    let (mut c, leader) = Harness::with_leader(
         3,
         &[
             "--raft-sync-limit",
@@ -97,9 +74,9 @@ async fn run(backoff: &str) -> Lagging {
             "--delivery-limit",
             "100",
         ],
-    );
-    let leader = c.wait_for_leader(ELECTION).await.unwrap();
-    let lagging = c.ids().into_iter().find(|id| *id != leader).unwrap();
+    )
+    .await;
+    let lagging = c.ids_except(leader)[0];
     c.kill(lagging).unwrap();
     c.spawn_with(lagging, &["--apply-delay", APPLY_DELAY])
         .unwrap();
@@ -110,13 +87,7 @@ async fn run(backoff: &str) -> Lagging {
     .unwrap();
 
     // Clients talk to the healthy servers only, so reads are not stale.
-    let healthy: Vec<String> = c
-        .servers()
-        .iter()
-        .filter(|s| s.id != lagging)
-        .map(|s| s.rpc.to_string())
-        .collect();
-    let client = ClusterClient::new(&healthy).unwrap();
+    let client = c.client_of(&c.ids_except(lagging));
     for i in 0..NODES {
         client.register_node(node(&format!("n-{i}"))).await.unwrap();
     }
@@ -132,18 +103,7 @@ async fn run(backoff: &str) -> Lagging {
     // machine is.
     for i in 0..JOBS {
         let id = format!("job-{i}");
-        client
-            .retrying(|c| {
-                let job = small_job(&id);
-                async move {
-                    Ok(c.jobs()
-                        .register(JobRegisterRequest { job: Some(job) })
-                        .await?
-                        .into_inner())
-                }
-            })
-            .await
-            .unwrap();
+        register_job(&client, service_job(&id, 1, 100, 64)).await;
         eventually(&format!("{id} is placed"), CATCH_UP, || {
             placed(&client, &id)
         })

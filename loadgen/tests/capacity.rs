@@ -4,8 +4,11 @@
 mod common;
 
 use std::path::Path;
+use std::time::Duration;
 
 use common::{capacity, json};
+use stampede_launch::metric_value;
+use stampede_launch::testing::eventually_ok;
 
 const TINY: &str = r#"
 name = "tiny"
@@ -167,8 +170,29 @@ fn pids_mentioning(needle: &str) -> Vec<i32> {
         .collect()
 }
 
-#[test]
-fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
+/// The argument after `flag` on process `pid`'s command line.
+fn arg_after(pid: i32, flag: &str) -> Option<String> {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline.split(|b| *b == 0);
+    args.find(|a| *a == flag.as_bytes())?;
+    Some(String::from_utf8_lossy(args.next()?).into_owned())
+}
+
+/// How many job registrations the server `pid` (a `cluster serve` process)
+/// has applied, read from its `/metrics`; 0 while it does not answer.
+async fn job_registrations(pid: i32) -> f64 {
+    let Some(http) = arg_after(pid, "--http") else {
+        return 0.0;
+    };
+    let Ok(r) = reqwest::get(format!("http://{http}/metrics")).await else {
+        return 0.0;
+    };
+    let text = r.text().await.unwrap_or_default();
+    metric_value(&text, "stampede_raft_entries_total{type=\"job_register\"}").unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
     let longer = TINY.replace("duration = \"6s\"", "duration = \"20s\"");
     let (_dir, out, mut cmd) = capacity(&longer, "dies");
     let run = cmd
@@ -176,26 +200,27 @@ fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Once jobs are flowing (the first variant's servers have applied some),
-    // kill every server of the run.
+    // Once jobs are flowing (the first variant's servers have applied some
+    // registrations), kill every server of the run.
     let data = out.join("legacy").join("cluster");
     let needle = data.to_string_lossy().to_string();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    let servers = loop {
-        let pids = pids_mentioning(&needle);
-        let nodesim_up = std::fs::read_to_string(out.join("legacy").join("nodesim.log"))
-            .is_ok_and(|l| l.contains("metrics at"));
-        if pids.len() == 3 && nodesim_up {
-            break pids;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the run's servers never came up"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
-    // Let the stream start before the cluster goes.
-    std::thread::sleep(std::time::Duration::from_secs(8));
+    let servers = eventually_ok(
+        "the run's three servers have applied a job registration",
+        Duration::from_secs(120),
+        || async {
+            let pids = pids_mentioning(&needle);
+            if pids.len() != 3 {
+                return Err(format!("{} servers running", pids.len()));
+            }
+            for pid in &pids {
+                if job_registrations(*pid).await > 0.0 {
+                    return Ok(pids);
+                }
+            }
+            Err("no job registered yet".into())
+        },
+    )
+    .await;
     for pid in servers {
         // SAFETY: kill(2) on a pid read from /proc a moment ago.
         unsafe { libc::kill(pid, libc::SIGKILL) };

@@ -18,6 +18,7 @@ mod common;
 
 use common::{capacity, json};
 use serde_json::Value;
+use stampede_launch::testing::eventually_ok;
 
 /// Every kind of job, rolling updates (deployments) and an SLO, so that every
 /// panel has something to show.
@@ -192,20 +193,19 @@ impl Prometheus {
             .expect("prometheus starts");
         let p = Self { child, url };
         let ready = format!("{}/-/ready", p.url);
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = reqwest::get(&ready).await {
-                if r.status().is_success() {
-                    return p;
+        eventually_ok(
+            "prometheus on the run's data is ready",
+            Duration::from_secs(60),
+            || async {
+                match reqwest::get(&ready).await {
+                    Ok(r) if r.status().is_success() => Ok(()),
+                    _ => Err(std::fs::read_to_string(run.join("prometheus-browse.log"))
+                        .unwrap_or_default()),
                 }
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "prometheus on the run's data was not ready in 60 s: {}",
-                std::fs::read_to_string(run.join("prometheus-browse.log")).unwrap_or_default()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            },
+        )
+        .await;
+        p
     }
 
     async fn get(&self, path: &str, params: &[(&str, String)]) -> Value {

@@ -3,9 +3,10 @@
 
 mod common;
 
-use std::time::Instant;
+use std::cell::RefCell;
 
-use common::*;
+use common::{fleet, job, ready_nodes, running};
+use stampede_launch::testing::{eventually_ok, register_job, Harness, CATCH_UP};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{Deployment, DeploymentStatus, Job, JobDeploymentsRequest, UpdateStrategy};
 
@@ -45,30 +46,24 @@ async fn deployments(client: &ClusterClient, job_id: &str) -> Vec<Deployment> {
 
 /// Waits until the job's deployment for `version` has ended, and returns it.
 async fn finished(client: &ClusterClient, job_id: &str, version: u64) -> Deployment {
-    let deadline = Instant::now() + SETTLE;
-    loop {
-        if let Some(d) = deployments(client, job_id)
-            .await
-            .into_iter()
+    let what = format!("the deployment of {job_id} v{version} ends");
+    eventually_ok(&what, CATCH_UP, || async {
+        let ds = deployments(client, job_id).await;
+        let seen = format!("{} deployments", ds.len());
+        ds.into_iter()
             .find(|d| d.job_version == version && d.status != DeploymentStatus::Running as i32)
-        {
-            return d;
-        }
-        check_deadline(
-            deadline,
-            &format!("the deployment of {job_id} v{version} ends"),
-        );
-        tokio::time::sleep(POLL).await;
-    }
+            .ok_or(seen)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rolling_update_of_20_by_5_takes_4_rounds() {
-    let mut h = Harness::start().await;
+    let (h, _) = Harness::with_leader(3, &[]).await;
     let client = h.client();
-    let fleet = h.fleet(&["--nodes", "10"]).await;
-    ready_nodes(&mut h.0, 10.0).await;
-    register(&client, rolling_job("web", 20, 5, 300, "1")).await;
+    let fleet = fleet(&h, &["--nodes", "10"]).await;
+    ready_nodes(&h, 10.0).await;
+    register_job(&client, rolling_job("web", 20, 5, 300, "1")).await;
     let first = finished(&client, "web", 0).await;
     assert_eq!(
         first.status,
@@ -76,25 +71,29 @@ async fn a_rolling_update_of_20_by_5_takes_4_rounds() {
         "{first:?}"
     );
 
-    register(&client, rolling_job("web", 20, 5, 300, "2")).await;
+    register_job(&client, rolling_job("web", 20, 5, 300, "2")).await;
     // Follow the deployment: every round shows as more allocations placed.
-    let deadline = Instant::now() + SETTLE;
-    let mut seen: Vec<u32> = Vec::new();
-    let done = loop {
+    let seen: RefCell<Vec<u32>> = RefCell::default();
+    let done = eventually_ok("the rolling update ends", CATCH_UP, || async {
         let ds = deployments(&client, "web").await;
-        if let Some(d) = ds.iter().find(|d| d.job_version == 1) {
-            let placed = d.task_groups["app"].placed;
-            // 0 until the watcher first counts the placements.
-            if placed > 0 && seen.last() != Some(&placed) {
-                seen.push(placed);
-            }
-            if d.status != DeploymentStatus::Running as i32 {
-                break d.clone();
-            }
+        let d = ds
+            .into_iter()
+            .find(|d| d.job_version == 1)
+            .ok_or("no deployment of v1 yet")?;
+        let placed = d.task_groups["app"].placed;
+        let mut seen = seen.borrow_mut();
+        // 0 until the watcher first counts the placements.
+        if placed > 0 && seen.last() != Some(&placed) {
+            seen.push(placed);
         }
-        check_deadline(deadline, "the rolling update ends");
-        tokio::time::sleep(POLL).await;
-    };
+        if d.status != DeploymentStatus::Running as i32 {
+            Ok(d)
+        } else {
+            Err(format!("rounds so far: {seen:?}"))
+        }
+    })
+    .await;
+    let seen = seen.into_inner();
     assert_eq!(done.status, DeploymentStatus::Successful as i32, "{done:?}");
     assert_eq!(
         seen,
@@ -115,23 +114,19 @@ async fn a_rolling_update_of_20_by_5_takes_4_rounds() {
 /// Deployment-watcher queries the leader started while `n` deployments ran
 /// at once (each job's first version, two allocations one at a time).
 async fn queries_for(h: &mut Harness, client: &ClusterClient, n: usize) -> f64 {
-    let leader = h.0.wait_for_leader(ELECTION).await.unwrap();
-    let before = h.0.metric(leader, WATCHER_QUERIES).await.unwrap();
+    let leader = h.leader().await;
+    let before = h.metric(leader, WATCHER_QUERIES).await.unwrap();
     let ids: Vec<String> = (0..n).map(|i| format!("d{n}-{i}")).collect();
     let registers = ids
         .iter()
-        .map(|id| register(client, rolling_job(id, 2, 1, 200, "1")));
+        .map(|id| register_job(client, rolling_job(id, 2, 1, 200, "1")));
     futures::future::join_all(registers).await;
     for id in &ids {
         let d = finished(client, id, 0).await;
         assert_eq!(d.status, DeploymentStatus::Successful as i32, "{d:?}");
     }
-    assert_eq!(
-        h.0.wait_for_leader(ELECTION).await.unwrap(),
-        leader,
-        "no leader change"
-    );
-    h.0.metric(leader, WATCHER_QUERIES).await.unwrap() - before
+    assert_eq!(h.leader().await, leader, "no leader change");
+    h.metric(leader, WATCHER_QUERIES).await.unwrap() - before
 }
 
 async fn watcher_costs(mode: &str) -> Vec<f64> {
@@ -141,17 +136,20 @@ async fn watcher_costs(mode: &str) -> Vec<f64> {
 /// Queries started for each number of concurrent deployments in `sizes`,
 /// on a cluster whose watchers run in `mode`, with a fleet of `nodes`.
 async fn watcher_costs_at(mode: &str, sizes: &[usize], nodes: u64) -> Vec<f64> {
-    let mut h = Harness::start_with(&[
-        "--deployment-watcher",
-        mode,
-        // The limiter's waits are not under test here; counts are.
-        "--deployment-query-rate",
-        "100000",
-    ])
+    let (mut h, _) = Harness::with_leader(
+        3,
+        &[
+            "--deployment-watcher",
+            mode,
+            // The limiter's waits are not under test here; counts are.
+            "--deployment-query-rate",
+            "100000",
+        ],
+    )
     .await;
     let client = h.client();
-    let fleet = h.fleet(&["--nodes", &nodes.to_string()]).await;
-    ready_nodes(&mut h.0, nodes as f64).await;
+    let fleet = fleet(&h, &["--nodes", &nodes.to_string()]).await;
+    ready_nodes(&h, nodes as f64).await;
     let mut costs = Vec::new();
     for &n in sizes {
         costs.push(queries_for(&mut h, &client, n).await);

@@ -5,9 +5,10 @@ mod common;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
-use common::*;
+use common::{fleet, job, opts, ready_nodes, running};
 use nodesim::runner::{AllocReport, AllocRunner, AllocRunnerFactory, Reporter};
 use nodesim::{Fleet, Summary};
+use stampede_launch::testing::{eventually, register_job, Harness, CATCH_UP};
 use stampede_proto::{AllocClientStatus, Allocation};
 
 /// The minimum runner a user writes: it comes up at once, healthy, and
@@ -41,7 +42,7 @@ impl AllocRunner for Recording {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_runner_runs_what_the_cluster_places() {
-    let mut h = Harness::start().await;
+    let (h, _) = Harness::with_leader(3, &[]).await;
     let client = h.client();
     let ran = Arc::new(Mutex::new(HashSet::new()));
     let factory: AllocRunnerFactory = {
@@ -54,12 +55,12 @@ async fn a_custom_runner_runs_what_the_cluster_places() {
             })
         })
     };
-    let fleet = Fleet::start(h.opts(&["--nodes", "10"]), factory)
+    let fleet = Fleet::start(opts(&h, &["--nodes", "10"]), factory)
         .await
         .unwrap();
-    ready_nodes(&mut h.0, 10.0).await;
+    ready_nodes(&h, 10.0).await;
 
-    register(&client, job("api", 25, "dc1")).await;
+    register_job(&client, job("api", 25, "dc1")).await;
     let placed = running(&client, "api", 25).await;
     let placed: HashSet<String> = placed.into_iter().map(|a| a.id).collect();
     assert_eq!(
@@ -77,8 +78,9 @@ async fn a_custom_runner_runs_what_the_cluster_places() {
 /// Runs the same job on a fleet of its own and returns its summary once every
 /// allocation is healthy on the servers and nothing is left to send.
 async fn one_workload(h: &Harness, mode: &str) -> Summary {
-    let fleet = h
-        .fleet(&[
+    let fleet = fleet(
+        h,
+        &[
             "--nodes",
             "10",
             "--update-mode",
@@ -87,17 +89,18 @@ async fn one_workload(h: &Harness, mode: &str) -> Summary {
             mode,
             "--id-prefix",
             mode,
-        ])
-        .await;
+        ],
+    )
+    .await;
     let client = h.client();
-    register(&client, job(mode, 40, mode)).await;
+    register_job(&client, job(mode, 40, mode)).await;
     running(&client, mode, 40).await;
     fleet.shutdown().await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prioritized_updates_send_fewer_rpcs_than_legacy() {
-    let h = Harness::start().await;
+    let (h, _) = Harness::with_leader(3, &[]).await;
     let legacy = one_workload(&h, "legacy").await;
     let prioritized = one_workload(&h, "prioritized").await;
     eprintln!("{legacy}\n{prioritized}");
@@ -125,30 +128,31 @@ async fn prioritized_updates_send_fewer_rpcs_than_legacy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fleet_survives_a_leader_kill_and_restart() {
-    let mut h = Harness::start().await;
+    let (mut h, _) = Harness::with_leader(3, &[]).await;
     let client = h.client();
-    let fleet = h.fleet(&["--nodes", "30"]).await;
-    register(&client, job("before", 30, "dc1")).await;
+    let fleet = fleet(&h, &["--nodes", "30"]).await;
+    register_job(&client, job("before", 30, "dc1")).await;
     running(&client, "before", 30).await;
 
-    let leader = h.0.wait_for_leader(ELECTION).await.unwrap();
-    h.0.kill(leader).unwrap();
-    let new_leader = h.0.wait_for_leader(ELECTION).await.unwrap();
+    let leader = h.leader().await;
+    h.kill(leader).unwrap();
+    let new_leader = h.leader().await;
     assert_ne!(new_leader, leader);
-    register(&client, job("during", 30, "dc1")).await;
+    register_job(&client, job("during", 30, "dc1")).await;
     running(&client, "during", 30).await;
 
-    h.0.spawn(leader).unwrap();
-    register(&client, job("after", 30, "dc1")).await;
+    h.spawn(leader).unwrap();
+    register_job(&client, job("after", 30, "dc1")).await;
     running(&client, "after", 30).await;
-    ready_nodes(&mut h.0, 30.0).await;
+    ready_nodes(&h, 30.0).await;
     // A node whose last heartbeat failed (to the restarted server, say)
     // shows as disconnected until its retry gets through.
-    let deadline = std::time::Instant::now() + SETTLE;
-    while fleet.summary().ready != 30 {
-        check_deadline(deadline, "every simulated node's last heartbeat succeeded");
-        tokio::time::sleep(POLL).await;
-    }
+    eventually(
+        "every simulated node's last heartbeat succeeded",
+        CATCH_UP,
+        || async { fleet.summary().ready == 30 },
+    )
+    .await;
 
     let summary = fleet.shutdown().await;
     eprintln!("{summary}");

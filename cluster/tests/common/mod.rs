@@ -1,79 +1,111 @@
-//! Shared by the integration tests: a real cluster of `cluster serve`
-//! processes whose logs are printed when a test fails.
+//! What only the `cluster` tests share: nodes kept alive by heartbeats,
+//! allocations that count as live, and the workers' states. The cluster
+//! itself, waiting and the usual builders are `stampede_launch::testing`.
 
-#![allow(dead_code)]
+#![allow(dead_code)] // each test file uses its own part
 
-use std::time::{Duration, Instant};
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use cluster::launcher::{LaunchOptions, LocalCluster};
-use stampede_proto::{Node, Resources};
+use stampede_launch::testing::{allocs, eventually_ok, node_with, CATCH_UP};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{
+    AllocClientStatus, AllocDesiredStatus, Allocation, NodeStatus, NodeUpdateStatusRequest,
+};
+use tokio::sync::watch;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_cluster");
-pub const ELECTION: Duration = Duration::from_secs(30);
-pub const CATCH_UP: Duration = Duration::from_secs(60);
-
-/// A cluster whose server logs are printed if the test fails.
-pub struct Harness(pub LocalCluster);
-
-impl Harness {
-    pub fn start(servers: usize, args: &[&str]) -> Self {
-        Harness(
-            LocalCluster::start(LaunchOptions {
-                bin: BIN.into(),
-                servers,
-                root: None,
-                server_args: args.iter().map(|s| s.to_string()).collect(),
-            })
-            .expect("servers start"),
-        )
-    }
-}
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            for id in self.0.ids() {
-                eprintln!("--- server {id} log ---\n{}", self.0.log(id));
+/// Keeps nodes alive: heartbeats each of them every `every` until the
+/// returned sender is dropped or sends `true`.
+pub fn heartbeat(client: &ClusterClient, ids: Vec<String>, every: Duration) -> watch::Sender<bool> {
+    let (stop, rx) = watch::channel(false);
+    let client = client.clone();
+    tokio::spawn(async move {
+        while !*rx.borrow() {
+            for id in &ids {
+                let req = NodeUpdateStatusRequest {
+                    node_id: id.clone(),
+                    status: NodeStatus::Ready as i32,
+                };
+                let _ = client.nodes().update_status(req).await;
             }
+            tokio::time::sleep(every).await;
         }
-    }
+    });
+    stop
 }
 
-impl std::ops::Deref for Harness {
-    type Target = LocalCluster;
-    fn deref(&self) -> &LocalCluster {
-        &self.0
+/// Registers nodes `{prefix}-0` to `{prefix}-{n-1}`, each with `cpu` MHz and
+/// `mem` MB; returns their ids.
+pub async fn register_nodes(
+    client: &ClusterClient,
+    prefix: &str,
+    n: usize,
+    cpu: u64,
+    mem: u64,
+) -> Vec<String> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let id = format!("{prefix}-{i}");
+        client
+            .register_node(node_with(&id, cpu, mem))
+            .await
+            .unwrap();
+        ids.push(id);
     }
+    ids
 }
 
-impl std::ops::DerefMut for Harness {
-    fn deref_mut(&mut self) -> &mut LocalCluster {
-        &mut self.0
-    }
+/// The allocations meant to run that have not ended: pending or running.
+pub fn live(allocs: &[Allocation]) -> Vec<&Allocation> {
+    allocs
+        .iter()
+        .filter(|a| {
+            a.desired_status == AllocDesiredStatus::Run as i32
+                && matches!(
+                    AllocClientStatus::try_from(a.client_status),
+                    Ok(AllocClientStatus::Pending | AllocClientStatus::Running)
+                )
+        })
+        .collect()
 }
 
-pub fn node(id: &str) -> Node {
-    node_with(id, 2000, 4096)
+/// Waits until `job` has exactly `n` live allocations; returns all of them.
+pub async fn wait_live(client: &ClusterClient, job: &str, n: usize) -> Vec<Allocation> {
+    let what = format!("job {job} has {n} live allocations");
+    eventually_ok(&what, CATCH_UP, || async {
+        let all = allocs(client, job).await.unwrap();
+        if live(&all).len() == n {
+            return Ok(all);
+        }
+        Err(format!(
+            "{} live; (node, desired, client status): {:?}",
+            live(&all).len(),
+            all.iter()
+                .map(|a| (&a.node_id, a.desired_status, a.client_status))
+                .collect::<Vec<_>>()
+        ))
+    })
+    .await
 }
 
-pub fn node_with(id: &str, cpu_mhz: u64, memory_mb: u64) -> Node {
-    Node {
-        id: id.into(),
-        datacenter: "dc1".into(),
-        resources: Some(Resources { cpu_mhz, memory_mb }),
-        ..Default::default()
+/// The state of every scheduler worker of the server at `http`, as its
+/// `GET /v1/workers` lists them (`paused`, `backing_off`, ...); an error if
+/// the call fails or the answer has no list of workers.
+pub async fn worker_states(http: SocketAddr) -> Result<Vec<String>, String> {
+    let v: serde_json::Value = async {
+        reqwest::get(format!("http://{http}/v1/workers"))
+            .await?
+            .error_for_status()?
+            .json()
+            .await
     }
-}
-
-/// Awaits `cond` (an async check), failing with `what` after `timeout`.
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut cond: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !cond().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    .await
+    .map_err(|e: reqwest::Error| e.to_string())?;
+    let workers = v["workers"]
+        .as_array()
+        .ok_or_else(|| format!("no list of workers in {v}"))?;
+    Ok(workers
+        .iter()
+        .map(|w| w["state"].as_str().unwrap_or_default().to_string())
+        .collect())
 }

@@ -2,6 +2,9 @@
 //! 127.0.0.1 ports with their own data dirs: for `cluster dev`, tests and
 //! capacity runs. Processes still running when the `LocalCluster` is dropped
 //! are killed.
+//!
+//! With the cargo feature `testing`, the module `testing` is the harness the
+//! workspace's integration tests share.
 
 use std::fs::OpenOptions;
 use std::net::{SocketAddr, TcpListener};
@@ -12,6 +15,9 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+#[cfg(feature = "testing")]
+pub mod testing;
 
 /// A server's raft id.
 pub type NodeId = u64;

@@ -1,0 +1,109 @@
+//! Blocking queries on a real 3-process cluster: a node's parked query for
+//! its allocations wakes when they change, and only then.
+
+use stampede_launch::testing::{
+    eventually, node_with, register_job, service_job, Harness, CATCH_UP,
+};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{
+    Constraint, ConstraintOperand, ConstraintTarget, NodeClientAllocsReply,
+    NodeClientAllocsRequest, QueryOptions,
+};
+
+/// A node's allocations as its client reads them, blocking if `query` says so.
+async fn client_allocs(
+    client: ClusterClient,
+    node_id: String,
+    query: Option<QueryOptions>,
+) -> NodeClientAllocsReply {
+    let req = NodeClientAllocsRequest { node_id, query };
+    client
+        .nodes()
+        .get_client_allocs(req)
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_blocking_query_wakes_for_its_own_node_only() {
+    let (c, _) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
+    // Every call goes to server 1, whose metrics the test reads.
+    let client = c.client_of(&[1]);
+    let mut a = node_with("node-a", 1000, 4096);
+    a.node_class = "a".into();
+    let mut b = node_with("node-b", 1000, 4096);
+    b.node_class = "b".into();
+    client.register_node(a).await.unwrap();
+    client.register_node(b).await.unwrap();
+
+    // A node's first read answers at once; a parked one waits for a change
+    // past the index that read returned.
+    let first = |node: &str| {
+        let read = client_allocs(client.clone(), node.to_string(), None);
+        async move { read.await.index }
+    };
+    let park = |node: &str, min_index: u64| {
+        let query = QueryOptions {
+            min_index,
+            max_wait_ms: 120_000,
+            source: "client_allocs".into(),
+        };
+        tokio::spawn(client_allocs(client.clone(), node.to_string(), Some(query)))
+    };
+    let (ia, ib) = (first("node-a").await, first("node-b").await);
+    let wait_a = park("node-a", ia);
+    let wait_b = park("node-b", ib);
+    eventually("both queries are parked", CATCH_UP, || async {
+        c.metric(
+            1,
+            "stampede_blocking_queries_inflight{source=\"client_allocs\"}",
+        )
+        .await
+        .unwrap()
+            == 2.0
+    })
+    .await;
+
+    // Only node-b fits this job.
+    let mut job = service_job("on-b", 3, 100, 64);
+    job.task_groups[0].constraints = vec![Constraint {
+        target: ConstraintTarget::NodeClass as i32,
+        operand: ConstraintOperand::Equal as i32,
+        value: "b".into(),
+    }];
+    register_job(&client, job).await;
+    let b_reply = wait_b.await.unwrap();
+    assert_eq!(b_reply.allocs.len(), 3);
+    assert!(b_reply.index > ib);
+
+    let wakeups = c
+        .metric(
+            1,
+            "stampede_blocking_query_wakeups_total{source=\"client_allocs\"}",
+        )
+        .await
+        .unwrap();
+    assert!(wakeups >= 1.0);
+    // node-a's query was never woken and is still parked.
+    assert!(!wait_a.is_finished());
+    assert_eq!(
+        c.metric(
+            1,
+            "stampede_blocking_queries_inflight{source=\"client_allocs\"}"
+        )
+        .await
+        .unwrap(),
+        1.0
+    );
+    assert_eq!(
+        c.metric(
+            1,
+            "stampede_blocking_queries_started_total{source=\"client_allocs\"}"
+        )
+        .await
+        .unwrap(),
+        2.0
+    );
+    wait_a.abort();
+}

@@ -1,0 +1,91 @@
+//! Client updates on a real 3-process cluster: allocation status reports
+//! arriving at every server at once are batched into one raft entry, and a
+//! failed allocation is replaced.
+
+mod common;
+
+use common::{live, register_nodes, wait_live};
+use stampede_launch::testing::{allocs, eventually, register_job, service_job, Harness, CATCH_UP};
+use stampede_proto::{AllocClientStatus, Allocation, NodeUpdateAllocRequest};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
+    // A long window so that concurrent calls from all servers meet in one batch.
+    let (c, leader) = Harness::with_leader(
+        3,
+        &[
+            "--heartbeat-min-ttl",
+            "600s",
+            "--alloc-update-window",
+            "500ms",
+        ],
+    )
+    .await;
+    let client = c.client();
+    register_nodes(&client, "n", 4, 1000, 4096).await;
+    register_job(&client, service_job("web", 8, 100, 64)).await;
+    let placed = wait_live(&client, "web", 8).await;
+
+    // Every allocation reports running, one call each, through every server
+    // at once: allocation `i` through server `i % 3`.
+    let ids = c.ids();
+    let calls = placed.iter().enumerate().map(|(i, a)| {
+        let c = c.client_of(&[ids[i % ids.len()]]);
+        let update = Allocation {
+            id: a.id.clone(),
+            client_status: AllocClientStatus::Running as i32,
+            ..Default::default()
+        };
+        async move {
+            c.nodes()
+                .update_alloc(NodeUpdateAllocRequest {
+                    allocs: vec![update],
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .index
+        }
+    });
+    let indexes = futures::future::join_all(calls).await;
+    assert!(
+        indexes.iter().all(|i| *i == indexes[0]),
+        "one raft entry for the batch: {indexes:?}"
+    );
+    let entries = c
+        .metric(
+            leader,
+            "stampede_raft_entries_total{type=\"alloc_client_update\"}",
+        )
+        .await
+        .unwrap();
+    assert_eq!(entries, 1.0);
+    eventually("every allocation reads as running", CATCH_UP, || async {
+        let all = allocs(&client, "web").await.unwrap();
+        all.iter()
+            .all(|a| a.client_status == AllocClientStatus::Running as i32)
+    })
+    .await;
+    let all = allocs(&client, "web").await.unwrap();
+
+    // One fails: its job is evaluated and the allocation replaced.
+    let failed = all[0].id.clone();
+    client
+        .nodes()
+        .update_alloc(NodeUpdateAllocRequest {
+            allocs: vec![Allocation {
+                id: failed.clone(),
+                client_status: AllocClientStatus::Failed as i32,
+                client_description: "exit code 1".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap();
+    // The failed allocation stays, as history, beside its replacement.
+    eventually("the failed allocation is replaced", CATCH_UP, || async {
+        let after = allocs(&client, "web").await.unwrap();
+        after.len() == 9 && live(&after).len() == 8 && live(&after).iter().all(|a| a.id != failed)
+    })
+    .await;
+}
