@@ -43,7 +43,3 @@ pub mod raft;
 pub mod scheduler;
 pub mod server;
 pub mod state;
-
-/// Local clusters of real processes; its own crate so that tools which spawn
-/// clusters need not link RocksDB.
-pub use stampede_launch as launcher;
