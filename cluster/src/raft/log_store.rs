@@ -142,20 +142,25 @@ impl LogStore {
 
 impl LogStore {
     /// Appends `entries` in one `WriteBatch` and returns once the WAL is synced.
+    /// (openraft's error is large, so it comes boxed.)
     pub fn append_synced(
         &self,
         entries: impl IntoIterator<Item = Entry>,
-    ) -> Result<(), StorageIOError<NodeId>> {
+    ) -> Result<(), Box<StorageIOError<NodeId>>> {
         let mut batch = WriteBatch::default();
         let cf = self.cf(CF_LOGS);
         for entry in entries {
-            let bytes = bincode::serialize(&entry)
-                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&*e)))?;
+            let bytes = bincode::serialize(&entry).map_err(|e| {
+                Box::new(StorageIOError::write_log_entry(
+                    entry.log_id,
+                    AnyError::new(&*e),
+                ))
+            })?;
             batch.put_cf(cf, key(entry.log_id.index), bytes);
         }
         self.db
             .write_opt(batch, &write_options(true))
-            .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))
+            .map_err(|e| Box::new(StorageIOError::write_logs(AnyError::new(&e))))
     }
 }
 
@@ -261,7 +266,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .map(|_| ())
                 .map_err(|e| std::io::Error::other(e.to_string())),
         );
-        Ok(result?)
+        result.map_err(|e| StorageError::from(*e))
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
