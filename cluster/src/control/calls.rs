@@ -10,16 +10,15 @@ use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::plan_service_client::PlanServiceClient;
 use stampede_proto::{
-    log_entry::Msg, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalUpdateEntry,
-    EvalUpdateRequest, Evaluation, JobType, LogEntry, NodeStatus, NodeUpdateAllocRequest,
-    NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan, PlanResult, PlanSubmitRequest,
+    EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalUpdateRequest, Evaluation, JobType,
+    NodeStatus, NodeUpdateAllocRequest, NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan,
+    PlanResult, PlanSubmitRequest,
 };
 use tonic::transport::Channel;
 
 use super::error::ControlError;
 use super::leader::broker::{EvalBroker, NackOutcome, NackReason};
 use super::leader::heartbeat::Heartbeats;
-use super::leader::plan_apply::PlanError;
 use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
 use super::routing::{forwarded, Route, Router};
 use super::worker::Leader;
@@ -165,10 +164,7 @@ impl LeaderCalls {
                     validate::id(&format!("evals[{i}].id"), &e.id)?;
                     validate::id(&format!("evals[{i}].job_id"), &e.job_id)?;
                 }
-                let entry = LogEntry {
-                    msg: Some(Msg::EvalUpdate(EvalUpdateEntry { evals: req.evals })),
-                };
-                Ok(self.0.ctx.proposer.write(entry).await?)
+                Ok(self.0.ctx.write_evals(req.evals).await?)
             }
         }
     }
@@ -182,12 +178,7 @@ impl LeaderCalls {
                 .into_inner()
                 .result
                 .unwrap_or_default()),
-            Route::Local => match self.0.plans.submit(plan).await {
-                Ok(result) => Ok(result),
-                Err(PlanError::Broker(e)) => Err(e.into()),
-                Err(PlanError::Propose(e)) => Err(e.into()),
-                Err(e) => Err(ControlError::Unavailable(e.to_string())),
-            },
+            Route::Local => Ok(self.0.plans.submit(plan).await?),
         }
     }
 

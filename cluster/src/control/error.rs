@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::control::leader::alloc_updates::UpdateError;
 use crate::control::leader::broker::BrokerError;
+use crate::control::leader::plan_apply::PlanError;
 use crate::model::validate::InvalidField;
 use crate::raft::proposer::ProposeError;
 use crate::raft::NodeId;
@@ -43,6 +44,20 @@ impl From<InvalidField> for ControlError {
 impl From<Arc<UpdateError>> for ControlError {
     fn from(e: Arc<UpdateError>) -> Self {
         ControlError::Unavailable(e.to_string())
+    }
+}
+
+/// A plan's broker and raft errors stay what they are; a closed queue means
+/// leadership moved.
+impl From<PlanError> for ControlError {
+    fn from(e: PlanError) -> Self {
+        match e {
+            PlanError::Broker(e) => e.into(),
+            PlanError::Propose(e) => e.into(),
+            PlanError::NotLeader | PlanError::LeadershipChanged => {
+                ControlError::Unavailable(e.to_string())
+            }
+        }
     }
 }
 

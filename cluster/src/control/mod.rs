@@ -78,6 +78,8 @@ pub struct ControlPlane {
     pub workers: Arc<WorkerPool<LeaderCalls>>,
     pub fleet: Arc<FleetGauges>,
     leader: Arc<LeaderParts>,
+    /// What each term's leader tasks get: the store and a local-only proposer.
+    leader_ctx: LeaderContext,
     /// True once this server leads and its leader-only parts are running.
     leading: watch::Sender<bool>,
 }
@@ -99,7 +101,7 @@ impl ControlPlane {
             store: store.clone(),
             proposer: LocalProposer::new(proposer.clone()),
         };
-        let calls = LeaderCalls::new(router, ctx, &leader);
+        let calls = LeaderCalls::new(router, ctx.clone(), &leader);
         let workers = Arc::new(WorkerPool::new(
             calls.clone(),
             store.clone(),
@@ -121,6 +123,7 @@ impl ControlPlane {
             calls,
             workers,
             leader,
+            leader_ctx: ctx,
             leading,
         })
     }
@@ -165,11 +168,8 @@ impl ControlPlane {
             tracing::warn!("leadership barrier failed: {e}");
             return;
         }
-        let ctx = LeaderContext {
-            store: self.store.clone(),
-            proposer: LocalProposer::new(self.proposer.clone()),
-        };
-        self.leader.establish(ctx, self.blocking.clone());
+        self.leader
+            .establish(self.leader_ctx.clone(), self.blocking.clone());
         self.leading.send_replace(true);
         tracing::info!(
             id = self.id,
