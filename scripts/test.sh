@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh --tests
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
+# RocksDB's C++ is compiled once and linked by every profile.
+. scripts/rocksdb-env.sh
 cargo test --workspace "$@"
