@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::{
-    Allocation, Job, JobAllocationsRequest, JobRegisterReply, JobRegisterRequest, JobType, Node,
-    Resources, TaskGroup,
+    Allocation, Job, JobAllocationsRequest, JobRegisterReply, JobType, Node, Resources, TaskGroup,
 };
 
 use crate::{sibling_bin, LaunchOptions, LocalCluster, NodeId};
@@ -235,15 +234,7 @@ pub fn service_job(id: &str, count: u32, cpu_mhz: u64, memory_mb: u64) -> Job {
 pub async fn register_job(client: &ClusterClient, job: Job) -> JobRegisterReply {
     let id = job.id.clone();
     client
-        .retrying(|c| {
-            let job = job.clone();
-            async move {
-                Ok(c.jobs()
-                    .register(JobRegisterRequest { job: Some(job) })
-                    .await?
-                    .into_inner())
-            }
-        })
+        .register_job(job)
         .await
         .unwrap_or_else(|e| panic!("job {id:?} registers: {e}"))
 }

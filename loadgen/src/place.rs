@@ -10,7 +10,7 @@ use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::{
-    AllocDesiredStatus, Job, JobAllocationsRequest, JobRegisterRequest, JobType, Node, NodeStatus,
+    AllocDesiredStatus, Job, JobAllocationsRequest, JobType, Node, NodeStatus,
     NodeUpdateStatusRequest, QueryOptions, Resources, TaskGroup,
 };
 
@@ -137,16 +137,7 @@ async fn place_job(
         }],
         ..Default::default()
     };
-    client
-        .retrying(|c| {
-            let job = job.clone();
-            async move {
-                c.jobs()
-                    .register(JobRegisterRequest { job: Some(job) })
-                    .await
-            }
-        })
-        .await?;
+    client.register_job(job).await?;
     let mut index = 0;
     loop {
         let reply = client

@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, EvalGetRequest, EvalStatus, Job, JobAllocationsRequest,
-    JobRegisterRequest, JobType, QueryOptions, Resources, TaskGroup, UpdateStrategy,
+    JobType, QueryOptions, Resources, TaskGroup, UpdateStrategy,
 };
 use tokio::time::Instant;
 
@@ -197,17 +197,7 @@ async fn submit_and_follow(
     tally: Arc<Mutex<Tally>>,
     metrics: LoadMetrics,
 ) {
-    let reply = client
-        .retrying(|c| {
-            let job = job.clone();
-            async move {
-                Ok(c.jobs()
-                    .register(JobRegisterRequest { job: Some(job) })
-                    .await?
-                    .into_inner())
-            }
-        })
-        .await;
+    let reply = client.register_job(job.clone()).await;
     let reply = match reply {
         Ok(r) => r,
         Err(e) => {

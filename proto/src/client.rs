@@ -14,7 +14,7 @@ use crate::deployment_service_client::DeploymentServiceClient;
 use crate::eval_service_client::EvalServiceClient;
 use crate::job_service_client::JobServiceClient;
 use crate::node_service_client::NodeServiceClient;
-use crate::{Node, NodeRegisterRequest};
+use crate::{Job, JobRegisterReply, JobRegisterRequest, Node, NodeRegisterRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -150,6 +150,22 @@ impl ClusterClient {
                 Err(s) => return Err(ClientError::Status(Box::new(s))),
             }
         }
+    }
+
+    /// Registers (or updates) a job: its evaluation, raft index and job
+    /// modify index.
+    pub async fn register_job(&self, job: Job) -> Result<JobRegisterReply, ClientError> {
+        self.retrying(|c| {
+            let job = job.clone();
+            async move {
+                let reply = c
+                    .jobs()
+                    .register(JobRegisterRequest { job: Some(job) })
+                    .await?;
+                Ok(reply.into_inner())
+            }
+        })
+        .await
     }
 
     /// Registers (or updates) a node; returns the raft index it was applied at.

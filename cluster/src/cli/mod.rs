@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::{
     Allocation, Job, JobAllocationsRequest, JobDeregisterRequest, JobGetRequest, JobListRequest,
-    JobRegisterReply, JobRegisterRequest, Node, NodeListRequest, QueryOptions,
+    JobRegisterReply, Node, NodeListRequest, QueryOptions,
 };
 
 use crate::model::validate;
@@ -100,7 +100,9 @@ pub async fn run_job(cmd: JobCmd) -> anyhow::Result<()> {
     match cmd {
         JobCmd::Run { target, file } => {
             let job = read_job_file(&file)?;
-            let reply = register(&target.client()?, &job)
+            let reply = target
+                .client()?
+                .register_job(job.clone())
                 .await
                 .map_err(|e| target.explain(e))?;
             print!("{}", render_register(&job.id, &reply));
@@ -183,21 +185,9 @@ fn read_job_file(path: &Path) -> anyhow::Result<Job> {
 /// Reads are answered at once: the CLI never blocks on a query.
 fn query() -> Option<QueryOptions> {
     Some(QueryOptions {
-        source: "cli".into(),
+        source: stampede_proto::QuerySource::Cli.label().into(),
         ..Default::default()
     })
-}
-
-async fn register(client: &ClusterClient, job: &Job) -> Result<JobRegisterReply, ClientError> {
-    client
-        .retrying(|c| {
-            let job = job.clone();
-            async move {
-                let req = JobRegisterRequest { job: Some(job) };
-                Ok(c.jobs().register(req).await?.into_inner())
-            }
-        })
-        .await
 }
 
 async fn deregister(
