@@ -3,6 +3,11 @@
 //! capacity runs. Processes still running when the `LocalCluster` is dropped
 //! are killed.
 //!
+//! Faults to inject: `kill` (kill -9) and `spawn` again on the same data dir,
+//! `pause`/`resume` (SIGSTOP/SIGCONT), and, for a cluster started with
+//! [`LocalCluster::start_with_links`], `partition`/`heal`, which cut a
+//! server's peer links (the proxy in [`links`]).
+//!
 //! With the cargo feature `testing`, the module `testing` is the harness the
 //! workspace's integration tests share.
 
@@ -16,8 +21,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub mod links;
 #[cfg(feature = "testing")]
 pub mod testing;
+
+use links::PeerLinks;
 
 /// A server's raft id.
 pub type NodeId = u64;
@@ -57,6 +65,14 @@ pub enum LaunchError {
     MissingBin { name: String, near: PathBuf },
     #[error("no server with id {0} in this cluster")]
     UnknownServer(NodeId),
+    #[error("server {0} is not running")]
+    NotRunning(NodeId),
+    #[error("this cluster was started without peer links (LocalCluster::start_with_links), so it cannot be partitioned")]
+    NoLinks,
+    #[error(
+        "{0} has no `serve --peer-via` option, which peer links (partitions) need: rebuild it"
+    )]
+    NoPeerVia(PathBuf),
     #[error("server {id} at {addr}: {detail}")]
     Http {
         id: NodeId,
@@ -91,6 +107,8 @@ pub struct ServerProc {
     pub data_dir: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
+    /// Stopped with SIGSTOP and not yet continued.
+    paused: bool,
 }
 
 pub struct LocalCluster {
@@ -100,12 +118,29 @@ pub struct LocalCluster {
     server_args: Vec<String>,
     servers: Vec<ServerProc>,
     http: reqwest::Client,
+    /// The fault proxy every peer connection goes through, if started with it.
+    links: Option<PeerLinks>,
 }
 
 impl LocalCluster {
     /// Starts every server. It returns once the processes are spawned; use
     /// [`LocalCluster::wait_for_leader`] to know the cluster has formed.
     pub fn start(opts: LaunchOptions) -> Result<Self, LaunchError> {
+        Self::launch(opts, false)
+    }
+
+    /// [`LocalCluster::start`], with every server reaching every other
+    /// through a link of a fault proxy ([`links::PeerLinks`], running in this
+    /// process), so that [`LocalCluster::partition`] can cut it off. Each
+    /// server is told its links with `cluster serve --peer-via`.
+    pub fn start_with_links(opts: LaunchOptions) -> Result<Self, LaunchError> {
+        Self::launch(opts, true)
+    }
+
+    fn launch(opts: LaunchOptions, with_links: bool) -> Result<Self, LaunchError> {
+        if with_links && !serves_peer_via(&opts.bin)? {
+            return Err(LaunchError::NoPeerVia(opts.bin));
+        }
         let (root, tmp) = match opts.root {
             Some(root) => (root, None),
             None => {
@@ -128,9 +163,16 @@ impl LocalCluster {
                     data_dir: root.join(format!("server-{id}")),
                     log: root.join(format!("server-{id}.log")),
                     child: None,
+                    paused: false,
                 }
             })
-            .collect();
+            .collect::<Vec<ServerProc>>();
+        let links = if with_links {
+            let rpcs = servers.iter().map(|s| (s.id, s.rpc)).collect();
+            Some(PeerLinks::start(&rpcs).map_err(|e| LaunchError::Io(root.clone(), e))?)
+        } else {
+            None
+        };
         let mut cluster = Self {
             bin: opts.bin,
             root,
@@ -141,6 +183,7 @@ impl LocalCluster {
                 .timeout(Duration::from_secs(5))
                 .build()
                 .expect("a plain HTTP client builds"),
+            links,
         };
         for id in cluster.ids() {
             cluster.spawn(id)?;
@@ -200,6 +243,9 @@ impl LocalCluster {
         let peers = self.peers_arg();
         let bin = self.bin.clone();
         let mut args = self.server_args.clone();
+        if let Some(links) = &self.links {
+            args.extend(["--peer-via".to_string(), links.via_arg(id)]);
+        }
         args.extend(extra.iter().map(|a| a.to_string()));
         let s = self.server_mut(id)?;
         let log = OpenOptions::new()
@@ -225,6 +271,7 @@ impl LocalCluster {
             .spawn()
             .map_err(|source| LaunchError::Spawn { bin, source })?;
         s.child = Some(child);
+        s.paused = false;
         Ok(())
     }
 
@@ -238,16 +285,87 @@ impl LocalCluster {
 
     /// `kill -9`: the server gets no chance to flush anything.
     pub fn kill(&mut self, id: NodeId) -> Result<(), LaunchError> {
-        if let Some(mut child) = self.server_mut(id)?.child.take() {
+        let s = self.server_mut(id)?;
+        s.paused = false;
+        if let Some(mut child) = s.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
         Ok(())
     }
 
+    /// `kill -9`, then the server started again on its own data dir.
+    pub fn restart(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        self.kill(id)?;
+        self.spawn(id)
+    }
+
+    /// SIGSTOP: the process stays, frozen; its sockets stay open and its
+    /// peers' messages queue up, as with a long GC pause or a hung VM.
+    pub fn pause(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        self.signal(id, libc::SIGSTOP)?;
+        self.server_mut(id)?.paused = true;
+        Ok(())
+    }
+
+    /// SIGCONT: a paused server runs on.
+    pub fn resume(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        self.signal(id, libc::SIGCONT)?;
+        self.server_mut(id)?.paused = false;
+        Ok(())
+    }
+
+    /// Whether server `id` is paused (SIGSTOP without SIGCONT yet).
+    pub fn is_paused(&self, id: NodeId) -> bool {
+        self.server(id).is_ok_and(|s| s.paused)
+    }
+
+    fn signal(&mut self, id: NodeId, sig: libc::c_int) -> Result<(), LaunchError> {
+        if !self.is_running(id) {
+            return Err(LaunchError::NotRunning(id));
+        }
+        let pid = self
+            .server(id)?
+            .child
+            .as_ref()
+            .ok_or(LaunchError::NotRunning(id))?
+            .id();
+        // SAFETY: kill(2) with a pid we spawned and have not reaped (it is running).
+        unsafe { libc::kill(pid as i32, sig) };
+        Ok(())
+    }
+
+    /// Cuts every peer link to and from server `id`: the others cannot
+    /// reach it and it cannot reach them (raft and forwarded writes both
+    /// ways), while clients still can. Needs [`LocalCluster::start_with_links`].
+    pub fn partition(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        self.server(id)?;
+        self.links.as_ref().ok_or(LaunchError::NoLinks)?.isolate(id);
+        Ok(())
+    }
+
+    /// Heals every peer link to and from server `id`.
+    pub fn heal(&mut self, id: NodeId) -> Result<(), LaunchError> {
+        self.server(id)?;
+        self.links.as_ref().ok_or(LaunchError::NoLinks)?.rejoin(id);
+        Ok(())
+    }
+
+    /// Whether any peer link of server `id` is cut.
+    pub fn is_partitioned(&self, id: NodeId) -> bool {
+        self.links.as_ref().is_some_and(|l| l.is_isolated(id))
+    }
+
+    /// The fault proxy on the peer links, when started with it.
+    pub fn links(&self) -> Option<&PeerLinks> {
+        self.links.as_ref()
+    }
+
     /// SIGTERM, then SIGKILL if the server has not stopped within the grace period.
     pub fn stop(&mut self, id: NodeId) -> Result<(), LaunchError> {
-        if let Some(child) = self.server_mut(id)?.child.take() {
+        let s = self.server_mut(id)?;
+        s.paused = false;
+        if let Some(child) = s.child.take() {
             terminate(child);
         }
         Ok(())
@@ -263,6 +381,11 @@ impl LocalCluster {
         for child in &children {
             // SAFETY: kill(2) with a pid we spawned and have not reaped.
             unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            // A paused server takes the SIGTERM once it runs again.
+            unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+        }
+        for s in &mut self.servers {
+            s.paused = false;
         }
         for child in children {
             terminate(child);
@@ -362,8 +485,8 @@ impl LocalCluster {
         }
     }
 
-    /// Waits until every running server names the same leader, and that
-    /// leader says it leads. Returns its id.
+    /// Waits until every running server (paused ones aside) names the same
+    /// leader, and that leader says it leads. Returns its id.
     pub async fn wait_for_leader(&mut self, timeout: Duration) -> Result<NodeId, LaunchError> {
         let start = Instant::now();
         let mut last = None;
@@ -371,7 +494,7 @@ impl LocalCluster {
             let running: Vec<NodeId> = self
                 .ids()
                 .into_iter()
-                .filter(|id| self.is_running(*id))
+                .filter(|id| self.is_running(*id) && !self.is_paused(*id))
                 .collect();
             let mut leaders = Vec::new();
             for id in &running {
@@ -419,10 +542,14 @@ impl Drop for LocalCluster {
 }
 
 /// Stops a child process gracefully: SIGTERM, then SIGKILL if it is still
-/// running after a grace period; reaps it either way.
+/// running after a grace period; reaps it either way. A stopped (paused)
+/// process is continued, so that it can take the SIGTERM.
 pub fn terminate(mut child: Child) {
     // SAFETY: kill(2) with a pid we spawned and have not reaped.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+        libc::kill(child.id() as i32, libc::SIGCONT);
+    }
     let deadline = Instant::now() + STOP_GRACE;
     while Instant::now() < deadline {
         if let Ok(Some(_)) = child.try_wait() {
@@ -432,6 +559,19 @@ pub fn terminate(mut child: Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Whether `bin serve` takes `--peer-via` (a server built before it did not).
+fn serves_peer_via(bin: &Path) -> Result<bool, LaunchError> {
+    let help = Command::new(bin)
+        .args(["serve", "--help"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|source| LaunchError::Spawn {
+            bin: bin.to_path_buf(),
+            source,
+        })?;
+    Ok(String::from_utf8_lossy(&help.stdout).contains("--peer-via"))
 }
 
 /// A binary of this workspace built beside the running executable: in the

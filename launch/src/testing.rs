@@ -59,6 +59,20 @@ impl Harness {
         )
     }
 
+    /// [`Harness::start`], with every peer connection through the fault
+    /// proxy, so that the test can [`LocalCluster::partition`] a server.
+    pub fn start_with_links(servers: usize, args: &[&str]) -> Self {
+        Harness(
+            LocalCluster::start_with_links(LaunchOptions {
+                bin: cluster_bin(),
+                servers,
+                root: None,
+                server_args: args.iter().map(|a| a.to_string()).collect(),
+            })
+            .expect("servers start"),
+        )
+    }
+
     /// [`Harness::start`], then waits until the servers agree on a leader;
     /// returns its id too.
     pub async fn with_leader(servers: usize, args: &[&str]) -> (Self, NodeId) {

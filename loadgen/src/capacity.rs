@@ -4,7 +4,9 @@
 //! every process's `/metrics`, and writes a run directory: `summary.json`,
 //! `samples.json`, a self-contained `report.html`, and each process's last
 //! `/metrics` under `VARIANT/metrics/`. When Prometheus is installed it scrapes
-//! the run too (`prometheus_run`), for the Grafana dashboards.
+//! the run too (`prometheus_run`), for the Grafana dashboards. A scenario with
+//! `[[faults]]` has them injected during the stream (`faults`), and its run
+//! ends with an audit of every acknowledged job on every server.
 //!
 //! This module runs things and builds the summary from what they measured;
 //! the summary's model, its SLO checks and the baseline comparison are in
@@ -22,6 +24,7 @@ use stampede_proto::client::ClusterClient;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::faults::{self, FaultsConfig};
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
@@ -32,7 +35,7 @@ use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERS
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
@@ -58,6 +61,16 @@ pub struct CapacityOpts {
     /// Do not start Prometheus even if it is installed.
     #[arg(long)]
     pub no_prometheus: bool,
+    /// With [[faults]]: how long, past a fault's injection or its end
+    /// (whichever is later), a leader may take to appear before the fault
+    /// is reported without one.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub fault_leader_wait: Duration,
+    /// With [[faults]]: how long the servers may take, after the stream, to
+    /// answer and apply the same raft index before the audit gives up (and
+    /// the run fails).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub audit_wait: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +93,8 @@ pub enum CapacityError {
     ServeMetrics(SocketAddr, std::io::Error),
     #[error("--sample-every must be at least 100ms")]
     SampleEvery,
+    #[error("scenario {0} has [[faults]], which kill, pause and partition servers loadgen started itself; with --servers it drives a cluster it did not start: run it without --servers")]
+    FaultsNeedLocal(String),
 }
 
 pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
@@ -87,6 +102,9 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         return Err(CapacityError::SampleEvery.into());
     }
     let scenario = Scenario::load(&opts.scenario)?;
+    if !scenario.faults.is_empty() && !opts.servers.is_empty() {
+        return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
+    }
     let baseline = match &opts.baseline {
         Some(path) => Some(load_baseline(path)?),
         None => None,
@@ -161,6 +179,9 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if let Some(p) = &summary.prometheus {
         println!("prometheus data: {}", p.browse);
     }
+    if !summary.audit_failures.is_empty() {
+        anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
+    }
     Ok(summary)
 }
 
@@ -222,6 +243,7 @@ fn finish(
             .map(|b| summary::regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
             .unwrap_or_default(),
         slo_breaches: summary::slo_breaches(&scenario.slo, variants),
+        audit_failures: summary::audit_failures(variants),
         complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
         prometheus: ctx.prometheus.map(|p| p.info().clone()),
     };
@@ -296,12 +318,18 @@ async fn run_local(
         .chain(&v.server_args)
         .cloned()
         .collect();
-    let mut cluster = LocalCluster::start(LaunchOptions {
+    let launch = LaunchOptions {
         bin: sibling_bin("cluster")?,
         servers: scenario.servers as usize,
         root: Some(dir.join("cluster")),
         server_args,
-    })?;
+    };
+    // Partitions cut the peer links: the servers reach each other through
+    // loadgen's fault proxy.
+    let mut cluster = match scenario.partitions() {
+        true => LocalCluster::start_with_links(launch)?,
+        false => LocalCluster::start(launch)?,
+    };
     cluster.wait_for_leader(Duration::from_secs(60)).await?;
 
     let nodesim_bin = sibling_bin("nodesim")?;
@@ -354,7 +382,17 @@ async fn run_local(
         problems.push(e);
     }
     let client = ClusterClient::new(&cluster.rpc_addrs())?;
-    let mut summary = drive(scenario, v, client, targets, dir, ctx, problems).await?;
+    let mut summary = drive(
+        scenario,
+        v,
+        client,
+        targets,
+        dir,
+        ctx,
+        problems,
+        Some(&mut cluster),
+    )
+    .await?;
     for s in &summary.series {
         if let Some(t) = s.lost_at {
             summary.problems.push(format!(
@@ -394,7 +432,7 @@ async fn run_remote(
         }
     }
     let client = ClusterClient::new(&opts.servers)?;
-    drive(scenario, v, client, targets, dir, ctx, Vec::new()).await
+    drive(scenario, v, client, targets, dir, ctx, Vec::new(), None).await
 }
 
 /// Splits `/metrics` URLs into nodesim shards and servers (host:port each,
@@ -451,8 +489,9 @@ async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
     ))
 }
 
-/// Runs the stream while sampling, keeps each process's last `/metrics` in
-/// `dir/metrics/`, and sums up.
+/// Runs the stream while sampling (and, given the local `cluster`, injects
+/// the scenario's faults meanwhile and audits after), keeps each process's
+/// last `/metrics` in `dir/metrics/`, and sums up.
 #[allow(clippy::too_many_arguments)]
 async fn drive(
     scenario: &Scenario,
@@ -461,7 +500,8 @@ async fn drive(
     targets: Vec<Target>,
     dir: &Path,
     ctx: &Ctx<'_>,
-    problems: Vec<String>,
+    mut problems: Vec<String>,
+    mut cluster: Option<&mut LocalCluster>,
 ) -> Result<VariantSummary, CapacityError> {
     let start = Instant::now();
     let started_unix = unix_now();
@@ -469,7 +509,21 @@ async fn drive(
     let sampling = tokio::spawn(sampler::run(targets, ctx.opts.sample_every, start, stopped));
     let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
     let progress = crate::progress::Progress::start(scenario, ctx.metrics);
-    let report = stream::run(client, scenario, &prefix, ctx.metrics).await;
+    let fault_cfg = FaultsConfig {
+        leader_wait: ctx.opts.fault_leader_wait,
+        audit_wait: ctx.opts.audit_wait,
+        ..FaultsConfig::default()
+    };
+    let stream = stream::run(client, scenario, &prefix, ctx.metrics, start);
+    let ((report, journal), injected) = match cluster.as_deref_mut() {
+        Some(cluster) if !scenario.faults.is_empty() => {
+            let injecting = faults::inject(cluster, &scenario.faults, start, &fault_cfg);
+            let (stream, (injected, fault_problems)) = tokio::join!(stream, injecting);
+            problems.extend(fault_problems);
+            (stream, injected)
+        }
+        _ => (stream.await, Vec::new()),
+    };
     progress.finish();
     if let Some(p) = ctx.prometheus {
         p.settle(ctx.opts.sample_every).await;
@@ -485,9 +539,22 @@ async fn drive(
             std::fs::write(&path, text).map_err(|e| CapacityError::Write(path, e))?;
         }
     }
-    let mut summary = summarize(v, report, series, start.elapsed().as_secs_f64(), problems);
+    let seconds = start.elapsed().as_secs_f64();
+    let ended_unix = unix_now();
+    let mut summary = summarize(v, report, series, seconds, problems);
     summary.started_unix = started_unix;
-    summary.ended_unix = unix_now();
+    summary.ended_unix = ended_unix;
+    if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {
+        let stream_s = scenario.duration.as_secs_f64();
+        summary.faults =
+            faults::measure(&injected, &journal, stream_s, fault_cfg.throughput_window);
+        summary.acks_per_second = faults::acks_per_second(&journal, seconds);
+        eprintln!(
+            "loadgen: auditing {} acknowledged jobs on every server",
+            journal.acked.len()
+        );
+        summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
+    }
     Ok(summary)
 }
 
@@ -594,6 +661,9 @@ fn summarize(
         started_unix: 0.0,
         ended_unix: 0.0,
         problems,
+        faults: Vec::new(),
+        audit: None,
         series,
+        acks_per_second: Vec::new(),
     }
 }

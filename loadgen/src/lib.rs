@@ -1,6 +1,7 @@
 //! loadgen: drives load at a running stampede cluster and measures it.
 
 pub mod capacity;
+pub mod faults;
 pub mod metrics;
 pub mod place;
 pub mod progress;

@@ -85,6 +85,42 @@ pub fn table(s: &RunSummary) -> String {
             .sum();
         format!("{sum:.2}")
     });
+    // Faults: one row per step (the variants ran the same steps), then the audit.
+    let steps = s.variants.iter().map(|v| v.faults.len()).max().unwrap_or(0);
+    for i in 0..steps {
+        let action = s.scenario.faults.get(i).map_or("?", |f| f.action.name());
+        row(
+            &format!(
+                "fault {}: {action} (leader s / unavailable s / elections)",
+                i + 1
+            ),
+            &|v| match v.faults.get(i) {
+                Some(f) => format!(
+                    "@{:.0}s: {} / {} / {}",
+                    f.at_s,
+                    secs(f.time_to_leader_s),
+                    secs(f.unavailable_s),
+                    f.elections.map_or("-".into(), |e| e.to_string())
+                ),
+                None => "not injected".into(),
+            },
+        );
+        row("  acks/s before / after", &|v| match v.faults.get(i) {
+            Some(f) => format!(
+                "{:.1} / {}",
+                f.throughput_before,
+                f.throughput_after.map_or("-".into(), |t| format!("{t:.1}"))
+            ),
+            None => "-".into(),
+        });
+    }
+    if s.variants.iter().any(|v| v.audit.is_some()) {
+        row("audit: acked / lost / phantom", &|v| match &v.audit {
+            Some(a) if a.error.is_some() => "could not check".into(),
+            Some(a) => format!("{} / {} / {}", a.acked, a.lost, a.phantom),
+            None => "-".into(),
+        });
+    }
     row("problems", &|v| {
         if v.problems.is_empty() {
             "none".into()
@@ -115,6 +151,9 @@ pub fn table(s: &RunSummary) -> String {
     if !s.slo_breaches.is_empty() {
         let _ = write!(out, "\nSLO breached: {}", s.slo_breaches.join("; "));
     }
+    for a in &s.audit_failures {
+        let _ = write!(out, "\naudit failed: {a}");
+    }
     for r in &s.regressions {
         let _ = write!(out, "\nworse than the baseline: {r}");
     }
@@ -122,6 +161,11 @@ pub fn table(s: &RunSummary) -> String {
         out.push_str("\nthe run did not complete: this report is partial");
     }
     out
+}
+
+/// Seconds to one decimal, or `-` when not measured.
+fn secs(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
 /// A rate per second of a counter between consecutive points.
@@ -181,7 +225,18 @@ fn by_label(
 /// An SVG line chart of time series (x in seconds) with axes, a title, a
 /// unit and a legend.
 pub fn chart(title: &str, unit: &str, lines: &[(String, Vec<(f64, f64)>)]) -> String {
-    chart_over(title, unit, "s", lines)
+    chart_marked(title, unit, lines, &[])
+}
+
+/// A time chart with marks: a dashed vertical line and a label at each
+/// `(x, label)`, such as the moments faults were injected.
+pub fn chart_marked(
+    title: &str,
+    unit: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+    marks: &[(f64, String)],
+) -> String {
+    draw(title, unit, "s", lines, marks)
 }
 
 /// The same with x in `x_unit`.
@@ -191,9 +246,23 @@ pub fn chart_over(
     x_unit: &str,
     lines: &[(String, Vec<(f64, f64)>)],
 ) -> String {
+    draw(title, unit, x_unit, lines, &[])
+}
+
+fn draw(
+    title: &str,
+    unit: &str,
+    x_unit: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+    marks: &[(f64, String)],
+) -> String {
     let (w, h, left, right, top, bottom) = (640.0, 260.0, 60.0, 150.0, 28.0, 30.0);
     let pts = lines.iter().flat_map(|(_, p)| p.iter());
-    let xmax = pts.clone().map(|p| p.0).fold(1.0f64, f64::max);
+    let xmax = pts
+        .clone()
+        .map(|p| p.0)
+        .chain(marks.iter().map(|m| m.0))
+        .fold(1.0f64, f64::max);
     let ymax = pts.map(|p| p.1).fold(0.0f64, f64::max).max(1e-9) * 1.1;
     let x = |v: f64| left + (v / xmax) * (w - left - right);
     let y = |v: f64| top + (1.0 - v / ymax) * (h - top - bottom);
@@ -226,6 +295,18 @@ pub fn chart_over(
         h - 8.0,
         b = h - bottom
     );
+    for (i, (at, label)) in marks.iter().enumerate() {
+        // Labels alternate between two heights so that close marks stay readable.
+        let ly = top + 10.0 + 12.0 * (i % 2) as f64;
+        let _ = write!(
+            svg,
+            r##"<g class="mark"><line x1="{mx:.1}" x2="{mx:.1}" y1="{top}" y2="{b}" stroke="#c00" stroke-dasharray="4,3"/><text x="{tx:.1}" y="{ly}" font-size="9" fill="#c00">{}</text></g>"##,
+            escape(label),
+            mx = x(*at),
+            tx = x(*at) + 3.0,
+            b = h - bottom
+        );
+    }
     for (i, (name, p)) in lines.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let path: Vec<String> = p
@@ -272,8 +353,20 @@ fn escape(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
+/// Where the variant's faults go on its time charts.
+fn fault_marks(v: &VariantSummary) -> Vec<(f64, String)> {
+    v.faults
+        .iter()
+        .map(|f| (f.at_s, f.action.name().to_string()))
+        .collect()
+}
+
 /// The charts of one variant.
 fn charts(v: &VariantSummary) -> Vec<String> {
+    let marks = fault_marks(v);
+    let chart = |title: &str, unit: &str, lines: &[(String, Vec<(f64, f64)>)]| {
+        chart_marked(title, unit, lines, &marks)
+    };
     let servers: Vec<&Series> = v
         .series
         .iter()
@@ -362,7 +455,66 @@ fn charts(v: &VariantSummary) -> Vec<String> {
         })
         .collect();
     out.push(chart("Resident memory by process", "MiB", &rss));
+    if !v.acks_per_second.is_empty() {
+        out.insert(
+            0,
+            chart(
+                "Job registrations acknowledged",
+                "per s",
+                &[("acknowledged".into(), v.acks_per_second.clone())],
+            ),
+        );
+    }
     out
+}
+
+/// A variant's faults and audit, as a table and a line.
+fn faults_section(v: &VariantSummary) -> String {
+    let mut html = String::new();
+    if !v.faults.is_empty() {
+        html.push_str(
+            "<table class=\"faults\"><tr><th>fault</th><th>at s</th><th>servers</th>\
+             <th>lasted s</th><th>time to leader s</th><th>unavailable s</th><th>elections</th>\
+             <th>acks/s before</th><th>acks/s after</th></tr>",
+        );
+        for f in &v.faults {
+            let servers: Vec<String> = f.servers.iter().map(|s| s.to_string()).collect();
+            let _ = write!(
+                html,
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
+                f.action.name(),
+                f.at_s,
+                servers.join(", "),
+                f.duration_s,
+                secs(f.time_to_leader_s),
+                secs(f.unavailable_s),
+                f.elections.map_or("-".into(), |e| e.to_string()),
+                f.throughput_before,
+                f.throughput_after.map_or("-".into(), |t| format!("{t:.1}")),
+            );
+        }
+        html.push_str("</table>");
+    }
+    if let Some(a) = &v.audit {
+        match a.failure() {
+            None => {
+                let _ = write!(
+                    html,
+                    "<p class=\"audit\">Audit: all {} acknowledged jobs are on each of the {} servers \
+                     (at raft index {}); nothing is there that was not submitted ({} submitted).</p>",
+                    a.acked, a.servers, a.applied_index, a.submitted
+                );
+            }
+            Some(failure) => {
+                let _ = write!(
+                    html,
+                    "<p class=\"warn audit\">Audit failed: {}</p>",
+                    escape(&failure)
+                );
+            }
+        }
+    }
+    html
 }
 
 /// One number read from a variant's summary.
@@ -531,6 +683,9 @@ pub fn html(s: &RunSummary) -> String {
             escape(r)
         );
     }
+    for a in &s.audit_failures {
+        let _ = write!(page, "<p class=\"warn\">Audit failed: {}</p>", escape(a));
+    }
     let _ = write!(page, "<h2>Summary</h2><pre>{}</pre>", escape(&table(s)));
     page.push_str(&comparison(s));
     page.push_str(&sweep(s));
@@ -545,6 +700,7 @@ pub fn html(s: &RunSummary) -> String {
         for p in &v.problems {
             let _ = write!(page, "<p class=\"warn\">{}</p>", escape(p));
         }
+        page.push_str(&faults_section(v));
         page.push_str("<div class=\"charts\">");
         for c in charts(v) {
             page.push_str(&c);
@@ -575,3 +731,77 @@ window.addEventListener('load', () => {
   document.body.dataset.plotsDrawn = drawn.length;
 });
 </script>"#;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::{FaultAction, Scenario};
+    use crate::summary::{Audit, FaultReport, RunSummary, SCHEMA_VERSION};
+
+    fn with_faults() -> RunSummary {
+        let fault = FaultReport {
+            action: FaultAction::KillLeader,
+            at_s: 20.4,
+            scheduled_at_s: 20.0,
+            duration_s: 3.0,
+            servers: vec![2],
+            leader_before: Some(2),
+            time_to_leader_s: Some(1.3),
+            leader_after: Some(3),
+            unavailable_s: Some(1.5),
+            elections: Some(1),
+            recovered_s: Some(23.4),
+            throughput_before: 4.0,
+            throughput_after: Some(3.9),
+        };
+        let variant = VariantSummary {
+            name: "faults".into(),
+            faults: vec![fault],
+            audit: Some(Audit {
+                acked: 100,
+                submitted: 101,
+                servers: 3,
+                ..Default::default()
+            }),
+            acks_per_second: vec![(1.0, 4.0), (2.0, 3.0)],
+            ..Default::default()
+        };
+        RunSummary {
+            schema_version: SCHEMA_VERSION,
+            scenario: Scenario::load("faults").unwrap(),
+            raft_entries_by_type: Default::default(),
+            blocking_queries_by_source: Default::default(),
+            variants: vec![variant],
+            slo_breaches: vec![],
+            regressions: vec![],
+            audit_failures: vec![],
+            complete: true,
+            prometheus: None,
+        }
+    }
+
+    #[test]
+    fn the_table_shows_each_fault_and_the_audit() {
+        let t = table(&with_faults());
+        assert!(
+            t.contains("fault 1: kill_leader (leader s / unavailable s / elections)"),
+            "{t}"
+        );
+        assert!(t.contains("@20s: 1.3 / 1.5 / 1"), "{t}");
+        assert!(t.contains("4.0 / 3.9"), "{t}");
+        assert!(t.contains("audit: acked / lost / phantom") && t.contains("100 / 0 / 0"));
+    }
+
+    #[test]
+    fn time_plots_mark_each_fault_with_a_line_and_its_label() {
+        let page = html(&with_faults());
+        assert!(page.contains("Job registrations acknowledged"));
+        // Every time chart of the variant carries the mark.
+        let marks = page.matches("<g class=\"mark\">").count();
+        assert!(marks >= 7, "{marks} marks");
+        assert!(page.contains(">kill_leader</text>"));
+        assert!(page.contains("Audit: all 100 acknowledged jobs"));
+        let plain = chart("x", "y", &[("a".into(), vec![(1.0, 1.0)])]);
+        assert!(!plain.contains("class=\"mark\""));
+    }
+}

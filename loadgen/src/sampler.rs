@@ -52,7 +52,8 @@ pub struct Point {
 pub struct Series {
     pub target: Target,
     pub points: Vec<Point>,
-    /// When the process stopped answering, if it did.
+    /// When the process stopped answering, if it did and did not answer
+    /// again (a server a fault step killed or paused for a while is back).
     pub lost_at: Option<f64>,
     /// The last `/metrics` text read, kept as the process served it.
     #[serde(skip)]
@@ -159,6 +160,7 @@ pub async fn run(
         for (s, v) in series.iter_mut().zip(values) {
             match v {
                 Some(text) => {
+                    s.lost_at = None;
                     s.points.push(Point {
                         t,
                         values: parse(&text),

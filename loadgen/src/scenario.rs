@@ -16,6 +16,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("deployments", include_str!("../scenarios/deployments.toml")),
     ("c2m-mini", include_str!("../scenarios/c2m-mini.toml")),
+    ("faults", include_str!("../scenarios/faults.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +73,82 @@ pub struct Scenario {
     pub variants: Vec<Variant>,
     /// One parameter run at several values; the report plots cost against it.
     pub sweep: Option<Sweep>,
+    /// Faults injected during the stream of every variant, in time order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultStep>,
+}
+
+/// `[[faults]] at = "20s", action = "kill_leader", duration = "5s"`: one
+/// fault injected into the local cluster during the job stream.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FaultStep {
+    /// When, from the start of the job stream.
+    #[serde(with = "humantime_serde_str")]
+    pub at: Duration,
+    pub action: FaultAction,
+    /// How long a pause or a partition lasts, or how long a killed server
+    /// stays down before it is started again on its own data dir.
+    #[serde(with = "humantime_serde_str")]
+    pub duration: Duration,
+}
+
+/// What a fault step does.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultAction {
+    /// kill -9 of the leader.
+    KillLeader,
+    /// kill -9 of a follower.
+    KillFollower,
+    /// kill -9 of every server at once.
+    KillAll,
+    /// SIGSTOP of the leader, SIGCONT after `duration`.
+    PauseLeader,
+    /// SIGSTOP of a follower, SIGCONT after `duration`.
+    PauseFollower,
+    /// The leader cut off from the other servers (its peer links, both ways).
+    PartitionLeader,
+    /// A follower cut off from the other servers.
+    PartitionFollower,
+}
+
+impl FaultAction {
+    pub const ALL: [FaultAction; 7] = [
+        Self::KillLeader,
+        Self::KillFollower,
+        Self::KillAll,
+        Self::PauseLeader,
+        Self::PauseFollower,
+        Self::PartitionLeader,
+        Self::PartitionFollower,
+    ];
+
+    /// The name a scenario gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::KillLeader => "kill_leader",
+            Self::KillFollower => "kill_follower",
+            Self::KillAll => "kill_all",
+            Self::PauseLeader => "pause_leader",
+            Self::PauseFollower => "pause_follower",
+            Self::PartitionLeader => "partition_leader",
+            Self::PartitionFollower => "partition_follower",
+        }
+    }
+
+    /// Whether it cuts peer links (and so needs the cluster started with them).
+    pub fn partitions(self) -> bool {
+        matches!(self, Self::PartitionLeader | Self::PartitionFollower)
+    }
+
+    /// Whether it strikes the leader (all servers count).
+    pub fn hits_leader(self) -> bool {
+        matches!(
+            self,
+            Self::KillLeader | Self::KillAll | Self::PauseLeader | Self::PartitionLeader
+        )
+    }
 }
 
 /// `[sweep] parameter = "nodes", values = [1000, 5000, 10000]`.
@@ -307,7 +384,80 @@ impl Scenario {
                 return bad(&format!("variants[{i}].name"), "must be set and unique");
             }
         }
+        self.check_faults(origin)
+    }
+
+    fn check_faults(&self, origin: &str) -> Result<(), ScenarioError> {
+        let bad = |i: usize, f: &FaultStep, field: &str, message: String| {
+            Err(ScenarioError::Invalid {
+                origin: origin.into(),
+                field: format!("faults[{i}].{field} ({})", f.action.name()),
+                message,
+            })
+        };
+        let secs = |d: Duration| humantime::format_duration(d).to_string();
+        let mut previous_end: Option<(usize, Duration)> = None;
+        for (i, f) in self.faults.iter().enumerate() {
+            if f.at >= self.duration {
+                return bad(
+                    i,
+                    f,
+                    "at",
+                    format!(
+                        "{} is not within the job stream (duration {}): faults run during it",
+                        secs(f.at),
+                        secs(self.duration)
+                    ),
+                );
+            }
+            let kill = matches!(
+                f.action,
+                FaultAction::KillLeader | FaultAction::KillFollower | FaultAction::KillAll
+            );
+            if !kill && f.duration.is_zero() {
+                return bad(
+                    i,
+                    f,
+                    "duration",
+                    "a pause or a partition must last more than 0s".into(),
+                );
+            }
+            if f.duration > Duration::from_secs(3600) {
+                return bad(i, f, "duration", "must be at most 1h".into());
+            }
+            if let Some((j, end)) = previous_end {
+                if f.at <= end {
+                    return bad(
+                        i,
+                        f,
+                        "at",
+                        format!(
+                            "{} is before faults[{j}] has ended ({}): steps run one at a time, in time order",
+                            secs(f.at),
+                            secs(end)
+                        ),
+                    );
+                }
+            }
+            if self.servers < 3 && f.action != FaultAction::KillAll {
+                return bad(
+                    i,
+                    f,
+                    "action",
+                    format!(
+                        "needs at least 3 servers (the scenario has {}), so that the others keep a quorum",
+                        self.servers
+                    ),
+                );
+            }
+            previous_end = Some((i, f.at + f.duration));
+        }
         Ok(())
+    }
+
+    /// Whether any fault step cuts peer links.
+    pub fn partitions(&self) -> bool {
+        self.faults.iter().any(|f| f.action.partitions())
     }
 
     /// The variants to run: those declared, one per sweep value, or one
@@ -437,6 +587,101 @@ values = [100, 1000]
         let bad = text.replace("[100, 1000]", "[100, 0.5]");
         let e = Scenario::parse(&bad, "grow.toml").unwrap_err().to_string();
         assert!(e.contains("sweep.values"), "{e}");
+    }
+
+    const WITH_FAULTS: &str = r#"
+name = "f"
+nodes = 10
+duration = "60s"
+arrival = { process = "constant", rate = 1.0 }
+[[jobs]]
+name = "web"
+type = "service"
+count = 1
+cpu_mhz = 100
+[[faults]]
+at = "10s"
+action = "kill_leader"
+duration = "2s"
+[[faults]]
+at = "20s"
+action = "partition_follower"
+duration = "5s"
+"#;
+
+    #[test]
+    fn fault_steps_parse_with_their_times_and_actions() {
+        let s = Scenario::parse(WITH_FAULTS, "f.toml").unwrap();
+        assert_eq!(
+            s.faults,
+            [
+                FaultStep {
+                    at: Duration::from_secs(10),
+                    action: FaultAction::KillLeader,
+                    duration: Duration::from_secs(2),
+                },
+                FaultStep {
+                    at: Duration::from_secs(20),
+                    action: FaultAction::PartitionFollower,
+                    duration: Duration::from_secs(5),
+                },
+            ]
+        );
+        assert!(s.partitions());
+        for a in FaultAction::ALL {
+            let text = WITH_FAULTS.replace("partition_follower", a.name());
+            let s = Scenario::parse(&text, "f.toml").unwrap_or_else(|e| panic!("{a:?}: {e}"));
+            assert_eq!(s.faults[1].action, a);
+        }
+        // A scenario without faults serializes as before (no `faults` key).
+        let plain = Scenario::load("default").unwrap();
+        assert!(plain.faults.is_empty());
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("faults").is_none());
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["faults"][0]["action"], "kill_leader");
+        assert_eq!(json["faults"][0]["at"], "10s");
+    }
+
+    #[test]
+    fn bad_fault_steps_are_refused_with_their_field() {
+        let refused = |from: &str, to: &str| {
+            let text = WITH_FAULTS.replace(from, to);
+            Scenario::parse(&text, "f.toml").unwrap_err().to_string()
+        };
+        let e = refused("\"kill_leader\"", "\"kill_everything\"");
+        assert!(
+            e.contains("f.toml") && e.contains("line 13") && e.contains("kill_everything"),
+            "{e}"
+        );
+        let e = refused("at = \"10s\"", "at = \"soon\"");
+        assert!(e.contains("\"soon\" is not a duration"), "{e}");
+        let e = refused("at = \"20s\"", "at = \"90s\"");
+        assert!(
+            e.contains("faults[1].at (partition_follower)") && e.contains("within the job stream"),
+            "{e}"
+        );
+        let e = refused("at = \"20s\"", "at = \"11s\"");
+        assert!(
+            e.contains("faults[1].at") && e.contains("before faults[0] has ended"),
+            "{e}"
+        );
+        let e = refused("duration = \"5s\"", "duration = \"0s\"");
+        assert!(e.contains("faults[1].duration"), "{e}");
+        let e = refused(
+            "action = \"kill_leader\"\nduration = \"2s\"",
+            "action = \"kill_leader\"",
+        );
+        assert!(e.contains("missing field `duration`"), "{e}");
+        let e = refused("nodes = 10", "nodes = 10\nservers = 1");
+        assert!(
+            e.contains("faults[0].action (kill_leader)") && e.contains("at least 3 servers"),
+            "{e}"
+        );
+        let e = refused("duration = \"2s\"", "duration = \"2s\"\nwhen = 3");
+        assert!(e.contains("unknown field `when`"), "{e}");
+        // A kill may restart at once.
+        assert!(Scenario::parse(&WITH_FAULTS.replace("\"2s\"", "\"0s\""), "f.toml").is_ok());
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! submission that starts late, or is dropped because too many are still in
 //! flight, is counted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -50,9 +50,30 @@ fn percentiles_ms(h: &Histogram<u64>) -> Percentiles {
     }
 }
 
+/// What the stream did job by job: what an audit checks the cluster
+/// against, and what the measures around a fault are read from.
+#[derive(Debug, Clone, Default)]
+pub struct Journal {
+    /// Every job id the stream sent a registration (or an update) for,
+    /// acknowledged or not.
+    pub submitted: HashSet<String>,
+    /// Every job id whose registration (or update) the cluster acknowledged.
+    pub acked: HashSet<String>,
+    /// Every acknowledgement: when its submission was scheduled and when it
+    /// was acknowledged, in seconds from the start of the stream.
+    pub acks: Vec<Ack>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ack {
+    pub scheduled_s: f64,
+    pub acked_s: f64,
+}
+
 #[derive(Default)]
 struct Tally {
     report: StreamReport,
+    journal: Journal,
     placement: Option<Histogram<u64>>,
     running: Option<Histogram<u64>>,
     last_placement: Option<Instant>,
@@ -103,19 +124,21 @@ pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
 
 /// Runs the scenario's stream against `client` and follows every job until
 /// `drain` after the last submission. `prefix` keeps job ids of variants apart;
-/// `metrics` shows the stream live.
+/// `metrics` shows the stream live. The schedule counts from `start` (now,
+/// or a moment ago); the [`Journal`] records every job id submitted and
+/// acknowledged.
 pub async fn run(
     client: ClusterClient,
     scenario: &Scenario,
     prefix: &str,
     metrics: &LoadMetrics,
-) -> StreamReport {
+    start: Instant,
+) -> (StreamReport, Journal) {
     let tally = Arc::new(Mutex::new(Tally::default()));
     let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
     let weights = WeightedIndex::new(scenario.job_mix.iter().map(|j| j.weight))
         .expect("the scenario check keeps weights above 0");
     let total = scenario.duration.as_secs_f64();
-    let start = Instant::now();
     let mut t = 0.0;
     let mut tasks = tokio::task::JoinSet::new();
     // Jobs registered so far, by kind, with their spec version: updates pick one.
@@ -160,8 +183,16 @@ pub async fn run(
             tally.lock().unwrap().report.late += 1;
             metrics.late.inc();
         }
+        tally
+            .lock()
+            .unwrap()
+            .journal
+            .submitted
+            .insert(job.id.clone());
         let (client, tally, metrics) = (client.clone(), tally.clone(), metrics.clone());
-        tasks.spawn(submit_and_follow(client, job, update, at, tally, metrics));
+        tasks.spawn(submit_and_follow(
+            client, job, update, start, at, tally, metrics,
+        ));
     }
     let _ = tokio::time::timeout(scenario.drain, async {
         while tasks.join_next().await.is_some() {}
@@ -186,13 +217,18 @@ pub async fn run(
         let secs = (last - start).as_secs_f64().max(1e-3);
         tally.report.placements_per_second = tally.report.allocations_placed as f64 / secs;
     }
-    tally.report
+    tally
+        .journal
+        .acks
+        .sort_by(|a, b| a.acked_s.total_cmp(&b.acked_s));
+    (tally.report, tally.journal)
 }
 
 async fn submit_and_follow(
     client: ClusterClient,
     job: Job,
     update: bool,
+    start: Instant,
     scheduled: Instant,
     tally: Arc<Mutex<Tally>>,
     metrics: LoadMetrics,
@@ -207,12 +243,18 @@ async fn submit_and_follow(
             return;
         }
     };
+    let acked_s = start.elapsed().as_secs_f64();
     metrics.submitted(Outcome::Accepted);
     let _following = Following::start(&metrics.following);
     {
         let mut t = tally.lock().unwrap();
         t.report.submitted += 1;
         t.report.updates += update as u64;
+        t.journal.acked.insert(job.id.clone());
+        t.journal.acks.push(Ack {
+            scheduled_s: (scheduled - start).as_secs_f64(),
+            acked_s,
+        });
     }
     // Placed: the evaluation the submission created has completed.
     let mut index = 1;

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::sampler::Series;
-use crate::scenario::{Scenario, Slo};
+use crate::scenario::{FaultAction, Scenario, Slo};
 
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -32,6 +32,10 @@ pub struct RunSummary {
     pub slo_breaches: Vec<String>,
     /// Measures more than 10% worse than `--baseline`'s, by variant.
     pub regressions: Vec<String>,
+    /// Audits that found acknowledged jobs missing or jobs never submitted
+    /// (or could not check), by variant; the run fails on any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub audit_failures: Vec<String>,
     pub complete: bool,
     /// The Prometheus that scraped the run, when one was installed.
     pub prometheus: Option<PrometheusInfo>,
@@ -70,9 +74,115 @@ pub struct VariantSummary {
     pub ended_unix: f64,
     /// Empty when the run completed; otherwise what went wrong (the report is partial).
     pub problems: Vec<String>,
+    /// The scenario's faults as they were injected, with what each cost
+    /// (absent when the scenario has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultReport>,
+    /// Every acknowledged job checked on every server after the stream
+    /// (present whenever the scenario has faults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<Audit>,
     /// The samples behind the report's plots; written to `samples.json`, not here.
     #[serde(skip)]
     pub series: Vec<Series>,
+    /// Job registrations acknowledged per second over the stream (one-second
+    /// bins, seconds from its start), plotted when the scenario has faults.
+    #[serde(skip)]
+    pub acks_per_second: Vec<(f64, f64)>,
+}
+
+/// One fault as it was injected and what it cost. Times are seconds; `_s`
+/// times without "time" in the name count from the start of the job stream.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FaultReport {
+    pub action: FaultAction,
+    /// When the fault was injected. It is the step's `at` unless the cluster
+    /// had no leader then (a previous fault still settling): then it waited.
+    pub at_s: f64,
+    /// The step's `at`.
+    pub scheduled_at_s: f64,
+    /// How long the pause or partition lasted, or the killed servers stayed down.
+    pub duration_s: f64,
+    /// The servers it struck.
+    pub servers: Vec<u64>,
+    /// The leader when it was injected.
+    pub leader_before: Option<u64>,
+    /// From the injection until a live server other than the struck ones
+    /// named a leader other than the struck ones (or, once the fault was
+    /// over, any leader); null if none did within the wait.
+    pub time_to_leader_s: Option<f64>,
+    /// The leader named then.
+    pub leader_after: Option<u64>,
+    /// From the injection to the first acknowledgement of a registration
+    /// submitted at or after it; null if none was submitted after it.
+    pub unavailable_s: Option<f64>,
+    /// Raft elections it caused: the growth of the highest term the servers reported.
+    pub elections: Option<u64>,
+    /// When the fault was over (servers back, links healed) and a leader known.
+    pub recovered_s: Option<f64>,
+    /// Registrations acknowledged per second in the 10 s before the injection.
+    pub throughput_before: f64,
+    /// The same in the 10 s after recovery (within the stream); null when
+    /// the stream had ended by then.
+    pub throughput_after: Option<f64>,
+}
+
+/// The audit at the end of a run with faults: every job whose registration
+/// was acknowledged must be on every server, and nothing else may be.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Audit {
+    /// Job ids whose registration the cluster acknowledged.
+    pub acked: u64,
+    /// Job ids the stream sent a registration for (acknowledged or not).
+    pub submitted: u64,
+    /// Acknowledged job ids missing on at least one server.
+    pub lost: u64,
+    /// Job ids present on a server that the stream never submitted.
+    pub phantom: u64,
+    /// The first few lost ids, each with the servers missing it.
+    pub lost_jobs: Vec<String>,
+    /// The first few phantom ids, each with the servers holding it.
+    pub phantom_jobs: Vec<String>,
+    /// Servers checked, and the raft index every one had applied.
+    pub servers: u64,
+    pub applied_index: u64,
+    /// Why the audit could not check the servers, if it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl Audit {
+    /// What failed, in words; `None` when every acknowledged job is on
+    /// every server and nothing else is.
+    pub fn failure(&self) -> Option<String> {
+        if let Some(e) = &self.error {
+            return Some(format!("the audit could not check the servers: {e}"));
+        }
+        let mut parts = Vec::new();
+        if self.lost > 0 {
+            parts.push(format!(
+                "{} acknowledged job(s) lost: {}",
+                self.lost,
+                self.lost_jobs.join(", ")
+            ));
+        }
+        if self.phantom > 0 {
+            parts.push(format!(
+                "{} job(s) present that were never submitted: {}",
+                self.phantom,
+                self.phantom_jobs.join(", ")
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
+/// Every variant's failed audit, said in words.
+pub fn audit_failures(variants: &[VariantSummary]) -> Vec<String> {
+    variants
+        .iter()
+        .filter_map(|v| Some(format!("{}: {}", v.name, v.audit.as_ref()?.failure()?)))
+        .collect()
 }
 
 /// What the stream did, latencies in milliseconds.
@@ -261,6 +371,60 @@ mod tests {
             ]
         );
         assert!(slo_breaches(&Slo::default(), &variants).is_empty());
+    }
+
+    #[test]
+    fn an_audit_fails_on_lost_or_phantom_jobs_and_names_them() {
+        let ok = Audit {
+            acked: 10,
+            submitted: 11,
+            servers: 3,
+            ..Default::default()
+        };
+        assert_eq!(ok.failure(), None);
+        let lost = Audit {
+            lost: 1,
+            lost_jobs: vec!["web-3 (missing on server 2)".into()],
+            ..ok.clone()
+        };
+        let phantom = Audit {
+            phantom: 2,
+            phantom_jobs: vec!["x".into(), "y".into()],
+            ..ok.clone()
+        };
+        let variants = [
+            VariantSummary {
+                name: "a".into(),
+                audit: Some(lost),
+                ..Default::default()
+            },
+            VariantSummary {
+                name: "b".into(),
+                audit: Some(phantom),
+                ..Default::default()
+            },
+            VariantSummary {
+                name: "c".into(),
+                audit: Some(ok),
+                ..Default::default()
+            },
+            VariantSummary {
+                name: "d".into(),
+                ..Default::default()
+            },
+        ];
+        assert_eq!(
+            audit_failures(&variants),
+            [
+                "a: 1 acknowledged job(s) lost: web-3 (missing on server 2)",
+                "b: 2 job(s) present that were never submitted: x, y",
+            ]
+        );
+        // Without faults there is no audit, and no key in summary.json.
+        let json = serde_json::to_value(&variants[3]).unwrap();
+        assert!(json.get("audit").is_none() && json.get("faults").is_none());
+        let json = serde_json::to_value(&variants[0]).unwrap();
+        assert_eq!(json["audit"]["lost"], 1);
     }
 
     #[test]

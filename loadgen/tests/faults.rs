@@ -1,0 +1,260 @@
+//! Faults under load, end to end: real server processes killed, paused and
+//! partitioned (through the peer-link proxy) while a job stream runs, and
+//! the audit of every acknowledged job on every server that ends the run.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{capacity, json};
+use stampede_launch::testing::{eventually_ok, register_job, service_job, Harness, CATCH_UP};
+use stampede_launch::NodeId;
+use stampede_proto::JobListRequest;
+
+/// Two leader kills, a pause and a partition of the leader, and all three
+/// servers killed at once, on a small fleet. The steps are spaced for a slow
+/// failover (about 10 s); a faster cluster runs them at the same times.
+const FAULTS: &str = r#"
+name = "faults-ci"
+description = "leader kills, a pause, a partition and a full restart under a small stream"
+nodes = 20
+duration = "75s"
+drain = "20s"
+arrival = { process = "constant", rate = 4.0 }
+update_share = 0.2
+
+[[jobs]]
+name = "web"
+type = "service"
+count = 2
+cpu_mhz = 100
+
+[[jobs]]
+name = "etl"
+type = "batch"
+count = 2
+cpu_mhz = 100
+
+[[faults]]
+at = "4s"
+action = "kill_leader"
+duration = "1s"
+
+[[faults]]
+at = "18s"
+action = "kill_leader"
+duration = "1s"
+
+[[faults]]
+at = "32s"
+action = "pause_leader"
+duration = "3s"
+
+[[faults]]
+at = "44s"
+action = "partition_leader"
+duration = "4s"
+
+[[faults]]
+at = "60s"
+action = "kill_all"
+duration = "1s"
+"#;
+
+#[test]
+fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
+    let (_dir, out, mut cmd) = capacity(FAULTS, "faults-ci");
+    let run = cmd.arg("--no-prometheus").output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("audit: acked / lost / phantom") && stdout.contains("fault 1: kill_leader"),
+        "{stdout}"
+    );
+
+    let summary = json(&out.join("summary.json"));
+    let schema = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("summary.schema.json"));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&summary)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(summary["complete"], true, "{summary}");
+
+    let v = &summary["variants"][0];
+    let audit = &v["audit"];
+    assert!(audit["acked"].as_u64().unwrap() > 0, "{audit}");
+    assert_eq!(audit["lost"], 0, "{audit}");
+    assert_eq!(audit["phantom"], 0, "{audit}");
+    assert_eq!(audit["servers"], 3, "{audit}");
+
+    let faults = v["faults"].as_array().unwrap();
+    let actions: Vec<&str> = faults
+        .iter()
+        .map(|f| f["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            "kill_leader",
+            "kill_leader",
+            "pause_leader",
+            "partition_leader",
+            "kill_all"
+        ]
+    );
+    let mut last_at = 0.0;
+    for f in faults {
+        for field in ["action", "at_s", "time_to_leader_s", "unavailable_s"] {
+            assert!(f.get(field).is_some(), "{field} missing: {f}");
+        }
+        let at = f["at_s"].as_f64().unwrap();
+        assert!(
+            at >= f["scheduled_at_s"].as_f64().unwrap() && at > last_at,
+            "{f}"
+        );
+        last_at = at;
+        assert!(
+            f["time_to_leader_s"].as_f64().is_some(),
+            "a leader was found: {f}"
+        );
+        assert!(
+            f["throughput_before"].as_f64().is_some() && f["elections"].as_u64().is_some(),
+            "{f}"
+        );
+    }
+    // The leader faults struck the leader of the time: one server each.
+    for f in &faults[..4] {
+        assert_eq!(f["servers"].as_array().unwrap().len(), 1, "{f}");
+        assert_eq!(f["servers"][0], f["leader_before"], "{f}");
+    }
+    assert_eq!(faults[4]["servers"], serde_json::json!([1, 2, 3]));
+
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.matches("class=\"mark\"").count() >= 5 && html.contains(">partition_leader</text>"),
+        "the plots mark each fault"
+    );
+    assert!(html.contains("Job registrations acknowledged") && html.contains("Audit: all"));
+}
+
+#[test]
+fn faults_are_refused_for_a_cluster_loadgen_did_not_start() {
+    let (_dir, out, mut cmd) = capacity(FAULTS, "faults-ci");
+    let run = cmd
+        .args([
+            "--servers",
+            "127.0.0.1:1",
+            "--metrics",
+            "http://127.0.0.1:1/metrics",
+        ])
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        err.contains("[[faults]]") && err.contains("without --servers"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing was started or written");
+}
+
+/// The job ids server `id` holds, read from that server alone.
+async fn jobs_on(h: &Harness, id: NodeId) -> Result<Vec<String>, String> {
+    let client = h.client_of(&[id]).with_retry_for(Duration::from_secs(1));
+    client
+        .retrying(|c| async move {
+            let jobs = c.jobs().list(JobListRequest { query: None }).await?;
+            Ok(jobs.into_inner().jobs)
+        })
+        .await
+        .map(|jobs| jobs.into_iter().map(|j| j.id).collect())
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_is_replaced_and_catches_up_once_healed() {
+    let mut h = Harness::start_with_links(3, &[]);
+    let old = h.leader().await;
+    let others = h.ids_except(old);
+    h.partition(old).unwrap();
+    assert!(h.is_partitioned(old) && !h.is_partitioned(others[0]));
+    assert!(h.links().unwrap().link(others[0], old).unwrap().is_cut());
+    assert!(!h
+        .links()
+        .unwrap()
+        .link(others[0], others[1])
+        .unwrap()
+        .is_cut());
+
+    // The others elect one of themselves; the old leader hears nothing of it.
+    let new = eventually_ok("the others elect a new leader", CATCH_UP, || async {
+        let s = h.status(others[0]).await.map_err(|e| e.to_string())?;
+        match s.leader_id {
+            Some(l) if l != old => Ok(l),
+            other => Err(format!("server {} names {other:?}", others[0])),
+        }
+    })
+    .await;
+    assert!(others.contains(&new));
+    // Written through the new leader itself: the other follower may still
+    // name the old one for a moment.
+    let written = register_job(
+        &h.client_of(&[new]),
+        service_job("during-partition", 1, 100, 64),
+    )
+    .await;
+    let cut_off = h.status(old).await.unwrap();
+    assert!(
+        cut_off.applied_index < written.index,
+        "the partitioned server applied {} though the write is at {}",
+        cut_off.applied_index,
+        written.index
+    );
+
+    h.heal(old).unwrap();
+    eventually_ok(
+        "the old leader follows and has the job written while it was cut off",
+        CATCH_UP,
+        || async {
+            let s = h.status(old).await.map_err(|e| e.to_string())?;
+            if s.leader_id == Some(old) || s.applied_index < written.index {
+                return Err(format!("{s:?}"));
+            }
+            let jobs = jobs_on(&h, old).await?;
+            jobs.contains(&"during-partition".to_string())
+                .then_some(())
+                .ok_or(format!("jobs: {jobs:?}"))
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_follower_misses_writes_and_applies_them_once_resumed() {
+    let (mut h, leader) = Harness::with_leader(3, &[]).await;
+    let follower = h.ids_except(leader)[0];
+    h.pause(follower).unwrap();
+    assert!(h.is_paused(follower));
+    let written = register_job(
+        &h.client_of(&[leader]),
+        service_job("while-paused", 1, 100, 64),
+    )
+    .await;
+    h.resume(follower).unwrap();
+    assert!(!h.is_paused(follower));
+    eventually_ok("the resumed follower has the job", CATCH_UP, || async {
+        let s = h.status(follower).await.map_err(|e| e.to_string())?;
+        if s.applied_index < written.index {
+            return Err(format!("applied {}", s.applied_index));
+        }
+        let jobs = jobs_on(&h, follower).await?;
+        jobs.contains(&"while-paused".to_string())
+            .then_some(())
+            .ok_or(format!("jobs: {jobs:?}"))
+    })
+    .await;
+}
