@@ -642,7 +642,7 @@ mod tests {
             undone_s: 22.0,
             term_after: Some(4),
         };
-        let r = &measure(&[f.clone()], &j, 30.0, Duration::from_secs(10))[0];
+        let r = &measure(std::slice::from_ref(&f), &j, 30.0, Duration::from_secs(10))[0];
         assert_eq!(r.action, FaultAction::KillLeader);
         assert_eq!(r.time_to_leader_s, Some(2.5));
         assert_eq!(r.unavailable_s, Some(3.5));
