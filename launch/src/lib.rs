@@ -243,8 +243,11 @@ impl LocalCluster {
         let peers = self.peers_arg();
         let bin = self.bin.clone();
         let mut args = self.server_args.clone();
-        if let Some(links) = &self.links {
-            args.extend(["--peer-via".to_string(), links.via_arg(id)]);
+        if let Some(via) = self.links.as_ref().map(|l| l.via_arg(id)) {
+            // A cluster of one has no peers to reach.
+            if !via.is_empty() {
+                args.extend(["--peer-via".to_string(), via]);
+            }
         }
         args.extend(extra.iter().map(|a| a.to_string()));
         let s = self.server_mut(id)?;
