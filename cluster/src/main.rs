@@ -24,12 +24,22 @@ enum Cmd {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    stampede_proto::default_sigpipe();
     stampede_proto::init_logging();
+    // A server (and `dev`, which runs servers) keeps Rust's default of
+    // ignoring SIGPIPE: a peer or client that resets its connection must
+    // give an error on that connection, not kill the process. Only the
+    // printing commands take the default, so `cluster job status | head`
+    // ends quietly.
     match Cli::parse().command {
         Cmd::Serve(opts) => cluster::server::run(*opts).await,
         Cmd::Dev(opts) => cluster::cli::dev::run(opts).await,
-        Cmd::Job(cmd) => cluster::cli::run_job(cmd).await,
-        Cmd::Node(cmd) => cluster::cli::run_node(cmd).await,
+        Cmd::Job(cmd) => {
+            stampede_proto::default_sigpipe();
+            cluster::cli::run_job(cmd).await
+        }
+        Cmd::Node(cmd) => {
+            stampede_proto::default_sigpipe();
+            cluster::cli::run_node(cmd).await
+        }
     }
 }

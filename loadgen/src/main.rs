@@ -21,7 +21,6 @@ enum Cmd {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    stampede_proto::default_sigpipe();
     stampede_proto::init_logging();
     match Cli::parse().command {
         Cmd::Writes(opts) => {

@@ -14,6 +14,9 @@ use stampede_proto::{
     NodeUpdateStatusRequest, QueryOptions, Resources, TaskGroup,
 };
 
+/// How long one read for a job's placements blocks on the server.
+const PLACE_WAIT: Duration = Duration::from_secs(30);
+
 #[derive(Debug, Clone, Args)]
 pub struct PlaceOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
@@ -138,6 +141,10 @@ async fn place_job(
         ..Default::default()
     };
     client.register_job(job).await?;
+    // Each read below blocks up to PLACE_WAIT on the server.
+    let client = client
+        .clone()
+        .with_attempt_timeout(PLACE_WAIT + stampede_proto::client::DEFAULT_ATTEMPT_TIMEOUT);
     let mut index = 0;
     loop {
         let reply = client
@@ -146,7 +153,7 @@ async fn place_job(
                     job_id: id.clone(),
                     query: Some(QueryOptions {
                         min_index: index,
-                        max_wait_ms: 30_000,
+                        max_wait_ms: PLACE_WAIT.as_millis() as u64,
                         source: stampede_proto::QuerySource::Loadgen.label().into(),
                     }),
                 };

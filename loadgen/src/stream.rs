@@ -366,6 +366,10 @@ where
     F: Fn(ClusterClient) -> Fut,
     Fut: std::future::Future<Output = Result<T, tonic::Status>>,
 {
+    // A blocking read waits up to FOLLOW_WAIT on the server before it answers.
+    let client = client
+        .clone()
+        .with_attempt_timeout(FOLLOW_WAIT + stampede_proto::client::DEFAULT_ATTEMPT_TIMEOUT);
     loop {
         match client.retrying(&call).await {
             Ok(v) => return Some(v),

@@ -2,7 +2,6 @@ use clap::Parser;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    stampede_proto::default_sigpipe();
     stampede_proto::init_logging();
     let summary = nodesim::run(nodesim::Opts::parse()).await?;
     println!("{summary}");

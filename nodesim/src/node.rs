@@ -25,8 +25,11 @@ use crate::metrics::{NodeState, SOURCE};
 use crate::runner::{is_terminal, AllocReport, AllocRunner, Reporter};
 use crate::Shared;
 
-/// The longest an RPC other than the blocking query may take.
-pub const RPC_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest an RPC other than the blocking query may take before the
+/// node tries the next server: the cluster client's attempt timeout, short
+/// enough that a node whose server was paused or cut off heartbeats through
+/// another one well within its TTL.
+pub const RPC_TIMEOUT: Duration = stampede_proto::client::DEFAULT_ATTEMPT_TIMEOUT;
 /// How long `GetAllocs` may wait for its server to catch up with the query.
 const CATCH_UP_WAIT: Duration = Duration::from_secs(10);
 

@@ -38,11 +38,22 @@ impl ClientError {
 /// How long calls keep retrying by default: longer than an election.
 pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
 
+/// How long one attempt may take before the call is tried on the next
+/// server: a server that was paused or cut off from the others accepts the
+/// connection and never answers. Blocking queries that wait longer set
+/// their own with [`ClusterClient::with_attempt_timeout`].
+pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest pause between attempts: short, so a caller notices a new leader
+/// within a fraction of an election.
+const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
+
 #[derive(Clone)]
 pub struct ClusterClient {
     channels: std::sync::Arc<Vec<Channel>>,
     next: std::sync::Arc<AtomicUsize>,
     retry_for: Duration,
+    attempt_timeout: Duration,
 }
 
 impl ClusterClient {
@@ -85,11 +96,19 @@ impl ClusterClient {
             channels: std::sync::Arc::new(channels),
             next: Default::default(),
             retry_for: DEFAULT_RETRY_FOR,
+            attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
         })
     }
 
     pub fn with_retry_for(mut self, retry_for: Duration) -> Self {
         self.retry_for = retry_for;
+        self
+    }
+
+    /// How long one attempt of [`retrying`](Self::retrying) may take; a
+    /// blocking query gives its own wait plus a margin.
+    pub fn with_attempt_timeout(mut self, attempt_timeout: Duration) -> Self {
+        self.attempt_timeout = attempt_timeout;
         self
     }
 
@@ -133,6 +152,8 @@ impl ClusterClient {
 
     /// Runs `call` on one server after another until it succeeds, fails with
     /// an answer that retrying cannot change, or the retry budget is spent.
+    /// An attempt that takes longer than the attempt timeout is abandoned and
+    /// tried on the next server.
     pub async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
     where
         F: FnMut(ClusterClient) -> Fut,
@@ -141,14 +162,20 @@ impl ClusterClient {
         let deadline = Instant::now() + self.retry_for;
         let mut pause = Duration::from_millis(20);
         loop {
-            match call(self.clone()).await {
-                Ok(v) => return Ok(v),
-                Err(s) if retryable(&s) && Instant::now() < deadline => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-                Err(s) => return Err(ClientError::Status(Box::new(s))),
+            let attempt = tokio::time::timeout(self.attempt_timeout, call(self.clone()));
+            let status = match attempt.await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(s)) => s,
+                Err(_) => Status::deadline_exceeded(format!(
+                    "no answer within {:?}",
+                    self.attempt_timeout
+                )),
+            };
+            if !retryable(&status) || Instant::now() >= deadline {
+                return Err(ClientError::Status(Box::new(status)));
             }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(MAX_RETRY_PAUSE);
         }
     }
 
@@ -184,10 +211,38 @@ impl ClusterClient {
     }
 }
 
-/// Answers that another server, or the same one a moment later, may not give.
+/// Answers that another server, or the same one a moment later, may not
+/// give: the codes of a server that cannot answer now, and any status that
+/// this side's transport made rather than a server's answer (a reset
+/// connection, an HTTP/2 session torn down when a partition heals, which
+/// tonic reports as `Internal`). Those carry the transport's error as their
+/// source; a status decoded from a server's answer never does.
 pub fn retryable(s: &Status) -> bool {
     matches!(
         s.code(),
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
-    )
+    ) || std::error::Error::source(s).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_made_by_the_transport_is_retried_and_a_servers_answer_is_not() {
+        // What tonic makes of a torn-down HTTP/2 session: Internal, with the
+        // transport's error as its source.
+        let mut torn = Status::internal("h2 protocol error: connection reset");
+        torn.set_source(std::sync::Arc::new(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "connection reset",
+        )));
+        assert!(retryable(&torn));
+        // A server's own answers.
+        assert!(!retryable(&Status::internal("a bug on the server")));
+        assert!(!retryable(&Status::invalid_argument("job.id: is required")));
+        assert!(retryable(&Status::unavailable(
+            "no raft leader is elected yet"
+        )));
+    }
 }

@@ -82,6 +82,10 @@ pub fn init_logging() {
 
 /// Lets a closed stdout (`cluster job status | head`) end the process quietly,
 /// as it does for other command-line tools, instead of a panic in `println!`.
+/// Only for short printing commands: with the default disposition a write to
+/// a socket the other side reset (hyper writes with `writev`, which has no
+/// MSG_NOSIGNAL) kills the process, so servers, nodesim and loadgen, which
+/// talk to processes that die and restart, never call this.
 pub fn default_sigpipe() {
     // SAFETY: restoring the default disposition of SIGPIPE at startup, before
     // any thread that could be writing exists.

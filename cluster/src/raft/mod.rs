@@ -8,6 +8,7 @@ pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod proposer;
+pub mod runtime;
 pub mod snapshot_store;
 pub mod state_machine;
 

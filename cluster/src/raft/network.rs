@@ -45,13 +45,27 @@ fn fitting<T: Serialize>(entries: &[T], budget: u64) -> usize {
 }
 
 /// Channels to peers, created on first use and kept for the server's life.
+/// A channel's connection tasks run on the runtime that first asks for it, so
+/// raft's network (on the raft runtime) and forwarded writes (on the control
+/// plane's) each hold their own `PeerChannels`.
 #[derive(Clone, Default)]
 pub struct PeerChannels {
     channels: Arc<Mutex<HashMap<NodeId, Channel>>>,
+    /// Addresses to dial instead of the membership's (`--peer-via`).
+    via: Arc<HashMap<NodeId, String>>,
 }
 
 impl PeerChannels {
+    pub fn new(via: HashMap<NodeId, String>) -> Self {
+        Self {
+            channels: Default::default(),
+            via: Arc::new(via),
+        }
+    }
+
+    /// The channel to server `id`, whose membership address is `addr`.
     pub fn get(&self, id: NodeId, addr: &str) -> Channel {
+        let addr = self.via.get(&id).map_or(addr, String::as_str);
         let mut map = stampede_proto::lock(&self.channels);
         map.entry(id)
             .or_insert_with(|| {

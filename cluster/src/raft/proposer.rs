@@ -27,6 +27,12 @@ pub enum ProposeError {
         addr: String,
         detail: String,
     },
+    /// The write was proposed here but not committed in time: this server
+    /// may have lost its quorum (paused, cut off). It may still commit, so a
+    /// caller that retries may write twice; every command we forward is one
+    /// that may be applied twice.
+    #[error("this server could not commit the write within {0:?}; it may have lost touch with the other servers")]
+    NotCommitted(Duration),
     #[error("the server is shutting down")]
     ShuttingDown,
     /// The leader answered the forwarded write with this status.
@@ -63,15 +69,16 @@ impl Proposer {
         }
     }
 
-    /// Commits `entry` through whichever server leads, waiting out an election,
-    /// and returns the raft index at which it was applied.
+    /// Commits `entry` through whichever server leads, waiting out an election
+    /// and following the leadership when it moves, and returns the raft index
+    /// at which it was applied.
     pub async fn write(&self, entry: LogEntry) -> Result<u64, ProposeError> {
         let deadline = Instant::now() + self.leader_wait;
         loop {
-            let err = match self.write_local(entry.clone()).await {
+            let err = match self.write_local_until(entry.clone(), deadline).await {
                 Ok(index) => return Ok(index),
                 Err(ProposeError::NotLeader { id, addr }) => {
-                    match self.forward(id, &addr, entry.clone()).await {
+                    match self.forward(id, &addr, entry.clone(), deadline).await {
                         Ok(index) => return Ok(index),
                         Err(e) => e,
                     }
@@ -101,17 +108,30 @@ impl Proposer {
         }
     }
 
-    /// Proposes on this server; fails with `NotLeader` on a follower.
+    /// Proposes on this server; fails with `NotLeader` on a follower, and
+    /// with `NotCommitted` when it cannot commit within the leader wait.
     pub async fn write_local(&self, entry: LogEntry) -> Result<u64, ProposeError> {
+        self.write_local_until(entry, Instant::now() + self.leader_wait)
+            .await
+    }
+
+    async fn write_local_until(
+        &self,
+        entry: LogEntry,
+        deadline: Instant,
+    ) -> Result<u64, ProposeError> {
         let start = Instant::now();
-        match self.raft.client_write(Command(entry)).await {
-            Ok(resp) => {
+        let wait = deadline.saturating_duration_since(start);
+        let written = tokio::time::timeout(wait, self.raft.client_write(Command(entry))).await;
+        match written {
+            Err(_) => Err(ProposeError::NotCommitted(wait)),
+            Ok(Ok(resp)) => {
                 self.metrics
                     .raft_apply_seconds
                     .observe(start.elapsed().as_secs_f64());
                 Ok(resp.log_id.index)
             }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
                 match (f.leader_id, f.leader_node) {
                     (Some(id), Some(node)) => Err(ProposeError::NotLeader {
                         id,
@@ -120,26 +140,47 @@ impl Proposer {
                     _ => Err(ProposeError::NoLeader),
                 }
             }
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => {
+            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
                 Err(ProposeError::Raft(e.to_string()))
             }
-            Err(RaftError::Fatal(_)) => Err(ProposeError::ShuttingDown),
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::ShuttingDown),
         }
     }
 
-    async fn forward(&self, id: NodeId, addr: &str, entry: LogEntry) -> Result<u64, ProposeError> {
+    /// Sends the write on to server `id`, which leads as far as this server
+    /// knows. Gives up (and lets `write` ask again where the leader is) when
+    /// the deadline passes or this server learns that leadership moved: a
+    /// leader that was paused or cut off never answers, and waiting on it
+    /// would hold the write past the election of its successor.
+    async fn forward(
+        &self,
+        id: NodeId,
+        addr: &str,
+        entry: LogEntry,
+        deadline: Instant,
+    ) -> Result<u64, ProposeError> {
         self.metrics.writes_forwarded.inc();
+        let unreachable = |detail: String| ProposeError::LeaderUnreachable {
+            id,
+            addr: addr.to_string(),
+            detail,
+        };
+        let mut request = tonic::Request::new(ForwardRequest { entry: Some(entry) });
+        let wait = deadline.saturating_duration_since(Instant::now());
+        request.set_timeout(wait);
         let mut client = self.channels.raft_client(id, addr);
-        match client.forward(ForwardRequest { entry: Some(entry) }).await {
-            Ok(reply) => Ok(reply.into_inner().index),
-            Err(status) if status.code() == tonic::Code::Unavailable => {
-                Err(ProposeError::LeaderUnreachable {
-                    id,
-                    addr: addr.to_string(),
-                    detail: status.message().to_string(),
-                })
-            }
-            Err(status) => Err(ProposeError::Rejected(Box::new(status))),
+        let mut leadership = self.raft.metrics();
+        let moved = leadership.wait_for(|m| m.current_leader != Some(id));
+        tokio::select! {
+            answer = tokio::time::timeout(wait, client.forward(request)) => match answer {
+                Err(_) => Err(unreachable(format!("no answer within {wait:?}"))),
+                Ok(Ok(reply)) => Ok(reply.into_inner().index),
+                Ok(Err(status)) if stampede_proto::client::retryable(&status) => {
+                    Err(unreachable(status.message().to_string()))
+                }
+                Ok(Err(status)) => Err(ProposeError::Rejected(Box::new(status))),
+            },
+            _ = moved => Err(unreachable("leadership moved while the write waited".into())),
         }
     }
 }

@@ -9,6 +9,8 @@ pub enum ServerError {
     Store(#[from] StoreError),
     #[error("invalid raft configuration: {0}")]
     RaftConfig(String),
+    #[error("cannot start raft's threads: {0}")]
+    RaftRuntime(std::io::Error),
     #[error("raft failed to start: {0}")]
     Raft(String),
     #[error("gRPC server failed: {0}")]

@@ -30,6 +30,7 @@ use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
 use crate::raft::network::{NetworkFactory, PeerChannels};
 use crate::raft::proposer::Proposer;
+use crate::raft::runtime::RaftRuntime;
 use crate::raft::state_machine::StateMachine;
 use crate::raft::Raft;
 
@@ -74,11 +75,16 @@ pub async fn serve(
     .with_apply_delay(opts.apply_delay);
 
     let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
-    let channels = PeerChannels::default();
+    // Raft's network dials from raft's own threads; forwarded writes and
+    // leader-only calls from the control plane's.
     let network = NetworkFactory {
-        channels: channels.clone(),
+        channels: PeerChannels::new(opts.dial_overrides()),
     };
-    let raft = Raft::new(opts.id, config, network, log_store, state_machine)
+    let channels = PeerChannels::new(opts.dial_overrides());
+    let raft_runtime = RaftRuntime::start().map_err(ServerError::RaftRuntime)?;
+    let id = opts.id;
+    let raft = raft_runtime
+        .run(async move { Raft::new(id, config, network, log_store, state_machine).await })
         .await
         .map_err(|e| ServerError::Raft(e.to_string()))?;
 
@@ -142,6 +148,7 @@ pub async fn serve(
     if let Err(e) = raft.shutdown().await {
         tracing::warn!("raft shutdown: {e}");
     }
+    drop(raft_runtime);
     if let Ok(Err(e)) = grpc.await {
         return Err(e);
     }
@@ -154,6 +161,11 @@ pub async fn serve(
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
 }
+
+/// Streams a client may reset before the server answers them, per
+/// connection, before h2 treats it as an attack (CVE-2023-44487 "rapid
+/// reset") and drops the connection.
+const MAX_PENDING_RESETS: usize = 1_000;
 
 async fn serve_grpc(
     api: Api,
@@ -168,6 +180,10 @@ async fn serve_grpc(
     }
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
+        // When a partition heals, clients cancel the calls they gave up on
+        // all at once; h2's default of 20 such resets tears the connection
+        // down, failing the calls still on it.
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
         .add_service(stampede_proto::sized!(RaftServiceServer::new(peer)))
         .add_service(service!(NodeServiceServer))
         .add_service(service!(JobServiceServer))

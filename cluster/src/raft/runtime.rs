@@ -1,0 +1,54 @@
+//! Raft's own threads. The raft core, its replication and vote calls, the
+//! log's appends and the state machine run on a runtime of their own, so a
+//! leader's heartbeats and a follower's election timer keep their timing
+//! however busy the control plane's threads are with scheduling, blocking
+//! queries and thousands of nodes. That is what lets the election timeouts
+//! be short (`server::config`).
+
+use std::future::Future;
+
+use tokio::runtime::{Builder, Runtime};
+
+/// Threads for raft: one to keep the core and its timers moving while the
+/// other appends to the log or applies a large entry.
+const RAFT_THREADS: usize = 2;
+
+/// The runtime, shut down in the background when dropped (dropping a tokio
+/// runtime from inside another one would panic).
+pub struct RaftRuntime(Option<Runtime>);
+
+impl RaftRuntime {
+    pub fn start() -> std::io::Result<Self> {
+        let rt = Builder::new_multi_thread()
+            .worker_threads(RAFT_THREADS)
+            .thread_name("raft")
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(rt)))
+    }
+
+    /// Runs `future` on raft's threads: whatever it spawns (openraft spawns
+    /// its core and replication tasks, tonic its connections) stays there.
+    pub async fn run<F>(&self, future: F) -> F::Output
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let rt = self
+            .0
+            .as_ref()
+            .expect("the raft runtime runs until dropped");
+        match rt.spawn(future).await {
+            Ok(out) => out,
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        }
+    }
+}
+
+impl Drop for RaftRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
