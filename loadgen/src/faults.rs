@@ -359,16 +359,27 @@ pub fn measure(
     window: Duration,
 ) -> Vec<FaultReport> {
     let window = window.as_secs_f64();
+    let recovered = |f: &Injected| f.leader_s.map(|l| l.max(f.undone_s));
     injected
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(i, f)| {
             let unavailable_s = journal
                 .acks
                 .iter()
                 .filter(|a| a.scheduled_s >= f.at_s)
                 .map(|a| a.acked_s - f.at_s)
                 .min_by(f64::total_cmp);
-            let recovered_s = f.leader_s.map(|l| l.max(f.undone_s));
+            let recovered_s = recovered(f);
+            // Each window stays clear of the faults next to it: from the
+            // previous one's recovery, up to the next one's injection.
+            let since_previous = match i.checked_sub(1).map(|p| &injected[p]) {
+                Some(p) => recovered(p).unwrap_or(p.at_s),
+                None => 0.0,
+            };
+            let until_next = injected
+                .get(i + 1)
+                .map_or(stream_s, |n| n.at_s.min(stream_s));
             FaultReport {
                 action: f.step.action,
                 at_s: f.at_s,
@@ -381,9 +392,9 @@ pub fn measure(
                 unavailable_s,
                 elections: f.term_after.map(|t| t.saturating_sub(f.term_before)),
                 recovered_s,
-                throughput_before: ack_rate(journal, f.at_s - window, f.at_s).unwrap_or(0.0),
+                throughput_before: ack_rate(journal, (f.at_s - window).max(since_previous), f.at_s),
                 throughput_after: recovered_s
-                    .and_then(|r| ack_rate(journal, r, (r + window).min(stream_s))),
+                    .and_then(|r| ack_rate(journal, r, (r + window).min(until_next))),
             }
         })
         .collect()
@@ -648,7 +659,7 @@ mod tests {
         assert_eq!(r.unavailable_s, Some(3.5));
         assert_eq!(r.elections, Some(1));
         assert_eq!(r.recovered_s, Some(22.5));
-        assert_eq!(r.throughput_before, 1.0);
+        assert_eq!(r.throughput_before, Some(1.0));
         // 22.5 to 30 (the end of the stream): 23.5 and 24.1 ... 29.1.
         assert_eq!(r.throughput_after, Some(7.0 / 7.5));
 
@@ -658,13 +669,25 @@ mod tests {
             leader_s: None,
             leader_after: None,
             at_s: 29.5,
-            ..f
+            ..f.clone()
         };
         let r = &measure(&[lost], &j, 30.0, Duration::from_secs(10))[0];
         assert_eq!(
             (r.time_to_leader_s, r.unavailable_s, r.throughput_after),
             (None, None, None)
         );
+        // Two faults 6 s apart: the first one's after-window ends where the
+        // second starts, whose before-window starts at the first's recovery.
+        let next = Injected {
+            at_s: 26.5,
+            leader_s: Some(27.0),
+            undone_s: 27.0,
+            ..f.clone()
+        };
+        let both = measure(&[f, next], &j, 30.0, Duration::from_secs(10));
+        // 22.5 to 26.5: 23.5, 24.1, 25.1, 26.1.
+        assert_eq!(both[0].throughput_after, Some(1.0));
+        assert_eq!(both[1].throughput_before, Some(1.0));
         assert_eq!(
             acks_per_second(&journal(&[(0.0, 0.5), (0.1, 0.7), (1.0, 2.2)]), 3.0),
             [(1.0, 2.0), (2.0, 0.0), (3.0, 1.0)]

@@ -98,8 +98,8 @@ pub fn table(s: &RunSummary) -> String {
                 Some(f) => format!(
                     "@{:.0}s: {} / {} / {}",
                     f.at_s,
-                    secs(f.time_to_leader_s),
-                    secs(f.unavailable_s),
+                    tenths(f.time_to_leader_s),
+                    tenths(f.unavailable_s),
                     f.elections.map_or("-".into(), |e| e.to_string())
                 ),
                 None => "not injected".into(),
@@ -107,9 +107,9 @@ pub fn table(s: &RunSummary) -> String {
         );
         row("  acks/s before / after", &|v| match v.faults.get(i) {
             Some(f) => format!(
-                "{:.1} / {}",
-                f.throughput_before,
-                f.throughput_after.map_or("-".into(), |t| format!("{t:.1}"))
+                "{} / {}",
+                tenths(f.throughput_before),
+                tenths(f.throughput_after)
             ),
             None => "-".into(),
         });
@@ -163,8 +163,8 @@ pub fn table(s: &RunSummary) -> String {
     out
 }
 
-/// Seconds to one decimal, or `-` when not measured.
-fn secs(v: Option<f64>) -> String {
+/// A measure to one decimal, or `-` when there is none.
+fn tenths(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
@@ -481,16 +481,16 @@ fn faults_section(v: &VariantSummary) -> String {
             let servers: Vec<String> = f.servers.iter().map(|s| s.to_string()).collect();
             let _ = write!(
                 html,
-                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 f.action.name(),
                 f.at_s,
                 servers.join(", "),
                 f.duration_s,
-                secs(f.time_to_leader_s),
-                secs(f.unavailable_s),
+                tenths(f.time_to_leader_s),
+                tenths(f.unavailable_s),
                 f.elections.map_or("-".into(), |e| e.to_string()),
-                f.throughput_before,
-                f.throughput_after.map_or("-".into(), |t| format!("{t:.1}")),
+                tenths(f.throughput_before),
+                tenths(f.throughput_after),
             );
         }
         html.push_str("</table>");
@@ -751,7 +751,7 @@ mod tests {
             unavailable_s: Some(1.5),
             elections: Some(1),
             recovered_s: Some(23.4),
-            throughput_before: 4.0,
+            throughput_before: Some(4.0),
             throughput_after: Some(3.9),
         };
         let variant = VariantSummary {

@@ -120,10 +120,12 @@ pub struct FaultReport {
     pub elections: Option<u64>,
     /// When the fault was over (servers back, links healed) and a leader known.
     pub recovered_s: Option<f64>,
-    /// Registrations acknowledged per second in the 10 s before the injection.
-    pub throughput_before: f64,
-    /// The same in the 10 s after recovery (within the stream); null when
-    /// the stream had ended by then.
+    /// Registrations acknowledged per second in the 10 s before the
+    /// injection (from the previous fault's recovery, if that is later);
+    /// null when that leaves less than a second.
+    pub throughput_before: Option<f64>,
+    /// The same in the 10 s after recovery, up to the next fault or the end
+    /// of the stream.
     pub throughput_after: Option<f64>,
 }
 
