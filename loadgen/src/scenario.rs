@@ -17,6 +17,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("deployments", include_str!("../scenarios/deployments.toml")),
     ("c2m-mini", include_str!("../scenarios/c2m-mini.toml")),
     ("faults", include_str!("../scenarios/faults.toml")),
+    ("failover", include_str!("../scenarios/failover.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]

@@ -151,7 +151,8 @@ impl ClusterClient {
     }
 
     /// Runs `call` on one server after another until it succeeds, fails with
-    /// an answer that retrying cannot change, or the retry budget is spent.
+    /// an answer that retrying cannot change, or the retry budget (from the
+    /// first failure) is spent.
     /// An attempt that takes longer than the attempt timeout is abandoned and
     /// tried on the next server.
     pub async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
@@ -159,7 +160,10 @@ impl ClusterClient {
         F: FnMut(ClusterClient) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        let deadline = Instant::now() + self.retry_for;
+        // The budget runs from the first failure, not from the first attempt:
+        // a blocking query that waited its full time and then lost its server
+        // still gets the whole budget to find another.
+        let mut deadline = None;
         let mut pause = Duration::from_millis(20);
         loop {
             let attempt = tokio::time::timeout(self.attempt_timeout, call(self.clone()));
@@ -171,6 +175,7 @@ impl ClusterClient {
                     self.attempt_timeout
                 )),
             };
+            let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.retry_for);
             if !retryable(&status) || Instant::now() >= deadline {
                 return Err(ClientError::Status(Box::new(status)));
             }
@@ -244,5 +249,29 @@ mod tests {
         assert!(retryable(&Status::unavailable(
             "no raft leader is elected yet"
         )));
+    }
+
+    #[tokio::test]
+    async fn a_long_attempt_that_fails_still_gets_the_whole_retry_budget() {
+        // A blocking query waits longer than the retry budget, then its
+        // server goes away: the call must still try the next server.
+        let client = ClusterClient::new(&["127.0.0.1:1"])
+            .unwrap()
+            .with_retry_for(Duration::from_millis(50));
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let answer = client
+            .retrying(|_| {
+                let n = attempts.fetch_add(1, Ordering::Relaxed);
+                async move {
+                    if n == 0 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        Err(Status::unavailable("the server went away mid-query"))
+                    } else {
+                        Ok(n)
+                    }
+                }
+            })
+            .await;
+        assert_eq!(answer.unwrap(), 1);
     }
 }

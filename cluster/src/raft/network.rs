@@ -29,7 +29,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// batch when it does not, so a follower far behind on large entries (a
 /// plan of 10,000 allocations is megabytes) would never catch up: we send a
 /// prefix within this budget and report it as a partial success.
-pub const APPEND_BUDGET_BYTES: u64 = 512 * 1024;
+pub const APPEND_BUDGET_BYTES: u64 = 256 * 1024;
 
 /// How many of `entries` fit in `budget` bytes; at least one, so that any
 /// single entry, however large, is sent.

@@ -100,10 +100,11 @@ pub struct ServeOpts {
     /// both take it.
     #[arg(long, hide_short_help = true)]
     pub peer_via: Option<Peers>,
-    /// Leader heartbeat interval, in milliseconds; openraft also gives each
-    /// AppendEntries this long before it sends the batch again. Raft runs on
-    /// threads of its own (`raft::runtime`), so this need not be roomy.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(10..=10_000))]
+    /// Leader heartbeat interval, in milliseconds. openraft 0.9 also gives
+    /// each AppendEntries exactly this long and sends the batch again when it
+    /// runs out, so it must cover a loaded follower's append and fsync; it
+    /// does not slow failover, which the election timeout sets.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(10..=10_000))]
     pub heartbeat_ms: u64,
     /// Shortest election timeout, in milliseconds; the longest is twice this.
     /// openraft 0.9 lets a follower campaign only after the leader's lease
