@@ -9,6 +9,7 @@ use stampede_proto::{ForwardRequest, RaftPayload, WriteReply};
 use tonic::{Request, Response, Status};
 
 use super::Reply;
+use crate::raft::metrics::Metrics;
 use crate::raft::proposer::Proposer;
 use crate::raft::Raft;
 
@@ -18,6 +19,7 @@ use crate::raft::Raft;
 pub struct PeerApi {
     pub raft: Raft,
     pub proposer: Proposer,
+    pub metrics: std::sync::Arc<Metrics>,
 }
 
 /// A payload that is not the raft message its call expects.
@@ -56,7 +58,12 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, EncodeFailed
 impl RaftService for PeerApi {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
         let rpc = decode(req)?;
-        Ok(encode(&self.raft.append_entries(rpc).await)?)
+        let start = std::time::Instant::now();
+        let answer = self.raft.append_entries(rpc).await;
+        self.metrics
+            .append_handle_seconds
+            .observe(start.elapsed().as_secs_f64());
+        Ok(encode(&answer)?)
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {

@@ -27,6 +27,13 @@ pub struct Metrics {
     pub raft_snapshot_bytes: IntGauge,
     /// Writes this server received as a follower and sent on to the leader.
     pub writes_forwarded: IntCounter,
+    /// On the leader: one AppendEntries to a follower, sent to answered
+    /// (openraft gives up after one heartbeat interval).
+    pub append_rpc_seconds: Histogram,
+    /// On a follower: the part of an AppendEntries spent in raft itself
+    /// (append, fsync, answer). The rest of the leader's round trip is the
+    /// network and the wait for this server's gRPC threads.
+    pub append_handle_seconds: Histogram,
 }
 
 impl Metrics {
@@ -94,6 +101,18 @@ impl Metrics {
                 &r,
                 "stampede_raft_snapshot_bytes",
                 "Size of this server's current snapshot.",
+            ),
+            append_rpc_seconds: histogram(
+                &r,
+                "stampede_raft_append_rpc_seconds",
+                "On the leader: AppendEntries round trips to followers, answered or not.",
+                (0.0005, 2.0, 14),
+            ),
+            append_handle_seconds: histogram(
+                &r,
+                "stampede_raft_append_handle_seconds",
+                "On a follower: time raft took to take an AppendEntries (append, fsync, answer).",
+                (0.0005, 2.0, 14),
             ),
             writes_forwarded: int_counter(
                 &r,

@@ -19,6 +19,7 @@ use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::RaftPayload;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::raft::metrics::Metrics;
 use crate::raft::{NodeId, TypeConfig};
 
 /// How long to wait for a TCP connection to a peer.
@@ -44,6 +45,12 @@ fn fitting<T: Serialize>(entries: &[T], budget: u64) -> usize {
     entries.len()
 }
 
+/// The first byte a raft connection sends, before HTTP/2's preface (which
+/// starts with `P`; a TLS hello starts with 0x16): the server's accept loop
+/// reads it and serves that connection on raft's own threads, so
+/// AppendEntries and votes never wait for the control plane's.
+pub const RAFT_CONNECTION_MARKER: u8 = 0;
+
 /// Channels to peers, created on first use and kept for the server's life.
 /// A channel's connection tasks run on the runtime that first asks for it, so
 /// raft's network (on the raft runtime) and forwarded writes (on the control
@@ -53,28 +60,46 @@ pub struct PeerChannels {
     channels: Arc<Mutex<HashMap<NodeId, Channel>>>,
     /// Addresses to dial instead of the membership's (`--peer-via`).
     via: Arc<HashMap<NodeId, String>>,
+    /// Whether connections open with [`RAFT_CONNECTION_MARKER`].
+    raft: bool,
 }
 
 impl PeerChannels {
+    /// Channels for forwarded writes and leader-only calls.
     pub fn new(via: HashMap<NodeId, String>) -> Self {
         Self {
             channels: Default::default(),
             via: Arc::new(via),
+            raft: false,
+        }
+    }
+
+    /// Channels for raft's own RPCs, served on the peers' raft threads.
+    pub fn for_raft(via: HashMap<NodeId, String>) -> Self {
+        Self {
+            raft: true,
+            ..Self::new(via)
         }
     }
 
     /// The channel to server `id`, whose membership address is `addr`.
     pub fn get(&self, id: NodeId, addr: &str) -> Channel {
-        let addr = self.via.get(&id).map_or(addr, String::as_str);
+        let addr = self.via.get(&id).map_or(addr, String::as_str).to_string();
         let mut map = stampede_proto::lock(&self.channels);
         map.entry(id)
             .or_insert_with(|| {
-                Endpoint::from_shared(format!("http://{addr}"))
+                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
                     .expect("peer addresses are validated socket addresses")
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_secs(10))
-                    .connect_lazy()
+                    .http2_keep_alive_interval(Duration::from_secs(10));
+                if self.raft {
+                    endpoint.connect_with_connector_lazy(tower::service_fn(move |_| {
+                        connect_marked(addr.clone())
+                    }))
+                } else {
+                    endpoint.connect_lazy()
+                }
             })
             .clone()
     }
@@ -84,8 +109,28 @@ impl PeerChannels {
     }
 }
 
+/// Connects to a peer and sends the raft marker first.
+async fn connect_marked(
+    addr: String,
+) -> std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>> {
+    use tokio::io::AsyncWriteExt;
+    let connect = tokio::net::TcpStream::connect(&addr);
+    let mut stream = tokio::time::timeout(CONNECT_TIMEOUT, connect)
+        .await
+        .map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("connecting to {addr} took over {CONNECT_TIMEOUT:?}"),
+            )
+        })??;
+    stream.set_nodelay(true)?;
+    stream.write_all(&[RAFT_CONNECTION_MARKER]).await?;
+    Ok(hyper_util::rt::TokioIo::new(stream))
+}
+
 pub struct NetworkFactory {
     pub channels: PeerChannels,
+    pub metrics: Arc<Metrics>,
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -95,6 +140,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
         PeerConnection {
             target,
             client: self.channels.raft_client(target, &node.addr),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -102,6 +148,19 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 pub struct PeerConnection {
     target: NodeId,
     client: RaftServiceClient<Channel>,
+    metrics: Arc<Metrics>,
+}
+
+/// Observes how long an AppendEntries took when dropped, so that calls
+/// openraft abandons at its timeout count too.
+struct AppendTimer(std::time::Instant, Arc<Metrics>);
+
+impl Drop for AppendTimer {
+    fn drop(&mut self) {
+        self.1
+            .append_rpc_seconds
+            .observe(self.0.elapsed().as_secs_f64());
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -162,6 +221,7 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
         mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
+        let _timer = AppendTimer(std::time::Instant::now(), self.metrics.clone());
         let keep = fitting(&rpc.entries, APPEND_BUDGET_BYTES);
         if keep == rpc.entries.len() {
             return self

@@ -27,6 +27,15 @@ impl RaftRuntime {
         Ok(Self(Some(rt)))
     }
 
+    /// A handle to spawn long-lived tasks on raft's threads.
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.0
+            .as_ref()
+            .expect("the raft runtime runs until dropped")
+            .handle()
+            .clone()
+    }
+
     /// Runs `future` on raft's threads: whatever it spawns (openraft spawns
     /// its core and replication tasks, tonic its connections) stays there.
     pub async fn run<F>(&self, future: F) -> F::Output

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use openraft::BasicNode;
 use stampede_proto::deployment_service_server::DeploymentServiceServer;
@@ -13,9 +14,11 @@ use stampede_proto::job_service_server::JobServiceServer;
 use stampede_proto::node_service_server::NodeServiceServer;
 use stampede_proto::plan_service_server::PlanServiceServer;
 use stampede_proto::raft_service_server::RaftServiceServer;
-use tokio::net::TcpListener;
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::wrappers::ReceiverStream;
 
 pub mod config;
 pub mod error;
@@ -28,7 +31,7 @@ use crate::api::Api;
 use crate::control::{ControlPlane, Foundations};
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
-use crate::raft::network::{NetworkFactory, PeerChannels};
+use crate::raft::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER};
 use crate::raft::proposer::Proposer;
 use crate::raft::runtime::RaftRuntime;
 use crate::raft::state_machine::StateMachine;
@@ -78,7 +81,8 @@ pub async fn serve(
     // Raft's network dials from raft's own threads; forwarded writes and
     // leader-only calls from the control plane's.
     let network = NetworkFactory {
-        channels: PeerChannels::new(opts.dial_overrides()),
+        channels: PeerChannels::for_raft(opts.dial_overrides()),
+        metrics: metrics.clone(),
     };
     let channels = PeerChannels::new(opts.dial_overrides());
     let raft_runtime = RaftRuntime::start().map_err(ServerError::RaftRuntime)?;
@@ -114,8 +118,15 @@ pub async fn serve(
     let peer = PeerApi {
         raft: raft.clone(),
         proposer,
+        metrics: metrics.clone(),
     };
-    let grpc = tokio::spawn(serve_grpc(api, peer, rpc, stop_rx.clone()));
+    let grpc = tokio::spawn(serve_grpc(
+        api,
+        peer,
+        rpc,
+        raft_runtime.handle(),
+        stop_rx.clone(),
+    ));
     let http_state = HttpState {
         raft: raft.clone(),
         metrics: metrics.clone(),
@@ -167,10 +178,13 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// reset") and drops the connection.
 const MAX_PENDING_RESETS: usize = 1_000;
 
+/// Serves gRPC: raft's own connections (they open with the raft marker) on
+/// raft's threads, everything else on the main runtime.
 async fn serve_grpc(
     api: Api,
     peer: PeerApi,
     listener: TcpListener,
+    raft_threads: tokio::runtime::Handle,
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
     macro_rules! service {
@@ -178,21 +192,82 @@ async fn serve_grpc(
             stampede_proto::sized!($server::new(api.clone()))
         };
     }
+    let (main_tx, main_rx) = mpsc::channel(64);
+    let (raft_tx, raft_rx) = mpsc::channel(16);
+    tokio::spawn(route_connections(listener, main_tx, raft_tx, stop.clone()));
+    let raft_server = raft_threads.spawn(
+        tonic::transport::Server::builder()
+            .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+            .add_service(stampede_proto::sized!(RaftServiceServer::new(peer.clone())))
+            .serve_with_incoming_shutdown(ReceiverStream::new(raft_rx), stopped(stop.clone())),
+    );
     tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         // When a partition heals, clients cancel the calls they gave up on
         // all at once; h2's default of 20 such resets tears the connection
         // down, failing the calls still on it.
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        // Forwarded writes arrive here, on unmarked connections.
         .add_service(stampede_proto::sized!(RaftServiceServer::new(peer)))
         .add_service(service!(NodeServiceServer))
         .add_service(service!(JobServiceServer))
         .add_service(service!(EvalServiceServer))
         .add_service(service!(PlanServiceServer))
         .add_service(service!(DeploymentServiceServer))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), stopped(stop))
+        .serve_with_incoming_shutdown(ReceiverStream::new(main_rx), stopped(stop))
         .await?;
+    match raft_server.await {
+        Ok(result) => result?,
+        Err(e) => tracing::warn!("raft's gRPC server stopped: {e}"),
+    }
     Ok(())
+}
+
+/// How long a new connection may take to send its first byte.
+const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
+
+type Accepted = std::io::Result<TcpStream>;
+
+/// Accepts connections on the `--rpc` listener and hands each to the server
+/// that serves it, by its first byte: [`RAFT_CONNECTION_MARKER`] (read and
+/// dropped) to raft's, anything else (HTTP/2's preface) to the main one.
+async fn route_connections(
+    listener: TcpListener,
+    main: mpsc::Sender<Accepted>,
+    raft: mpsc::Sender<Accepted>,
+    stop: watch::Receiver<bool>,
+) {
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of file descriptors, say: wait rather than spin.
+                    tracing::warn!("accepting a connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(stop.clone()) => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let (main, raft) = (main.clone(), raft.clone());
+        tokio::spawn(async move {
+            let mut first = [0u8; 1];
+            match tokio::time::timeout(FIRST_BYTE_WAIT, stream.peek(&mut first)).await {
+                Ok(Ok(1)) if first[0] == RAFT_CONNECTION_MARKER => {
+                    let mut stream = stream;
+                    if stream.read_exact(&mut first).await.is_ok() {
+                        let _ = raft.send(Ok(stream)).await;
+                    }
+                }
+                Ok(Ok(n)) if n > 0 => {
+                    let _ = main.send(Ok(stream)).await;
+                }
+                // Closed, failed or silent before its first byte.
+                _ => {}
+            }
+        });
+    }
 }
 
 async fn serve_http(
