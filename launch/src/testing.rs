@@ -75,10 +75,43 @@ impl Harness {
 
     /// [`Harness::start`], then waits until the servers agree on a leader;
     /// returns its id too.
+    ///
+    /// Ports are picked free and released before the servers bind them, so
+    /// another process can take one in between; a server that cannot bind
+    /// exits at once. Then the whole cluster starts again on new ports.
     pub async fn with_leader(servers: usize, args: &[&str]) -> (Self, NodeId) {
-        let mut h = Self::start(servers, args);
-        let leader = h.leader().await;
-        (h, leader)
+        for _ in 0..3 {
+            let mut h = Self::start(servers, args);
+            if h.all_started().await {
+                let leader = h.leader().await;
+                return (h, leader);
+            }
+        }
+        panic!("{servers} servers did not start in three tries (their ports were taken?)");
+    }
+
+    /// Waits until every server answers its status (true) or one of them
+    /// has exited (false).
+    async fn all_started(&mut self) -> bool {
+        let deadline = Instant::now() + ELECTION;
+        loop {
+            let mut up = 0;
+            for id in self.0.ids() {
+                if !self.0.is_running(id) {
+                    return false;
+                }
+                if self.0.status(id).await.is_ok() {
+                    up += 1;
+                }
+            }
+            if up == self.0.ids().len() {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Waits (up to [`ELECTION`]) until every running server names the same

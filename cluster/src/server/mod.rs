@@ -308,3 +308,56 @@ async fn watch_raft(raft: Raft, metrics: Arc<Metrics>, mut stop: watch::Receiver
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn connections_are_routed_by_their_first_byte() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (main_tx, mut main_rx) = mpsc::channel(4);
+        let (raft_tx, mut raft_rx) = mpsc::channel(4);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let router = tokio::spawn(route_connections(listener, main_tx, raft_tx, stop_rx));
+
+        // A raft connection: the marker is consumed, what follows is intact.
+        let mut raft_conn = TcpStream::connect(addr).await.unwrap();
+        raft_conn
+            .write_all(&[RAFT_CONNECTION_MARKER, b'P', b'R'])
+            .await
+            .unwrap();
+        let mut routed = raft_rx.recv().await.unwrap().unwrap();
+        let mut first = [0u8; 2];
+        routed.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"PR");
+
+        // Anything else (HTTP/2's preface) goes to the main server untouched.
+        let mut plain = TcpStream::connect(addr).await.unwrap();
+        plain.write_all(b"PRI * HTTP/2.0").await.unwrap();
+        let mut routed = main_rx.recv().await.unwrap().unwrap();
+        let mut first = [0u8; 3];
+        routed.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"PRI");
+        assert!(
+            raft_rx.try_recv().is_err(),
+            "the plain connection went to raft"
+        );
+
+        // A connection closed before its first byte goes nowhere: once the
+        // router stops, no connection is left to hand on.
+        drop(TcpStream::connect(addr).await.unwrap());
+        let _ = stop_tx.send(true);
+        router.await.unwrap();
+        assert!(
+            main_rx.recv().await.is_none(),
+            "a closed connection was routed"
+        );
+        assert!(
+            raft_rx.recv().await.is_none(),
+            "a closed connection was routed"
+        );
+    }
+}
