@@ -3,10 +3,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::{capacity, json};
+use common::{capacity, json, schema_errors};
 use stampede_launch::metric_value;
 use stampede_launch::testing::eventually_ok;
 
@@ -49,12 +48,7 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
     );
 
     let summary = json(&out.join("summary.json"));
-    let schema = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("summary.schema.json"));
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(&summary)
-        .map(|e| e.to_string())
-        .collect();
+    let errors = schema_errors(&summary);
     assert!(errors.is_empty(), "{errors:?}");
 
     assert_eq!(summary["complete"], true);

@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::Duration;
 
-use common::{capacity, json};
+use common::{capacity, json, schema_errors};
 use stampede_launch::testing::{eventually_ok, register_job, service_job, Harness, CATCH_UP};
 use stampede_launch::NodeId;
 use stampede_proto::JobListRequest;
@@ -91,12 +90,7 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
     );
 
     let summary = json(&out.join("summary.json"));
-    let schema = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("summary.schema.json"));
-    let validator = jsonschema::validator_for(&schema).unwrap();
-    let errors: Vec<String> = validator
-        .iter_errors(&summary)
-        .map(|e| e.to_string())
-        .collect();
+    let errors = schema_errors(&summary);
     assert!(errors.is_empty(), "{errors:?}");
     assert_eq!(summary["complete"], true, "{summary}");
 

@@ -80,11 +80,12 @@ pub async fn serve(
     let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
     // Raft's network dials from raft's own threads; forwarded writes and
     // leader-only calls from the control plane's.
+    let via = opts.dial_overrides();
     let network = NetworkFactory {
-        channels: PeerChannels::for_raft(opts.dial_overrides()),
+        channels: PeerChannels::for_raft(via.clone()),
         metrics: metrics.clone(),
     };
-    let channels = PeerChannels::new(opts.dial_overrides());
+    let channels = PeerChannels::new(via);
     let raft_runtime = RaftRuntime::start().map_err(ServerError::RaftRuntime)?;
     let id = opts.id;
     let raft = raft_runtime

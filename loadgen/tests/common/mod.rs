@@ -1,5 +1,6 @@
 //! What the loadgen tests share: a `loadgen capacity` command for a scenario
-//! written to a fresh directory, and reading the JSON a run writes.
+//! written to a fresh directory, reading the JSON a run writes, and checking
+//! a summary against its schema.
 
 #![allow(dead_code)] // each test file uses its own part
 
@@ -26,4 +27,14 @@ pub fn capacity(scenario: &str, name: &str) -> (tempfile::TempDir, PathBuf, Comm
 pub fn json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// What `summary.schema.json` says is wrong with `summary`; empty when it conforms.
+pub fn schema_errors(summary: &serde_json::Value) -> Vec<String> {
+    let schema = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("summary.schema.json"));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    validator
+        .iter_errors(summary)
+        .map(|e| e.to_string())
+        .collect()
 }
