@@ -19,6 +19,7 @@ use cluster::server::config::ServeOpts;
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use stampede_benches::node;
 use stampede_proto::client::ClusterClient;
+use stampede_proto::security::Security;
 use stampede_proto::NodeRegisterRequest;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -84,6 +85,9 @@ impl InProcessCluster {
                 // A quick first election, so the bench starts soon.
                 "--heartbeat-ms=100".into(),
                 "--election-timeout-ms=1000".into(),
+                // The bare commit path: TLS's cost is measured by the
+                // capacity scenario `tls`.
+                "--insecure".into(),
             ];
             let opts = Serve::try_parse_from(&args)
                 .expect("valid cluster serve options")
@@ -159,7 +163,8 @@ fn raft_commit(c: &mut Criterion) {
     let leader = rt.block_on(cluster.leader());
     // Channels connect lazily, from within the runtime.
     let client = rt.block_on(async {
-        ClusterClient::new(&[leader.to_string()]).expect("a client of the leader")
+        ClusterClient::new(&[leader.to_string()], &Security::insecure())
+            .expect("a client of the leader")
     });
 
     let mut group = c.benchmark_group("raft_commit_3_servers");

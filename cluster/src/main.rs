@@ -20,6 +20,12 @@ enum Cmd {
     /// Inspect the client nodes of a running cluster.
     #[command(subcommand)]
     Node(cluster::cli::NodeCmd),
+    /// Certificates for mutual TLS between the cluster's processes.
+    #[command(subcommand)]
+    Tls(cluster::cli::tls::TlsCmd),
+    /// ACL tokens for the public API.
+    #[command(subcommand)]
+    Acl(cluster::cli::acl::AclCmd),
 }
 
 #[tokio::main]
@@ -41,5 +47,7 @@ async fn main() -> anyhow::Result<()> {
             stampede_proto::default_sigpipe();
             cluster::cli::run_node(cmd).await
         }
+        Cmd::Tls(cmd) => cluster::cli::tls::run(cmd),
+        Cmd::Acl(cmd) => cluster::cli::acl::run(cmd),
     }
 }

@@ -3,9 +3,16 @@
 use std::process::Command;
 
 use stampede_launch::testing::{cluster_bin, eventually, node_with, Harness, CATCH_UP};
+use stampede_proto::security::Role;
 
-fn cluster_cmd(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(cluster_bin()).args(args).output().unwrap();
+/// Runs `cluster ARGS` as an operator of `c` (its certificate and token in
+/// the environment, as `cluster dev` tells users to set them).
+fn cluster_cmd(c: &Harness, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(cluster_bin())
+        .envs(c.client_env(Role::Operator).unwrap())
+        .args(args)
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -26,7 +33,7 @@ async fn job_run_status_stop_and_node_status() {
     }
     let web = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/web.json");
 
-    let (ok, out, err) = cluster_cmd(&["job", "run", "--address", &addrs, web]);
+    let (ok, out, err) = cluster_cmd(&c, &["job", "run", "--address", &addrs, web]);
     assert!(ok, "{out}{err}");
     assert!(
         out.contains("raft index") && out.contains("Evaluation"),
@@ -38,7 +45,7 @@ async fn job_run_status_stop_and_node_status() {
         CATCH_UP,
         || async {
             let (ok, out, _) =
-                cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
+                cluster_cmd(&c, &["job", "status", "--address", &addrs, "--json", "web"]);
             let Ok(v) = serde_json::from_str::<serde_json::Value>(&out) else {
                 return false;
             };
@@ -51,15 +58,15 @@ async fn job_run_status_stop_and_node_status() {
     )
     .await;
 
-    let (ok, out, err) = cluster_cmd(&["node", "status", "--address", &addrs, "--json"]);
+    let (ok, out, err) = cluster_cmd(&c, &["node", "status", "--address", &addrs, "--json"]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["nodes"].as_array().unwrap().len(), 2);
 
-    let (ok, out, err) = cluster_cmd(&["job", "stop", "--address", &addrs, "web"]);
+    let (ok, out, err) = cluster_cmd(&c, &["job", "stop", "--address", &addrs, "web"]);
     assert!(ok, "{out}{err}");
     eventually("every allocation is stopped", CATCH_UP, || async {
-        let (_, out, _) = cluster_cmd(&["job", "status", "--address", &addrs, "--json", "web"]);
+        let (_, out, _) = cluster_cmd(&c, &["job", "status", "--address", &addrs, "--json", "web"]);
         serde_json::from_str::<serde_json::Value>(&out).is_ok_and(|v| {
             v["allocations"]
                 .as_array()
@@ -72,13 +79,16 @@ async fn job_run_status_stop_and_node_status() {
     let dir = tempfile::tempdir().unwrap();
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\n  \"id\": \"x\",\n  \"typo\": 1\n}\n").unwrap();
-    let (ok, _, err) = cluster_cmd(&["job", "run", "--address", &addrs, bad.to_str().unwrap()]);
+    let (ok, _, err) = cluster_cmd(
+        &c,
+        &["job", "run", "--address", &addrs, bad.to_str().unwrap()],
+    );
     assert!(!ok);
     assert!(
         err.contains("unknown field `typo`") && err.contains("line 3"),
         "{err}"
     );
-    let (ok, _, err) = cluster_cmd(&["job", "status", "--address", &addrs, "nope"]);
+    let (ok, _, err) = cluster_cmd(&c, &["job", "status", "--address", &addrs, "nope"]);
     assert!(!ok);
     assert!(err.contains("no job \"nope\""), "{err}");
     assert!(!err.contains("panicked"));

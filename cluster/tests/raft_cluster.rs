@@ -254,6 +254,7 @@ fn serve_expecting_failure(data_dir: &Path, id: u64, peers: &str, rpc: &str) -> 
             rpc,
             "--http",
             "127.0.0.1:0",
+            "--insecure",
         ])
         .arg("--data-dir")
         .arg(data_dir)

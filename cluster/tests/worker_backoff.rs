@@ -42,10 +42,10 @@ async fn placed(client: &ClusterClient, job: &str) -> bool {
     })
 }
 
-/// Polls `http`'s `/v1/workers` until `done`; true if a worker was backing off.
-async fn watch_for_backing_off(http: std::net::SocketAddr, done: Arc<AtomicBool>) -> bool {
+/// Polls `/v1/workers` at `url` until `done`; true if a worker was backing off.
+async fn watch_for_backing_off(http: reqwest::Client, url: String, done: Arc<AtomicBool>) -> bool {
     while !done.load(Ordering::Relaxed) {
-        if let Ok(states) = worker_states(http).await {
+        if let Ok(states) = worker_states(&http, &url).await {
             if states.iter().any(|s| s == "backing_off") {
                 return true;
             }
@@ -94,7 +94,8 @@ async fn run(backoff: &str) -> Lagging {
 
     let done = Arc::new(AtomicBool::new(false));
     let watcher = tokio::spawn(watch_for_backing_off(
-        c.server(lagging).unwrap().http,
+        c.http_client().clone(),
+        c.url(lagging, "/v1/workers").unwrap(),
         done.clone(),
     ));
     // One job at a time, each placed before the next is registered: every

@@ -17,14 +17,15 @@ async fn pausing_all_workers_stops_placement_and_resuming_resumes_it() {
             .unwrap();
     }
     for id in c.ids() {
-        let http = c.server(id).unwrap().http;
+        let url = c.url(id, "/v1/workers").unwrap();
+        let http = c.http_client();
         eventually("every worker is paused", CATCH_UP, || async {
-            let states = worker_states(http).await.unwrap();
+            let states = worker_states(http, &url).await.unwrap();
             states.iter().all(|s| s == "paused")
         })
         .await;
         // The dashboards' workers panel reads the same states from /metrics.
-        let workers = worker_states(http).await.unwrap().len();
+        let workers = worker_states(http, &url).await.unwrap().len();
         assert!(workers > 0);
         let paused = c
             .metric(id, "stampede_workers{state=\"paused\"}")

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use stampede_proto::acl::{Acl, Scope};
+use stampede_proto::security::{Role, Security, TlsArgs, TOKEN_FILE};
 
 pub mod links;
 #[cfg(feature = "testing")]
@@ -79,6 +81,8 @@ pub enum LaunchError {
         addr: SocketAddr,
         detail: String,
     },
+    #[error("cannot create the cluster's TLS files in {dir}: {detail}")]
+    Tls { dir: PathBuf, detail: String },
     #[error("timed out after {after:?} waiting until {what}{}", last.as_ref().map(|l| format!(" (last seen: {l})")).unwrap_or_default())]
     Timeout {
         what: String,
@@ -96,6 +100,13 @@ pub struct LaunchOptions {
     pub root: Option<PathBuf>,
     /// Extra `cluster serve` flags for every server.
     pub server_args: Vec<String>,
+    /// Serve without TLS or ACLs (`cluster serve --insecure`). Otherwise
+    /// the launcher makes a CA, certificates and a management token for the
+    /// cluster (`cluster tls init`) and gives every server them.
+    pub insecure: bool,
+    /// Where the TLS files are kept (made there if missing): several
+    /// clusters of one capacity run share them. Default: `ROOT/tls`.
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// One server process and where it lives.
@@ -120,6 +131,8 @@ pub struct LocalCluster {
     http: reqwest::Client,
     /// The fault proxy every peer connection goes through, if started with it.
     links: Option<PeerLinks>,
+    /// Where the cluster's CA, certificates and token are; `None` when insecure.
+    tls_dir: Option<PathBuf>,
 }
 
 impl LocalCluster {
@@ -173,17 +186,30 @@ impl LocalCluster {
         } else {
             None
         };
+        let mut server_args = opts.server_args;
+        let tls_dir = if opts.insecure {
+            server_args.push("--insecure".into());
+            None
+        } else {
+            let dir = opts.tls_dir.unwrap_or_else(|| root.join("tls"));
+            make_tls_dir(&opts.bin, &dir)?;
+            server_args.extend(TlsArgs::in_dir(&dir, Role::Server).to_args());
+            server_args.extend([
+                "--acl-token-file".to_string(),
+                dir.join(TOKEN_FILE).display().to_string(),
+            ]);
+            Some(dir)
+        };
+        let security = security_in(tls_dir.as_deref(), Role::Operator)?;
         let mut cluster = Self {
             bin: opts.bin,
             root,
             _tmp: tmp,
-            server_args: opts.server_args,
+            server_args,
             servers,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .expect("a plain HTTP client builds"),
+            http: http_client(&security, Duration::from_secs(5))?,
             links,
+            tls_dir,
         };
         for id in cluster.ids() {
             cluster.spawn(id)?;
@@ -193,6 +219,63 @@ impl LocalCluster {
 
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Where the cluster's CA, certificates and management token are
+    /// (`ca.pem`, `operator.pem`, `token`, ...); `None` when insecure.
+    pub fn tls_dir(&self) -> Option<&Path> {
+        self.tls_dir.as_deref()
+    }
+
+    /// What a client of `role` presents to this cluster: that role's
+    /// certificate, and the management token for an operator or a write
+    /// token derived from it for a node client (nothing when insecure).
+    pub fn security(&self, role: Role) -> Result<Security, LaunchError> {
+        security_in(self.tls_dir.as_deref(), role)
+    }
+
+    /// The environment a client process (the CLI, nodesim, loadgen) needs to
+    /// call this cluster as `role`: `STAMPEDE_TLS_*` and `STAMPEDE_TOKEN`;
+    /// empty when insecure.
+    pub fn client_env(&self, role: Role) -> Result<Vec<(&'static str, String)>, LaunchError> {
+        let Some(dir) = &self.tls_dir else {
+            return Ok(Vec::new());
+        };
+        let tls = TlsArgs::in_dir(dir, role);
+        let path = |p: Option<PathBuf>| p.map(|p| p.display().to_string()).unwrap_or_default();
+        let mut env = vec![
+            ("STAMPEDE_TLS_CA", path(tls.tls_ca)),
+            ("STAMPEDE_TLS_CERT", path(tls.tls_cert)),
+            ("STAMPEDE_TLS_KEY", path(tls.tls_key)),
+        ];
+        if let Some(token) = self.security(role)?.token {
+            env.push(("STAMPEDE_TOKEN", token));
+        }
+        Ok(env)
+    }
+
+    /// The HTTP client [`LocalCluster::request`] uses: the operator's
+    /// certificate and the management token, when the cluster has TLS.
+    pub fn http_client(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The URL of `path` on server `id`'s `--http` address.
+    pub fn url(&self, id: NodeId, path: &str) -> Result<String, LaunchError> {
+        Ok(format!(
+            "{}://{}{path}",
+            self.scheme(),
+            self.server(id)?.http
+        ))
+    }
+
+    /// `https` or `http`: how this cluster's addresses are dialled.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls_dir.is_some() {
+            "https"
+        } else {
+            "http"
+        }
     }
 
     pub fn ids(&self) -> Vec<NodeId> {
@@ -414,7 +497,7 @@ impl LocalCluster {
         let http_err = |detail: String| LaunchError::Http { id, addr, detail };
         let resp = self
             .http
-            .request(method.clone(), format!("http://{addr}{path}"))
+            .request(method.clone(), format!("{}://{addr}{path}", self.scheme()))
             .send()
             .await
             .map_err(|e| http_err(e.to_string()))?;
@@ -562,6 +645,85 @@ pub fn terminate(mut child: Child) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+/// Makes the cluster's CA, certificates and token with `bin tls init`,
+/// unless a previous run left them in `dir`.
+pub fn make_tls_dir(bin: &Path, dir: &Path) -> Result<(), LaunchError> {
+    if dir.join(TOKEN_FILE).exists() {
+        return Ok(());
+    }
+    let tls_err = |detail: String| LaunchError::Tls {
+        dir: dir.to_path_buf(),
+        detail,
+    };
+    let out = Command::new(bin)
+        .args(["tls", "init"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| tls_err(format!("cannot run {} tls init: {e}", bin.display())))?;
+    if !out.status.success() {
+        return Err(tls_err(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The security of `role` from a directory written by `cluster tls init`.
+pub fn security_in(dir: Option<&Path>, role: Role) -> Result<Security, LaunchError> {
+    let Some(dir) = dir else {
+        return Ok(Security::insecure());
+    };
+    let tls_err = |detail: String| LaunchError::Tls {
+        dir: dir.to_path_buf(),
+        detail,
+    };
+    let tls = TlsArgs::in_dir(dir, role)
+        .load()
+        .map_err(|e| tls_err(e.to_string()))?;
+    let management = std::fs::read_to_string(dir.join(TOKEN_FILE))
+        .map_err(|e| tls_err(format!("{TOKEN_FILE}: {e}")))?;
+    let token = match role {
+        Role::Client => Acl::new(&management)
+            .map_err(|e| tls_err(e.to_string()))?
+            .derive(Scope::Write),
+        Role::Server | Role::Operator => management.trim().to_string(),
+    };
+    Ok(Security {
+        tls,
+        token: Some(token),
+    })
+}
+
+/// An HTTP client of the servers' `--http` addresses, presenting
+/// `security`, whose requests give up after `timeout`.
+pub fn http_client(security: &Security, timeout: Duration) -> Result<reqwest::Client, LaunchError> {
+    let mut builder = reqwest::Client::builder().timeout(timeout);
+    let tls_err = |detail: String| LaunchError::Tls {
+        dir: PathBuf::new(),
+        detail,
+    };
+    if let Some(tls) = &security.tls {
+        let ca = reqwest::Certificate::from_pem(&tls.ca).map_err(|e| tls_err(e.to_string()))?;
+        let identity = reqwest::Identity::from_pem(&[tls.cert.as_slice(), &tls.key].concat())
+            .map_err(|e| tls_err(e.to_string()))?;
+        builder = builder
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .identity(identity);
+    }
+    if let Some(bearer) = security.bearer() {
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut value = reqwest::header::HeaderValue::from_str(&bearer)
+            .map_err(|e| tls_err(format!("the token: {e}")))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+        builder = builder.default_headers(headers);
+    }
+    builder.build().map_err(|e| tls_err(e.to_string()))
 }
 
 /// Whether `bin serve` takes `--peer-via` (a server built before it did not).

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::security::Role;
 use stampede_proto::{
     Allocation, Job, JobAllocationsRequest, JobRegisterReply, JobType, Node, Resources, TaskGroup,
 };
@@ -54,6 +55,8 @@ impl Harness {
                 servers,
                 root: None,
                 server_args: args.iter().map(|a| a.to_string()).collect(),
+                insecure: false,
+                tls_dir: None,
             })
             .expect("servers start"),
         )
@@ -68,6 +71,8 @@ impl Harness {
                 servers,
                 root: None,
                 server_args: args.iter().map(|a| a.to_string()).collect(),
+                insecure: false,
+                tls_dir: None,
             })
             .expect("servers start"),
         )
@@ -125,9 +130,18 @@ impl Harness {
         self.0.ids().into_iter().filter(|i| *i != id).collect()
     }
 
-    /// A client of every server.
+    /// A client of every server with the node role's certificate and a
+    /// write token: what nodesim presents, which may make node calls and
+    /// every public call.
     pub fn client(&self) -> ClusterClient {
-        ClusterClient::new(&self.0.rpc_addrs()).expect("server addresses parse")
+        self.client_as(Role::Client)
+    }
+
+    /// A client of every server presenting `role`'s certificate (and, for a
+    /// node client, a write token).
+    pub fn client_as(&self, role: Role) -> ClusterClient {
+        let security = self.0.security(role).expect("the cluster's TLS files");
+        ClusterClient::new(&self.0.rpc_addrs(), &security).expect("server addresses parse")
     }
 
     /// A client of the servers `ids` only: to read from one server's state,
@@ -143,7 +157,11 @@ impl Harness {
                     .to_string()
             })
             .collect();
-        ClusterClient::new(&addrs).expect("server addresses parse")
+        let security = self
+            .0
+            .security(Role::Client)
+            .expect("the cluster's TLS files");
+        ClusterClient::new(&addrs, &security).expect("server addresses parse")
     }
 
     /// One series of the current leader's `/metrics` (see

@@ -21,6 +21,7 @@ use std::time::Duration;
 use clap::Args;
 use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
 use stampede_proto::client::ClusterClient;
+use stampede_proto::security::{ClientSecurityArgs, Role, TlsArgs};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -35,7 +36,7 @@ use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERS
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
@@ -48,6 +49,9 @@ pub struct CapacityOpts {
     /// With --servers: every process's /metrics URL to sample (servers and nodesim shards).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
+    /// With --servers: the TLS files and token to present to that cluster.
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
     /// An earlier run's summary.json: flag (and fail on) costs or latencies
     /// more than 10% above it, variant by variant.
     #[arg(long)]
@@ -79,6 +83,8 @@ pub enum CapacityError {
     Scenario(#[from] crate::scenario::ScenarioError),
     #[error("{0}")]
     Launch(#[from] stampede_launch::LaunchError),
+    #[error(transparent)]
+    Security(#[from] stampede_proto::security::SecurityError),
     #[error("cannot write {0}: {1}")]
     Write(PathBuf, std::io::Error),
     #[error("cannot start nodesim ({0}): {1}")]
@@ -122,11 +128,21 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         .serve(opts.serve_metrics)
         .await
         .map_err(|e| CapacityError::ServeMetrics(opts.serve_metrics, e))?;
-    let prometheus = start_prometheus(&opts, &out, own).await;
+    let tls_dir = out.join("tls");
+    if opts.servers.is_empty() {
+        stampede_launch::make_tls_dir(&sibling_bin("cluster")?, &tls_dir)?;
+    }
+    // Prometheus presents the operator certificate to servers with TLS.
+    let scrape_tls = match opts.servers.is_empty() {
+        true => TlsArgs::in_dir(&tls_dir, Role::Operator),
+        false => opts.security.tls.clone(),
+    };
+    let prometheus = start_prometheus(&opts, &out, own, &scrape_tls).await;
     let ctx = Ctx {
         opts: &opts,
         metrics: &metrics,
         prometheus: prometheus.as_ref(),
+        tls_dir,
     };
     let runs = if opts.servers.is_empty() {
         scenario.runs()
@@ -190,6 +206,9 @@ struct Ctx<'a> {
     opts: &'a CapacityOpts,
     metrics: &'a LoadMetrics,
     prometheus: Option<&'a PrometheusRun>,
+    /// The CA, certificates and token every local cluster of the run uses
+    /// (so that Prometheus, set up once, can scrape them all).
+    tls_dir: PathBuf,
 }
 
 /// Starts Prometheus in the run directory if it is installed and wanted. A
@@ -199,6 +218,7 @@ async fn start_prometheus(
     opts: &CapacityOpts,
     out: &Path,
     own: SocketAddr,
+    tls: &TlsArgs,
 ) -> Option<PrometheusRun> {
     if opts.no_prometheus {
         return None;
@@ -207,7 +227,7 @@ async fn start_prometheus(
         eprintln!("loadgen: prometheus is not installed; the run is not scraped for Grafana (scripts/setup-debian.sh --tests installs it)");
         return None;
     };
-    match PrometheusRun::start(&bin, out, opts.sample_every, own.to_string()).await {
+    match PrometheusRun::start(&bin, out, opts.sample_every, own.to_string(), tls).await {
         Ok(p) => {
             eprintln!("loadgen: prometheus at {}", p.info().url);
             Some(p)
@@ -323,6 +343,8 @@ async fn run_local(
         servers: scenario.servers as usize,
         root: Some(dir.join("cluster")),
         server_args,
+        insecure: !scenario.tls,
+        tls_dir: Some(ctx.tls_dir.clone()),
     };
     // Partitions cut the peer links: the servers reach each other through
     // loadgen's fault proxy.
@@ -339,7 +361,25 @@ async fn run_local(
     let log2 = log
         .try_clone()
         .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
-    let child = Command::new(&nodesim_bin)
+    // nodesim presents the client certificate and a write token (through
+    // its environment, so that it does not show in `ps`).
+    let mut nodesim_cmd = Command::new(&nodesim_bin);
+    // Only what this cluster asks for: not the caller's own STAMPEDE_* settings.
+    for var in [
+        "STAMPEDE_TLS_CA",
+        "STAMPEDE_TLS_CERT",
+        "STAMPEDE_TLS_KEY",
+        "STAMPEDE_TOKEN",
+    ] {
+        nodesim_cmd.env_remove(var);
+    }
+    if let Some(tls_dir) = cluster.tls_dir() {
+        nodesim_cmd.args(TlsArgs::in_dir(tls_dir, Role::Client).to_args());
+    }
+    if let Some(token) = cluster.security(Role::Client)?.token {
+        nodesim_cmd.env("STAMPEDE_TOKEN", token);
+    }
+    let child = nodesim_cmd
         .args(["--nodes", &scenario.nodes.to_string()])
         .args(["--servers", &cluster.rpc_addrs().join(",")])
         .args(["--metrics", &format!("127.0.0.1:{port}")])
@@ -360,7 +400,7 @@ async fn run_local(
         .iter()
         .map(|s| Target {
             name: format!("server-{}", s.id),
-            url: format!("http://{}/metrics", s.http),
+            url: format!("{}://{}/metrics", cluster.scheme(), s.http),
         })
         .collect();
     targets.push(Target {
@@ -373,20 +413,32 @@ async fn run_local(
             .iter()
             .map(|s| s.http.to_string())
             .collect();
-        if let Err(e) = p.set_targets(&v.name, &servers, Some(&[format!("127.0.0.1:{port}")])) {
+        let scheme = cluster.scheme();
+        if let Err(e) = p.set_targets(
+            &v.name,
+            scheme,
+            &servers,
+            Some(&[format!("127.0.0.1:{port}")]),
+        ) {
             eprintln!("loadgen: {e}");
         }
     }
     let mut problems = Vec::new();
-    if let Err(e) = wait_for_fleet(&targets.last().unwrap().url, scenario.nodes).await {
+    let operator = cluster.security(Role::Operator)?;
+    let http = stampede_launch::http_client(&operator, Duration::from_secs(5))?;
+    if let Err(e) = wait_for_fleet(&http, &targets.last().unwrap().url, scenario.nodes).await {
         problems.push(e);
     }
-    let client = ClusterClient::new(&cluster.rpc_addrs())?;
+    let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
     let mut summary = drive(
         scenario,
         v,
-        client,
-        targets,
+        Driving {
+            client,
+            http,
+            targets,
+            tls: scenario.tls,
+        },
         dir,
         ctx,
         problems,
@@ -425,29 +477,38 @@ async fn run_remote(
             url: url.clone(),
         })
         .collect();
+    let security = opts.security.load()?;
+    let http = stampede_launch::http_client(&security, Duration::from_secs(5))?;
     if let Some(p) = ctx.prometheus {
-        let (nodesim, servers) = classify(&opts.metrics).await;
-        if let Err(e) = p.set_targets(&v.name, &servers, Some(&nodesim)) {
+        let (nodesim, servers) = classify(&http, &opts.metrics).await;
+        if let Err(e) = p.set_targets(&v.name, security.scheme(), &servers, Some(&nodesim)) {
             eprintln!("loadgen: {e}");
         }
     }
-    let client = ClusterClient::new(&opts.servers)?;
-    drive(scenario, v, client, targets, dir, ctx, Vec::new(), None).await
+    let client = ClusterClient::new(&opts.servers, &security)?;
+    let driving = Driving {
+        client,
+        http,
+        targets,
+        tls: security.tls.is_some(),
+    };
+    drive(scenario, v, driving, dir, ctx, Vec::new(), None).await
 }
 
 /// Splits `/metrics` URLs into nodesim shards and servers (host:port each,
 /// as Prometheus targets), by what each serves; one that does not answer
 /// counts as a server.
-async fn classify(urls: &[String]) -> (Vec<String>, Vec<String>) {
+async fn classify(http: &reqwest::Client, urls: &[String]) -> (Vec<String>, Vec<String>) {
     let (mut nodesim, mut servers) = (Vec::new(), Vec::new());
     for url in urls {
         let host = url
-            .trim_start_matches("http://")
+            .split_once("://")
+            .map_or(url.as_str(), |(_, rest)| rest)
             .split('/')
             .next()
             .unwrap_or_default()
             .to_string();
-        let text = match reqwest::get(url).await {
+        let text = match http.get(url).send().await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };
@@ -461,12 +522,12 @@ async fn classify(urls: &[String]) -> (Vec<String>, Vec<String>) {
 }
 
 /// Waits until nodesim says the whole fleet is ready.
-async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
+async fn wait_for_fleet(http: &reqwest::Client, url: &str, nodes: u64) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(300);
     let series = "stampede_nodesim_nodes{state=\"ready\"}";
     let mut last = 0.0;
     while Instant::now() < deadline {
-        if let Ok(r) = reqwest::get(url).await {
+        if let Ok(r) = http.get(url).send().await {
             if let Ok(text) = r.text().await {
                 let values = sampler::parse(&text);
                 last = values.get(series).copied().unwrap_or(0.0);
@@ -493,11 +554,19 @@ async fn wait_for_fleet(url: &str, nodes: u64) -> Result<(), String> {
 /// the scenario's faults meanwhile and audits after), keeps each process's
 /// last `/metrics` in `dir/metrics/`, and sums up.
 #[allow(clippy::too_many_arguments)]
+/// How a variant reaches its cluster: the gRPC client, an HTTP client for
+/// `/metrics` (with the cluster's certificate when it has TLS), what to sample.
+struct Driving {
+    client: ClusterClient,
+    http: reqwest::Client,
+    targets: Vec<Target>,
+    tls: bool,
+}
+
 async fn drive(
     scenario: &Scenario,
     v: &Variant,
-    client: ClusterClient,
-    targets: Vec<Target>,
+    driving: Driving,
     dir: &Path,
     ctx: &Ctx<'_>,
     mut problems: Vec<String>,
@@ -506,7 +575,19 @@ async fn drive(
     let start = Instant::now();
     let started_unix = unix_now();
     let (stop, stopped) = watch::channel(false);
-    let sampling = tokio::spawn(sampler::run(targets, ctx.opts.sample_every, start, stopped));
+    let Driving {
+        client,
+        http,
+        targets,
+        tls,
+    } = driving;
+    let sampling = tokio::spawn(sampler::run(
+        http,
+        targets,
+        ctx.opts.sample_every,
+        start,
+        stopped,
+    ));
     let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
     let progress = crate::progress::Progress::start(scenario, ctx.metrics);
     let fault_cfg = FaultsConfig {
@@ -542,6 +623,7 @@ async fn drive(
     let seconds = start.elapsed().as_secs_f64();
     let ended_unix = unix_now();
     let mut summary = summarize(v, report, series, seconds, problems);
+    summary.tls = tls;
     summary.started_unix = started_unix;
     summary.ended_unix = ended_unix;
     if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {
@@ -645,6 +727,7 @@ fn summarize(
     }
     VariantSummary {
         name: v.name.clone(),
+        tls: false,
         server_args: v.server_args.clone(),
         nodesim_args: v.nodesim_args.clone(),
         raft_entries_by_type,

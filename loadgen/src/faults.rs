@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use stampede_launch::{LocalCluster, NodeId, StatusReport};
 use stampede_proto::client::ClusterClient;
+use stampede_proto::security::Role;
 use stampede_proto::JobListRequest;
 use tokio::time::Instant;
 
@@ -85,6 +86,7 @@ pub struct Injected {
 /// Reads every server's `/v1/status`, all at once, each with a short timeout.
 struct Probe {
     http: reqwest::Client,
+    scheme: &'static str,
     servers: Vec<(NodeId, SocketAddr)>,
 }
 
@@ -96,14 +98,15 @@ struct Settled {
 }
 
 impl Probe {
-    fn new(cluster: &LocalCluster, timeout: Duration) -> Self {
-        Self {
-            http: reqwest::Client::builder()
-                .timeout(timeout)
-                .build()
-                .expect("a plain HTTP client builds"),
+    fn new(cluster: &LocalCluster, timeout: Duration) -> Result<Self, String> {
+        let security = cluster
+            .security(Role::Operator)
+            .map_err(|e| e.to_string())?;
+        Ok(Self {
+            http: stampede_launch::http_client(&security, timeout).map_err(|e| e.to_string())?,
+            scheme: cluster.scheme(),
             servers: cluster.servers().iter().map(|s| (s.id, s.http)).collect(),
-        }
+        })
     }
 
     fn ids(&self) -> Vec<NodeId> {
@@ -117,7 +120,7 @@ impl Probe {
             .iter()
             .filter(|(id, _)| !skip.contains(id))
             .map(|(id, addr)| async move {
-                let url = format!("http://{addr}/v1/status");
+                let url = format!("{}://{addr}/v1/status", self.scheme);
                 let status: Option<StatusReport> = async {
                     let r = self.http.get(url).send().await.ok()?;
                     r.error_for_status().ok()?.json().await.ok()
@@ -208,9 +211,12 @@ pub async fn inject(
     start: Instant,
     cfg: &FaultsConfig,
 ) -> (Vec<Injected>, Vec<String>) {
-    let probe = Probe::new(cluster, cfg.status_timeout);
     let mut done: Vec<Injected> = Vec::new();
     let mut problems = Vec::new();
+    let probe = match Probe::new(cluster, cfg.status_timeout) {
+        Ok(p) => p,
+        Err(e) => return (done, vec![format!("no fault was injected: {e}")]),
+    };
     for (i, step) in steps.iter().enumerate() {
         let name = format!("faults[{i}] ({})", step.action.name());
         tokio::time::sleep_until(start + step.at).await;
@@ -497,7 +503,7 @@ async fn on_every_server(
     cluster: &LocalCluster,
     cfg: &FaultsConfig,
 ) -> Result<(BTreeMap<NodeId, HashSet<String>>, u64), String> {
-    let probe = Probe::new(cluster, cfg.status_timeout);
+    let probe = Probe::new(cluster, cfg.status_timeout)?;
     let deadline = Instant::now() + cfg.audit_wait;
     let wait = humantime::format_duration(cfg.audit_wait);
     let mut target: Option<u64> = None;
@@ -542,7 +548,10 @@ async fn on_every_server(
     let mut on_servers = BTreeMap::new();
     for s in cluster.servers() {
         // A client of this one server: reads are served from its own state.
-        let client = ClusterClient::new(&[s.rpc.to_string()])
+        let security = cluster
+            .security(Role::Operator)
+            .map_err(|e| e.to_string())?;
+        let client = ClusterClient::new(&[s.rpc.to_string()], &security)
             .map_err(|e| format!("server {}: {e}", s.id))?;
         let jobs = client
             .retrying(|c| async move {

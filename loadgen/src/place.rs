@@ -22,6 +22,9 @@ pub struct PlaceOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
     #[arg(long, value_delimiter = ',', required = true)]
     pub servers: Vec<String>,
+    /// TLS files and the ACL token to present (or STAMPEDE_TLS_* and STAMPEDE_TOKEN).
+    #[command(flatten)]
+    pub security: stampede_proto::security::ClientSecurityArgs,
     /// Nodes to register (ids place-node-0, place-node-1, ...).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub nodes: u64,
@@ -62,7 +65,7 @@ impl std::fmt::Display for PlaceReport {
 }
 
 pub async fn run(opts: PlaceOpts) -> anyhow::Result<PlaceReport> {
-    let client = ClusterClient::new(&opts.servers)?;
+    let client = ClusterClient::new(&opts.servers, &opts.security.load()?)?;
     let ids: Vec<String> = (0..opts.nodes).map(|i| format!("place-node-{i}")).collect();
     let results: Vec<Result<u64, ClientError>> = stream::iter(ids.clone())
         .map(|id| {

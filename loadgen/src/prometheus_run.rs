@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde::Serialize;
+use stampede_proto::security::{TlsArgs, SERVER_NAME};
 
 use crate::summary::PrometheusInfo;
 
@@ -64,7 +65,9 @@ pub fn installed() -> Option<PathBuf> {
 }
 
 /// The scrape configuration: one job per kind of process, every `every`.
-pub fn config(every: Duration) -> String {
+/// Servers with TLS are scraped presenting `tls` (target groups say
+/// `__scheme__: https`); nodesim and loadgen serve plain HTTP.
+pub fn config(every: Duration, tls: &TlsArgs) -> String {
     let secs = every.as_secs().max(1);
     let mut yml = format!(
         "# Written by loadgen capacity. Targets are in {TARGETS_DIR}/ (one file per job,\n\
@@ -76,6 +79,17 @@ pub fn config(every: Duration) -> String {
         yml.push_str(&format!(
             "  - job_name: {job}\n    file_sd_configs:\n      - files: ['{TARGETS_DIR}/{job}.json']\n        refresh_interval: 1s\n"
         ));
+        if let (CLUSTER_JOB, Some(ca), Some(cert), Some(key)) =
+            (job, &tls.tls_ca, &tls.tls_cert, &tls.tls_key)
+        {
+            let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+            yml.push_str(&format!(
+                "    tls_config:\n      ca_file: '{}'\n      cert_file: '{}'\n      key_file: '{}'\n      server_name: {SERVER_NAME}\n",
+                abs(ca).display(),
+                abs(cert).display(),
+                abs(key).display()
+            ));
+        }
     }
     yml
 }
@@ -88,13 +102,14 @@ impl PrometheusRun {
         dir: &Path,
         every: Duration,
         loadgen: String,
+        tls: &TlsArgs,
     ) -> Result<Self, PrometheusError> {
         let write = |path: PathBuf, body: String| {
             std::fs::write(&path, body).map_err(|e| PrometheusError::Write(path, e))
         };
         let targets = dir.join(TARGETS_DIR);
         std::fs::create_dir_all(&targets).map_err(|e| PrometheusError::Write(targets, e))?;
-        write(dir.join(CONFIG_FILE), config(every))?;
+        write(dir.join(CONFIG_FILE), config(every, tls))?;
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| PrometheusError::Spawn(bin.into(), e))?
@@ -127,7 +142,7 @@ impl PrometheusRun {
             },
             loadgen,
         };
-        run.set_targets("", &[], None)?;
+        run.set_targets("", "http", &[], None)?;
         run.wait_ready(&log_path).await?;
         Ok(run)
     }
@@ -166,22 +181,23 @@ impl PrometheusRun {
     pub fn set_targets(
         &self,
         variant: &str,
+        server_scheme: &str,
         servers: &[String],
         nodesim: Option<&[String]>,
     ) -> Result<(), PrometheusError> {
         let loadgen = [self.loadgen.clone()];
         let nodesim = nodesim.unwrap_or(&[]);
-        for (job, targets) in [
-            (CLUSTER_JOB, servers),
-            (NODESIM_JOB, nodesim),
-            (LOADGEN_JOB, &loadgen[..]),
+        for (job, targets, scheme) in [
+            (CLUSTER_JOB, servers, server_scheme),
+            (NODESIM_JOB, nodesim, "http"),
+            (LOADGEN_JOB, &loadgen[..], "http"),
         ] {
             let groups: Vec<TargetGroup> = if targets.is_empty() {
                 Vec::new()
             } else {
                 vec![TargetGroup {
                     targets,
-                    labels: [("variant", variant)].into(),
+                    labels: [("variant", variant), ("__scheme__", scheme)].into(),
                 }]
             };
             let path = self.dir.join(TARGETS_DIR).join(format!("{job}.json"));
@@ -203,7 +219,7 @@ impl PrometheusRun {
     /// Empties the targets (a later `prometheus` on this directory scrapes
     /// nothing that is gone) and stops Prometheus, which flushes its data.
     pub fn stop(self) {
-        let _ = self.set_targets("", &[], None);
+        let _ = self.set_targets("", "http", &[], None);
     }
 }
 
@@ -221,11 +237,26 @@ mod tests {
 
     #[test]
     fn the_config_scrapes_each_job_from_its_own_targets_file() {
-        let yml = config(Duration::from_secs(2));
+        let yml = config(Duration::from_secs(2), &TlsArgs::default());
         assert!(yml.contains("scrape_interval: 2s"));
         for job in [CLUSTER_JOB, NODESIM_JOB, LOADGEN_JOB] {
             assert!(yml.contains(&format!("job_name: {job}")));
             assert!(yml.contains(&format!("prometheus-targets/{job}.json")));
         }
+        assert!(!yml.contains("tls_config"));
+    }
+
+    #[test]
+    fn servers_are_scraped_with_the_operator_certificate() {
+        let tls = TlsArgs::in_dir(
+            Path::new("/run/tls"),
+            stampede_proto::security::Role::Operator,
+        );
+        let yml = config(Duration::from_secs(1), &tls);
+        assert_eq!(yml.matches("tls_config:").count(), 1, "{yml}");
+        let cluster_job = yml.split("job_name: ").nth(1).unwrap();
+        assert!(cluster_job.starts_with(CLUSTER_JOB));
+        assert!(cluster_job.contains("cert_file: '/run/tls/operator.pem'"));
+        assert!(cluster_job.contains("server_name: server.stampede"));
     }
 }

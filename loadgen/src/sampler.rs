@@ -124,16 +124,14 @@ pub fn parse(text: &str) -> BTreeMap<String, f64> {
 }
 
 /// Samples `targets` every `every` until `stop` turns true; then once more.
+/// `http` presents the cluster's certificate to servers with TLS.
 pub async fn run(
+    http: reqwest::Client,
     targets: Vec<Target>,
     every: Duration,
     start: Instant,
     mut stop: watch::Receiver<bool>,
 ) -> Vec<Series> {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .expect("a plain HTTP client builds");
     let mut series: Vec<Series> = targets
         .into_iter()
         .map(|target| Series {

@@ -18,6 +18,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("c2m-mini", include_str!("../scenarios/c2m-mini.toml")),
     ("faults", include_str!("../scenarios/faults.toml")),
     ("failover", include_str!("../scenarios/failover.toml")),
+    ("tls", include_str!("../scenarios/tls.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,10 @@ pub struct Scenario {
     /// `nodesim` flags for every variant.
     #[serde(default)]
     pub nodesim_args: Vec<String>,
+    /// Mutual TLS and ACL tokens between every process (the default), or
+    /// the bare protocol (`cluster serve --insecure`).
+    #[serde(default = "defaults::tls")]
+    pub tls: bool,
     #[serde(default)]
     pub slo: Slo,
     /// Settings compared on the same workload; one run with none.
@@ -192,6 +197,9 @@ mod defaults {
     pub fn memory() -> u64 {
         64
     }
+    pub fn tls() -> bool {
+        true
+    }
 }
 
 /// `duration = "60s"` in TOML.
@@ -287,6 +295,9 @@ pub struct Variant {
     pub server_args: Vec<String>,
     #[serde(default)]
     pub nodesim_args: Vec<String>,
+    /// Overrides the scenario's `tls`: a pair of variants measures what TLS costs.
+    #[serde(default)]
+    pub tls: Option<bool>,
 }
 
 impl Scenario {
@@ -470,6 +481,7 @@ impl Scenario {
             rate: None,
             server_args: vec![],
             nodesim_args: vec![],
+            tls: None,
         };
         if let Some(sweep) = &self.sweep {
             return sweep
@@ -497,6 +509,9 @@ impl Scenario {
         let mut s = self.clone();
         if let Some(n) = v.nodes {
             s.nodes = n;
+        }
+        if let Some(tls) = v.tls {
+            s.tls = tls;
         }
         if let Some(r) = v.rate {
             s.arrival = match s.arrival {

@@ -45,6 +45,8 @@ pub struct RunSummary {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VariantSummary {
     pub name: String,
+    /// Whether the cluster ran with mutual TLS and ACL tokens.
+    pub tls: bool,
     pub server_args: Vec<String>,
     pub nodesim_args: Vec<String>,
     /// Raft entries applied during the run, by message type.

@@ -15,6 +15,9 @@ pub struct WritesOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
     #[arg(long, value_delimiter = ',', required = true)]
     pub servers: Vec<String>,
+    /// TLS files and the ACL token to present (or STAMPEDE_TLS_* and STAMPEDE_TOKEN).
+    #[command(flatten)]
+    pub security: stampede_proto::security::ClientSecurityArgs,
     /// Concurrent writers, each with one write in flight.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
     pub writers: u64,
@@ -62,7 +65,7 @@ impl std::fmt::Display for WritesReport {
 }
 
 pub async fn run(opts: WritesOpts) -> anyhow::Result<WritesReport> {
-    let client = ClusterClient::new(&opts.servers)?;
+    let client = ClusterClient::new(&opts.servers, &opts.security.load()?)?;
     let start = Instant::now();
     let measure_from = start + opts.warmup;
     let end = measure_from + opts.duration;

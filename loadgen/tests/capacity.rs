@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{capacity, json, schema_errors};
 use stampede_launch::metric_value;
 use stampede_launch::testing::eventually_ok;
+use stampede_proto::security::Role;
 
 const TINY: &str = r#"
 name = "tiny"
@@ -173,12 +174,17 @@ fn arg_after(pid: i32, flag: &str) -> Option<String> {
 }
 
 /// How many job registrations the server `pid` (a `cluster serve` process)
-/// has applied, read from its `/metrics`; 0 while it does not answer.
-async fn job_registrations(pid: i32) -> f64 {
+/// has applied, read from its `/metrics` with the run's operator
+/// certificate (in `tls`); 0 while it does not answer.
+async fn job_registrations(pid: i32, tls: &std::path::Path) -> f64 {
     let Some(http) = arg_after(pid, "--http") else {
         return 0.0;
     };
-    let Ok(r) = reqwest::get(format!("http://{http}/metrics")).await else {
+    let Ok(security) = stampede_launch::security_in(Some(tls), Role::Operator) else {
+        return 0.0;
+    };
+    let client = stampede_launch::http_client(&security, Duration::from_secs(5)).unwrap();
+    let Ok(r) = client.get(format!("https://{http}/metrics")).send().await else {
         return 0.0;
     };
     let text = r.text().await.unwrap_or_default();
@@ -207,7 +213,7 @@ async fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
                 return Err(format!("{} servers running", pids.len()));
             }
             for pid in &pids {
-                if job_registrations(*pid).await > 0.0 {
+                if job_registrations(*pid, &out.join("tls")).await > 0.0 {
                     return Ok(pids);
                 }
             }

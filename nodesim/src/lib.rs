@@ -46,6 +46,9 @@ pub struct Opts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
     #[arg(long, value_delimiter = ',', required = true)]
     pub servers: Vec<String>,
+    /// TLS (the client certificate of `cluster tls init`) and the ACL token.
+    #[command(flatten)]
+    pub security: stampede_proto::security::ClientSecurityArgs,
     /// Which share of the fleet to run, I/N (I from 0): nodes with index % N == I.
     #[arg(long, default_value = "0/1")]
     pub shard: Shard,
@@ -135,6 +138,8 @@ impl Opts {
 pub enum Error {
     #[error("--servers: {0}")]
     Servers(#[from] ClientError),
+    #[error(transparent)]
+    Security(#[from] stampede_proto::security::SecurityError),
     #[error("--shard {shard} has no nodes in a fleet of {nodes}")]
     EmptyShard { shard: Shard, nodes: u64 },
     #[error("--metrics {addr}: {source}")]
@@ -190,7 +195,9 @@ impl Fleet {
                 nodes: opts.nodes,
             });
         }
-        let client = ClusterClient::with_connections(&opts.servers, opts.connections as usize)?;
+        let security = opts.security.load()?;
+        let client =
+            ClusterClient::with_connections(&opts.servers, opts.connections as usize, &security)?;
         let metrics = Metrics::new();
         let metrics_addr = match opts.metrics {
             Some(addr) => Some(

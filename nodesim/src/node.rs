@@ -11,14 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use stampede_proto::client::retryable;
+use stampede_proto::client::{retryable, Transport};
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, AllocsGetRequest, NodeClientAllocsRequest,
     NodeRegisterRequest, NodeStatus, NodeUpdateStatusRequest, QueryOptions,
 };
 use tokio::time::Instant;
-use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use crate::metrics::{NodeState, SOURCE};
@@ -78,7 +77,7 @@ impl SimNode {
         }
     }
 
-    fn client(&self) -> NodeServiceClient<Channel> {
+    fn client(&self) -> NodeServiceClient<Transport> {
         self.shared
             .client
             .nodes_on(self.shared.channel_of(self.slot))

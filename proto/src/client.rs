@@ -7,8 +7,12 @@ use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
+
+use crate::security::Security;
 
 use crate::deployment_service_client::DeploymentServiceClient;
 use crate::eval_service_client::EvalServiceClient;
@@ -22,6 +26,10 @@ pub enum ClientError {
     NoServers,
     #[error("{0:?} is not a server address (HOST:PORT)")]
     BadAddress(String),
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    #[error("--token: not a valid header value (printable ASCII only)")]
+    BadToken,
     #[error("{}", .0.message())]
     Status(Box<Status>),
 }
@@ -48,9 +56,27 @@ pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// within a fraction of an election.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// Adds the ACL token to every call, as `authorization: Bearer TOKEN`.
+#[derive(Clone)]
+pub struct Authorization(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Authorization {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, Status> {
+        if let Some(v) = &self.0 {
+            req.metadata_mut().insert("authorization", v.clone());
+        }
+        Ok(req)
+    }
+}
+
+/// What the service clients of a [`ClusterClient`] run on: a channel to one
+/// server, with the token added.
+pub type Transport = InterceptedService<Channel, Authorization>;
+
 #[derive(Clone)]
 pub struct ClusterClient {
     channels: std::sync::Arc<Vec<Channel>>,
+    auth: Authorization,
     next: std::sync::Arc<AtomicUsize>,
     retry_for: Duration,
     attempt_timeout: Duration,
@@ -60,8 +86,10 @@ impl ClusterClient {
     /// Channels connect lazily, so this works with servers still starting.
     /// Call it inside a tokio runtime: the lazy channels spawn their
     /// connection tasks on it (outside one, tonic panics with "no reactor running").
-    pub fn new<S: AsRef<str>>(addrs: &[S]) -> Result<Self, ClientError> {
-        Self::with_connections(addrs, 1)
+    /// `security` is what the cluster asks of its callers: a certificate
+    /// and a token, or nothing for an `--insecure` cluster.
+    pub fn new<S: AsRef<str>>(addrs: &[S], security: &Security) -> Result<Self, ClientError> {
+        Self::with_connections(addrs, 1, security)
     }
 
     /// `per_server` HTTP/2 connections to every server, interleaved so that
@@ -70,30 +98,38 @@ impl ClusterClient {
     pub fn with_connections<S: AsRef<str>>(
         addrs: &[S],
         per_server: usize,
+        security: &Security,
     ) -> Result<Self, ClientError> {
         if addrs.is_empty() {
             return Err(ClientError::NoServers);
         }
+        let tls = security.tls.as_ref().map(|m| m.client_config());
         let channels = (0..per_server.max(1))
             .flat_map(|_| addrs.iter())
             .map(|a| {
                 let a = a.as_ref().trim();
-                let uri = if a.contains("://") {
-                    a.to_string()
-                } else {
-                    format!("http://{a}")
-                };
-                Endpoint::from_shared(uri)
-                    .map(|e| {
-                        e.connect_timeout(Duration::from_secs(1))
-                            .tcp_nodelay(true)
-                            .connect_lazy()
-                    })
-                    .map_err(|_| ClientError::BadAddress(a.to_string()))
+                let host = a.split_once("://").map_or(a, |(_, rest)| rest);
+                let uri = format!("{}://{host}", security.scheme());
+                let mut endpoint = Endpoint::from_shared(uri)
+                    .map_err(|_| ClientError::BadAddress(a.to_string()))?;
+                if let Some(tls) = &tls {
+                    endpoint = endpoint
+                        .tls_config(tls.clone())
+                        .map_err(|e| ClientError::Tls(e.to_string()))?;
+                }
+                Ok(endpoint
+                    .connect_timeout(Duration::from_secs(1))
+                    .tcp_nodelay(true)
+                    .connect_lazy())
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, ClientError>>()?;
+        let auth = match security.bearer() {
+            Some(b) => Some(b.parse().map_err(|_| ClientError::BadToken)?),
+            None => None,
+        };
         Ok(Self {
             channels: std::sync::Arc::new(channels),
+            auth: Authorization(auth),
             next: Default::default(),
             retry_for: DEFAULT_RETRY_FOR,
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
@@ -113,30 +149,43 @@ impl ClusterClient {
     }
 
     /// A node-service client on the next server in turn.
-    pub fn nodes(&self) -> NodeServiceClient<Channel> {
-        crate::sized!(NodeServiceClient::new(self.next_channel()))
+    pub fn nodes(&self) -> NodeServiceClient<Transport> {
+        crate::sized!(NodeServiceClient::with_interceptor(
+            self.next_channel(),
+            self.auth.clone()
+        ))
     }
 
     /// A job-service client on the next server in turn.
-    pub fn jobs(&self) -> JobServiceClient<Channel> {
-        crate::sized!(JobServiceClient::new(self.next_channel()))
+    pub fn jobs(&self) -> JobServiceClient<Transport> {
+        crate::sized!(JobServiceClient::with_interceptor(
+            self.next_channel(),
+            self.auth.clone()
+        ))
     }
 
     /// An eval-service client on the next server in turn.
-    pub fn evals(&self) -> EvalServiceClient<Channel> {
-        crate::sized!(EvalServiceClient::new(self.next_channel()))
+    pub fn evals(&self) -> EvalServiceClient<Transport> {
+        crate::sized!(EvalServiceClient::with_interceptor(
+            self.next_channel(),
+            self.auth.clone()
+        ))
     }
 
     /// A deployment-service client on the next server in turn.
-    pub fn deployments(&self) -> DeploymentServiceClient<Channel> {
-        crate::sized!(DeploymentServiceClient::new(self.next_channel()))
+    pub fn deployments(&self) -> DeploymentServiceClient<Transport> {
+        crate::sized!(DeploymentServiceClient::with_interceptor(
+            self.next_channel(),
+            self.auth.clone()
+        ))
     }
 
     /// A node-service client on channel `i` (modulo the channel count); with
     /// one connection per server, channel `i` is server `i` of the list.
-    pub fn nodes_on(&self, i: usize) -> NodeServiceClient<Channel> {
-        crate::sized!(NodeServiceClient::new(
-            self.channels[i % self.channels.len()].clone()
+    pub fn nodes_on(&self, i: usize) -> NodeServiceClient<Transport> {
+        crate::sized!(NodeServiceClient::with_interceptor(
+            self.channels[i % self.channels.len()].clone(),
+            self.auth.clone()
         ))
     }
 
@@ -255,7 +304,7 @@ mod tests {
     async fn a_long_attempt_that_fails_still_gets_the_whole_retry_budget() {
         // A blocking query waits longer than the retry budget, then its
         // server goes away: the call must still try the next server.
-        let client = ClusterClient::new(&["127.0.0.1:1"])
+        let client = ClusterClient::new(&["127.0.0.1:1"], &Security::insecure())
             .unwrap()
             .with_retry_for(Duration::from_millis(50));
         let attempts = std::sync::atomic::AtomicU32::new(0);

@@ -55,10 +55,12 @@ macro_rules! sized {
     };
 }
 
+pub mod acl;
 pub mod client;
 mod labels;
 pub mod metric_defs;
 mod metrics_http;
+pub mod security;
 mod sync;
 pub use labels::QuerySource;
 pub use sync::{lock, read, write};

@@ -10,6 +10,7 @@
 //! - [`peer`]: raft and forwarded writes (server to server only).
 //! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
 
+pub mod auth;
 pub mod http;
 pub mod peer;
 pub mod public;

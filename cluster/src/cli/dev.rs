@@ -22,6 +22,13 @@ pub struct DevOpts {
     /// How long to wait for the servers to elect a leader.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub leader_timeout: Duration,
+    /// Serve without TLS or ACL tokens (`cluster serve --insecure`).
+    #[arg(long)]
+    pub insecure: bool,
+    /// Keep the cluster's CA, certificates and token here (made if missing;
+    /// default: DATA_DIR/tls), e.g. where a Prometheus config points.
+    #[arg(long, conflicts_with = "insecure")]
+    pub tls_dir: Option<PathBuf>,
     /// Extra `cluster serve` flags for every server, after `--`.
     #[arg(last = true)]
     pub server_args: Vec<String>,
@@ -34,6 +41,8 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
         servers: opts.servers as usize,
         root: opts.data_dir.clone(),
         server_args: opts.server_args.clone(),
+        insecure: opts.insecure,
+        tls_dir: opts.tls_dir.clone(),
     })?;
     println!(
         "started {} servers; data and logs in {}",
@@ -77,7 +86,27 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
         );
     }
     println!();
-    println!("metrics: curl http://{}/metrics", cluster.servers()[0].http);
+    let http = cluster.servers()[0].http;
+    let addrs = cluster.rpc_addrs().join(",");
+    match cluster.tls_dir() {
+        Some(dir) => {
+            let d = dir.display();
+            println!("to call it (TLS with the operator certificate, the management token):");
+            println!(
+                "  export STAMPEDE_ADDRESS={addrs} STAMPEDE_TLS_CA={d}/ca.pem \\\n    \
+                 STAMPEDE_TLS_CERT={d}/operator.pem STAMPEDE_TLS_KEY={d}/operator.key \\\n    \
+                 STAMPEDE_TOKEN=$(cat {d}/token)"
+            );
+            println!(
+                "metrics: curl --cacert {d}/ca.pem --cert {d}/operator.pem --key {d}/operator.key \
+                 https://{http}/metrics"
+            );
+        }
+        None => {
+            println!("to call it: export STAMPEDE_ADDRESS={addrs}");
+            println!("metrics: curl http://{http}/metrics");
+        }
+    }
     match opts.duration {
         Some(d) => {
             println!("running for {}", humantime::format_duration(d));

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use clap::{Args, Subcommand};
 use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::security::ClientSecurityArgs;
 use stampede_proto::{
     Allocation, Job, JobAllocationsRequest, JobDeregisterRequest, JobGetRequest, JobListRequest,
     JobRegisterReply, Node, NodeListRequest, QueryOptions,
@@ -14,9 +15,11 @@ use stampede_proto::{
 
 use crate::model::validate;
 
+pub mod acl;
 pub mod dev;
 pub mod jobspec;
 pub mod render;
+pub mod tls;
 
 use render::*;
 
@@ -32,11 +35,14 @@ pub struct Target {
         value_delimiter = ','
     )]
     pub address: Vec<String>,
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
 }
 
 impl Target {
-    fn client(&self) -> Result<ClusterClient, ClientError> {
-        ClusterClient::new(&self.address)
+    fn client(&self) -> anyhow::Result<ClusterClient> {
+        let security = self.security.load()?;
+        Ok(ClusterClient::new(&self.address, &security)?)
     }
 
     /// A server's answer is printed as it is; when none answered, say where we
@@ -44,9 +50,15 @@ impl Target {
     fn explain(&self, e: ClientError) -> anyhow::Error {
         match e.code() {
             Some(tonic::Code::Unavailable) => anyhow::anyhow!(
-                "no server at {} could take the call (tried for {}): {e}",
+                "no server at {} could take the call (tried for {}): {e}{}",
                 self.address.join(","),
-                humantime::format_duration(stampede_proto::client::DEFAULT_RETRY_FOR)
+                humantime::format_duration(stampede_proto::client::DEFAULT_RETRY_FOR),
+                if self.security.tls.is_set() {
+                    ""
+                } else {
+                    " (a cluster with TLS needs --tls-ca, --tls-cert and --tls-key, \
+                     or STAMPEDE_TLS_CA, STAMPEDE_TLS_CERT and STAMPEDE_TLS_KEY)"
+                }
             ),
             _ => e.into(),
         }
@@ -280,11 +292,17 @@ mod tests {
     fn unreachable_servers_are_named() {
         let target = Target {
             address: vec!["10.0.0.1:4647".into(), "10.0.0.2:4647".into()],
+            security: Default::default(),
         };
         let down = ClientError::Status(Box::new(tonic::Status::unavailable("tcp connect error")));
-        assert_eq!(
-            target.explain(down).to_string(),
-            "no server at 10.0.0.1:4647,10.0.0.2:4647 could take the call (tried for 15s): tcp connect error"
+        let said = target.explain(down).to_string();
+        assert!(
+            said.starts_with("no server at 10.0.0.1:4647,10.0.0.2:4647 could take the call (tried for 15s): tcp connect error"),
+            "{said}"
+        );
+        assert!(
+            said.contains("STAMPEDE_TLS_CA"),
+            "without TLS flags it says how to give them: {said}"
         );
         let refused = ClientError::Status(Box::new(tonic::Status::not_found(
             "job_id: no job \"web\" is registered",

@@ -17,7 +17,7 @@ use openraft::BasicNode;
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::RaftPayload;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 use crate::raft::metrics::Metrics;
 use crate::raft::{NodeId, TypeConfig};
@@ -62,23 +62,26 @@ pub struct PeerChannels {
     via: Arc<HashMap<NodeId, String>>,
     /// Whether connections open with [`RAFT_CONNECTION_MARKER`].
     raft: bool,
+    /// This server's certificate, presented to peers; `None` with `--insecure`.
+    tls: Option<ClientTlsConfig>,
 }
 
 impl PeerChannels {
     /// Channels for forwarded writes and leader-only calls.
-    pub fn new(via: HashMap<NodeId, String>) -> Self {
+    pub fn new(via: HashMap<NodeId, String>, tls: Option<ClientTlsConfig>) -> Self {
         Self {
             channels: Default::default(),
             via: Arc::new(via),
             raft: false,
+            tls,
         }
     }
 
     /// Channels for raft's own RPCs, served on the peers' raft threads.
-    pub fn for_raft(via: HashMap<NodeId, String>) -> Self {
+    pub fn for_raft(via: HashMap<NodeId, String>, tls: Option<ClientTlsConfig>) -> Self {
         Self {
             raft: true,
-            ..Self::new(via)
+            ..Self::new(via, tls)
         }
     }
 
@@ -88,8 +91,15 @@ impl PeerChannels {
         let mut map = stampede_proto::lock(&self.channels);
         map.entry(id)
             .or_insert_with(|| {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                    .expect("peer addresses are validated socket addresses")
+                let scheme = if self.tls.is_some() { "https" } else { "http" };
+                let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+                    .expect("peer addresses are validated socket addresses");
+                if let Some(tls) = &self.tls {
+                    endpoint = endpoint
+                        .tls_config(tls.clone())
+                        .expect("the TLS material was checked at start-up");
+                }
+                let endpoint = endpoint
                     .connect_timeout(CONNECT_TIMEOUT)
                     .tcp_nodelay(true)
                     .http2_keep_alive_interval(Duration::from_secs(10));

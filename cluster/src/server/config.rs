@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use stampede_proto::acl::Acl;
+use stampede_proto::security::{TlsArgs, TlsMaterial};
 
 use crate::control::leader::alloc_updates;
 use crate::control::leader::broker::BrokerConfig;
@@ -77,6 +79,15 @@ impl From<bool> for Switch {
     }
 }
 
+/// What `--tls-*`, `--acl-token-file` and `--insecure` come to.
+#[derive(Debug, Clone)]
+pub struct ServerSecurity {
+    /// The server's own certificate, for accepting and for calling peers;
+    /// `None` with `--insecure`.
+    pub tls: Option<TlsMaterial>,
+    pub acl: Option<Acl>,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeOpts {
     /// This server's id; must be one of the ids in --peers.
@@ -94,6 +105,26 @@ pub struct ServeOpts {
     /// Every member, itself included: ID=HOST:PORT,... of their --rpc addresses.
     #[arg(long)]
     pub peers: Peers,
+    /// The cluster CA's certificate (PEM): callers and peers must present a
+    /// certificate it signed (`cluster tls init` makes one).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_cert", "tls_key"])]
+    pub tls_ca: Option<PathBuf>,
+    /// This server's certificate (PEM); it must name the role server.stampede.
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_cert"])]
+    pub tls_key: Option<PathBuf>,
+    /// The file holding the management ACL token: every call of the public
+    /// API and the admin endpoints then needs a token (this one, or one that
+    /// `cluster acl token` derived from it).
+    #[arg(long, value_name = "FILE")]
+    pub acl_token_file: Option<PathBuf>,
+    /// Serve without TLS: anyone who reaches the ports may call anything,
+    /// raft included (with --acl-token-file, the public API still needs a
+    /// token). For benchmarks of the bare protocol on a closed network.
+    #[arg(long, conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"])]
+    pub insecure: bool,
     /// Dial these servers at these addresses instead of their --peers
     /// address, ID=HOST:PORT,...: for a proxy on the peer links, such as the
     /// one fault tests cut to partition a server. Raft and forwarded writes
@@ -108,9 +139,11 @@ pub struct ServeOpts {
     pub heartbeat_ms: u64,
     /// Shortest election timeout, in milliseconds; the longest is twice this.
     /// openraft 0.9 lets a follower campaign only after the leader's lease
-    /// (the longest timeout) and a random timeout have passed with no word
-    /// from it: 0.9–1.2 s with the default, as Nomad and etcd fail over.
-    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(50..=60_000))]
+    /// (the longest timeout) and its random timeout (drawn once per process)
+    /// have passed with no word from it: 0.75–1.0 s with the default, as
+    /// Nomad and etcd fail over. It must stay above --heartbeat-ms, and it is
+    /// also how long a candidate waits for each vote.
+    #[arg(long, default_value_t = 250, value_parser = clap::value_parser!(u64).range(50..=60_000))]
     pub election_timeout_ms: u64,
     /// Build a snapshot once this many entries were applied since the last one.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -172,6 +205,42 @@ pub struct ServeOpts {
 }
 
 impl ServeOpts {
+    /// The server's TLS files and ACL: TLS and a token file, or `--insecure`.
+    pub fn security(&self) -> Result<ServerSecurity, String> {
+        let tls = TlsArgs {
+            tls_ca: self.tls_ca.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+        };
+        if !self.insecure && !tls.is_set() {
+            return Err(
+                "cluster serve needs TLS (--tls-ca, --tls-cert, --tls-key and --acl-token-file; \
+                 `cluster tls init DIR` makes them) or --insecure to serve without"
+                    .into(),
+            );
+        }
+        if !self.insecure && self.acl_token_file.is_none() {
+            return Err(
+                "with TLS, cluster serve needs --acl-token-file (the management token); \
+                 `cluster tls init DIR` writes one to DIR/token"
+                    .into(),
+            );
+        }
+        let tls = tls.load().map_err(|e| e.to_string())?;
+        let acl = match &self.acl_token_file {
+            None => None,
+            Some(path) => {
+                let token = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read --acl-token-file {}: {e}", path.display()))?;
+                Some(
+                    Acl::new(&token)
+                        .map_err(|e| format!("--acl-token-file {}: {e}", path.display()))?,
+                )
+            }
+        };
+        Ok(ServerSecurity { tls, acl })
+    }
+
     /// Checks what clap cannot check field by field.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_heartbeats_per_second.is_nan() || self.max_heartbeats_per_second <= 0.0 {

@@ -7,6 +7,10 @@ use crate::raft::error::StoreError;
 pub enum ServerError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Security(String),
+    #[error(transparent)]
+    Tls(#[from] super::conn::TlsSetupError),
     #[error("invalid raft configuration: {0}")]
     RaftConfig(String),
     #[error("cannot start raft's threads: {0}")]

@@ -15,16 +15,19 @@ use stampede_proto::node_service_server::NodeServiceServer;
 use stampede_proto::plan_service_server::PlanServiceServer;
 use stampede_proto::raft_service_server::RaftServiceServer;
 use tokio::io::AsyncReadExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 
 pub mod config;
+pub mod conn;
 pub mod error;
 
 use self::config::ServeOpts;
+use self::conn::{Conn, ServerTls};
 use self::error::ServerError;
+use crate::api::auth::{GrpcAuthLayer, Guard};
 use crate::api::http::HttpState;
 use crate::api::peer::PeerApi;
 use crate::api::Api;
@@ -40,6 +43,8 @@ use crate::raft::Raft;
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
 pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
     opts.validate().map_err(anyhow::Error::msg)?;
+    // Refuse a server without TLS or --insecure before binding anything.
+    opts.security().map_err(anyhow::Error::msg)?;
     let rpc = TcpListener::bind(opts.rpc)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on --rpc {}: {e}", opts.rpc))?;
@@ -57,6 +62,22 @@ pub async fn serve(
     http: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServerError> {
+    let security = opts.security().map_err(ServerError::Security)?;
+    let server_tls = security.tls.as_ref().map(ServerTls::new).transpose()?;
+    // Peers are called with this server's own certificate.
+    let peer_tls = security.tls.as_ref().map(|m| m.client_config());
+    if let Some(tls) = &peer_tls {
+        tonic::transport::Endpoint::from_static("https://127.0.0.1")
+            .tls_config(tls.clone())
+            .map_err(|e| ServerError::Security(format!("--tls-cert/--tls-key: {e}")))?;
+    }
+    if security.tls.is_none() {
+        tracing::warn!(
+            "serving without TLS (--insecure): anyone who can reach {} may call raft and every internal API",
+            opts.rpc
+        );
+    }
+    let guard = Guard::new(security.tls.is_some(), security.acl.clone());
     let metrics = Arc::new(Metrics::new());
     let identity = Identity {
         server_id: opts.id,
@@ -82,10 +103,10 @@ pub async fn serve(
     // leader-only calls from the control plane's.
     let via = opts.dial_overrides();
     let network = NetworkFactory {
-        channels: PeerChannels::for_raft(via.clone()),
+        channels: PeerChannels::for_raft(via.clone(), peer_tls.clone()),
         metrics: metrics.clone(),
     };
-    let channels = PeerChannels::new(via);
+    let channels = PeerChannels::new(via, peer_tls);
     let raft_runtime = RaftRuntime::start().map_err(ServerError::RaftRuntime)?;
     let id = opts.id;
     let raft = raft_runtime
@@ -124,7 +145,11 @@ pub async fn serve(
     let grpc = tokio::spawn(serve_grpc(
         api,
         peer,
-        rpc,
+        Listening {
+            listener: rpc,
+            tls: server_tls.clone(),
+            guard: guard.clone(),
+        },
         raft_runtime.handle(),
         stop_rx.clone(),
     ));
@@ -134,7 +159,15 @@ pub async fn serve(
         fleet: cp.fleet.clone(),
         workers: cp.workers.clone(),
     };
-    let http_task = tokio::spawn(serve_http(http_state, http, stop_rx.clone()));
+    let http_task = tokio::spawn(serve_http(
+        http_state,
+        Listening {
+            listener: http,
+            tls: server_tls,
+            guard,
+        },
+        stop_rx.clone(),
+    ));
     tokio::spawn(watch_raft(raft.clone(), metrics.clone(), stop_rx.clone()));
     tokio::spawn(cp.clone().run_leadership(stop_rx));
 
@@ -181,10 +214,18 @@ const MAX_PENDING_RESETS: usize = 1_000;
 
 /// Serves gRPC: raft's own connections (they open with the raft marker) on
 /// raft's threads, everything else on the main runtime.
+/// A listener, the TLS its connections are accepted with, and the checks
+/// every call on them passes.
+struct Listening {
+    listener: TcpListener,
+    tls: Option<ServerTls>,
+    guard: Guard,
+}
+
 async fn serve_grpc(
     api: Api,
     peer: PeerApi,
-    listener: TcpListener,
+    listening: Listening,
     raft_threads: tokio::runtime::Handle,
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
@@ -195,10 +236,18 @@ async fn serve_grpc(
     }
     let (main_tx, main_rx) = mpsc::channel(64);
     let (raft_tx, raft_rx) = mpsc::channel(16);
-    tokio::spawn(route_connections(listener, main_tx, raft_tx, stop.clone()));
+    let auth = GrpcAuthLayer(listening.guard);
+    tokio::spawn(route_connections(
+        listening.listener,
+        listening.tls,
+        main_tx,
+        raft_tx,
+        stop.clone(),
+    ));
     let raft_server = raft_threads.spawn(
         tonic::transport::Server::builder()
             .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+            .layer(auth.clone())
             .add_service(stampede_proto::sized!(RaftServiceServer::new(peer.clone())))
             .serve_with_incoming_shutdown(ReceiverStream::new(raft_rx), stopped(stop.clone())),
     );
@@ -207,6 +256,7 @@ async fn serve_grpc(
         // all at once; h2's default of 20 such resets tears the connection
         // down, failing the calls still on it.
         .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .layer(auth)
         // Forwarded writes arrive here, on unmarked connections.
         .add_service(stampede_proto::sized!(RaftServiceServer::new(peer)))
         .add_service(service!(NodeServiceServer))
@@ -226,19 +276,21 @@ async fn serve_grpc(
 /// How long a new connection may take to send its first byte.
 const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
 
-type Accepted = std::io::Result<TcpStream>;
+type Accepted = std::io::Result<Conn>;
 
 /// Accepts connections on the `--rpc` listener and hands each to the server
 /// that serves it, by its first byte: [`RAFT_CONNECTION_MARKER`] (read and
-/// dropped) to raft's, anything else (HTTP/2's preface) to the main one.
+/// dropped) to raft's, anything else (HTTP/2's preface, or a TLS hello) to
+/// the main one. The marker comes before TLS; the handshake follows it.
 async fn route_connections(
     listener: TcpListener,
+    tls: Option<ServerTls>,
     main: mpsc::Sender<Accepted>,
     raft: mpsc::Sender<Accepted>,
     stop: watch::Receiver<bool>,
 ) {
     loop {
-        let stream = tokio::select! {
+        let mut stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
@@ -251,34 +303,88 @@ async fn route_connections(
             _ = stopped(stop.clone()) => return,
         };
         let _ = stream.set_nodelay(true);
-        let (main, raft) = (main.clone(), raft.clone());
+        let (main, raft, tls) = (main.clone(), raft.clone(), tls.clone());
         tokio::spawn(async move {
             let mut first = [0u8; 1];
-            match tokio::time::timeout(FIRST_BYTE_WAIT, stream.peek(&mut first)).await {
+            let to = match tokio::time::timeout(FIRST_BYTE_WAIT, stream.peek(&mut first)).await {
                 Ok(Ok(1)) if first[0] == RAFT_CONNECTION_MARKER => {
-                    let mut stream = stream;
-                    if stream.read_exact(&mut first).await.is_ok() {
-                        let _ = raft.send(Ok(stream)).await;
+                    if stream.read_exact(&mut first).await.is_err() {
+                        return;
                     }
+                    raft
                 }
-                Ok(Ok(n)) if n > 0 => {
-                    let _ = main.send(Ok(stream)).await;
-                }
+                Ok(Ok(n)) if n > 0 => main,
                 // Closed, failed or silent before its first byte.
-                _ => {}
+                _ => return,
+            };
+            match tokio::time::timeout(FIRST_BYTE_WAIT, Conn::accept(stream, tls.as_ref())).await {
+                Ok(Ok(conn)) => {
+                    let _ = to.send(Ok(conn)).await;
+                }
+                Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
+                Err(_) => tracing::debug!("TLS handshake took over {FIRST_BYTE_WAIT:?}"),
             }
         });
     }
 }
 
+/// Serves HTTP (`/metrics`, `/v1/status`, the worker admin calls), over
+/// TLS when the server has it, each request passing the guard's checks.
 async fn serve_http(
     state: HttpState,
-    listener: TcpListener,
+    listening: Listening,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    axum::serve(listener, crate::api::http::router(state))
-        .with_graceful_shutdown(stopped(stop))
-        .await
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::server::conn::auto;
+    use hyper_util::service::TowerToHyperService;
+    use tower::ServiceExt;
+
+    let app = crate::api::http::router(state).layer(axum::middleware::from_fn_with_state(
+        listening.guard,
+        crate::api::auth::http_auth,
+    ));
+    loop {
+        let stream = tokio::select! {
+            accepted = listening.listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!("accepting an HTTP connection: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stopped(stop.clone()) => return Ok(()),
+        };
+        let (app, tls, stop) = (app.clone(), listening.tls.clone(), stop.clone());
+        tokio::spawn(async move {
+            let conn =
+                match tokio::time::timeout(FIRST_BYTE_WAIT, Conn::accept(stream, tls.as_ref()))
+                    .await
+                {
+                    Ok(Ok(conn)) => conn,
+                    Ok(Err(e)) => return tracing::debug!("HTTP TLS handshake failed: {e}"),
+                    Err(_) => {
+                        return tracing::debug!("HTTP TLS handshake took over {FIRST_BYTE_WAIT:?}")
+                    }
+                };
+            let info = conn.info.clone();
+            let app =
+                app.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    req.extensions_mut().insert(info.clone());
+                    req
+                });
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let serving =
+                builder.serve_connection(TokioIo::new(conn), TowerToHyperService::new(app));
+            tokio::select! {
+                result = serving => if let Err(e) = result {
+                    tracing::debug!("HTTP connection: {e}");
+                },
+                _ = stopped(stop) => {}
+            }
+        });
+    }
 }
 
 /// Mirrors openraft's view of this server into the raft gauges.
@@ -314,6 +420,7 @@ async fn watch_raft(raft: Raft, metrics: Arc<Metrics>, mut stop: watch::Receiver
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
 
     #[tokio::test]
     async fn connections_are_routed_by_their_first_byte() {
@@ -322,7 +429,7 @@ mod tests {
         let (main_tx, mut main_rx) = mpsc::channel(4);
         let (raft_tx, mut raft_rx) = mpsc::channel(4);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let router = tokio::spawn(route_connections(listener, main_tx, raft_tx, stop_rx));
+        let router = tokio::spawn(route_connections(listener, None, main_tx, raft_tx, stop_rx));
 
         // A raft connection: the marker is consumed, what follows is intact.
         let mut raft_conn = TcpStream::connect(addr).await.unwrap();

@@ -91,16 +91,11 @@ pub async fn wait_live(client: &ClusterClient, job: &str, n: usize) -> Vec<Alloc
 /// The state of every scheduler worker of the server at `http`, as its
 /// `GET /v1/workers` lists them (`paused`, `backing_off`, ...); an error if
 /// the call fails or the answer has no list of workers.
-pub async fn worker_states(http: SocketAddr) -> Result<Vec<String>, String> {
-    let v: serde_json::Value = async {
-        reqwest::get(format!("http://{http}/v1/workers"))
-            .await?
-            .error_for_status()?
-            .json()
+pub async fn worker_states(http: &reqwest::Client, url: &str) -> Result<Vec<String>, String> {
+    let v: serde_json::Value =
+        async { http.get(url).send().await?.error_for_status()?.json().await }
             .await
-    }
-    .await
-    .map_err(|e: reqwest::Error| e.to_string())?;
+            .map_err(|e: reqwest::Error| e.to_string())?;
     let workers = v["workers"]
         .as_array()
         .ok_or_else(|| format!("no list of workers in {v}"))?;

@@ -8,13 +8,22 @@ use clap::Parser;
 use nodesim::Opts;
 use stampede_launch::testing::{allocs, eventually_ok, service_job, Harness, CATCH_UP};
 use stampede_proto::client::ClusterClient;
+use stampede_proto::security::{Role, TlsArgs};
 use stampede_proto::{AllocClientStatus, Allocation, Job};
 
-/// nodesim's options for the harness's servers, with flags `extra` added.
+/// nodesim's options for the harness's servers (with the client
+/// certificate and a write token, as a capacity run gives them), with flags
+/// `extra` added.
 pub fn opts(h: &Harness, extra: &[&str]) -> Opts {
     let servers = h.rpc_addrs().join(",");
-    let mut args = vec!["nodesim", "--servers", &servers];
-    args.extend_from_slice(extra);
+    let mut args: Vec<String> = vec!["nodesim".into(), "--servers".into(), servers];
+    if let Some(dir) = h.tls_dir() {
+        args.extend(TlsArgs::in_dir(dir, Role::Client).to_args());
+    }
+    if let Some(token) = h.security(Role::Client).unwrap().token {
+        args.extend(["--token".into(), token]);
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
     Opts::parse_from(args)
 }
 

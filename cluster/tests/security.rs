@@ -1,0 +1,382 @@
+//! Who may call what, tried as an outsider would: a real 3-server cluster
+//! with mutual TLS and ACL tokens (what the harness starts by default), and
+//! callers with each role's certificate, with none, with a certificate of
+//! another CA, with and without tokens of each scope.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use stampede_launch::testing::{cluster_bin, node, service_job, Harness, CATCH_UP};
+use stampede_launch::{http_client, LaunchOptions, LocalCluster};
+use stampede_proto::acl::{Acl, Scope};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::eval_service_client::EvalServiceClient;
+use stampede_proto::plan_service_client::PlanServiceClient;
+use stampede_proto::raft_service_client::RaftServiceClient;
+use stampede_proto::security::{Role, Security, TlsArgs, TlsMaterial, TOKEN_FILE};
+use stampede_proto::{
+    EvalAckRequest, EvalDequeueRequest, EvalUpdateRequest, Evaluation, ForwardRequest,
+    JobListRequest, JobRegisterRequest, LogEntry, NodeRegisterRequest, Plan, PlanSubmitRequest,
+    RaftPayload,
+};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
+use tonic::Code;
+
+fn material(dir: &Path, role: Role) -> TlsMaterial {
+    TlsArgs::in_dir(dir, role).load().unwrap().unwrap()
+}
+
+fn management_token(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join(TOKEN_FILE))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// A channel to `addr` over TLS checking the server against `ca`, presenting
+/// `identity` if given.
+async fn channel(addr: &str, ca: &[u8], identity: Option<&TlsMaterial>) -> Channel {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(ca))
+        .domain_name(stampede_proto::security::SERVER_NAME);
+    if let Some(m) = identity {
+        tls = tls.identity(tonic::transport::Identity::from_pem(&m.cert, &m.key));
+    }
+    Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+/// Every internal call, made with `ch`: each must be refused with `code`.
+async fn internal_calls_refused(ch: Channel, code: Code) {
+    let mut raft = RaftServiceClient::new(ch.clone());
+    let forged = RaftPayload { data: vec![0; 64] };
+    let mut answers = vec![
+        (
+            "AppendEntries",
+            raft.append_entries(forged.clone()).await.map(|_| ()),
+        ),
+        ("Vote", raft.vote(forged.clone()).await.map(|_| ())),
+        (
+            "InstallSnapshot",
+            raft.install_snapshot(forged).await.map(|_| ()),
+        ),
+        (
+            "Forward",
+            raft.forward(ForwardRequest {
+                entry: Some(LogEntry::default()),
+            })
+            .await
+            .map(|_| ()),
+        ),
+    ];
+    let mut evals = EvalServiceClient::new(ch.clone());
+    answers.push((
+        "Dequeue",
+        evals
+            .dequeue(EvalDequeueRequest::default())
+            .await
+            .map(|_| ()),
+    ));
+    answers.push((
+        "Ack",
+        evals.ack(EvalAckRequest::default()).await.map(|_| ()),
+    ));
+    answers.push((
+        "Nack",
+        evals.nack(EvalAckRequest::default()).await.map(|_| ()),
+    ));
+    answers.push((
+        "Update",
+        evals
+            .update(EvalUpdateRequest {
+                token: String::new(),
+                evals: vec![Evaluation::default()],
+            })
+            .await
+            .map(|_| ()),
+    ));
+    let mut plans = PlanServiceClient::new(ch);
+    answers.push((
+        "Submit",
+        plans
+            .submit(PlanSubmitRequest {
+                plan: Some(Plan::default()),
+            })
+            .await
+            .map(|_| ()),
+    ));
+    for (call, answer) in answers {
+        let status = answer.expect_err(call);
+        assert_eq!(status.code(), code, "{call}: {status:?}");
+        assert!(
+            status.message().contains(call),
+            "{call}: {}",
+            status.message()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_servers_reach_raft_and_the_internal_calls() {
+    let (c, leader) = Harness::with_leader(3, &[]).await;
+    let dir = c
+        .tls_dir()
+        .expect("the harness starts clusters with TLS")
+        .to_path_buf();
+    let ca = std::fs::read(dir.join("ca.pem")).unwrap();
+    let client = c.client();
+    client
+        .register_job(service_job("before", 1, 100, 64))
+        .await
+        .unwrap();
+    let term = c.status(leader).await.unwrap().term;
+    let addr = c.server(leader).unwrap().rpc.to_string();
+
+    // Operators and node clients are refused, by role.
+    for role in [Role::Operator, Role::Client] {
+        let ch = channel(&addr, &ca, Some(&material(&dir, role))).await;
+        internal_calls_refused(ch, Code::PermissionDenied).await;
+    }
+    // No certificate at all: unauthenticated.
+    internal_calls_refused(channel(&addr, &ca, None).await, Code::Unauthenticated).await;
+
+    // A certificate from another CA fails the handshake.
+    let other = tempfile::tempdir().unwrap();
+    let out = Command::new(cluster_bin())
+        .args(["tls", "init"])
+        .arg(other.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stranger = material(other.path(), Role::Server);
+    let tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&ca))
+        .identity(tonic::transport::Identity::from_pem(
+            &stranger.cert,
+            &stranger.key,
+        ))
+        .domain_name(stampede_proto::security::SERVER_NAME);
+    let connected = Endpoint::from_shared(format!("https://{addr}"))
+        .unwrap()
+        .tls_config(tls)
+        .unwrap()
+        .connect()
+        .await;
+    if let Ok(ch) = connected {
+        // TLS 1.3 reports a refused client certificate on the first read.
+        let answer = RaftServiceClient::new(ch)
+            .vote(RaftPayload { data: vec![] })
+            .await
+            .unwrap_err();
+        assert_ne!(answer.code(), Code::Ok);
+        assert!(!answer.message().contains("Vote"), "{answer:?}");
+    }
+
+    // The cluster is unchanged: same term, same leader, the one job.
+    let after = c.status(leader).await.unwrap();
+    assert_eq!((after.term, after.leader_id), (term, Some(leader)));
+    let jobs = client
+        .jobs()
+        .list(JobListRequest { query: None })
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    assert_eq!(
+        jobs.iter().map(|j| j.id.as_str()).collect::<Vec<_>>(),
+        ["before"]
+    );
+
+    // And it still takes writes from those allowed to make them.
+    client
+        .register_job(service_job("after", 1, 100, 64))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_public_api_needs_a_token_of_the_right_scope() {
+    let (c, _) = Harness::with_leader(1, &[]).await;
+    let dir = c.tls_dir().unwrap().to_path_buf();
+    let acl = Acl::new(&management_token(&dir)).unwrap();
+    let operator = |token: Option<String>| {
+        let security = Security {
+            tls: Some(material(&dir, Role::Operator)),
+            token,
+        };
+        ClusterClient::new(&c.rpc_addrs(), &security)
+            .unwrap()
+            .with_retry_for(std::time::Duration::ZERO)
+    };
+    let register = |client: ClusterClient, id: &'static str| async move {
+        client
+            .jobs()
+            .register(JobRegisterRequest {
+                job: Some(service_job(id, 1, 100, 64)),
+            })
+            .await
+    };
+
+    let none = register(operator(None), "a").await.unwrap_err();
+    assert_eq!(none.code(), Code::Unauthenticated, "{none:?}");
+    assert!(none.message().contains("write scope"), "{}", none.message());
+
+    let read = register(operator(Some(acl.derive(Scope::Read))), "b")
+        .await
+        .unwrap_err();
+    assert_eq!(read.code(), Code::PermissionDenied, "{read:?}");
+    assert!(
+        read.message().contains("has the read scope"),
+        "{}",
+        read.message()
+    );
+
+    let forged = register(operator(Some("st1.write.00.00".into())), "c")
+        .await
+        .unwrap_err();
+    assert_eq!(forged.code(), Code::Unauthenticated, "{forged:?}");
+
+    // A read token reads; a write token and the management token write.
+    operator(Some(acl.derive(Scope::Read)))
+        .jobs()
+        .list(JobListRequest { query: None })
+        .await
+        .unwrap();
+    register(operator(Some(acl.derive(Scope::Write))), "d")
+        .await
+        .unwrap();
+    register(operator(Some(management_token(&dir))), "e")
+        .await
+        .unwrap();
+
+    // Node agent calls are not an operator's, whatever its token.
+    let n = operator(Some(management_token(&dir)))
+        .nodes()
+        .register(NodeRegisterRequest {
+            node: Some(node("n1")),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(n.code(), Code::PermissionDenied, "{n:?}");
+    assert!(
+        n.message().contains("role server or client"),
+        "{}",
+        n.message()
+    );
+
+    // HTTP: monitoring with any certificate; the admin calls need the
+    // management token.
+    let url = format!("https://{}", c.server(1).unwrap().http);
+    let as_client = http_client(&c.security(Role::Client).unwrap(), CATCH_UP).unwrap();
+    let metrics = as_client
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert!(metrics.status().is_success());
+    let pause = as_client
+        .post(format!("{url}/v1/workers/pause"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pause.status(), reqwest::StatusCode::FORBIDDEN);
+    let body = pause.text().await.unwrap();
+    assert!(
+        body.contains("operator") && body.contains("server"),
+        "{body}"
+    );
+    let as_operator = http_client(&c.security(Role::Operator).unwrap(), CATCH_UP).unwrap();
+    let put = as_operator
+        .put(format!("{url}/v1/workers?count=1"))
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap());
+}
+
+#[test]
+fn serve_needs_tls_or_insecure_and_says_so() {
+    let data = tempfile::tempdir().unwrap();
+    let out = Command::new(cluster_bin())
+        .args(["serve", "--id", "1", "--peers", "1=127.0.0.1:4647"])
+        .arg("--data-dir")
+        .arg(data.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--tls-ca") && err.contains("--insecure"),
+        "{err}"
+    );
+    assert!(!data.path().join("raft").exists(), "nothing was opened");
+}
+
+#[test]
+fn tls_init_writes_every_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let init = |force: bool| {
+        let mut cmd = Command::new(cluster_bin());
+        cmd.args(["tls", "init"]).arg(dir.path());
+        if force {
+            cmd.arg("--force");
+        }
+        cmd.output().unwrap()
+    };
+    assert!(init(false).status.success());
+    for f in [
+        "ca.pem",
+        "server.pem",
+        "server.key",
+        "client.pem",
+        "client.key",
+        "operator.pem",
+        "operator.key",
+        "token",
+    ] {
+        assert!(dir.path().join(f).is_file(), "{f}");
+    }
+    let again = init(false);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    let token = management_token(dir.path());
+    assert!(init(true).status.success());
+    assert_ne!(
+        management_token(dir.path()),
+        token,
+        "--force makes new ones"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_insecure_cluster_takes_plain_calls() {
+    let mut c = LocalCluster::start(LaunchOptions {
+        bin: cluster_bin(),
+        servers: 1,
+        root: None,
+        server_args: vec![],
+        insecure: true,
+        tls_dir: None,
+    })
+    .unwrap();
+    c.wait_for_leader(CATCH_UP).await.unwrap();
+    assert!(c.tls_dir().is_none());
+    assert!(c.log(1).contains("--insecure"), "the server warns");
+    let client = ClusterClient::new(&c.rpc_addrs(), &Security::insecure()).unwrap();
+    client
+        .register_job(service_job("plain", 1, 100, 64))
+        .await
+        .unwrap();
+}
