@@ -4,7 +4,6 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use stampede_launch::testing::{allocs, eventually_ok, node_with, CATCH_UP};
