@@ -95,6 +95,7 @@ pub async fn serve(
 
     let proposer = Proposer::new(
         raft.clone(),
+        foundations.store.clone(),
         channels.clone(),
         metrics.clone(),
         opts.leader_wait(),
@@ -120,6 +121,7 @@ pub async fn serve(
         raft: raft.clone(),
         proposer,
         metrics: metrics.clone(),
+        snapshots: Default::default(),
     };
     let grpc = tokio::spawn(serve_grpc(
         api,
