@@ -162,106 +162,693 @@ fn cases() -> Vec<Case> {
     };
     vec![
         // NodeService.Register
-        case!("no node", nodes.register(NodeRegisterRequest { node: None }), InvalidArgument, "node: is required"),
-        case!("empty node id", nodes.register(node(|n| n.id.clear())), InvalidArgument, "node.id: must not be empty"),
-        case!("1 MiB node id", nodes.register(node(|n| n.id = huge())), InvalidArgument, "node.id: is 1048576 bytes"),
-        case!("NUL in node id", nodes.register(node(|n| n.id = "a\0b".into())), InvalidArgument, "node.id: contains '\\0'"),
-        case!("NUL in node name", nodes.register(node(|n| n.name = "a\0b".into())), InvalidArgument, "node.name"),
-        case!("1 MiB node name", nodes.register(node(|n| n.name = huge())), InvalidArgument, "node.name"),
-        case!("no datacenter", nodes.register(node(|n| n.datacenter.clear())), InvalidArgument, "node.datacenter"),
-        case!("no resources", nodes.register(node(|n| n.resources = None)), InvalidArgument, "node.resources"),
-        case!("zero CPU", nodes.register(node(|n| n.resources.as_mut().unwrap().cpu_mhz = 0)), InvalidArgument, "node.resources.cpu_mhz"),
-        case!("2^64-1 MHz", nodes.register(node(|n| n.resources.as_mut().unwrap().cpu_mhz = u64::MAX)), InvalidArgument, "node.resources.cpu_mhz"),
-        case!("2^63 MB", nodes.register(node(|n| n.resources.as_mut().unwrap().memory_mb = 1 << 63)), InvalidArgument, "node.resources.memory_mb"),
-        case!("unknown node status", nodes.register(node(|n| n.status = 99)), InvalidArgument, "node.status"),
-        case!("negative node status", nodes.register(node(|n| n.status = -1)), InvalidArgument, "node.status"),
-        case!("65 attributes", nodes.register(node(|n| n.attributes = many(65, |i| (format!("k{i}"), "v".to_string())).into_iter().collect())), InvalidArgument, "node.attributes"),
-        case!("bad attribute key", nodes.register(node(|n| { n.attributes.insert("a b".into(), "v".into()); })), InvalidArgument, "node.attributes key"),
-        case!("1 MiB attribute", nodes.register(node(|n| { n.attributes.insert("k".into(), huge()); })), InvalidArgument, "node.attributes[k]"),
+        case!(
+            "no node",
+            nodes.register(NodeRegisterRequest { node: None }),
+            InvalidArgument,
+            "node: is required"
+        ),
+        case!(
+            "empty node id",
+            nodes.register(node(|n| n.id.clear())),
+            InvalidArgument,
+            "node.id: must not be empty"
+        ),
+        case!(
+            "1 MiB node id",
+            nodes.register(node(|n| n.id = huge())),
+            InvalidArgument,
+            "node.id: is 1048576 bytes"
+        ),
+        case!(
+            "NUL in node id",
+            nodes.register(node(|n| n.id = "a\0b".into())),
+            InvalidArgument,
+            "node.id: contains '\\0'"
+        ),
+        case!(
+            "NUL in node name",
+            nodes.register(node(|n| n.name = "a\0b".into())),
+            InvalidArgument,
+            "node.name"
+        ),
+        case!(
+            "1 MiB node name",
+            nodes.register(node(|n| n.name = huge())),
+            InvalidArgument,
+            "node.name"
+        ),
+        case!(
+            "no datacenter",
+            nodes.register(node(|n| n.datacenter.clear())),
+            InvalidArgument,
+            "node.datacenter"
+        ),
+        case!(
+            "no resources",
+            nodes.register(node(|n| n.resources = None)),
+            InvalidArgument,
+            "node.resources"
+        ),
+        case!(
+            "zero CPU",
+            nodes.register(node(|n| n.resources.as_mut().unwrap().cpu_mhz = 0)),
+            InvalidArgument,
+            "node.resources.cpu_mhz"
+        ),
+        case!(
+            "2^64-1 MHz",
+            nodes.register(node(|n| n.resources.as_mut().unwrap().cpu_mhz = u64::MAX)),
+            InvalidArgument,
+            "node.resources.cpu_mhz"
+        ),
+        case!(
+            "2^63 MB",
+            nodes.register(node(|n| n.resources.as_mut().unwrap().memory_mb = 1 << 63)),
+            InvalidArgument,
+            "node.resources.memory_mb"
+        ),
+        case!(
+            "unknown node status",
+            nodes.register(node(|n| n.status = 99)),
+            InvalidArgument,
+            "node.status"
+        ),
+        case!(
+            "negative node status",
+            nodes.register(node(|n| n.status = -1)),
+            InvalidArgument,
+            "node.status"
+        ),
+        case!(
+            "65 attributes",
+            nodes.register(node(|n| n.attributes =
+                many(65, |i| (format!("k{i}"), "v".to_string()))
+                    .into_iter()
+                    .collect())),
+            InvalidArgument,
+            "node.attributes"
+        ),
+        case!(
+            "bad attribute key",
+            nodes.register(node(|n| {
+                n.attributes.insert("a b".into(), "v".into());
+            })),
+            InvalidArgument,
+            "node.attributes key"
+        ),
+        case!(
+            "1 MiB attribute",
+            nodes.register(node(|n| {
+                n.attributes.insert("k".into(), huge());
+            })),
+            InvalidArgument,
+            "node.attributes[k]"
+        ),
         // NodeService reads and updates
-        case!("empty node id", nodes.get(NodeGetRequest { node_id: String::new() }), InvalidArgument, "node_id"),
-        case!("1 MiB node id", nodes.get(NodeGetRequest { node_id: huge() }), InvalidArgument, "node_id"),
-        case!("unknown node", nodes.get(NodeGetRequest { node_id: "ghost".into() }), NotFound, "node_id"),
-        case!("unset status", nodes.update_status(node_status(0)), InvalidArgument, "status"),
-        case!("unknown status", nodes.update_status(node_status(42)), InvalidArgument, "status"),
-        case!("1 MiB node id", nodes.update_status(NodeUpdateStatusRequest { node_id: huge(), status: 2 }), InvalidArgument, "node_id"),
-        case!("unknown node", nodes.update_status(NodeUpdateStatusRequest { node_id: "ghost".into(), status: 2 }), NotFound, "node_id"),
-        case!("empty node id", nodes.get_client_allocs(NodeClientAllocsRequest { node_id: String::new(), query: None }), InvalidArgument, "node_id"),
-        case!("unknown node", nodes.get_client_allocs(NodeClientAllocsRequest { node_id: "ghost".into(), query: None }), NotFound, "node_id"),
-        case!("empty alloc id", nodes.get_allocs(AllocsGetRequest { alloc_ids: vec![String::new()], query: None }), InvalidArgument, "alloc_ids[0]"),
-        case!("1 MiB alloc id", nodes.get_allocs(AllocsGetRequest { alloc_ids: vec!["a".into(), huge()], query: None }), InvalidArgument, "alloc_ids[1]"),
-        case!("no allocs", nodes.update_alloc(NodeUpdateAllocRequest { allocs: vec![] }), InvalidArgument, "allocs"),
-        case!("empty alloc id", nodes.update_alloc(alloc_update(|a| a.id.clear())), InvalidArgument, "allocs[0].id"),
-        case!("unset client status", nodes.update_alloc(alloc_update(|a| a.client_status = 0)), InvalidArgument, "allocs[0].client_status"),
-        case!("unknown client status", nodes.update_alloc(alloc_update(|a| a.client_status = 77)), InvalidArgument, "allocs[0].client_status"),
-        case!("NUL in description", nodes.update_alloc(alloc_update(|a| a.client_description = "\0".into())), InvalidArgument, "allocs[0].client_description"),
-        case!("1 MiB description", nodes.update_alloc(alloc_update(|a| a.client_description = huge())), InvalidArgument, "allocs[0].client_description"),
-        case!("65 task states", nodes.update_alloc(alloc_update(|a| a.task_states = many(65, |i| (format!("t{i}"), TaskState::default())).into_iter().collect())), InvalidArgument, "allocs[0].task_states"),
-        case!("unknown alloc", nodes.update_alloc(alloc_update(|_| {})), NotFound, "allocs[0].id"),
+        case!(
+            "empty node id",
+            nodes.get(NodeGetRequest {
+                node_id: String::new()
+            }),
+            InvalidArgument,
+            "node_id"
+        ),
+        case!(
+            "1 MiB node id",
+            nodes.get(NodeGetRequest { node_id: huge() }),
+            InvalidArgument,
+            "node_id"
+        ),
+        case!(
+            "unknown node",
+            nodes.get(NodeGetRequest {
+                node_id: "ghost".into()
+            }),
+            NotFound,
+            "node_id"
+        ),
+        case!(
+            "unset status",
+            nodes.update_status(node_status(0)),
+            InvalidArgument,
+            "status"
+        ),
+        case!(
+            "unknown status",
+            nodes.update_status(node_status(42)),
+            InvalidArgument,
+            "status"
+        ),
+        case!(
+            "1 MiB node id",
+            nodes.update_status(NodeUpdateStatusRequest {
+                node_id: huge(),
+                status: 2
+            }),
+            InvalidArgument,
+            "node_id"
+        ),
+        case!(
+            "unknown node",
+            nodes.update_status(NodeUpdateStatusRequest {
+                node_id: "ghost".into(),
+                status: 2
+            }),
+            NotFound,
+            "node_id"
+        ),
+        case!(
+            "empty node id",
+            nodes.get_client_allocs(NodeClientAllocsRequest {
+                node_id: String::new(),
+                query: None
+            }),
+            InvalidArgument,
+            "node_id"
+        ),
+        case!(
+            "unknown node",
+            nodes.get_client_allocs(NodeClientAllocsRequest {
+                node_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "node_id"
+        ),
+        case!(
+            "empty alloc id",
+            nodes.get_allocs(AllocsGetRequest {
+                alloc_ids: vec![String::new()],
+                query: None
+            }),
+            InvalidArgument,
+            "alloc_ids[0]"
+        ),
+        case!(
+            "1 MiB alloc id",
+            nodes.get_allocs(AllocsGetRequest {
+                alloc_ids: vec!["a".into(), huge()],
+                query: None
+            }),
+            InvalidArgument,
+            "alloc_ids[1]"
+        ),
+        case!(
+            "no allocs",
+            nodes.update_alloc(NodeUpdateAllocRequest { allocs: vec![] }),
+            InvalidArgument,
+            "allocs"
+        ),
+        case!(
+            "empty alloc id",
+            nodes.update_alloc(alloc_update(|a| a.id.clear())),
+            InvalidArgument,
+            "allocs[0].id"
+        ),
+        case!(
+            "unset client status",
+            nodes.update_alloc(alloc_update(|a| a.client_status = 0)),
+            InvalidArgument,
+            "allocs[0].client_status"
+        ),
+        case!(
+            "unknown client status",
+            nodes.update_alloc(alloc_update(|a| a.client_status = 77)),
+            InvalidArgument,
+            "allocs[0].client_status"
+        ),
+        case!(
+            "NUL in description",
+            nodes.update_alloc(alloc_update(|a| a.client_description = "\0".into())),
+            InvalidArgument,
+            "allocs[0].client_description"
+        ),
+        case!(
+            "1 MiB description",
+            nodes.update_alloc(alloc_update(|a| a.client_description = huge())),
+            InvalidArgument,
+            "allocs[0].client_description"
+        ),
+        case!(
+            "65 task states",
+            nodes.update_alloc(alloc_update(|a| a.task_states =
+                many(65, |i| (format!("t{i}"), TaskState::default()))
+                    .into_iter()
+                    .collect())),
+            InvalidArgument,
+            "allocs[0].task_states"
+        ),
+        case!(
+            "unknown alloc",
+            nodes.update_alloc(alloc_update(|_| {})),
+            NotFound,
+            "allocs[0].id"
+        ),
         // JobService.Register
-        case!("no job", jobs.register(JobRegisterRequest { job: None }), InvalidArgument, "job: is required"),
-        case!("empty job id", jobs.register(job(|j| j.id.clear())), InvalidArgument, "job.id"),
-        case!("1 MiB job id", jobs.register(job(|j| j.id = huge())), InvalidArgument, "job.id"),
-        case!("NUL in job id", jobs.register(job(|j| j.id = "\0".into())), InvalidArgument, "job.id"),
-        case!("unset type", jobs.register(job(|j| j.r#type = 0)), InvalidArgument, "job.type"),
-        case!("unknown type", jobs.register(job(|j| j.r#type = 9)), InvalidArgument, "job.type"),
-        case!("priority 2^32-1", jobs.register(job(|j| j.priority = u32::MAX)), InvalidArgument, "job.priority"),
-        case!("101 datacenters", jobs.register(job(|j| j.datacenters = many(101, |i| format!("dc{i}")))), InvalidArgument, "job.datacenters"),
-        case!("empty datacenter", jobs.register(job(|j| j.datacenters = vec![String::new()])), InvalidArgument, "job.datacenters[0]"),
-        case!("no groups", jobs.register(job(|j| j.task_groups.clear())), InvalidArgument, "job.task_groups"),
-        case!("101 groups", jobs.register(job(|j| { let g = j.task_groups[0].clone(); j.task_groups = many(101, |i| TaskGroup { name: format!("g{i}"), ..g.clone() }); })), InvalidArgument, "job.task_groups"),
-        case!("duplicate group", jobs.register(job(|j| { let g = j.task_groups[0].clone(); j.task_groups.push(g); })), InvalidArgument, "job.task_groups[1].name"),
-        case!("count 2^32-1", jobs.register(job(|j| group(j).count = u32::MAX)), InvalidArgument, "job.task_groups[0].count"),
-        case!("2^64-1 MHz", jobs.register(job(|j| group(j).resources.as_mut().unwrap().cpu_mhz = u64::MAX)), InvalidArgument, "job.task_groups[0].resources.cpu_mhz"),
-        case!("2^63 MB", jobs.register(job(|j| group(j).resources.as_mut().unwrap().memory_mb = 1 << 63)), InvalidArgument, "job.task_groups[0].resources.memory_mb"),
-        case!("unknown target", jobs.register(job(|j| group(j).constraints.push(Constraint { target: 99, operand: 1, value: "x".into() }))), InvalidArgument, "job.task_groups[0].constraints[0].target"),
-        case!("unknown operand", jobs.register(job(|j| group(j).constraints.push(Constraint { target: 1, operand: -3, value: "x".into() }))), InvalidArgument, "job.task_groups[0].constraints[0].operand"),
-        case!("65 meta", jobs.register(job(|j| group(j).meta = many(65, |i| (format!("k{i}"), String::new())).into_iter().collect())), InvalidArgument, "job.task_groups[0].meta"),
-        case!("NUL in meta", jobs.register(job(|j| { group(j).meta.insert("k".into(), "\0".into()); })), InvalidArgument, "job.task_groups[0].meta[k]"),
-        case!("update of a batch job", jobs.register(job(|j| j.r#type = JobType::Batch as i32)), InvalidArgument, "job.task_groups[0].update"),
-        case!("no parallelism", jobs.register(job(|j| group(j).update.as_mut().unwrap().max_parallel = 0)), InvalidArgument, "job.task_groups[0].update.max_parallel"),
-        case!("more canaries than count", jobs.register(job(|j| group(j).update.as_mut().unwrap().canary = 3)), InvalidArgument, "job.task_groups[0].update.canary"),
-        case!("deadline 2^64-1 ms", jobs.register(job(|j| group(j).update.as_mut().unwrap().progress_deadline_ms = u64::MAX)), InvalidArgument, "job.task_groups[0].update.progress_deadline_ms"),
-        case!("healthy time 2^64-1 ms", jobs.register(job(|j| group(j).update.as_mut().unwrap().min_healthy_time_ms = u64::MAX)), InvalidArgument, "job.task_groups[0].update.min_healthy_time_ms"),
+        case!(
+            "no job",
+            jobs.register(JobRegisterRequest { job: None }),
+            InvalidArgument,
+            "job: is required"
+        ),
+        case!(
+            "empty job id",
+            jobs.register(job(|j| j.id.clear())),
+            InvalidArgument,
+            "job.id"
+        ),
+        case!(
+            "1 MiB job id",
+            jobs.register(job(|j| j.id = huge())),
+            InvalidArgument,
+            "job.id"
+        ),
+        case!(
+            "NUL in job id",
+            jobs.register(job(|j| j.id = "\0".into())),
+            InvalidArgument,
+            "job.id"
+        ),
+        case!(
+            "unset type",
+            jobs.register(job(|j| j.r#type = 0)),
+            InvalidArgument,
+            "job.type"
+        ),
+        case!(
+            "unknown type",
+            jobs.register(job(|j| j.r#type = 9)),
+            InvalidArgument,
+            "job.type"
+        ),
+        case!(
+            "priority 2^32-1",
+            jobs.register(job(|j| j.priority = u32::MAX)),
+            InvalidArgument,
+            "job.priority"
+        ),
+        case!(
+            "101 datacenters",
+            jobs.register(job(|j| j.datacenters = many(101, |i| format!("dc{i}")))),
+            InvalidArgument,
+            "job.datacenters"
+        ),
+        case!(
+            "empty datacenter",
+            jobs.register(job(|j| j.datacenters = vec![String::new()])),
+            InvalidArgument,
+            "job.datacenters[0]"
+        ),
+        case!(
+            "no groups",
+            jobs.register(job(|j| j.task_groups.clear())),
+            InvalidArgument,
+            "job.task_groups"
+        ),
+        case!(
+            "101 groups",
+            jobs.register(job(|j| {
+                let g = j.task_groups[0].clone();
+                j.task_groups = many(101, |i| TaskGroup {
+                    name: format!("g{i}"),
+                    ..g.clone()
+                });
+            })),
+            InvalidArgument,
+            "job.task_groups"
+        ),
+        case!(
+            "duplicate group",
+            jobs.register(job(|j| {
+                let g = j.task_groups[0].clone();
+                j.task_groups.push(g);
+            })),
+            InvalidArgument,
+            "job.task_groups[1].name"
+        ),
+        case!(
+            "count 2^32-1",
+            jobs.register(job(|j| group(j).count = u32::MAX)),
+            InvalidArgument,
+            "job.task_groups[0].count"
+        ),
+        case!(
+            "2^64-1 MHz",
+            jobs.register(job(
+                |j| group(j).resources.as_mut().unwrap().cpu_mhz = u64::MAX
+            )),
+            InvalidArgument,
+            "job.task_groups[0].resources.cpu_mhz"
+        ),
+        case!(
+            "2^63 MB",
+            jobs.register(job(
+                |j| group(j).resources.as_mut().unwrap().memory_mb = 1 << 63
+            )),
+            InvalidArgument,
+            "job.task_groups[0].resources.memory_mb"
+        ),
+        case!(
+            "unknown target",
+            jobs.register(job(|j| group(j).constraints.push(Constraint {
+                target: 99,
+                operand: 1,
+                value: "x".into()
+            }))),
+            InvalidArgument,
+            "job.task_groups[0].constraints[0].target"
+        ),
+        case!(
+            "unknown operand",
+            jobs.register(job(|j| group(j).constraints.push(Constraint {
+                target: 1,
+                operand: -3,
+                value: "x".into()
+            }))),
+            InvalidArgument,
+            "job.task_groups[0].constraints[0].operand"
+        ),
+        case!(
+            "65 meta",
+            jobs.register(job(|j| group(j).meta =
+                many(65, |i| (format!("k{i}"), String::new()))
+                    .into_iter()
+                    .collect())),
+            InvalidArgument,
+            "job.task_groups[0].meta"
+        ),
+        case!(
+            "NUL in meta",
+            jobs.register(job(|j| {
+                group(j).meta.insert("k".into(), "\0".into());
+            })),
+            InvalidArgument,
+            "job.task_groups[0].meta[k]"
+        ),
+        case!(
+            "update of a batch job",
+            jobs.register(job(|j| j.r#type = JobType::Batch as i32)),
+            InvalidArgument,
+            "job.task_groups[0].update"
+        ),
+        case!(
+            "no parallelism",
+            jobs.register(job(|j| group(j).update.as_mut().unwrap().max_parallel = 0)),
+            InvalidArgument,
+            "job.task_groups[0].update.max_parallel"
+        ),
+        case!(
+            "more canaries than count",
+            jobs.register(job(|j| group(j).update.as_mut().unwrap().canary = 3)),
+            InvalidArgument,
+            "job.task_groups[0].update.canary"
+        ),
+        case!(
+            "deadline 2^64-1 ms",
+            jobs.register(job(|j| group(j)
+                .update
+                .as_mut()
+                .unwrap()
+                .progress_deadline_ms = u64::MAX)),
+            InvalidArgument,
+            "job.task_groups[0].update.progress_deadline_ms"
+        ),
+        case!(
+            "healthy time 2^64-1 ms",
+            jobs.register(job(|j| group(j)
+                .update
+                .as_mut()
+                .unwrap()
+                .min_healthy_time_ms = u64::MAX)),
+            InvalidArgument,
+            "job.task_groups[0].update.min_healthy_time_ms"
+        ),
         // JobService reads and deregistration
-        case!("empty job id", jobs.deregister(JobDeregisterRequest { job_id: String::new(), purge: true }), InvalidArgument, "job_id"),
-        case!("unknown job", jobs.deregister(JobDeregisterRequest { job_id: "ghost".into(), purge: true }), NotFound, "job_id"),
-        case!("1 MiB job id", jobs.get(JobGetRequest { job_id: huge(), query: None }), InvalidArgument, "job_id"),
-        case!("unknown job", jobs.get(JobGetRequest { job_id: "ghost".into(), query: None }), NotFound, "job_id"),
-        case!("empty job id", jobs.allocations(JobAllocationsRequest { job_id: String::new(), query: None }), InvalidArgument, "job_id"),
-        case!("unknown job", jobs.allocations(JobAllocationsRequest { job_id: "ghost".into(), query: None }), NotFound, "job_id"),
-        case!("NUL job id", jobs.evaluations(JobEvaluationsRequest { job_id: "\0".into(), query: None }), InvalidArgument, "job_id"),
-        case!("unknown job", jobs.evaluations(JobEvaluationsRequest { job_id: "ghost".into(), query: None }), NotFound, "job_id"),
+        case!(
+            "empty job id",
+            jobs.deregister(JobDeregisterRequest {
+                job_id: String::new(),
+                purge: true
+            }),
+            InvalidArgument,
+            "job_id"
+        ),
+        case!(
+            "unknown job",
+            jobs.deregister(JobDeregisterRequest {
+                job_id: "ghost".into(),
+                purge: true
+            }),
+            NotFound,
+            "job_id"
+        ),
+        case!(
+            "1 MiB job id",
+            jobs.get(JobGetRequest {
+                job_id: huge(),
+                query: None
+            }),
+            InvalidArgument,
+            "job_id"
+        ),
+        case!(
+            "unknown job",
+            jobs.get(JobGetRequest {
+                job_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "job_id"
+        ),
+        case!(
+            "empty job id",
+            jobs.allocations(JobAllocationsRequest {
+                job_id: String::new(),
+                query: None
+            }),
+            InvalidArgument,
+            "job_id"
+        ),
+        case!(
+            "unknown job",
+            jobs.allocations(JobAllocationsRequest {
+                job_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "job_id"
+        ),
+        case!(
+            "NUL job id",
+            jobs.evaluations(JobEvaluationsRequest {
+                job_id: "\0".into(),
+                query: None
+            }),
+            InvalidArgument,
+            "job_id"
+        ),
+        case!(
+            "unknown job",
+            jobs.evaluations(JobEvaluationsRequest {
+                job_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "job_id"
+        ),
         // DeploymentService
-        case!("empty id", deployments.get(DeploymentGetRequest { deployment_id: String::new(), query: None }), InvalidArgument, "deployment_id"),
-        case!("unknown deployment", deployments.get(DeploymentGetRequest { deployment_id: "ghost".into(), query: None }), NotFound, "deployment_id"),
-        case!("1 MiB job id", deployments.for_job(JobDeploymentsRequest { job_id: huge(), query: None }), InvalidArgument, "job_id"),
-        case!("unknown job", deployments.for_job(JobDeploymentsRequest { job_id: "ghost".into(), query: None }), NotFound, "job_id"),
+        case!(
+            "empty id",
+            deployments.get(DeploymentGetRequest {
+                deployment_id: String::new(),
+                query: None
+            }),
+            InvalidArgument,
+            "deployment_id"
+        ),
+        case!(
+            "unknown deployment",
+            deployments.get(DeploymentGetRequest {
+                deployment_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "deployment_id"
+        ),
+        case!(
+            "1 MiB job id",
+            deployments.for_job(JobDeploymentsRequest {
+                job_id: huge(),
+                query: None
+            }),
+            InvalidArgument,
+            "job_id"
+        ),
+        case!(
+            "unknown job",
+            deployments.for_job(JobDeploymentsRequest {
+                job_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "job_id"
+        ),
         // EvalService
-        case!("empty eval id", evals.get(EvalGetRequest { eval_id: String::new(), query: None }), InvalidArgument, "eval_id"),
-        case!("unknown eval", evals.get(EvalGetRequest { eval_id: "ghost".into(), query: None }), NotFound, "eval_id"),
-        case!("no schedulers", evals.dequeue(EvalDequeueRequest { schedulers: vec![], timeout_ms: 1 }), InvalidArgument, "schedulers"),
-        case!("unknown scheduler", evals.dequeue(EvalDequeueRequest { schedulers: vec![1, 99], timeout_ms: u64::MAX }), InvalidArgument, "schedulers[1]"),
-        case!("unset scheduler", evals.dequeue(EvalDequeueRequest { schedulers: vec![0], timeout_ms: 1 }), InvalidArgument, "schedulers[0]"),
-        case!("1 MiB eval id", evals.ack(ack(huge(), "t")), InvalidArgument, "eval_id"),
-        case!("empty token", evals.ack(ack("eval-1".into(), "")), InvalidArgument, "token"),
-        case!("stale delivery", evals.ack(ack("eval-1".into(), "stale")), FailedPrecondition, "eval_id"),
-        case!("1 MiB eval id", evals.nack(ack(huge(), "t")), InvalidArgument, "eval_id"),
-        case!("stale delivery", evals.nack(ack("eval-1".into(), "stale")), FailedPrecondition, "eval_id"),
-        case!("no evals", evals.update(eval_update(|r| r.evals.clear())), InvalidArgument, "evals"),
-        case!("empty token", evals.update(eval_update(|r| r.token.clear())), InvalidArgument, "token"),
-        case!("unknown eval status", evals.update(eval_update(|r| r.evals[0].status = 99)), InvalidArgument, "evals[0].status"),
-        case!("unknown eval type", evals.update(eval_update(|r| r.evals[0].r#type = -7)), InvalidArgument, "evals[0].type"),
-        case!("1 MiB description", evals.update(eval_update(|r| r.evals[0].status_description = huge())), InvalidArgument, "evals[0].status_description"),
-        case!("stale delivery", evals.update(eval_update(|_| {})), FailedPrecondition, "eval_id"),
+        case!(
+            "empty eval id",
+            evals.get(EvalGetRequest {
+                eval_id: String::new(),
+                query: None
+            }),
+            InvalidArgument,
+            "eval_id"
+        ),
+        case!(
+            "unknown eval",
+            evals.get(EvalGetRequest {
+                eval_id: "ghost".into(),
+                query: None
+            }),
+            NotFound,
+            "eval_id"
+        ),
+        case!(
+            "no schedulers",
+            evals.dequeue(EvalDequeueRequest {
+                schedulers: vec![],
+                timeout_ms: 1
+            }),
+            InvalidArgument,
+            "schedulers"
+        ),
+        case!(
+            "unknown scheduler",
+            evals.dequeue(EvalDequeueRequest {
+                schedulers: vec![1, 99],
+                timeout_ms: u64::MAX
+            }),
+            InvalidArgument,
+            "schedulers[1]"
+        ),
+        case!(
+            "unset scheduler",
+            evals.dequeue(EvalDequeueRequest {
+                schedulers: vec![0],
+                timeout_ms: 1
+            }),
+            InvalidArgument,
+            "schedulers[0]"
+        ),
+        case!(
+            "1 MiB eval id",
+            evals.ack(ack(huge(), "t")),
+            InvalidArgument,
+            "eval_id"
+        ),
+        case!(
+            "empty token",
+            evals.ack(ack("eval-1".into(), "")),
+            InvalidArgument,
+            "token"
+        ),
+        case!(
+            "stale delivery",
+            evals.ack(ack("eval-1".into(), "stale")),
+            FailedPrecondition,
+            "eval_id"
+        ),
+        case!(
+            "1 MiB eval id",
+            evals.nack(ack(huge(), "t")),
+            InvalidArgument,
+            "eval_id"
+        ),
+        case!(
+            "stale delivery",
+            evals.nack(ack("eval-1".into(), "stale")),
+            FailedPrecondition,
+            "eval_id"
+        ),
+        case!(
+            "no evals",
+            evals.update(eval_update(|r| r.evals.clear())),
+            InvalidArgument,
+            "evals"
+        ),
+        case!(
+            "empty token",
+            evals.update(eval_update(|r| r.token.clear())),
+            InvalidArgument,
+            "token"
+        ),
+        case!(
+            "unknown eval status",
+            evals.update(eval_update(|r| r.evals[0].status = 99)),
+            InvalidArgument,
+            "evals[0].status"
+        ),
+        case!(
+            "unknown eval type",
+            evals.update(eval_update(|r| r.evals[0].r#type = -7)),
+            InvalidArgument,
+            "evals[0].type"
+        ),
+        case!(
+            "1 MiB description",
+            evals.update(eval_update(|r| r.evals[0].status_description = huge())),
+            InvalidArgument,
+            "evals[0].status_description"
+        ),
+        case!(
+            "stale delivery",
+            evals.update(eval_update(|_| {})),
+            FailedPrecondition,
+            "eval_id"
+        ),
         // PlanService
-        case!("no plan", plans.submit(PlanSubmitRequest { plan: None }), InvalidArgument, "plan"),
-        case!("unknown desired status", plans.submit(plan(|a| a.desired_status = 9)), InvalidArgument, "plan.node_allocation[node-1].allocs[0].desired_status"),
-        case!("unknown client status", plans.submit(plan(|a| a.client_status = 9)), InvalidArgument, "plan.node_allocation[node-1].allocs[0].client_status"),
-        case!("another job's alloc", plans.submit(plan(|a| a.job_id = "other".into())), InvalidArgument, "plan.node_allocation[node-1].allocs[0].job_id"),
-        case!("another node's alloc", plans.submit(plan(|a| a.node_id = "node-2".into())), InvalidArgument, "plan.node_allocation[node-1].allocs[0].node_id"),
-        case!("2^63 MHz", plans.submit(plan(|a| a.resources.as_mut().unwrap().cpu_mhz = 1 << 63)), InvalidArgument, "plan.node_allocation[node-1].allocs[0].resources.cpu_mhz"),
-        case!("stale delivery", plans.submit(plan(|_| {})), FailedPrecondition, "eval_id"),
+        case!(
+            "no plan",
+            plans.submit(PlanSubmitRequest { plan: None }),
+            InvalidArgument,
+            "plan"
+        ),
+        case!(
+            "unknown desired status",
+            plans.submit(plan(|a| a.desired_status = 9)),
+            InvalidArgument,
+            "plan.node_allocation[node-1].allocs[0].desired_status"
+        ),
+        case!(
+            "unknown client status",
+            plans.submit(plan(|a| a.client_status = 9)),
+            InvalidArgument,
+            "plan.node_allocation[node-1].allocs[0].client_status"
+        ),
+        case!(
+            "another job's alloc",
+            plans.submit(plan(|a| a.job_id = "other".into())),
+            InvalidArgument,
+            "plan.node_allocation[node-1].allocs[0].job_id"
+        ),
+        case!(
+            "another node's alloc",
+            plans.submit(plan(|a| a.node_id = "node-2".into())),
+            InvalidArgument,
+            "plan.node_allocation[node-1].allocs[0].node_id"
+        ),
+        case!(
+            "2^63 MHz",
+            plans.submit(plan(|a| a.resources.as_mut().unwrap().cpu_mhz = 1 << 63)),
+            InvalidArgument,
+            "plan.node_allocation[node-1].allocs[0].resources.cpu_mhz"
+        ),
+        case!(
+            "stale delivery",
+            plans.submit(plan(|_| {})),
+            FailedPrecondition,
+            "eval_id"
+        ),
     ]
 }
 

@@ -82,22 +82,56 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         let mut raft = client(&c.server(id).unwrap().rpc.to_string());
         let on = |what: &str| format!("{what} (server {id})");
 
-        let r = raft.vote(payload(&VoteRequest::new(overflowing, None))).await;
-        assert_refused(&on("vote at term 2^64-1"), r, Code::InvalidArgument, "vote.leader_id.term");
-        let near = Vote::new(u64::MAX - (1 << 31), 7);
-        let r = raft.vote(payload(&VoteRequest::new(near, None))).await;
-        assert_refused(&on("vote 2^31 below overflow"), r, Code::InvalidArgument, "vote.leader_id.term");
         let r = raft
-            .vote(payload(&VoteRequest::new(Vote::new(1, 7), Some(log_id(1, u64::MAX)))))
+            .vote(payload(&VoteRequest::new(overflowing, None)))
             .await;
-        assert_refused(&on("vote at index 2^64-1"), r, Code::InvalidArgument, "last_log_id.index");
+        assert_refused(
+            &on("vote at term 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let near: Vote<NodeId> = Vote::new(u64::MAX - (1 << 31), 7);
+        let r = raft.vote(payload(&VoteRequest::new(near, None))).await;
+        assert_refused(
+            &on("vote 2^31 below overflow"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let r = raft
+            .vote(payload(&VoteRequest::new(
+                Vote::new(1, 7),
+                Some(log_id(1, u64::MAX)),
+            )))
+            .await;
+        assert_refused(
+            &on("vote at index 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "last_log_id.index",
+        );
 
         let r = raft.append_entries(append(overflowing, None, vec![])).await;
-        assert_refused(&on("append at term 2^64-1"), r, Code::InvalidArgument, "vote.leader_id.term");
+        assert_refused(
+            &on("append at term 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
         let r = raft
-            .append_entries(append(Vote::new_committed(1, 7), Some(log_id(1, u64::MAX - 1)), vec![]))
+            .append_entries(append(
+                Vote::new_committed(1, 7),
+                Some(log_id(1, u64::MAX - 1)),
+                vec![],
+            ))
             .await;
-        assert_refused(&on("append after index 2^64-2"), r, Code::InvalidArgument, "prev_log_id.index");
+        assert_refused(
+            &on("append after index 2^64-2"),
+            r,
+            Code::InvalidArgument,
+            "prev_log_id.index",
+        );
         let r = raft
             .append_entries(append(
                 Vote::new_committed(1, 7),
@@ -105,28 +139,58 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
                 vec![entry(1, 5), entry(1, 9)],
             ))
             .await;
-        assert_refused(&on("append with a gap"), r, Code::InvalidArgument, "entries[1].log_id.index");
+        assert_refused(
+            &on("append with a gap"),
+            r,
+            Code::InvalidArgument,
+            "entries[1].log_id.index",
+        );
         let r = raft
             .append_entries(append(Vote::new_committed(1, 7), None, vec![entry(3, 0)]))
             .await;
-        assert_refused(&on("append past its term"), r, Code::InvalidArgument, "entries[0].log_id.leader_id.term");
+        assert_refused(
+            &on("append past its term"),
+            r,
+            Code::InvalidArgument,
+            "entries[0].log_id.leader_id.term",
+        );
 
         let r = raft
             .install_snapshot(chunk(current, "forged", 1 << 62, vec![1], false))
             .await;
-        assert_refused(&on("chunk at offset 2^62"), r, Code::InvalidArgument, "offset");
+        assert_refused(
+            &on("chunk at offset 2^62"),
+            r,
+            Code::InvalidArgument,
+            "offset",
+        );
         let r = raft
             .install_snapshot(chunk(current, "forged", u64::MAX, vec![1], false))
             .await;
-        assert_refused(&on("chunk at offset 2^64-1"), r, Code::InvalidArgument, "offset");
+        assert_refused(
+            &on("chunk at offset 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "offset",
+        );
         let r = raft
             .install_snapshot(chunk(current, "forged", 10, vec![1], false))
             .await;
-        assert_refused(&on("chunk out of order"), r, Code::InvalidArgument, "offset: is 10");
+        assert_refused(
+            &on("chunk out of order"),
+            r,
+            Code::InvalidArgument,
+            "offset: is 10",
+        );
         let r = raft
             .install_snapshot(chunk(overflowing, "forged", 0, vec![1], true))
             .await;
-        assert_refused(&on("chunk at term 2^64-1"), r, Code::InvalidArgument, "vote.leader_id.term");
+        assert_refused(
+            &on("chunk at term 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
         // Garbage that does not decode as a StateSnapshot, in two chunks.
         let r = raft
             .install_snapshot(chunk(current, "garbage", 0, vec![0xff; 100], false))
@@ -135,49 +199,98 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         let r = raft
             .install_snapshot(chunk(current, "garbage", 100, vec![0xff; 100], true))
             .await;
-        assert_refused(&on("garbage snapshot"), r, Code::InvalidArgument, "data: the finished snapshot does not decode");
+        assert_refused(
+            &on("garbage snapshot"),
+            r,
+            Code::InvalidArgument,
+            "data: the finished snapshot does not decode",
+        );
 
         for (what, data) in [("empty", vec![]), ("random", vec![0xa5; 37])] {
             let bad = RaftPayload { data };
             let r = raft.append_entries(bad.clone()).await;
-            assert_refused(&on(&format!("{what} append")), r, Code::InvalidArgument, "data: not a raft message");
+            assert_refused(
+                &on(&format!("{what} append")),
+                r,
+                Code::InvalidArgument,
+                "data: not a raft message",
+            );
             let r = raft.vote(bad.clone()).await;
-            assert_refused(&on(&format!("{what} vote")), r, Code::InvalidArgument, "data: not a raft message");
+            assert_refused(
+                &on(&format!("{what} vote")),
+                r,
+                Code::InvalidArgument,
+                "data: not a raft message",
+            );
             let r = raft.install_snapshot(bad).await;
-            assert_refused(&on(&format!("{what} snapshot")), r, Code::InvalidArgument, "data: not a raft message");
+            assert_refused(
+                &on(&format!("{what} snapshot")),
+                r,
+                Code::InvalidArgument,
+                "data: not a raft message",
+            );
         }
         // A vote, no previous entry, then a list that claims 2^62 entries.
         let mut data = bincode::serialize(&Vote::new_committed(1u64, 7u64)).unwrap();
         data.push(0);
         data.extend((1u64 << 62).to_le_bytes());
         let r = raft.append_entries(RaftPayload { data }).await;
-        assert_refused(&on("2^62 entries claimed"), r, Code::InvalidArgument, "data: not a raft message");
+        assert_refused(
+            &on("2^62 entries claimed"),
+            r,
+            Code::InvalidArgument,
+            "data: not a raft message",
+        );
 
         // Forwarded writes are validated as the direct calls are.
         let forward = |write| ForwardRequest { write };
         let r = raft.forward(forward(None)).await;
-        assert_refused(&on("forward of nothing"), r, Code::InvalidArgument, "write: is required");
+        assert_refused(
+            &on("forward of nothing"),
+            r,
+            Code::InvalidArgument,
+            "write: is required",
+        );
         let job = Job {
             id: "x".repeat(1 << 20),
             ..Default::default()
         };
         let r = raft
-            .forward(forward(Some(Write::JobRegister(JobRegisterRequest { job: Some(job) }))))
+            .forward(forward(Some(Write::JobRegister(JobRegisterRequest {
+                job: Some(job),
+            }))))
             .await;
-        assert_refused(&on("forward of a 1 MiB job id"), r, Code::InvalidArgument, "job.id");
+        assert_refused(
+            &on("forward of a 1 MiB job id"),
+            r,
+            Code::InvalidArgument,
+            "job.id",
+        );
         let mut node = stampede_launch::testing::node("forged");
         node.status = 99;
         let r = raft
-            .forward(forward(Some(Write::NodeRegister(NodeRegisterRequest { node: Some(node) }))))
+            .forward(forward(Some(Write::NodeRegister(NodeRegisterRequest {
+                node: Some(node),
+            }))))
             .await;
-        assert_refused(&on("forward of an unknown status"), r, Code::InvalidArgument, "node.status");
+        assert_refused(
+            &on("forward of an unknown status"),
+            r,
+            Code::InvalidArgument,
+            "node.status",
+        );
         let r = raft
             .forward(forward(Some(Write::JobDeregister(JobDeregisterRequest {
                 job_id: "ghost".into(),
                 purge: true,
             }))))
             .await;
-        assert_refused(&on("forward of an unknown job"), r, Code::NotFound, "job_id");
+        assert_refused(
+            &on("forward of an unknown job"),
+            r,
+            Code::NotFound,
+            "job_id",
+        );
     }
     // The one chunk above too large for any snapshot: 64 MiB and a byte.
     let follower = c.ids_except(leader)[0];
@@ -185,7 +298,12 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
     let r = raft
         .install_snapshot(chunk(current, "big", 0, vec![0; (64 << 20) + 1], false))
         .await;
-    assert_refused("a chunk of 64 MiB and a byte", r, Code::InvalidArgument, "data: is 67108865 bytes");
+    assert_refused(
+        "a chunk of 64 MiB and a byte",
+        r,
+        Code::InvalidArgument,
+        "data: is 67108865 bytes",
+    );
 
     still_serves(&mut c, "after-forgery").await;
     // Nothing forged was stored: a restarted server comes back and joins.

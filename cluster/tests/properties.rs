@@ -48,28 +48,30 @@ fn group() -> impl Strategy<Value = TaskGroup> {
         proptest::option::of((0..3u32, 0..3u32, number(), number())),
         hash_map(text(), text(), 0..3),
     )
-        .prop_map(|(name, count, resources, constraints, update, meta)| TaskGroup {
-            name,
-            count,
-            resources,
-            constraints: constraints
-                .into_iter()
-                .map(|(target, operand, value)| Constraint {
-                    target,
-                    operand,
-                    value,
-                })
-                .collect(),
-            update: update.map(|(max_parallel, canary, healthy, deadline)| UpdateStrategy {
-                max_parallel,
-                canary,
-                min_healthy_time_ms: healthy,
-                progress_deadline_ms: deadline,
-                auto_promote: false,
-            }),
-            meta,
-            spec_version: 0,
-        })
+        .prop_map(
+            |(name, count, resources, constraints, update, meta)| TaskGroup {
+                name,
+                count,
+                resources,
+                constraints: constraints
+                    .into_iter()
+                    .map(|(target, operand, value)| Constraint {
+                        target,
+                        operand,
+                        value,
+                    })
+                    .collect(),
+                update: update.map(|(max_parallel, canary, healthy, deadline)| UpdateStrategy {
+                    max_parallel,
+                    canary,
+                    min_healthy_time_ms: healthy,
+                    progress_deadline_ms: deadline,
+                    auto_promote: false,
+                }),
+                meta,
+                spec_version: 0,
+            },
+        )
 }
 
 fn job() -> impl Strategy<Value = Job> {
@@ -99,15 +101,17 @@ fn node() -> impl Strategy<Value = Node> {
         hash_map(text(), text(), 0..3),
         enum_value(),
     )
-        .prop_map(|(id, name, datacenter, resources, attributes, status)| Node {
-            id,
-            name,
-            datacenter,
-            resources,
-            attributes,
-            status,
-            ..Default::default()
-        })
+        .prop_map(
+            |(id, name, datacenter, resources, attributes, status)| Node {
+                id,
+                name,
+                datacenter,
+                resources,
+                attributes,
+                status,
+                ..Default::default()
+            },
+        )
 }
 
 /// A refusal names a field, and its message stays short.

@@ -49,35 +49,110 @@ impl Decoder for RawCodec {
     }
 }
 
-/// Every call, with its request message type and whether that message's
-/// field 1 is a string (else a message whose own field 1 is a string).
-const CALLS: &[(&str, &str, bool)] = &[
-    ("/stampede.v1.NodeService/Register", "NodeRegisterRequest", false),
-    ("/stampede.v1.NodeService/Get", "NodeGetRequest", true),
-    ("/stampede.v1.NodeService/List", "NodeListRequest", false),
-    ("/stampede.v1.NodeService/UpdateStatus", "NodeUpdateStatusRequest", true),
-    ("/stampede.v1.NodeService/GetClientAllocs", "NodeClientAllocsRequest", true),
-    ("/stampede.v1.NodeService/GetAllocs", "AllocsGetRequest", true),
-    ("/stampede.v1.NodeService/UpdateAlloc", "NodeUpdateAllocRequest", false),
-    ("/stampede.v1.JobService/Register", "JobRegisterRequest", false),
-    ("/stampede.v1.JobService/Deregister", "JobDeregisterRequest", true),
-    ("/stampede.v1.JobService/Get", "JobGetRequest", true),
-    ("/stampede.v1.JobService/List", "JobListRequest", false),
-    ("/stampede.v1.JobService/Allocations", "JobAllocationsRequest", true),
-    ("/stampede.v1.JobService/Evaluations", "JobEvaluationsRequest", true),
-    ("/stampede.v1.EvalService/Get", "EvalGetRequest", true),
-    ("/stampede.v1.EvalService/Dequeue", "EvalDequeueRequest", false),
-    ("/stampede.v1.EvalService/Ack", "EvalAckRequest", true),
-    ("/stampede.v1.EvalService/Nack", "EvalAckRequest", true),
-    ("/stampede.v1.EvalService/Update", "EvalUpdateRequest", true),
-    ("/stampede.v1.PlanService/Submit", "PlanSubmitRequest", false),
-    ("/stampede.v1.DeploymentService/Get", "DeploymentGetRequest", true),
-    ("/stampede.v1.DeploymentService/ForJob", "JobDeploymentsRequest", true),
-    ("/stampede.v1.RaftService/AppendEntries", "RaftPayload", false),
-    ("/stampede.v1.RaftService/Vote", "RaftPayload", false),
-    ("/stampede.v1.RaftService/InstallSnapshot", "RaftPayload", false),
-    ("/stampede.v1.RaftService/Forward", "ForwardRequest", false),
+/// Every call, with its request message type and the path of tags (each
+/// a length-delimited field) down to a string field in it, if it has one.
+const CALLS: &[(&str, &str, &[u8])] = &[
+    (
+        "/stampede.v1.NodeService/Register",
+        "NodeRegisterRequest",
+        &[0x0a, 0x0a],
+    ),
+    ("/stampede.v1.NodeService/Get", "NodeGetRequest", &[0x0a]),
+    (
+        "/stampede.v1.NodeService/List",
+        "NodeListRequest",
+        &[0x0a, 0x1a],
+    ),
+    (
+        "/stampede.v1.NodeService/UpdateStatus",
+        "NodeUpdateStatusRequest",
+        &[0x0a],
+    ),
+    (
+        "/stampede.v1.NodeService/GetClientAllocs",
+        "NodeClientAllocsRequest",
+        &[0x0a],
+    ),
+    (
+        "/stampede.v1.NodeService/GetAllocs",
+        "AllocsGetRequest",
+        &[0x0a],
+    ),
+    (
+        "/stampede.v1.NodeService/UpdateAlloc",
+        "NodeUpdateAllocRequest",
+        &[0x0a, 0x0a],
+    ),
+    (
+        "/stampede.v1.JobService/Register",
+        "JobRegisterRequest",
+        &[0x0a, 0x0a],
+    ),
+    (
+        "/stampede.v1.JobService/Deregister",
+        "JobDeregisterRequest",
+        &[0x0a],
+    ),
+    ("/stampede.v1.JobService/Get", "JobGetRequest", &[0x0a]),
+    (
+        "/stampede.v1.JobService/List",
+        "JobListRequest",
+        &[0x0a, 0x1a],
+    ),
+    (
+        "/stampede.v1.JobService/Allocations",
+        "JobAllocationsRequest",
+        &[0x0a],
+    ),
+    (
+        "/stampede.v1.JobService/Evaluations",
+        "JobEvaluationsRequest",
+        &[0x0a],
+    ),
+    ("/stampede.v1.EvalService/Get", "EvalGetRequest", &[0x0a]),
+    (
+        "/stampede.v1.EvalService/Dequeue",
+        "EvalDequeueRequest",
+        &[],
+    ),
+    ("/stampede.v1.EvalService/Ack", "EvalAckRequest", &[0x0a]),
+    ("/stampede.v1.EvalService/Nack", "EvalAckRequest", &[0x0a]),
+    (
+        "/stampede.v1.EvalService/Update",
+        "EvalUpdateRequest",
+        &[0x0a],
+    ),
+    (
+        "/stampede.v1.PlanService/Submit",
+        "PlanSubmitRequest",
+        &[0x0a, 0x0a],
+    ),
+    (
+        "/stampede.v1.DeploymentService/Get",
+        "DeploymentGetRequest",
+        &[0x0a],
+    ),
+    (
+        "/stampede.v1.DeploymentService/ForJob",
+        "JobDeploymentsRequest",
+        &[0x0a],
+    ),
+    ("/stampede.v1.RaftService/AppendEntries", "RaftPayload", &[]),
+    ("/stampede.v1.RaftService/Vote", "RaftPayload", &[]),
+    (
+        "/stampede.v1.RaftService/InstallSnapshot",
+        "RaftPayload",
+        &[],
+    ),
+    (
+        "/stampede.v1.RaftService/Forward",
+        "ForwardRequest",
+        &[0x12, 0x0a, 0x0a],
+    ),
 ];
+
+/// The largest random body: several MiB.
+const NOISE: usize = 6 << 20;
 
 async fn call(channel: &Channel, path: &'static str, body: Vec<u8>) -> Result<Vec<u8>, Status> {
     let mut grpc = tonic::client::Grpc::new(channel.clone())
@@ -96,16 +171,16 @@ async fn call(channel: &Channel, path: &'static str, body: Vec<u8>) -> Result<Ve
     answer.map(tonic::Response::into_inner)
 }
 
-/// The string `0xff 0xfe` (not UTF-8) as field 1: a length-delimited field
-/// with tag 0x0a.
-fn bad_utf8(nested: bool) -> Vec<u8> {
-    let string = vec![0x0a, 0x02, 0xff, 0xfe];
-    if !nested {
-        return string;
+/// The string `0xff 0xfe` (not UTF-8) at the end of `tags`, each tag a
+/// length-delimited field holding the next.
+fn bad_utf8(tags: &[u8]) -> Vec<u8> {
+    let mut body = vec![0xff, 0xfe];
+    for tag in tags.iter().rev() {
+        let mut outer = vec![*tag, body.len() as u8];
+        outer.extend(body);
+        body = outer;
     }
-    let mut outer = vec![0x0a, string.len() as u8];
-    outer.extend(string);
-    outer
+    body
 }
 
 /// A decode failure names the message; otherwise whatever the call
@@ -118,7 +193,11 @@ fn check(what: &str, message_type: &str, result: Result<Vec<u8>, Status>) {
         "{what}: {:?} {message}",
         status.code()
     );
-    assert!(message.len() <= MAX_ERROR_LEN, "{what}: {} bytes", message.len());
+    assert!(
+        message.len() <= MAX_ERROR_LEN,
+        "{what}: {} bytes",
+        message.len()
+    );
     if message.contains("does not decode as protobuf") {
         assert_eq!(status.code(), Code::InvalidArgument, "{what}");
         assert!(
@@ -131,7 +210,8 @@ fn check(what: &str, message_type: &str, result: Result<Vec<u8>, Status>) {
 #[tokio::test(flavor = "multi_thread")]
 async fn bytes_that_do_not_decode_are_invalid_arguments_naming_the_message() {
     let (mut c, _) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
-    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let mut noise = vec![0u8; NOISE + 64 * 1024];
+    rand::rngs::StdRng::seed_from_u64(13).fill(&mut noise[..]);
     let channels: Vec<Channel> = c
         .servers()
         .iter()
@@ -141,25 +221,32 @@ async fn bytes_that_do_not_decode_are_invalid_arguments_naming_the_message() {
                 .connect_lazy()
         })
         .collect();
-    for (i, &(path, message_type, string_first)) in CALLS.iter().enumerate() {
+    for (i, &(path, message_type, string_at)) in CALLS.iter().enumerate() {
         let channel = &channels[i % channels.len()];
         // A string that is not UTF-8 names the message and the field.
-        let what = format!("{path} with invalid UTF-8");
-        let status = call(channel, path, bad_utf8(!string_first))
-            .await
-            .expect_err(&what);
-        assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
-        assert!(
-            status.message().starts_with(&format!("{message_type}: "))
-                && status.message().contains("UTF-8"),
-            "{what}: {}",
-            status.message()
-        );
+        if !string_at.is_empty() {
+            let what = format!("{path} with invalid UTF-8");
+            let status = call(channel, path, bad_utf8(string_at))
+                .await
+                .expect_err(&what);
+            assert_eq!(status.code(), Code::InvalidArgument, "{what}: {status:?}");
+            assert!(
+                status.message().starts_with(&format!("{message_type}: "))
+                    && status.message().contains("UTF-8"),
+                "{what}: {}",
+                status.message()
+            );
+        }
         // An empty body is the message with every field unset.
-        check(&format!("{path} empty"), message_type, call(channel, path, vec![]).await);
-        // Random bytes, up to several MiB.
-        for size in [1, 5, 64, 4096, 1 << 20, 6 << 20] {
-            let body: Vec<u8> = (0..size).map(|_| rng.gen()).collect();
+        check(
+            &format!("{path} empty"),
+            message_type,
+            call(channel, path, vec![]).await,
+        );
+        // Random bytes, up to several MiB, from a different place for each call.
+        for size in [1, 5, 64, 4096, 1 << 20, NOISE] {
+            let start = (i * 7919) % (noise.len() - size + 1);
+            let body = noise[start..start + size].to_vec();
             let what = format!("{path} with {size} random bytes");
             check(&what, message_type, call(channel, path, body).await);
         }
@@ -174,16 +261,66 @@ async fn bad_http_requests_are_refused_naming_the_parameter() {
     let http = reqwest::Client::new();
     let long = "7".repeat(10_000);
     let cases: Vec<(reqwest::Method, String, u16, &str)> = vec![
-        (reqwest::Method::PUT, "/v1/workers".into(), 400, "count: is required"),
-        (reqwest::Method::PUT, "/v1/workers?count=".into(), 400, "count: \"\" is not"),
-        (reqwest::Method::PUT, "/v1/workers?count=-1".into(), 400, "count: \"-1\" is not"),
-        (reqwest::Method::PUT, "/v1/workers?count=abc%00".into(), 400, "count: \"abc\\0\" is not"),
-        (reqwest::Method::PUT, format!("/v1/workers?count={long}"), 400, "count: \"7777"),
-        (reqwest::Method::PUT, "/v1/workers?count=1000000".into(), 400, "count: 1000000 is more than"),
-        (reqwest::Method::POST, "/v1/workers/pause?id=abc".into(), 400, "id: \"abc\" is not a worker id"),
-        (reqwest::Method::POST, "/v1/workers/pause?id=-1".into(), 400, "id: \"-1\" is not a worker id"),
-        (reqwest::Method::POST, "/v1/workers/resume?id=99999".into(), 404, "id: no worker 99999"),
-        (reqwest::Method::POST, "/v1/workers/pause?id=18446744073709551616".into(), 400, "id:"),
+        (
+            reqwest::Method::PUT,
+            "/v1/workers".into(),
+            400,
+            "count: is required",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/workers?count=".into(),
+            400,
+            "count: \"\" is not",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/workers?count=-1".into(),
+            400,
+            "count: \"-1\" is not",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/workers?count=abc%00".into(),
+            400,
+            "count: \"abc\\0\" is not",
+        ),
+        (
+            reqwest::Method::PUT,
+            format!("/v1/workers?count={long}"),
+            400,
+            "count: \"7777",
+        ),
+        (
+            reqwest::Method::PUT,
+            "/v1/workers?count=1000000".into(),
+            400,
+            "count: 1000000 is more than",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/workers/pause?id=abc".into(),
+            400,
+            "id: \"abc\" is not a worker id",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/workers/pause?id=-1".into(),
+            400,
+            "id: \"-1\" is not a worker id",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/workers/resume?id=99999".into(),
+            404,
+            "id: no worker 99999",
+        ),
+        (
+            reqwest::Method::POST,
+            "/v1/workers/pause?id=18446744073709551616".into(),
+            400,
+            "id:",
+        ),
         (reqwest::Method::GET, "/v1/nope".into(), 404, ""),
         (reqwest::Method::DELETE, "/v1/workers".into(), 405, ""),
         (reqwest::Method::POST, "/v1/status".into(), 405, ""),

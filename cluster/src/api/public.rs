@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
 use crate::model::validate::{self, quote};
-use crate::raft::client_write::ClientWrite;
+use crate::raft::client_write::{ClientWrite, Refused};
 use crate::state::blocking;
 use crate::state::{State, WatchKey};
 
@@ -131,10 +131,10 @@ impl NodeService for Api {
 
 /// `NotFound`, as `JobService.Get` answers, for a job not registered on
 /// this server: a query on what a job owns needs the job.
-fn job_exists(state: &State, job_id: &str) -> Result<(), Status> {
+fn job_exists(state: &State, job_id: &str) -> Result<(), Refused> {
     match state.job(job_id) {
         Some(_) => Ok(()),
-        None => Err(Status::not_found(format!(
+        None => Err(Refused::NotFound(format!(
             "job_id: no job {} is registered",
             quote(job_id)
         ))),

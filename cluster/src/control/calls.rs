@@ -141,9 +141,10 @@ impl LeaderCalls {
         req: EvalUpdateRequest,
         fwd: bool,
     ) -> Result<u64, ControlError> {
-        let first = req.evals.first().ok_or_else(|| {
-            ControlError::Invalid("evals: give at least one evaluation".into())
-        })?;
+        let first = req
+            .evals
+            .first()
+            .ok_or_else(|| ControlError::Invalid("evals: give at least one evaluation".into()))?;
         validate::delivery(&first.id, &req.token)?;
         for (i, e) in req.evals.iter().enumerate() {
             validate::eval(&format!("evals[{i}]"), e)?;

@@ -467,11 +467,7 @@ pub fn eval(path: &str, e: &Evaluation) -> Result<(), InvalidField> {
             id(&format!("{path}.{name}"), value)?;
         }
     }
-    text(
-        &format!("{path}.triggered_by"),
-        &e.triggered_by,
-        MAX_ID_LEN,
-    )?;
+    text(&format!("{path}.triggered_by"), &e.triggered_by, MAX_ID_LEN)?;
     text(
         &format!("{path}.status_description"),
         &e.status_description,
@@ -499,19 +495,31 @@ pub fn plan(plan: &Plan) -> Result<(), InvalidField> {
     Ok(())
 }
 
-fn planned_alloc(path: &str, a: &Allocation, node_id: &str, plan: &Plan) -> Result<(), InvalidField> {
+fn planned_alloc(
+    path: &str,
+    a: &Allocation,
+    node_id: &str,
+    plan: &Plan,
+) -> Result<(), InvalidField> {
     id(&format!("{path}.id"), &a.id)?;
     id(&format!("{path}.task_group"), &a.task_group)?;
     if a.job_id != plan.job_id {
         return Err(InvalidField::new(
             format!("{path}.job_id"),
-            format!("is {}; a plan places only its own job, {:?}", quote(&a.job_id), plan.job_id),
+            format!(
+                "is {}; a plan places only its own job, {:?}",
+                quote(&a.job_id),
+                plan.job_id
+            ),
         ));
     }
     if a.node_id != node_id {
         return Err(InvalidField::new(
             format!("{path}.node_id"),
-            format!("is {}; the allocation is listed under node {node_id:?}", quote(&a.node_id)),
+            format!(
+                "is {}; the allocation is listed under node {node_id:?}",
+                quote(&a.node_id)
+            ),
         ));
     }
     resources(&format!("{path}.resources"), a.resources.as_ref())?;
@@ -732,7 +740,10 @@ mod job_tests {
         assert!(job(Some(&j)).is_ok());
         j.task_groups[MAX_TASK_GROUPS - 1].name = "g0".into();
         let err = job(Some(&j)).unwrap_err().to_string();
-        assert!(err.ends_with("already the name of job.task_groups[0]"), "{err}");
+        assert!(
+            err.ends_with("already the name of job.task_groups[0]"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -812,7 +823,8 @@ mod tests {
             (Box::new(|n| n.name = "a\0".into()), "node.name: contains"),
             (
                 Box::new(|n| {
-                    n.attributes.insert("k".into(), "v".repeat(MAX_TEXT_LEN + 1));
+                    n.attributes
+                        .insert("k".into(), "v".repeat(MAX_TEXT_LEN + 1));
                 }),
                 "node.attributes[k]: is 1025 bytes long",
             ),

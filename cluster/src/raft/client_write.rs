@@ -44,69 +44,72 @@ pub struct Written {
 
 /// Validates `write` and turns it into its log entry, on `state`.
 pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> {
-        let (msg, eval_id) = match write {
-            ClientWrite::NodeRegister(req) => {
-                let node = validate::node(req.node.as_ref())?;
-                // A node registering as down takes no work.
-                let evals = if node.status == NodeStatus::Down as i32 {
-                    Vec::new()
-                } else {
-                    system_job_evals(state.jobs(), &node.id)
-                };
-                let node = Node {
-                    create_index: 0,
-                    modify_index: 0,
-                    ..node.clone()
-                };
-                let entry = NodeRegisterEntry {
-                    node: Some(node),
-                    evals,
-                };
-                (Msg::NodeRegister(entry), String::new())
-            }
-            ClientWrite::JobRegister(req) => {
-                let job = validate::job(req.job.as_ref())?;
-                // Only the spec is the client's; the server sets the rest.
-                let job = Job {
-                    priority: match job.priority {
-                        0 => validate::DEFAULT_PRIORITY,
-                        p => p,
-                    },
-                    status: 0,
-                    stop: false,
-                    version: 0,
-                    create_index: 0,
-                    modify_index: 0,
-                    job_modify_index: 0,
-                    ..job.clone()
-                };
-                let eval = new_eval(&job, "job_register", None);
-                let eval_id = eval.id.clone();
-                let entry = JobRegisterEntry {
-                    job: Some(job),
-                    eval: Some(eval),
-                };
-                (Msg::JobRegister(entry), eval_id)
-            }
-            ClientWrite::JobDeregister(req) => {
-                validate::id("job_id", &req.job_id)?;
-                let job = state.job(&req.job_id).ok_or_else(|| {
-                    Refused::NotFound(format!("job_id: no job {} is registered", quote(&req.job_id)))
-                })?;
-                let eval = new_eval(&job, "job_deregister", None);
-                let eval_id = eval.id.clone();
-                let entry = JobDeregisterEntry {
-                    job_id: req.job_id.clone(),
-                    purge: req.purge,
-                    eval: Some(eval),
-                };
-                (Msg::JobDeregister(entry), eval_id)
-            }
-        };
-        Ok(Prepared {
-            entry: LogEntry { msg: Some(msg) },
-            eval_id,
-        })
+    let (msg, eval_id) = match write {
+        ClientWrite::NodeRegister(req) => {
+            let node = validate::node(req.node.as_ref())?;
+            // A node registering as down takes no work.
+            let evals = if node.status == NodeStatus::Down as i32 {
+                Vec::new()
+            } else {
+                system_job_evals(state.jobs(), &node.id)
+            };
+            let node = Node {
+                create_index: 0,
+                modify_index: 0,
+                ..node.clone()
+            };
+            let entry = NodeRegisterEntry {
+                node: Some(node),
+                evals,
+            };
+            (Msg::NodeRegister(entry), String::new())
+        }
+        ClientWrite::JobRegister(req) => {
+            let job = validate::job(req.job.as_ref())?;
+            // Only the spec is the client's; the server sets the rest.
+            let job = Job {
+                priority: match job.priority {
+                    0 => validate::DEFAULT_PRIORITY,
+                    p => p,
+                },
+                status: 0,
+                stop: false,
+                version: 0,
+                create_index: 0,
+                modify_index: 0,
+                job_modify_index: 0,
+                ..job.clone()
+            };
+            let eval = new_eval(&job, "job_register", None);
+            let eval_id = eval.id.clone();
+            let entry = JobRegisterEntry {
+                job: Some(job),
+                eval: Some(eval),
+            };
+            (Msg::JobRegister(entry), eval_id)
+        }
+        ClientWrite::JobDeregister(req) => {
+            validate::id("job_id", &req.job_id)?;
+            let job = state.job(&req.job_id).ok_or_else(|| {
+                Refused::NotFound(format!(
+                    "job_id: no job {} is registered",
+                    quote(&req.job_id)
+                ))
+            })?;
+            let eval = new_eval(&job, "job_deregister", None);
+            let eval_id = eval.id.clone();
+            let entry = JobDeregisterEntry {
+                job_id: req.job_id.clone(),
+                purge: req.purge,
+                eval: Some(eval),
+            };
+            (Msg::JobDeregister(entry), eval_id)
+        }
+    };
+    Ok(Prepared {
+        entry: LogEntry { msg: Some(msg) },
+        eval_id,
+    })
 }
 
 #[cfg(test)]
@@ -152,7 +155,10 @@ mod tests {
             panic!("not a job registration");
         };
         let job = e.job.unwrap();
-        assert_eq!((job.version, job.job_modify_index, job.priority), (0, 0, 50));
+        assert_eq!(
+            (job.version, job.job_modify_index, job.priority),
+            (0, 0, 50)
+        );
         assert_eq!(e.eval.unwrap().id, prepared.eval_id);
     }
 

@@ -53,15 +53,19 @@ pub fn append_entries(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<(), Impl
     vote("vote", &rpc.vote)?;
     log_id("prev_log_id", rpc.prev_log_id.as_ref())?;
     log_id("leader_commit", rpc.leader_commit.as_ref())?;
-    let mut next = rpc.prev_log_id.map_or(0, |l| l.index + 1);
+    let first = rpc.prev_log_id.map_or(0, |l| l.index + 1);
     let mut term = rpc.prev_log_id.map_or(0, |l| l.leader_id.term);
     for (i, e) in rpc.entries.iter().enumerate() {
+        let next = first + i as u64;
         let field = || format!("entries[{i}].log_id");
         log_id(&field(), Some(&e.log_id))?;
         if e.log_id.index != next {
             return Err(Implausible::OutOfOrder {
                 field: format!("{}.index", field()),
-                detail: format!("is {}; expected {next}, the next after the one before", e.log_id.index),
+                detail: format!(
+                    "is {}; expected {next}, the next after the one before",
+                    e.log_id.index
+                ),
             });
         }
         let t = e.log_id.leader_id.term;
@@ -74,7 +78,6 @@ pub fn append_entries(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<(), Impl
                 ),
             });
         }
-        next += 1;
         term = t;
     }
     Ok(())
@@ -116,7 +119,11 @@ mod tests {
         }
     }
 
-    fn append(term: u64, prev: Option<LogId>, entries: Vec<Entry>) -> AppendEntriesRequest<TypeConfig> {
+    fn append(
+        term: u64,
+        prev: Option<LogId>,
+        entries: Vec<Entry>,
+    ) -> AppendEntriesRequest<TypeConfig> {
         AppendEntriesRequest {
             vote: Vote::new_committed(term, 1),
             prev_log_id: prev,
@@ -127,7 +134,11 @@ mod tests {
 
     #[test]
     fn genuine_messages_pass() {
-        let ok = append(3, Some(id(1, 4)), vec![entry(1, 5), entry(3, 6), entry(3, 7)]);
+        let ok = append(
+            3,
+            Some(id(1, 4)),
+            vec![entry(1, 5), entry(3, 6), entry(3, 7)],
+        );
         assert_eq!(append_entries(&ok), Ok(()));
         assert_eq!(append_entries(&append(1, None, vec![entry(1, 0)])), Ok(()));
         let v = VoteRequest::new(Vote::new(MAX_TERM_OR_INDEX, 2), Some(id(5, 100)));
@@ -138,7 +149,10 @@ mod tests {
     fn terms_and_indexes_near_overflow_are_named() {
         let v = VoteRequest::new(Vote::new(u64::MAX, 2), None);
         let err = vote_request(&v).unwrap_err().to_string();
-        assert!(err.starts_with("vote.leader_id.term: 18446744073709551615 cannot be genuine"), "{err}");
+        assert!(
+            err.starts_with("vote.leader_id.term: 18446744073709551615 cannot be genuine"),
+            "{err}"
+        );
         let v = VoteRequest::new(Vote::new(1, 2), Some(id(1, u64::MAX - 1)));
         let err = vote_request(&v).unwrap_err().to_string();
         assert!(err.starts_with("last_log_id.index: "), "{err}");
@@ -155,10 +169,16 @@ mod tests {
     fn entries_out_of_order_are_refused() {
         let gap = append(3, Some(id(1, 4)), vec![entry(1, 5), entry(1, 7)]);
         let err = append_entries(&gap).unwrap_err().to_string();
-        assert!(err.starts_with("entries[1].log_id.index: is 7; expected 6"), "{err}");
+        assert!(
+            err.starts_with("entries[1].log_id.index: is 7; expected 6"),
+            "{err}"
+        );
         let back = append(3, Some(id(2, 4)), vec![entry(1, 5)]);
         let err = append_entries(&back).unwrap_err().to_string();
-        assert!(err.starts_with("entries[0].log_id.leader_id.term: is 1"), "{err}");
+        assert!(
+            err.starts_with("entries[0].log_id.leader_id.term: is 1"),
+            "{err}"
+        );
         let ahead = append(3, None, vec![entry(4, 0)]);
         assert!(append_entries(&ahead).is_err());
     }

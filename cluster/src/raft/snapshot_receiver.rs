@@ -111,7 +111,9 @@ impl SnapshotReceiver {
                 expected,
             });
         }
-        let r = receiving.as_mut().expect("set above for offset 0, or continued");
+        let r = receiving
+            .as_mut()
+            .expect("set above for offset 0, or continued");
         r.data.extend_from_slice(&req.data);
         if !req.done {
             return Ok(Ok(behind));

@@ -12,8 +12,8 @@ use stampede_launch::testing::{
 };
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
-    AllocClientStatus, AllocDesiredStatus, Allocation, JobListRequest, NodeListRequest,
-    NodeStatus, NodeUpdateStatusRequest,
+    AllocClientStatus, AllocDesiredStatus, Allocation, JobListRequest, NodeListRequest, NodeStatus,
+    NodeUpdateStatusRequest,
 };
 use tokio::sync::watch;
 use tonic::{Code, Status};
