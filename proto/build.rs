@@ -1,5 +1,8 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=proto/stampede.proto");
-    tonic_build::configure().compile_protos(&["proto/stampede.proto"], &["proto"])?;
+    // Decoding failures are the caller's mistake: see `src/codec.rs`.
+    tonic_build::configure()
+        .codec_path("crate::codec::ProtoCodec")
+        .compile_protos(&["proto/stampede.proto"], &["proto"])?;
     Ok(())
 }

@@ -29,14 +29,18 @@ enum Cmd {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     stampede_proto::init_logging();
+    stampede_proto::exit_with(run(Cli::parse()).await)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     // A server (and `dev`, which runs servers) keeps Rust's default of
     // ignoring SIGPIPE: a peer or client that resets its connection must
     // give an error on that connection, not kill the process. Only the
     // printing commands take the default, so `cluster job status | head`
     // ends quietly.
-    match Cli::parse().command {
+    match cli.command {
         Cmd::Serve(opts) => cluster::server::run(*opts).await,
         Cmd::Dev(opts) => cluster::cli::dev::run(opts).await,
         Cmd::Job(cmd) => {

@@ -93,3 +93,30 @@ async fn job_run_status_stop_and_node_status() {
     assert!(err.contains("no job \"nope\""), "{err}");
     assert!(!err.contains("panicked"));
 }
+
+/// An error is its chain of messages, never a stack backtrace, even with
+/// RUST_BACKTRACE set (as it often is in a developer's shell).
+#[test]
+fn errors_print_the_message_chain_without_a_backtrace() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "{\n  \"id\": \"x\",\n  \"typo\": 1\n}\n").unwrap();
+    for backtrace in ["1", "full"] {
+        let out = Command::new(cluster_bin())
+            .args(["job", "run", "--address", "127.0.0.1:1"])
+            .arg(&bad)
+            .env("RUST_BACKTRACE", backtrace)
+            .env("RUST_LIB_BACKTRACE", backtrace)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(err.starts_with("error: "), "{err}");
+        assert!(err.contains("unknown field `typo`"), "{err}");
+        assert!(
+            !err.contains("backtrace") && !err.contains("Backtrace"),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "one line, the chain: {err}");
+    }
+}

@@ -18,8 +18,7 @@ use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::security::{Role, Security, TlsArgs, TlsMaterial, TOKEN_FILE};
 use stampede_proto::{
     EvalAckRequest, EvalDequeueRequest, EvalUpdateRequest, Evaluation, ForwardRequest,
-    JobListRequest, JobRegisterRequest, LogEntry, NodeRegisterRequest, Plan, PlanSubmitRequest,
-    RaftPayload,
+    JobListRequest, JobRegisterRequest, NodeRegisterRequest, Plan, PlanSubmitRequest, RaftPayload,
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
@@ -69,11 +68,9 @@ async fn internal_calls_refused(ch: Channel, code: Code) {
         ),
         (
             "Forward",
-            raft.forward(ForwardRequest {
-                entry: Some(LogEntry::default()),
-            })
-            .await
-            .map(|_| ()),
+            raft.forward(ForwardRequest { write: None })
+                .await
+                .map(|_| ()),
         ),
     ];
     let mut evals = EvalServiceClient::new(ch.clone());

@@ -43,7 +43,10 @@ async fn pausing_all_workers_stops_placement_and_resuming_resumes_it() {
     })
     .await;
     assert!(
-        allocs(&client, "web").await.unwrap().is_empty(),
+        allocs(&c.client_of(&[leader]), "web")
+            .await
+            .unwrap()
+            .is_empty(),
         "nothing placed while paused"
     );
 

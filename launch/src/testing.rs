@@ -144,6 +144,23 @@ impl Harness {
         ClusterClient::new(&self.0.rpc_addrs(), &security).expect("server addresses parse")
     }
 
+    /// A lazily connected gRPC channel to server `id`, presenting `role`'s
+    /// certificate (no token: raw clients of the internal services, or as a
+    /// server, which needs none).
+    pub fn channel(&self, id: NodeId, role: Role) -> tonic::transport::Channel {
+        let addr = self.0.server(id).expect("a server of this cluster").rpc;
+        let security = self.0.security(role).expect("the cluster's TLS files");
+        let mut endpoint =
+            tonic::transport::Endpoint::from_shared(format!("{}://{addr}", security.scheme()))
+                .expect("a socket address is a URI");
+        if let Some(tls) = &security.tls {
+            endpoint = endpoint
+                .tls_config(tls.client_config())
+                .expect("the cluster's TLS files load");
+        }
+        endpoint.connect_lazy()
+    }
+
     /// A client of the servers `ids` only: to read from one server's state,
     /// or to keep away from one that is down or lagging.
     pub fn client_of(&self, ids: &[NodeId]) -> ClusterClient {

@@ -20,9 +20,13 @@ enum Cmd {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     stampede_proto::init_logging();
-    match Cli::parse().command {
+    stampede_proto::exit_with(run(Cli::parse()).await)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
         Cmd::Writes(opts) => {
             let json = opts.json;
             let report = loadgen::writes::run(opts).await?;

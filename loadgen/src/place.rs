@@ -162,7 +162,15 @@ async fn place_job(
                 };
                 async move { Ok(c.jobs().allocations(req).await?.into_inner()) }
             })
-            .await?;
+            .await;
+        let reply = match reply {
+            // A server that has not applied the registration yet.
+            Err(e) if e.code() == Some(tonic::Code::NotFound) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+            reply => reply?,
+        };
         index = reply.index;
         let placed = reply
             .allocs

@@ -57,6 +57,7 @@ macro_rules! sized {
 
 pub mod acl;
 pub mod client;
+pub mod codec;
 mod labels;
 pub mod metric_defs;
 mod metrics_http;
@@ -94,6 +95,21 @@ pub fn default_sigpipe() {
     #[cfg(unix)]
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// How every stampede binary's `main` ends: on an error, `error: ` and its
+/// chain of messages (`{:#}`, "outer: cause: root") on stderr, and exit
+/// code 1. `main` returning a `Result` prints the `Debug` form instead,
+/// which adds a stack backtrace whenever `RUST_BACKTRACE` is set in the
+/// environment: noise for a user whose file has a typo.
+pub fn exit_with<E: std::fmt::Display>(result: Result<(), E>) -> std::process::ExitCode {
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
     }
 }
 

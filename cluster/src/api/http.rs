@@ -1,4 +1,6 @@
-//! HTTP: `/metrics` for Prometheus and `/v1/status` for people and tests.
+//! HTTP: `/metrics` for Prometheus, `/v1/status` for people and tests, and
+//! `/v1/workers` to list, resize, pause and resume scheduler workers. A bad
+//! query parameter is `400 Bad Request` naming it; an unknown route `404`.
 
 use std::sync::Arc;
 
@@ -12,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::control::calls::LeaderCalls;
 use crate::control::fleet::FleetGauges;
 use crate::control::worker::{WorkerPool, WorkerStatus, MAX_WORKERS};
+use crate::model::validate::quote;
 use crate::raft::metrics::Metrics;
 use crate::raft::Raft;
 
@@ -137,7 +140,7 @@ async fn set_workers(
         .ok_or_else(|| bad("count: is required, e.g. /v1/workers?count=4".into()))?;
     let n: usize = raw
         .parse()
-        .map_err(|_| bad(format!("count: {raw:?} is not a whole number")))?;
+        .map_err(|_| bad(format!("count: {} is not a whole number", quote(&raw))))?;
     if n > MAX_WORKERS {
         return Err(bad(format!("count: {n} is more than {MAX_WORKERS}")));
     }
@@ -147,7 +150,7 @@ async fn set_workers(
 
 #[derive(Deserialize)]
 struct IdParam {
-    id: Option<u64>,
+    id: Option<String>,
 }
 
 async fn pause_workers(
@@ -164,11 +167,21 @@ async fn resume_workers(
     set_paused(&cp, q.id, false)
 }
 
+/// Pauses or resumes worker `id`, or every worker when no id is given.
 fn set_paused(
     cp: &HttpState,
-    id: Option<u64>,
+    id: Option<String>,
     paused: bool,
 ) -> Result<Json<WorkersReport>, (StatusCode, String)> {
+    let id = match id {
+        None => None,
+        Some(raw) => Some(raw.parse::<u64>().map_err(|_| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("id: {} is not a worker id (a whole number)", quote(&raw)),
+            )
+        })?),
+    };
     if !cp.workers.set_paused(id, paused) {
         return Err((
             StatusCode::NOT_FOUND,

@@ -19,13 +19,14 @@ pub mod scheduling;
 use std::sync::Arc;
 use std::time::Duration;
 
-use stampede_proto::{LogEntry, QueryOptions};
+use stampede_proto::QueryOptions;
 use tonic::{Response, Status};
 
 use crate::control::calls::LeaderCalls;
 use crate::control::error::ControlError;
 use crate::control::leader::broker::BrokerError;
 use crate::model::validate::InvalidField;
+use crate::raft::client_write::{ClientWrite, Refused, Written};
 use crate::raft::proposer::{ProposeError, Proposer};
 use crate::state::blocking::Blocking;
 use crate::state::{State, StateStore, WatchKey};
@@ -51,14 +52,15 @@ pub struct Api {
 }
 
 impl Api {
-    /// Commits a write through the leader, then waits (briefly) until this
-    /// server has applied it too, so a client reads its own writes here.
-    async fn write(&self, msg: stampede_proto::log_entry::Msg) -> Result<u64, ProposeError> {
-        let index = self.proposer.write(LogEntry { msg: Some(msg) }).await?;
+    /// Commits a client's write through the leader, then waits (briefly)
+    /// until this server has applied it too, so a client reads its own
+    /// writes here.
+    async fn write(&self, write: ClientWrite) -> Result<Written, ProposeError> {
+        let written = self.proposer.write(write).await?;
         self.store
-            .wait_for_index(index, READ_YOUR_WRITES_WAIT)
+            .wait_for_index(written.index, READ_YOUR_WRITES_WAIT)
             .await;
-        Ok(index)
+        Ok(written)
     }
 
     async fn query<T>(
@@ -87,6 +89,15 @@ impl From<InvalidField> for Status {
     }
 }
 
+impl From<Refused> for Status {
+    fn from(e: Refused) -> Self {
+        match e {
+            Refused::Invalid(e) => e.into(),
+            Refused::NotFound(m) => Status::not_found(m),
+        }
+    }
+}
+
 impl From<BrokerError> for Status {
     fn from(e: BrokerError) -> Self {
         match e {
@@ -110,6 +121,7 @@ impl From<ProposeError> for Status {
                 Status::unavailable(e.to_string())
             }
             ProposeError::Raft(_) => Status::internal(e.to_string()),
+            ProposeError::Refused(e) => e.into(),
         }
     }
 }

@@ -1,25 +1,38 @@
 //! The raft service between servers: openraft's AppendEntries, Vote and
-//! InstallSnapshot, carried as bincode in `RaftPayload`, and writes a
-//! follower forwards to the leader. Its own file, because only servers may
+//! InstallSnapshot, carried as bincode in `RaftPayload`, and client writes
+//! a follower forwards to the leader. Its own file, because only servers may
 //! call it.
+//!
+//! Peers are not trusted blindly either: a message that does not decode,
+//! or that no genuine member could send (see [`crate::raft::inbound`] and
+//! [`crate::raft::snapshot_receiver`]), is refused with `InvalidArgument`
+//! naming the field before openraft sees it, and a forwarded write is
+//! validated as if its client had called this server.
 
+use std::sync::Arc;
+
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_server::RaftService;
-use stampede_proto::{ForwardRequest, RaftPayload, WriteReply};
+use stampede_proto::{ForwardReply, ForwardRequest, RaftPayload};
 use tonic::{Request, Response, Status};
 
 use super::Reply;
+use crate::raft::inbound::{self, Implausible};
 use crate::raft::metrics::Metrics;
 use crate::raft::proposer::Proposer;
-use crate::raft::Raft;
+use crate::raft::snapshot_receiver::{ChunkRefused, SnapshotReceiver};
+use crate::raft::{NodeId, Raft, TypeConfig};
 
-/// What the peer service may touch: raft itself, and the proposer for
-/// forwarded writes.
+/// What the peer service may touch: raft itself, the snapshot being
+/// received, and the proposer for forwarded writes.
 #[derive(Clone)]
 pub struct PeerApi {
     pub raft: Raft,
     pub proposer: Proposer,
-    pub metrics: std::sync::Arc<Metrics>,
+    pub metrics: Arc<Metrics>,
+    /// Shared by every copy of the service (raft's server and the main one).
+    pub snapshots: Arc<SnapshotReceiver>,
 }
 
 /// A payload that is not the raft message its call expects.
@@ -33,6 +46,24 @@ impl From<BadPayload> for Status {
     }
 }
 
+impl From<Implausible> for Status {
+    fn from(e: Implausible) -> Self {
+        Status::invalid_argument(e.to_string())
+    }
+}
+
+impl From<ChunkRefused> for Status {
+    fn from(e: ChunkRefused) -> Self {
+        match e {
+            ChunkRefused::Stopped(_) => Status::unavailable(e.to_string()),
+            _ => Status::invalid_argument(e.to_string()),
+        }
+    }
+}
+
+/// Decodes a raft message. bincode reads a length before each list and
+/// string, and reads no more than the payload holds, so a forged length
+/// fails here rather than allocating.
 fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, BadPayload> {
     bincode::deserialize(&req.into_inner().data).map_err(BadPayload)
 }
@@ -57,7 +88,8 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, EncodeFailed
 #[tonic::async_trait]
 impl RaftService for PeerApi {
     async fn append_entries(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
-        let rpc = decode(req)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
+        inbound::append_entries(&rpc)?;
         let start = std::time::Instant::now();
         let answer = self.raft.append_entries(rpc).await;
         self.metrics
@@ -67,26 +99,29 @@ impl RaftService for PeerApi {
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
-        let rpc = decode(req)?;
+        let rpc: VoteRequest<NodeId> = decode(req)?;
+        inbound::vote_request(&rpc)?;
         Ok(encode(&self.raft.vote(rpc).await)?)
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
-        let rpc = decode(req)?;
-        Ok(encode(&self.raft.install_snapshot(rpc).await)?)
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req)?;
+        inbound::install_snapshot(&rpc)?;
+        Ok(encode(&self.snapshots.receive(&self.raft, rpc).await?)?)
     }
 
-    /// A write a follower sent on. Proposed here only: a server that is not the
-    /// leader any more answers `Unavailable` and the sender tries again.
-    async fn forward(&self, req: Request<ForwardRequest>) -> Reply<WriteReply> {
-        let entry = req
+    /// A client's write a follower sent on, as the client sent it: validated
+    /// and proposed here only. A server that is not the leader any more
+    /// answers `Unavailable` and the sender tries again.
+    async fn forward(&self, req: Request<ForwardRequest>) -> Reply<ForwardReply> {
+        let write = req
             .into_inner()
-            .entry
-            .ok_or_else(|| Status::invalid_argument("entry: is required"))?;
-        if entry.msg.is_none() {
-            return Err(Status::invalid_argument("entry.msg: is required"));
-        }
-        let index = self.proposer.write_local(entry).await?;
-        Ok(Response::new(WriteReply { index }))
+            .write
+            .ok_or_else(|| Status::invalid_argument("write: is required"))?;
+        let written = self.proposer.write_forwarded(write).await?;
+        Ok(Response::new(ForwardReply {
+            index: written.index,
+            eval_id: written.eval_id,
+        }))
     }
 }

@@ -11,32 +11,20 @@ use tonic::{Request, Response, Status};
 
 use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
-use crate::model::{new_eval, system_job_evals, validate};
+use crate::model::validate::{self, quote};
+use crate::raft::client_write::{ClientWrite, Refused};
 use crate::state::blocking;
-use crate::state::WatchKey;
+use crate::state::{State, WatchKey};
 
 #[tonic::async_trait]
 impl NodeService for Api {
     async fn register(&self, req: Request<NodeRegisterRequest>) -> Reply<WriteReply> {
-        let req = req.into_inner();
-        let node = validate::node(req.node.as_ref())?.clone();
-        let evals = if node.status == NodeStatus::Down as i32 {
-            Vec::new()
-        } else {
-            system_job_evals(self.store.snapshot().jobs(), &node.id)
-        };
-        let node = Node {
-            create_index: 0,
-            modify_index: 0,
-            ..node
-        };
-        let index = self
-            .write(log_entry::Msg::NodeRegister(NodeRegisterEntry {
-                node: Some(node),
-                evals,
-            }))
+        let written = self
+            .write(ClientWrite::NodeRegister(req.into_inner()))
             .await?;
-        Ok(Response::new(WriteReply { index }))
+        Ok(Response::new(WriteReply {
+            index: written.index,
+        }))
     }
 
     async fn get(&self, req: Request<NodeGetRequest>) -> Reply<NodeGetReply> {
@@ -85,8 +73,8 @@ impl NodeService for Api {
         validate::id("node_id", &req.node_id)?;
         if self.store.snapshot().node(&req.node_id).is_none() {
             return Err(Status::not_found(format!(
-                "node_id: no node {:?} is registered",
-                req.node_id
+                "node_id: no node {} is registered",
+                quote(&req.node_id)
             )));
         }
         let node = req.node_id.clone();
@@ -109,6 +97,9 @@ impl NodeService for Api {
 
     async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
         let req = req.into_inner();
+        for (i, id) in req.alloc_ids.iter().enumerate() {
+            validate::id(&format!("alloc_ids[{i}]"), id)?;
+        }
         if let Some(q) = req.query.as_ref().filter(|q| q.min_index > 0) {
             let wait = blocking::wait_of(q);
             if !self.store.wait_for_index(q.min_index, wait).await {
@@ -138,53 +129,45 @@ impl NodeService for Api {
     }
 }
 
+/// `NotFound`, as `JobService.Get` answers, for a job not registered on
+/// this server: a query on what a job owns needs the job.
+fn job_exists(state: &State, job_id: &str) -> Result<(), Refused> {
+    match state.job(job_id) {
+        Some(_) => Ok(()),
+        None => Err(Refused::NotFound(format!(
+            "job_id: no job {} is registered",
+            quote(job_id)
+        ))),
+    }
+}
+
 #[tonic::async_trait]
 impl JobService for Api {
     async fn register(&self, req: Request<JobRegisterRequest>) -> Reply<JobRegisterReply> {
         let req = req.into_inner();
-        let mut job = validate::job(req.job.as_ref())?.clone();
-        if job.priority == 0 {
-            job.priority = validate::DEFAULT_PRIORITY;
-        }
-        let eval = new_eval(&job, "job_register", None);
-        let eval_id = eval.id.clone();
-        let index = self
-            .write(log_entry::Msg::JobRegister(JobRegisterEntry {
-                job: Some(job.clone()),
-                eval: Some(eval),
-            }))
-            .await?;
+        let job_id = req.job.as_ref().map(|j| j.id.clone()).unwrap_or_default();
+        let written = self.write(ClientWrite::JobRegister(req)).await?;
+        // Unchanged by a registration that changed nothing.
         let job_modify_index = self
             .store
             .snapshot()
-            .job(&job.id)
-            .map_or(index, |j| j.job_modify_index);
+            .job(&job_id)
+            .map_or(written.index, |j| j.job_modify_index);
         Ok(Response::new(JobRegisterReply {
-            eval_id,
-            index,
+            eval_id: written.eval_id,
+            index: written.index,
             job_modify_index,
         }))
     }
 
     async fn deregister(&self, req: Request<JobDeregisterRequest>) -> Reply<JobRegisterReply> {
-        let req = req.into_inner();
-        validate::id("job_id", &req.job_id)?;
-        let job = self.store.snapshot().job(&req.job_id).ok_or_else(|| {
-            Status::not_found(format!("job_id: no job {:?} is registered", req.job_id))
-        })?;
-        let eval = new_eval(&job, "job_deregister", None);
-        let eval_id = eval.id.clone();
-        let index = self
-            .write(log_entry::Msg::JobDeregister(JobDeregisterEntry {
-                job_id: req.job_id,
-                purge: req.purge,
-                eval: Some(eval),
-            }))
+        let written = self
+            .write(ClientWrite::JobDeregister(req.into_inner()))
             .await?;
         Ok(Response::new(JobRegisterReply {
-            eval_id,
-            index,
-            job_modify_index: index,
+            eval_id: written.eval_id,
+            index: written.index,
+            job_modify_index: written.index,
         }))
     }
 
@@ -229,6 +212,7 @@ impl JobService for Api {
     async fn allocations(&self, req: Request<JobAllocationsRequest>) -> Reply<AllocationsReply> {
         let req = req.into_inner();
         validate::id("job_id", &req.job_id)?;
+        job_exists(&self.store.snapshot(), &req.job_id)?;
         let id = req.job_id.clone();
         let (allocs, index) = self
             .query(
@@ -250,6 +234,7 @@ impl JobService for Api {
     async fn evaluations(&self, req: Request<JobEvaluationsRequest>) -> Reply<EvaluationsReply> {
         let req = req.into_inner();
         validate::id("job_id", &req.job_id)?;
+        job_exists(&self.store.snapshot(), &req.job_id)?;
         let id = req.job_id.clone();
         let (evals, index) = self
             .query(req.query.as_ref(), &[WatchKey::JobEvals(id.clone())], |s| {
@@ -296,6 +281,7 @@ impl DeploymentService for Api {
     async fn for_job(&self, req: Request<JobDeploymentsRequest>) -> Reply<DeploymentsReply> {
         let req = req.into_inner();
         validate::id("job_id", &req.job_id)?;
+        job_exists(&self.store.snapshot(), &req.job_id)?;
         let id = req.job_id.clone();
         let (deployments, index) = self
             .query(

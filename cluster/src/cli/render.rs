@@ -56,17 +56,24 @@ fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A registration that changed nothing still creates an evaluation (as in
+/// Nomad); its job modify index stays that of the last change.
 pub fn render_register(job_id: &str, reply: &JobRegisterReply) -> String {
-    if reply.eval_id.is_empty() {
+    let what = if reply.job_modify_index < reply.index {
         format!(
-            "Job {job_id:?} unchanged at raft index {}; no evaluation created\n",
-            reply.index
+            "Job {job_id:?} unchanged at raft index {} (last changed at {})\n",
+            reply.index, reply.job_modify_index
         )
     } else {
         format!(
-            "Job {job_id:?} registered at raft index {} (job modify index {})\nEvaluation {} created\n",
-            reply.index, reply.job_modify_index, reply.eval_id
+            "Job {job_id:?} registered at raft index {} (job modify index {})\n",
+            reply.index, reply.job_modify_index
         )
+    };
+    if reply.eval_id.is_empty() {
+        what
+    } else {
+        format!("{what}Evaluation {} created\n", reply.eval_id)
     }
 }
 
@@ -488,19 +495,24 @@ web    service  50        running         2        1
             "Job \"web\" registered at raft index 12 (job modify index 12)\nEvaluation e1 created\n"
         );
         let unchanged = JobRegisterReply {
-            eval_id: String::new(),
-            ..reply.clone()
+            eval_id: "e2".into(),
+            index: 14,
+            job_modify_index: 12,
         };
         assert_eq!(
             render_register("web", &unchanged),
-            "Job \"web\" unchanged at raft index 12; no evaluation created\n"
+            "Job \"web\" unchanged at raft index 14 (last changed at 12)\nEvaluation e2 created\n"
         );
         assert_eq!(
             render_deregister("web", true, &reply),
             "Job \"web\" stopped and purged at raft index 12\nEvaluation e1 created\n"
         );
+        let no_eval = JobRegisterReply {
+            eval_id: String::new(),
+            ..reply.clone()
+        };
         assert_eq!(
-            render_deregister("web", false, &unchanged),
+            render_deregister("web", false, &no_eval),
             "Job \"web\" stopped at raft index 12\n"
         );
     }

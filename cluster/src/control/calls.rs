@@ -10,7 +10,7 @@ use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::plan_service_client::PlanServiceClient;
 use stampede_proto::{
-    EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalUpdateRequest, Evaluation, JobType,
+    EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalUpdateRequest, Evaluation,
     NodeStatus, NodeUpdateAllocRequest, NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan,
     PlanResult, PlanSubmitRequest,
 };
@@ -73,19 +73,9 @@ impl LeaderCalls {
         req: EvalDequeueRequest,
         fwd: bool,
     ) -> Result<EvalDequeueReply, ControlError> {
+        let schedulers = validate::schedulers(&req.schedulers)?;
         if let Route::Leader(ch) = self.0.router.route(fwd)? {
             return Ok(eval_client(ch).dequeue(forwarded(req)).await?.into_inner());
-        }
-        let schedulers: Vec<JobType> = req
-            .schedulers
-            .iter()
-            .filter_map(|t| JobType::try_from(*t).ok())
-            .filter(|t| *t != JobType::Unspecified)
-            .collect();
-        if schedulers.is_empty() {
-            return Err(ControlError::Invalid(
-                "schedulers: name at least one of service, batch, system".into(),
-            ));
         }
         let timeout = Duration::from_millis(req.timeout_ms).min(MAX_DEQUEUE_WAIT);
         match self.0.broker.dequeue(&schedulers, timeout).await? {
@@ -107,6 +97,7 @@ impl LeaderCalls {
     /// cancelable, and a batch of them is then written in the background, so
     /// cancelations keep pace with the schedulers without delaying the reply.
     pub async fn ack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
+        validate::delivery(&req.eval_id, &req.token)?;
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => {
                 eval_client(ch).ack(forwarded(req)).await?;
@@ -123,6 +114,7 @@ impl LeaderCalls {
     }
 
     pub async fn nack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
+        validate::delivery(&req.eval_id, &req.token)?;
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => {
                 eval_client(ch).nack(forwarded(req)).await?;
@@ -149,6 +141,14 @@ impl LeaderCalls {
         req: EvalUpdateRequest,
         fwd: bool,
     ) -> Result<u64, ControlError> {
+        let first = req
+            .evals
+            .first()
+            .ok_or_else(|| ControlError::Invalid("evals: give at least one evaluation".into()))?;
+        validate::delivery(&first.id, &req.token)?;
+        for (i, e) in req.evals.iter().enumerate() {
+            validate::eval(&format!("evals[{i}]"), e)?;
+        }
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => Ok(eval_client(ch)
                 .update(forwarded(req))
@@ -156,14 +156,7 @@ impl LeaderCalls {
                 .into_inner()
                 .index),
             Route::Local => {
-                let first = req.evals.first().ok_or_else(|| {
-                    ControlError::Invalid("evals: give at least one evaluation".into())
-                })?;
                 self.0.broker.check_token(&first.id, &req.token)?;
-                for (i, e) in req.evals.iter().enumerate() {
-                    validate::id(&format!("evals[{i}].id"), &e.id)?;
-                    validate::id(&format!("evals[{i}].job_id"), &e.job_id)?;
-                }
                 Ok(self.0.ctx.write_evals(req.evals).await?)
             }
         }
@@ -171,6 +164,7 @@ impl LeaderCalls {
 
     /// Queues a plan for the leader's plan applier and waits for its result.
     pub async fn submit_plan(&self, plan: Plan, fwd: bool) -> Result<PlanResult, ControlError> {
+        validate::plan(&plan)?;
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => Ok(plan_client(ch)
                 .submit(forwarded(PlanSubmitRequest { plan: Some(plan) }))
@@ -189,12 +183,7 @@ impl LeaderCalls {
         fwd: bool,
     ) -> Result<NodeUpdateStatusReply, ControlError> {
         validate::id("node_id", &req.node_id)?;
-        let status = NodeStatus::try_from(req.status)
-            .ok()
-            .filter(|s| *s != NodeStatus::Unspecified)
-            .ok_or_else(|| {
-                ControlError::Invalid("status: give READY, INITIALIZING or DOWN".into())
-            })?;
+        let status = validate::node_status("status", req.status)?;
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => Ok(node_client(ch)
                 .update_status(forwarded(req))
@@ -247,12 +236,7 @@ impl LeaderCalls {
         }
         let state = self.0.ctx.store.snapshot();
         for (i, a) in req.allocs.iter().enumerate() {
-            validate::id(&format!("allocs[{i}].id"), &a.id)?;
-            if a.client_status == 0 {
-                return Err(ControlError::Invalid(format!(
-                    "allocs[{i}].client_status: is required"
-                )));
-            }
+            validate::alloc_update(&format!("allocs[{i}]"), a)?;
             if state.alloc(&a.id).is_none() {
                 return Err(ControlError::NotFound(format!(
                     "allocs[{i}].id: no allocation {:?}",

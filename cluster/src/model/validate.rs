@@ -1,7 +1,20 @@
-//! Checks on what clients send, before anything is proposed to raft. Each error
-//! names the field, in the path form a user sees in their request (`node.id`).
+//! Checks on what clients (and other servers) send, before anything is
+//! proposed to raft: every request field that ends up in the state has a
+//! limit here, documented beside the field in `stampede.proto`, and each
+//! error names the field in the path form a user sees in their request
+//! (`job.task_groups[0].count`).
+//!
+//! An error quotes a value only through [`quote`], which keeps a short
+//! prefix: echoing a 1 MiB id back would overflow the gRPC status metadata
+//! a client accepts. Each check is linear in the size of what it checks.
 
-use stampede_proto::Node;
+use std::collections::HashMap;
+
+use stampede_proto::{
+    AllocClientStatus, AllocDesiredStatus, Allocation, ConstraintOperand, ConstraintTarget,
+    EvalStatus, Evaluation, Job, JobType, Node, NodeStatus, Plan, Resources, TaskGroup,
+    UpdateStrategy,
+};
 
 /// A request field that is missing or out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,6 +35,51 @@ impl InvalidField {
 
 /// Longest id or name we accept: ids appear in every log entry and query.
 pub const MAX_ID_LEN: usize = 128;
+/// Longest free text: a description, a node name, a meta or attribute value.
+pub const MAX_TEXT_LEN: usize = 1024;
+/// Most entries in a map (a group's meta, a node's attributes, an
+/// allocation's task states).
+pub const MAX_MAP_ENTRIES: usize = 64;
+/// Most task groups in one job.
+pub const MAX_TASK_GROUPS: usize = 100;
+/// Most datacenters one job may name.
+pub const MAX_DATACENTERS: usize = 100;
+/// Most constraints on one task group.
+pub const MAX_CONSTRAINTS: usize = 64;
+/// Most CPU a node may offer or an allocation ask for: a thousand 1 GHz
+/// cores. With [`MAX_MEMORY_MB`], sums over any number of allocations stay
+/// far from overflow.
+pub const MAX_CPU_MHZ: u64 = 1_000_000;
+/// Most memory a node may offer or an allocation ask for: 16 TiB.
+pub const MAX_MEMORY_MB: u64 = 16 * 1024 * 1024;
+/// Longest duration in an update block (min healthy time, progress
+/// deadline): one day. Deadlines are the clock plus these, so they never
+/// overflow.
+pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
+/// Most allocations one task group may ask for: a typo like `count: 1000000`
+/// gets a clear error instead of flooding the scheduler and the raft log.
+pub const MAX_GROUP_COUNT: u32 = 100_000;
+/// Highest job priority; 0 on the wire means [`DEFAULT_PRIORITY`].
+pub const MAX_PRIORITY: u32 = 100;
+/// Priority of a job that does not give one (0 on the wire, or absent from a
+/// job file).
+pub const DEFAULT_PRIORITY: u32 = 50;
+
+/// How much of a value an error message quotes.
+pub const QUOTE_LEN: usize = 64;
+
+/// `value` for an error message: quoted, cut to its first [`QUOTE_LEN`]
+/// bytes (at a character boundary) with its length when longer.
+pub fn quote(value: &str) -> String {
+    if value.len() <= QUOTE_LEN {
+        return format!("{value:?}");
+    }
+    let mut end = QUOTE_LEN;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{:?}... ({} bytes)", &value[..end], value.len())
+}
 
 /// An id is 1 to 128 characters of letters, digits and `-_.:`.
 pub fn id(field: &str, value: &str) -> Result<(), InvalidField> {
@@ -49,45 +107,165 @@ pub fn id(field: &str, value: &str) -> Result<(), InvalidField> {
     Ok(())
 }
 
-/// A node as sent to `NodeService.Register`.
+/// Free text: at most `max` bytes, and no control characters (NUL, line
+/// breaks, escapes), which would garble logs and terminals. May be empty.
+pub fn text(field: &str, value: &str, max: usize) -> Result<(), InvalidField> {
+    if value.len() > max {
+        return Err(InvalidField::new(
+            field,
+            format!("is {} bytes long; at most {max} allowed", value.len()),
+        ));
+    }
+    if let Some(c) = value.chars().find(|c| c.is_control()) {
+        return Err(InvalidField::new(
+            field,
+            format!("contains the control character {c:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// A list or map of `len` entries, at most `max`.
+fn at_most(field: &str, len: usize, max: usize) -> Result<(), InvalidField> {
+    if len > max {
+        return Err(InvalidField::new(
+            field,
+            format!("has {len} entries; at most {max} allowed"),
+        ));
+    }
+    Ok(())
+}
+
+/// A map of ids to free text (meta, attributes).
+fn labels(field: &str, map: &HashMap<String, String>) -> Result<(), InvalidField> {
+    at_most(field, map.len(), MAX_MAP_ENTRIES)?;
+    for (k, v) in map {
+        id(&format!("{field} key"), k)?;
+        text(&format!("{field}[{k}]"), v, MAX_TEXT_LEN)?;
+    }
+    Ok(())
+}
+
+/// Resources a node offers or an allocation asks for: both above 0, within
+/// the caps.
+fn resources(field: &str, res: Option<&Resources>) -> Result<(), InvalidField> {
+    let res = res.ok_or_else(|| InvalidField::new(field, "is required"))?;
+    for (name, value, max) in [
+        ("cpu_mhz", res.cpu_mhz, MAX_CPU_MHZ),
+        ("memory_mb", res.memory_mb, MAX_MEMORY_MB),
+    ] {
+        if value == 0 {
+            return Err(InvalidField::new(
+                format!("{field}.{name}"),
+                "must be above 0",
+            ));
+        }
+        if value > max {
+            return Err(InvalidField::new(
+                format!("{field}.{name}"),
+                format!("is {value}; at most {max} allowed"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Every client status, unset first (a plan's new allocation is pending
+/// until its client says otherwise; a client must say).
+const CLIENT_STATUSES: [AllocClientStatus; 6] = [
+    AllocClientStatus::Unspecified,
+    AllocClientStatus::Pending,
+    AllocClientStatus::Running,
+    AllocClientStatus::Complete,
+    AllocClientStatus::Failed,
+    AllocClientStatus::Lost,
+];
+
+/// A wire enum value that must be one of `allowed` (by their labels in the
+/// message).
+fn one_of<E: Copy + PartialEq + TryFrom<i32>>(
+    field: &str,
+    value: i32,
+    allowed: &[E],
+    names: &str,
+) -> Result<E, InvalidField> {
+    match E::try_from(value) {
+        Ok(v) if allowed.contains(&v) => Ok(v),
+        _ => Err(InvalidField::new(
+            field,
+            format!("is {value}; give one of {names}"),
+        )),
+    }
+}
+
+/// A node as sent to `NodeService.Register`. Its status may be unset
+/// (registered as ready) but not a value outside the enum.
 pub fn node(node: Option<&Node>) -> Result<&Node, InvalidField> {
     let node = node.ok_or_else(|| InvalidField::new("node", "is required"))?;
     id("node.id", &node.id)?;
+    text("node.name", &node.name, MAX_ID_LEN)?;
     id("node.datacenter", &node.datacenter)?;
     if !node.node_class.is_empty() {
         id("node.node_class", &node.node_class)?;
     }
-    let res = node
-        .resources
-        .as_ref()
-        .ok_or_else(|| InvalidField::new("node.resources", "is required"))?;
-    if res.cpu_mhz == 0 {
-        return Err(InvalidField::new(
-            "node.resources.cpu_mhz",
-            "must be above 0",
-        ));
-    }
-    if res.memory_mb == 0 {
-        return Err(InvalidField::new(
-            "node.resources.memory_mb",
-            "must be above 0",
-        ));
-    }
+    resources("node.resources", node.resources.as_ref())?;
+    labels("node.attributes", &node.attributes)?;
+    one_of(
+        "node.status",
+        node.status,
+        &[
+            NodeStatus::Unspecified,
+            NodeStatus::Initializing,
+            NodeStatus::Ready,
+            NodeStatus::Down,
+        ],
+        "INITIALIZING, READY or DOWN (or unset for READY)",
+    )?;
     Ok(node)
 }
 
-use stampede_proto::{ConstraintOperand, ConstraintTarget, Job, JobType, TaskGroup};
+/// The status a node reports with `NodeService.UpdateStatus`.
+pub fn node_status(field: &str, status: i32) -> Result<NodeStatus, InvalidField> {
+    one_of(
+        field,
+        status,
+        &[
+            NodeStatus::Initializing,
+            NodeStatus::Ready,
+            NodeStatus::Down,
+        ],
+        "READY, INITIALIZING or DOWN",
+    )
+}
 
-/// Most allocations one task group may ask for: a typo like `count: 1000000`
-/// gets a clear error instead of flooding the scheduler and the raft log.
-pub const MAX_GROUP_COUNT: u32 = 100_000;
+/// The schedulers a worker dequeues for (`EvalService.Dequeue`): at least
+/// one, each SERVICE, BATCH or SYSTEM.
+pub fn schedulers(values: &[i32]) -> Result<Vec<JobType>, InvalidField> {
+    if values.is_empty() {
+        return Err(InvalidField::new(
+            "schedulers",
+            "name at least one of SERVICE, BATCH, SYSTEM",
+        ));
+    }
+    values
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            one_of(
+                &format!("schedulers[{i}]"),
+                *t,
+                &[JobType::Service, JobType::Batch, JobType::System],
+                "SERVICE, BATCH or SYSTEM",
+            )
+        })
+        .collect()
+}
 
-/// Highest job priority; 0 on the wire means [`DEFAULT_PRIORITY`].
-pub const MAX_PRIORITY: u32 = 100;
-
-/// Priority of a job that does not give one (0 on the wire, or absent from a
-/// job file).
-pub const DEFAULT_PRIORITY: u32 = 50;
+/// An evaluation's delivery (ack, nack, update): its id and token.
+pub fn delivery(eval_id: &str, token: &str) -> Result<(), InvalidField> {
+    id("eval_id", eval_id)?;
+    id("token", token)
+}
 
 /// A job as sent to `JobService.Register`. Fields the server sets (status,
 /// version, indexes) are not looked at.
@@ -112,19 +290,19 @@ pub fn job(job: Option<&Job>) -> Result<&Job, InvalidField> {
             ),
         ));
     }
+    at_most("job.datacenters", job.datacenters.len(), MAX_DATACENTERS)?;
     for (i, dc) in job.datacenters.iter().enumerate() {
         id(&format!("job.datacenters[{i}]"), dc)?;
     }
     if job.task_groups.is_empty() {
         return Err(InvalidField::new("job.task_groups", "must not be empty"));
     }
+    at_most("job.task_groups", job.task_groups.len(), MAX_TASK_GROUPS)?;
+    let mut names: HashMap<&str, usize> = HashMap::with_capacity(job.task_groups.len());
     for (i, group) in job.task_groups.iter().enumerate() {
         let path = format!("job.task_groups[{i}]");
         id(&format!("{path}.name"), &group.name)?;
-        if let Some(first) = job.task_groups[..i]
-            .iter()
-            .position(|g| g.name == group.name)
-        {
+        if let Some(first) = names.insert(&group.name, i) {
             return Err(InvalidField::new(
                 format!("{path}.name"),
                 format!(
@@ -150,22 +328,12 @@ fn task_group(path: &str, job_type: JobType, group: &TaskGroup) -> Result<(), In
             ),
         ));
     }
-    let res = group
-        .resources
-        .as_ref()
-        .ok_or_else(|| InvalidField::new(format!("{path}.resources"), "is required"))?;
-    if res.cpu_mhz == 0 {
-        return Err(InvalidField::new(
-            format!("{path}.resources.cpu_mhz"),
-            "must be above 0",
-        ));
-    }
-    if res.memory_mb == 0 {
-        return Err(InvalidField::new(
-            format!("{path}.resources.memory_mb"),
-            "must be above 0",
-        ));
-    }
+    resources(&format!("{path}.resources"), group.resources.as_ref())?;
+    at_most(
+        &format!("{path}.constraints"),
+        group.constraints.len(),
+        MAX_CONSTRAINTS,
+    )?;
     for (j, c) in group.constraints.iter().enumerate() {
         let path = format!("{path}.constraints[{j}]");
         if !matches!(
@@ -188,6 +356,7 @@ fn task_group(path: &str, job_type: JobType, group: &TaskGroup) -> Result<(), In
         }
         id(&format!("{path}.value"), &c.value)?;
     }
+    labels(&format!("{path}.meta"), &group.meta)?;
     if let Some(update) = &group.update {
         if job_type != JobType::Service {
             return Err(InvalidField::new(
@@ -195,23 +364,183 @@ fn task_group(path: &str, job_type: JobType, group: &TaskGroup) -> Result<(), In
                 "is only for service jobs",
             ));
         }
-        if update.max_parallel == 0 {
+        update_strategy(&format!("{path}.update"), update, group.count)?;
+    }
+    Ok(())
+}
+
+fn update_strategy(path: &str, update: &UpdateStrategy, count: u32) -> Result<(), InvalidField> {
+    if update.max_parallel == 0 {
+        return Err(InvalidField::new(
+            format!("{path}.max_parallel"),
+            "must be at least 1",
+        ));
+    }
+    if update.canary > count {
+        return Err(InvalidField::new(
+            format!("{path}.canary"),
+            format!(
+                "is {}; at most the group's count ({count}) allowed",
+                update.canary
+            ),
+        ));
+    }
+    for (name, ms) in [
+        ("min_healthy_time_ms", update.min_healthy_time_ms),
+        ("progress_deadline_ms", update.progress_deadline_ms),
+    ] {
+        if ms > MAX_DURATION_MS {
             return Err(InvalidField::new(
-                format!("{path}.update.max_parallel"),
-                "must be at least 1",
-            ));
-        }
-        if update.canary > group.count {
-            return Err(InvalidField::new(
-                format!("{path}.update.canary"),
-                format!(
-                    "is {}; at most the group's count ({}) allowed",
-                    update.canary, group.count
-                ),
+                format!("{path}.{name}"),
+                format!("is {ms}; at most {MAX_DURATION_MS} (one day) allowed"),
             ));
         }
     }
     Ok(())
+}
+
+/// A client's update of one allocation (`NodeService.UpdateAlloc`): its id
+/// and the client-side fields, the only ones the server takes from it.
+pub fn alloc_update(path: &str, a: &Allocation) -> Result<(), InvalidField> {
+    id(&format!("{path}.id"), &a.id)?;
+    one_of(
+        &format!("{path}.client_status"),
+        a.client_status,
+        &CLIENT_STATUSES[1..],
+        "PENDING, RUNNING, COMPLETE, FAILED or LOST",
+    )?;
+    text(
+        &format!("{path}.client_description"),
+        &a.client_description,
+        MAX_TEXT_LEN,
+    )?;
+    at_most(
+        &format!("{path}.task_states"),
+        a.task_states.len(),
+        MAX_MAP_ENTRIES,
+    )?;
+    for (name, state) in &a.task_states {
+        id(&format!("{path}.task_states key"), name)?;
+        text(
+            &format!("{path}.task_states[{name}].state"),
+            &state.state,
+            MAX_ID_LEN,
+        )?;
+    }
+    Ok(())
+}
+
+/// An evaluation a worker writes (`EvalService.Update`): ids, enums and text.
+pub fn eval(path: &str, e: &Evaluation) -> Result<(), InvalidField> {
+    id(&format!("{path}.id"), &e.id)?;
+    id(&format!("{path}.job_id"), &e.job_id)?;
+    one_of(
+        &format!("{path}.status"),
+        e.status,
+        &[
+            EvalStatus::Pending,
+            EvalStatus::Blocked,
+            EvalStatus::Complete,
+            EvalStatus::Failed,
+            EvalStatus::Canceled,
+        ],
+        "PENDING, BLOCKED, COMPLETE, FAILED or CANCELED",
+    )?;
+    // Unset: the scheduler takes the job's type.
+    one_of(
+        &format!("{path}.type"),
+        e.r#type,
+        &[
+            JobType::Unspecified,
+            JobType::Service,
+            JobType::Batch,
+            JobType::System,
+        ],
+        "SERVICE, BATCH or SYSTEM (or unset for the job's)",
+    )?;
+    for (name, value) in [
+        ("node_id", &e.node_id),
+        ("previous_eval", &e.previous_eval),
+        ("blocked_eval", &e.blocked_eval),
+    ] {
+        if !value.is_empty() {
+            id(&format!("{path}.{name}"), value)?;
+        }
+    }
+    text(&format!("{path}.triggered_by"), &e.triggered_by, MAX_ID_LEN)?;
+    text(
+        &format!("{path}.status_description"),
+        &e.status_description,
+        MAX_TEXT_LEN,
+    )
+}
+
+/// A plan a worker submits (`PlanService.Submit`): its allocations belong
+/// to its job and to the node they are listed under, with known statuses
+/// and resources within the caps.
+pub fn plan(plan: &Plan) -> Result<(), InvalidField> {
+    id("plan.eval_id", &plan.eval_id)?;
+    id("plan.job_id", &plan.job_id)?;
+    for (field, by_node) in [
+        ("plan.node_allocation", &plan.node_allocation),
+        ("plan.node_update", &plan.node_update),
+    ] {
+        for (node_id, list) in by_node {
+            id(&format!("{field} key"), node_id)?;
+            for (i, a) in list.allocs.iter().enumerate() {
+                planned_alloc(&format!("{field}[{node_id}].allocs[{i}]"), a, node_id, plan)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn planned_alloc(
+    path: &str,
+    a: &Allocation,
+    node_id: &str,
+    plan: &Plan,
+) -> Result<(), InvalidField> {
+    id(&format!("{path}.id"), &a.id)?;
+    id(&format!("{path}.task_group"), &a.task_group)?;
+    if a.job_id != plan.job_id {
+        return Err(InvalidField::new(
+            format!("{path}.job_id"),
+            format!(
+                "is {}; a plan places only its own job, {:?}",
+                quote(&a.job_id),
+                plan.job_id
+            ),
+        ));
+    }
+    if a.node_id != node_id {
+        return Err(InvalidField::new(
+            format!("{path}.node_id"),
+            format!(
+                "is {}; the allocation is listed under node {node_id:?}",
+                quote(&a.node_id)
+            ),
+        ));
+    }
+    resources(&format!("{path}.resources"), a.resources.as_ref())?;
+    one_of(
+        &format!("{path}.desired_status"),
+        a.desired_status,
+        &[AllocDesiredStatus::Run, AllocDesiredStatus::Stop],
+        "RUN or STOP",
+    )?;
+    one_of(
+        &format!("{path}.client_status"),
+        a.client_status,
+        &CLIENT_STATUSES,
+        "PENDING, RUNNING, COMPLETE, FAILED or LOST",
+    )?;
+    text(&format!("{path}.name"), &a.name, MAX_TEXT_LEN)?;
+    text(
+        &format!("{path}.desired_description"),
+        &a.desired_description,
+        MAX_TEXT_LEN,
+    )
 }
 
 #[cfg(test)]
@@ -352,6 +681,46 @@ mod job_tests {
                 Box::new(|j| j.task_groups[1].update.as_mut().unwrap().canary = 3),
                 "job.task_groups[1].update.canary: is 3; at most the group's count (2) allowed",
             ),
+            (
+                Box::new(|j| {
+                    j.task_groups[1]
+                        .update
+                        .as_mut()
+                        .unwrap()
+                        .progress_deadline_ms = u64::MAX
+                }),
+                "job.task_groups[1].update.progress_deadline_ms: is 18446744073709551615; at most 86400000 (one day) allowed",
+            ),
+            (
+                Box::new(|j| j.task_groups[0].resources.as_mut().unwrap().cpu_mhz = 1 << 63),
+                "job.task_groups[0].resources.cpu_mhz: is 9223372036854775808; at most 1000000 allowed",
+            ),
+            (
+                Box::new(|j| j.datacenters = vec!["dc".into(); MAX_DATACENTERS + 1]),
+                "job.datacenters: has 101 entries; at most 100 allowed",
+            ),
+            (
+                Box::new(|j| {
+                    j.task_groups = (0..=MAX_TASK_GROUPS)
+                        .map(|i| group(&format!("g{i}"), 1))
+                        .collect()
+                }),
+                "job.task_groups: has 101 entries; at most 100 allowed",
+            ),
+            (
+                Box::new(|j| {
+                    j.task_groups[0].meta = (0..=MAX_MAP_ENTRIES)
+                        .map(|i| (format!("k{i}"), String::new()))
+                        .collect()
+                }),
+                "job.task_groups[0].meta: has 65 entries; at most 64 allowed",
+            ),
+            (
+                Box::new(|j| {
+                    j.task_groups[0].meta = [("k".into(), "a\0b".into())].into();
+                }),
+                "job.task_groups[0].meta[k]: contains the control character '\\0'",
+            ),
         ];
         for (mutate, want) in cases {
             let mut j = good();
@@ -359,6 +728,45 @@ mod job_tests {
             assert_eq!(job(Some(&j)).unwrap_err().to_string(), want);
         }
         assert_eq!(job(None).unwrap_err().to_string(), "job: is required");
+    }
+
+    #[test]
+    fn many_task_groups_are_checked_in_linear_time() {
+        // Names are checked with a map, not against every earlier group.
+        let mut j = good();
+        j.task_groups = (0..MAX_TASK_GROUPS)
+            .map(|i| group(&format!("g{i}"), 1))
+            .collect();
+        assert!(job(Some(&j)).is_ok());
+        j.task_groups[MAX_TASK_GROUPS - 1].name = "g0".into();
+        let err = job(Some(&j)).unwrap_err().to_string();
+        assert!(
+            err.ends_with("already the name of job.task_groups[0]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn quotes_only_a_prefix_of_a_long_value() {
+        assert_eq!(quote("web"), "\"web\"");
+        let long = "é".repeat(1 << 19);
+        let q = quote(&long);
+        assert!(q.len() < 2 * QUOTE_LEN, "{q}");
+        assert!(q.ends_with("... (1048576 bytes)"), "{q}");
+    }
+
+    #[test]
+    fn client_updates_need_a_known_status() {
+        let update = |status: i32| Allocation {
+            id: "a1".into(),
+            client_status: status,
+            ..Default::default()
+        };
+        assert!(alloc_update("allocs[0]", &update(AllocClientStatus::Running as i32)).is_ok());
+        for bad in [0, 6, -1, i32::MAX] {
+            let err = alloc_update("allocs[0]", &update(bad)).unwrap_err();
+            assert_eq!(err.field, "allocs[0].client_status");
+        }
     }
 }
 
@@ -406,6 +814,19 @@ mod tests {
             (
                 Box::new(|n| n.resources.as_mut().unwrap().memory_mb = 0),
                 "node.resources.memory_mb",
+            ),
+            (
+                Box::new(|n| n.resources.as_mut().unwrap().memory_mb = u64::MAX),
+                "node.resources.memory_mb: is 18446744073709551615; at most",
+            ),
+            (Box::new(|n| n.status = 9), "node.status: is 9; give one of"),
+            (Box::new(|n| n.name = "a\0".into()), "node.name: contains"),
+            (
+                Box::new(|n| {
+                    n.attributes
+                        .insert("k".into(), "v".repeat(MAX_TEXT_LEN + 1));
+                }),
+                "node.attributes[k]: is 1025 bytes long",
             ),
         ];
         for (mutate, want) in cases {

@@ -1,14 +1,19 @@
 //! Raft: openraft's type configuration (what a log entry carries and what
 //! applying it returns), the RocksDB log store, the snapshot store, the state
 //! machine, the network between servers and the proposer through which every
-//! write reaches the log.
+//! write reaches the log (with `client_write`, the entry each client write
+//! becomes). What peers send is checked before openraft sees it: `inbound`
+//! for terms, indexes and entries, `snapshot_receiver` for snapshots.
 
+pub mod client_write;
 pub mod error;
+pub mod inbound;
 pub mod log_store;
 pub mod metrics;
 pub mod network;
 pub mod proposer;
 pub mod runtime;
+pub mod snapshot_receiver;
 pub mod snapshot_store;
 pub mod state_machine;
 

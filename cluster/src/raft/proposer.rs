@@ -1,16 +1,21 @@
-//! Writes: propose a command to raft on the leader, or send it on to the
-//! leader from a follower, so a client may write through any server.
+//! Writes: propose a command to raft on the leader, or send a client's
+//! write on to the leader from a follower, so a client may write through
+//! any server. What a follower sends on is the client's request itself
+//! ([`ClientWrite`]): the leader validates it and makes its entry (see
+//! [`crate::raft::client_write`]).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use openraft::error::{ClientWriteError, RaftError};
 use stampede_proto::{ForwardRequest, LogEntry};
 use tonic::Status;
 
+use crate::raft::client_write::{prepare, ClientWrite, Refused, Written};
 use crate::raft::metrics::Metrics;
 use crate::raft::network::PeerChannels;
 use crate::raft::{Command, NodeId, Raft};
-use std::sync::Arc;
+use crate::state::StateStore;
 
 /// Pause between attempts while leadership moves.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -41,6 +46,9 @@ pub enum ProposeError {
     /// Raft refused a membership change (not a caller's mistake).
     #[error("raft refused the write: {0}")]
     Raft(String),
+    /// The client's write is invalid, or names what does not exist.
+    #[error(transparent)]
+    Refused(#[from] Refused),
 }
 
 /// Writes through whichever server leads. Cheap to clone: every part that
@@ -48,6 +56,8 @@ pub enum ProposeError {
 #[derive(Clone)]
 pub struct Proposer {
     raft: Raft,
+    /// The state client writes are validated against and made entries on.
+    store: Arc<StateStore>,
     channels: PeerChannels,
     metrics: Arc<Metrics>,
     /// How long a write may wait for a leader before it is refused.
@@ -57,29 +67,33 @@ pub struct Proposer {
 impl Proposer {
     pub fn new(
         raft: Raft,
+        store: Arc<StateStore>,
         channels: PeerChannels,
         metrics: Arc<Metrics>,
         leader_wait: Duration,
     ) -> Self {
         Self {
             raft,
+            store,
             channels,
             metrics,
             leader_wait,
         }
     }
 
-    /// Commits `entry` through whichever server leads, waiting out an election
-    /// and following the leadership when it moves, and returns the raft index
-    /// at which it was applied.
-    pub async fn write(&self, entry: LogEntry) -> Result<u64, ProposeError> {
+    /// Commits a client's write through whichever server leads, waiting
+    /// out an election and following the leadership when it moves, and
+    /// returns the raft index at which it was applied. The write is
+    /// validated here first, so a bad one is refused without a round trip,
+    /// and again by the leader, which makes its entry.
+    pub async fn write(&self, write: ClientWrite) -> Result<Written, ProposeError> {
         let deadline = Instant::now() + self.leader_wait;
         loop {
-            let err = match self.write_local_until(entry.clone(), deadline).await {
-                Ok(index) => return Ok(index),
+            let err = match self.write_here_until(&write, deadline).await {
+                Ok(written) => return Ok(written),
                 Err(ProposeError::NotLeader { id, addr }) => {
-                    match self.forward(id, &addr, entry.clone(), deadline).await {
-                        Ok(index) => return Ok(index),
+                    match self.forward(id, &addr, write.clone(), deadline).await {
+                        Ok(written) => return Ok(written),
                         Err(e) => e,
                     }
                 }
@@ -106,6 +120,30 @@ impl Proposer {
                 tokio::time::sleep(RETRY_PAUSE.min(deadline - now)).await;
             }
         }
+    }
+
+    /// A client's write that a follower sent on: validated and proposed
+    /// here only, exactly as if the client had called this server. A
+    /// server that no longer leads answers `NotLeader`, and the sender
+    /// tries again.
+    pub async fn write_forwarded(&self, write: ClientWrite) -> Result<Written, ProposeError> {
+        self.write_here_until(&write, Instant::now() + self.leader_wait)
+            .await
+    }
+
+    /// Validates `write` on this server's state, makes its entry and
+    /// proposes it here.
+    async fn write_here_until(
+        &self,
+        write: &ClientWrite,
+        deadline: Instant,
+    ) -> Result<Written, ProposeError> {
+        let prepared = prepare(write, &self.store.snapshot())?;
+        let index = self.write_local_until(prepared.entry, deadline).await?;
+        Ok(Written {
+            index,
+            eval_id: prepared.eval_id,
+        })
     }
 
     /// Proposes on this server; fails with `NotLeader` on a follower, and
@@ -147,25 +185,26 @@ impl Proposer {
         }
     }
 
-    /// Sends the write on to server `id`, which leads as far as this server
-    /// knows. Gives up (and lets `write` ask again where the leader is) when
-    /// the deadline passes or this server learns that leadership moved: a
-    /// leader that was paused or cut off never answers, and waiting on it
-    /// would hold the write past the election of its successor.
+    /// Sends the client's write on to server `id`, which leads as far as
+    /// this server knows. Gives up (and lets `write` ask again where the
+    /// leader is) when the deadline passes or this server learns that
+    /// leadership moved: a leader that was paused or cut off never answers,
+    /// and waiting on it would hold the write past the election of its
+    /// successor.
     async fn forward(
         &self,
         id: NodeId,
         addr: &str,
-        entry: LogEntry,
+        write: ClientWrite,
         deadline: Instant,
-    ) -> Result<u64, ProposeError> {
+    ) -> Result<Written, ProposeError> {
         self.metrics.writes_forwarded.inc();
         let unreachable = |detail: String| ProposeError::LeaderUnreachable {
             id,
             addr: addr.to_string(),
             detail,
         };
-        let mut request = tonic::Request::new(ForwardRequest { entry: Some(entry) });
+        let mut request = tonic::Request::new(ForwardRequest { write: Some(write) });
         let wait = deadline.saturating_duration_since(Instant::now());
         request.set_timeout(wait);
         let mut client = self.channels.raft_client(id, addr);
@@ -174,7 +213,10 @@ impl Proposer {
         tokio::select! {
             answer = tokio::time::timeout(wait, client.forward(request)) => match answer {
                 Err(_) => Err(unreachable(format!("no answer within {wait:?}"))),
-                Ok(Ok(reply)) => Ok(reply.into_inner().index),
+                Ok(Ok(reply)) => {
+                    let reply = reply.into_inner();
+                    Ok(Written { index: reply.index, eval_id: reply.eval_id })
+                }
                 Ok(Err(status)) if stampede_proto::client::retryable(&status) => {
                     Err(unreachable(status.message().to_string()))
                 }

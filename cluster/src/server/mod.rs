@@ -116,6 +116,7 @@ pub async fn serve(
 
     let proposer = Proposer::new(
         raft.clone(),
+        foundations.store.clone(),
         channels.clone(),
         metrics.clone(),
         opts.leader_wait(),
@@ -141,6 +142,7 @@ pub async fn serve(
         raft: raft.clone(),
         proposer,
         metrics: metrics.clone(),
+        snapshots: Default::default(),
     };
     let grpc = tokio::spawn(serve_grpc(
         api,

@@ -6,12 +6,16 @@
 
 use std::time::Duration;
 
-use stampede_launch::testing::{allocs, eventually_ok, node_with, CATCH_UP};
+use stampede_launch::testing::{
+    allocs, eventually_ok, node_with, register_job, service_job, Harness, CATCH_UP,
+};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
-    AllocClientStatus, AllocDesiredStatus, Allocation, NodeStatus, NodeUpdateStatusRequest,
+    AllocClientStatus, AllocDesiredStatus, Allocation, JobListRequest, NodeListRequest, NodeStatus,
+    NodeUpdateStatusRequest,
 };
 use tokio::sync::watch;
+use tonic::{Code, Status};
 
 /// Keeps nodes alive: heartbeats each of them every `every` until the
 /// returned sender is dropped or sends `true`.
@@ -72,7 +76,8 @@ pub fn live(allocs: &[Allocation]) -> Vec<&Allocation> {
 pub async fn wait_live(client: &ClusterClient, job: &str, n: usize) -> Vec<Allocation> {
     let what = format!("job {job} has {n} live allocations");
     eventually_ok(&what, CATCH_UP, || async {
-        let all = allocs(client, job).await.unwrap();
+        // NotFound from a server that has not applied the job yet: not yet.
+        let all = allocs(client, job).await.map_err(|e| e.to_string())?;
         if live(&all).len() == n {
             return Ok(all);
         }
@@ -102,4 +107,67 @@ pub async fn worker_states(http: &reqwest::Client, url: &str) -> Result<Vec<Stri
         .iter()
         .map(|w| w["state"].as_str().unwrap_or_default().to_string())
         .collect())
+}
+
+/// Longest error message a refusal may carry: one that quotes a value
+/// quotes a short prefix of it, so the status fits a client's metadata.
+pub const MAX_ERROR_LEN: usize = 512;
+
+/// Checks that `result` was refused with `code` and a message that starts
+/// with `field` (the field's path, or the message type for bytes that do
+/// not decode) and stays short.
+pub fn assert_refused<T: std::fmt::Debug>(
+    what: &str,
+    result: Result<T, Status>,
+    code: Code,
+    field: &str,
+) {
+    let status = match result {
+        Ok(v) => panic!("{what}: accepted ({v:?}); expected {code:?} naming {field}"),
+        Err(s) => s,
+    };
+    let message = status.message();
+    assert_eq!(status.code(), code, "{what}: {message}");
+    assert!(
+        message.starts_with(field),
+        "{what}: {message:?} should start with {field:?}"
+    );
+    assert!(
+        message.len() <= MAX_ERROR_LEN,
+        "{what}: a message of {} bytes: {:?}...",
+        message.len(),
+        message.chars().take(MAX_ERROR_LEN).collect::<String>()
+    );
+}
+
+/// After a barrage of bad input: every server is still up, raft runs
+/// (not `Shutdown`) and the servers agree on a leader; every node and job
+/// that any server stored passes validation; and a normal job on fresh
+/// nodes still gets placed.
+pub async fn still_serves(c: &mut Harness, label: &str) {
+    for id in c.ids() {
+        assert!(c.is_running(id), "server {id} exited:\n{}", c.log(id));
+    }
+    c.leader().await;
+    for id in c.ids() {
+        let s = c.status(id).await.unwrap();
+        assert_ne!(s.state, "Shutdown", "server {id}'s raft stopped");
+        assert!(s.term < 1 << 32, "server {id} is at term {}", s.term);
+        let one = c.client_of(&[id]);
+        let nodes = one.nodes().list(NodeListRequest::default()).await.unwrap();
+        for n in nodes.into_inner().nodes {
+            let checked = cluster::model::validate::node(Some(&n));
+            assert!(checked.is_ok(), "server {id} stored {n:?}: {checked:?}");
+        }
+        let jobs = one.jobs().list(JobListRequest::default()).await.unwrap();
+        for j in jobs.into_inner().jobs {
+            let checked = cluster::model::validate::job(Some(&j));
+            assert!(checked.is_ok(), "server {id} stored {j:?}: {checked:?}");
+        }
+    }
+    let client = c.client();
+    register_nodes(&client, &format!("{label}-node"), 2, 4000, 8192).await;
+    let job = format!("{label}-job");
+    register_job(&client, service_job(&job, 3, 100, 64)).await;
+    wait_live(&client, &job, 3).await;
 }

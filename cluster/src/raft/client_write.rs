@@ -1,0 +1,182 @@
+//! A client's write (a node or job registration, a job deregistration) as
+//! the client sent it, and the log entry it becomes.
+//!
+//! The entry is made by the server that proposes it, the leader, from the
+//! request and its own state. A follower forwards the request itself, never
+//! an entry, so everything that reaches the log passed the same validation
+//! as a direct call to the leader, with the same errors; a forged `Forward`
+//! can write nothing a client could not.
+
+use stampede_proto::log_entry::Msg;
+use stampede_proto::{
+    Job, JobDeregisterEntry, JobRegisterEntry, LogEntry, Node, NodeRegisterEntry, NodeStatus,
+};
+
+use crate::model::validate::{self, quote, InvalidField};
+use crate::model::{new_eval, system_job_evals};
+use crate::state::State;
+
+/// The write as the client sent it; what `RaftService.Forward` carries.
+pub use stampede_proto::forward_request::Write as ClientWrite;
+
+/// A client write refused before it was proposed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    #[error(transparent)]
+    Invalid(#[from] InvalidField),
+    #[error("{0}")]
+    NotFound(String),
+}
+
+/// The entry a write becomes, and the evaluation it creates (if any).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    pub entry: LogEntry,
+    pub eval_id: String,
+}
+
+/// What a committed client write answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub index: u64,
+    pub eval_id: String,
+}
+
+/// Validates `write` and turns it into its log entry, on `state`.
+pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> {
+    let (msg, eval_id) = match write {
+        ClientWrite::NodeRegister(req) => {
+            let node = validate::node(req.node.as_ref())?;
+            // A node registering as down takes no work.
+            let evals = if node.status == NodeStatus::Down as i32 {
+                Vec::new()
+            } else {
+                system_job_evals(state.jobs(), &node.id)
+            };
+            let node = Node {
+                create_index: 0,
+                modify_index: 0,
+                ..node.clone()
+            };
+            let entry = NodeRegisterEntry {
+                node: Some(node),
+                evals,
+            };
+            (Msg::NodeRegister(entry), String::new())
+        }
+        ClientWrite::JobRegister(req) => {
+            let job = validate::job(req.job.as_ref())?;
+            // Only the spec is the client's; the server sets the rest.
+            let job = Job {
+                priority: match job.priority {
+                    0 => validate::DEFAULT_PRIORITY,
+                    p => p,
+                },
+                status: 0,
+                stop: false,
+                version: 0,
+                create_index: 0,
+                modify_index: 0,
+                job_modify_index: 0,
+                ..job.clone()
+            };
+            let eval = new_eval(&job, "job_register", None);
+            let eval_id = eval.id.clone();
+            let entry = JobRegisterEntry {
+                job: Some(job),
+                eval: Some(eval),
+            };
+            (Msg::JobRegister(entry), eval_id)
+        }
+        ClientWrite::JobDeregister(req) => {
+            validate::id("job_id", &req.job_id)?;
+            let job = state.job(&req.job_id).ok_or_else(|| {
+                Refused::NotFound(format!(
+                    "job_id: no job {} is registered",
+                    quote(&req.job_id)
+                ))
+            })?;
+            let eval = new_eval(&job, "job_deregister", None);
+            let eval_id = eval.id.clone();
+            let entry = JobDeregisterEntry {
+                job_id: req.job_id.clone(),
+                purge: req.purge,
+                eval: Some(eval),
+            };
+            (Msg::JobDeregister(entry), eval_id)
+        }
+    };
+    Ok(Prepared {
+        entry: LogEntry { msg: Some(msg) },
+        eval_id,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stampede_proto::{JobDeregisterRequest, JobRegisterRequest, NodeRegisterRequest};
+
+    #[test]
+    fn a_write_is_validated_as_a_direct_call_is() {
+        let state = State::default();
+        let write = ClientWrite::NodeRegister(NodeRegisterRequest { node: None });
+        let err = prepare(&write, &state).unwrap_err();
+        assert_eq!(err.to_string(), "node: is required");
+        let write = ClientWrite::JobRegister(JobRegisterRequest {
+            job: Some(Job {
+                id: "x".repeat(1 << 20),
+                ..Default::default()
+            }),
+        });
+        let err = prepare(&write, &state).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "job.id: is 1048576 bytes long; at most 128 allowed"
+        );
+        let write = ClientWrite::JobDeregister(JobDeregisterRequest {
+            job_id: "ghost".into(),
+            purge: false,
+        });
+        let err = prepare(&write, &state).unwrap_err();
+        assert!(matches!(err, Refused::NotFound(_)), "{err}");
+    }
+
+    #[test]
+    fn the_server_sets_what_is_not_the_clients() {
+        let job = Job {
+            job_modify_index: 99,
+            version: 7,
+            ..a_job()
+        };
+        let write = ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) });
+        let prepared = prepare(&write, &State::default()).unwrap();
+        let Some(Msg::JobRegister(e)) = prepared.entry.msg else {
+            panic!("not a job registration");
+        };
+        let job = e.job.unwrap();
+        assert_eq!(
+            (job.version, job.job_modify_index, job.priority),
+            (0, 0, 50)
+        );
+        assert_eq!(e.eval.unwrap().id, prepared.eval_id);
+    }
+
+    fn a_job() -> Job {
+        use stampede_proto::{JobType, Resources, TaskGroup};
+        Job {
+            id: "web".into(),
+            r#type: JobType::Service as i32,
+            task_groups: vec![TaskGroup {
+                name: "app".into(),
+                count: 1,
+                resources: Some(Resources {
+                    cpu_mhz: 100,
+                    memory_mb: 64,
+                }),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Checks on the raft messages a peer sends, before openraft sees them.
+//!
+//! openraft trusts its peers: a vote whose term is near `u64::MAX` makes
+//! every raft core that grants it overflow and panic at its next election
+//! (and again on every restart, as the vote is stored), and entries that
+//! are not consecutive break its assertions. A buggy or restarted member
+//! must not brick the cluster, so terms and indexes that no genuine cluster
+//! reaches are refused here, and so are entries out of order. The API turns
+//! the error into `InvalidArgument` naming the field.
+
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::Vote;
+
+use crate::raft::{LogId, NodeId, TypeConfig};
+
+/// Largest term or log index a peer may send: 2^32 below overflow, which a
+/// cluster electing a leader every millisecond reaches in 500 million years.
+pub const MAX_TERM_OR_INDEX: u64 = u64::MAX - (1 << 32);
+
+/// A raft message that cannot come from a genuine member.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Implausible {
+    #[error("{field}: {value} cannot be genuine; at most {MAX_TERM_OR_INDEX} allowed")]
+    Overflowing { field: String, value: u64 },
+    #[error("{field}: {detail}")]
+    OutOfOrder { field: String, detail: String },
+}
+
+fn bounded(field: impl FnOnce() -> String, value: u64) -> Result<(), Implausible> {
+    if value > MAX_TERM_OR_INDEX {
+        return Err(Implausible::Overflowing {
+            field: field(),
+            value,
+        });
+    }
+    Ok(())
+}
+
+fn vote(field: &str, v: &Vote<NodeId>) -> Result<(), Implausible> {
+    bounded(|| format!("{field}.leader_id.term"), v.leader_id.term)
+}
+
+fn log_id(field: &str, id: Option<&LogId>) -> Result<(), Implausible> {
+    let Some(id) = id else { return Ok(()) };
+    bounded(|| format!("{field}.leader_id.term"), id.leader_id.term)?;
+    bounded(|| format!("{field}.index"), id.index)
+}
+
+/// AppendEntries: bounded terms and indexes, and entries that follow
+/// `prev_log_id` one index at a time, in terms that never go down or past
+/// the sender's own.
+pub fn append_entries(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<(), Implausible> {
+    vote("vote", &rpc.vote)?;
+    log_id("prev_log_id", rpc.prev_log_id.as_ref())?;
+    log_id("leader_commit", rpc.leader_commit.as_ref())?;
+    let first = rpc.prev_log_id.map_or(0, |l| l.index + 1);
+    let mut term = rpc.prev_log_id.map_or(0, |l| l.leader_id.term);
+    for (i, e) in rpc.entries.iter().enumerate() {
+        let next = first + i as u64;
+        let field = || format!("entries[{i}].log_id");
+        log_id(&field(), Some(&e.log_id))?;
+        if e.log_id.index != next {
+            return Err(Implausible::OutOfOrder {
+                field: format!("{}.index", field()),
+                detail: format!(
+                    "is {}; expected {next}, the next after the one before",
+                    e.log_id.index
+                ),
+            });
+        }
+        let t = e.log_id.leader_id.term;
+        if t < term || t > rpc.vote.leader_id.term {
+            return Err(Implausible::OutOfOrder {
+                field: format!("{}.leader_id.term", field()),
+                detail: format!(
+                    "is {t}; expected {term} to {} (not below the entry before, not above the sender's vote)",
+                    rpc.vote.leader_id.term
+                ),
+            });
+        }
+        term = t;
+    }
+    Ok(())
+}
+
+/// Vote: bounded terms and indexes.
+pub fn vote_request(rpc: &VoteRequest<NodeId>) -> Result<(), Implausible> {
+    vote("vote", &rpc.vote)?;
+    log_id("last_log_id", rpc.last_log_id.as_ref())
+}
+
+/// InstallSnapshot: bounded terms and indexes in the vote and the
+/// snapshot's metadata. Offsets and sizes are the receiver's to check, see
+/// [`crate::raft::snapshot_receiver`].
+pub fn install_snapshot(rpc: &InstallSnapshotRequest<TypeConfig>) -> Result<(), Implausible> {
+    vote("vote", &rpc.vote)?;
+    log_id("meta.last_log_id", rpc.meta.last_log_id.as_ref())?;
+    log_id(
+        "meta.last_membership.log_id",
+        rpc.meta.last_membership.log_id().as_ref(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::raft::{Command, Entry};
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use stampede_proto::LogEntry;
+
+    fn id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn entry(term: u64, index: u64) -> Entry {
+        Entry {
+            log_id: id(term, index),
+            payload: EntryPayload::Normal(Command(LogEntry::default())),
+        }
+    }
+
+    fn append(
+        term: u64,
+        prev: Option<LogId>,
+        entries: Vec<Entry>,
+    ) -> AppendEntriesRequest<TypeConfig> {
+        AppendEntriesRequest {
+            vote: Vote::new_committed(term, 1),
+            prev_log_id: prev,
+            entries,
+            leader_commit: None,
+        }
+    }
+
+    #[test]
+    fn genuine_messages_pass() {
+        let ok = append(
+            3,
+            Some(id(1, 4)),
+            vec![entry(1, 5), entry(3, 6), entry(3, 7)],
+        );
+        assert_eq!(append_entries(&ok), Ok(()));
+        assert_eq!(append_entries(&append(1, None, vec![entry(1, 0)])), Ok(()));
+        let v = VoteRequest::new(Vote::new(MAX_TERM_OR_INDEX, 2), Some(id(5, 100)));
+        assert_eq!(vote_request(&v), Ok(()));
+    }
+
+    #[test]
+    fn terms_and_indexes_near_overflow_are_named() {
+        let v = VoteRequest::new(Vote::new(u64::MAX, 2), None);
+        let err = vote_request(&v).unwrap_err().to_string();
+        assert!(
+            err.starts_with("vote.leader_id.term: 18446744073709551615 cannot be genuine"),
+            "{err}"
+        );
+        let v = VoteRequest::new(Vote::new(1, 2), Some(id(1, u64::MAX - 1)));
+        let err = vote_request(&v).unwrap_err().to_string();
+        assert!(err.starts_with("last_log_id.index: "), "{err}");
+        let a = append(2, None, vec![entry(2, 0)]);
+        let a = AppendEntriesRequest {
+            leader_commit: Some(id(2, u64::MAX)),
+            ..a
+        };
+        let err = append_entries(&a).unwrap_err().to_string();
+        assert!(err.starts_with("leader_commit.index: "), "{err}");
+    }
+
+    #[test]
+    fn entries_out_of_order_are_refused() {
+        let gap = append(3, Some(id(1, 4)), vec![entry(1, 5), entry(1, 7)]);
+        let err = append_entries(&gap).unwrap_err().to_string();
+        assert!(
+            err.starts_with("entries[1].log_id.index: is 7; expected 6"),
+            "{err}"
+        );
+        let back = append(3, Some(id(2, 4)), vec![entry(1, 5)]);
+        let err = append_entries(&back).unwrap_err().to_string();
+        assert!(
+            err.starts_with("entries[0].log_id.leader_id.term: is 1"),
+            "{err}"
+        );
+        let ahead = append(3, None, vec![entry(4, 0)]);
+        assert!(append_entries(&ahead).is_err());
+    }
+}

@@ -1,0 +1,314 @@
+//! Raft messages no genuine member could send, sent to every server: terms
+//! and indexes near overflow, entries out of order, snapshot chunks at
+//! absurd offsets or too large, a snapshot that does not decode, payloads
+//! that are not raft messages, and forwarded writes that a direct call
+//! would refuse. Each is refused with `InvalidArgument` naming the field
+//! before openraft sees it; every server stays up, raft keeps running,
+//! survives a restart, and a normal job still schedules.
+
+mod common;
+
+use cluster::raft::{Command, Entry, LogId, NodeId, SnapshotMeta, TypeConfig};
+use common::{assert_refused, still_serves};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{CommittedLeaderId, EntryPayload, Vote};
+use serde::Serialize;
+use stampede_launch::testing::Harness;
+use stampede_proto::raft_service_client::RaftServiceClient;
+use stampede_proto::{
+    forward_request::Write, ForwardRequest, Job, JobDeregisterRequest, JobRegisterRequest,
+    LogEntry, NodeRegisterRequest, RaftPayload,
+};
+use tonic::transport::Channel;
+use tonic::Code;
+
+fn payload<T: Serialize>(msg: &T) -> RaftPayload {
+    RaftPayload {
+        data: bincode::serialize(msg).unwrap(),
+    }
+}
+
+fn log_id(term: u64, index: u64) -> LogId {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+fn entry(term: u64, index: u64) -> Entry {
+    Entry {
+        log_id: log_id(term, index),
+        payload: EntryPayload::Normal(Command(LogEntry::default())),
+    }
+}
+
+fn append(vote: Vote<NodeId>, prev: Option<LogId>, entries: Vec<Entry>) -> RaftPayload {
+    payload(&AppendEntriesRequest::<TypeConfig> {
+        vote,
+        prev_log_id: prev,
+        entries,
+        leader_commit: None,
+    })
+}
+
+fn chunk(vote: Vote<NodeId>, id: &str, offset: u64, data: Vec<u8>, done: bool) -> RaftPayload {
+    payload(&InstallSnapshotRequest::<TypeConfig> {
+        vote,
+        meta: SnapshotMeta {
+            last_log_id: Some(log_id(vote.leader_id.term, 1)),
+            snapshot_id: id.into(),
+            ..Default::default()
+        },
+        offset,
+        data,
+        done,
+    })
+}
+
+/// A raft client of server `id` holding a server certificate: what a buggy
+/// or restarted member sends must not brick the cluster either.
+fn client(c: &Harness, id: u64) -> RaftServiceClient<Channel> {
+    stampede_proto::sized!(RaftServiceClient::new(
+        c.channel(id, stampede_proto::security::Role::Server)
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
+    let (mut c, leader) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
+    let status = c.status(leader).await.unwrap();
+    // The leader's own vote: a chunk with it passes the vote check and
+    // reaches the offset, size and decode checks.
+    let current = Vote::new_committed(status.term, leader);
+    let overflowing = Vote::new(u64::MAX, 7);
+
+    for id in c.ids() {
+        let mut raft = client(&c, id);
+        let on = |what: &str| format!("{what} (server {id})");
+
+        let r = raft
+            .vote(payload(&VoteRequest::new(overflowing, None)))
+            .await;
+        assert_refused(
+            &on("vote at term 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let near: Vote<NodeId> = Vote::new(u64::MAX - (1 << 31), 7);
+        let r = raft.vote(payload(&VoteRequest::new(near, None))).await;
+        assert_refused(
+            &on("vote 2^31 below overflow"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let r = raft
+            .vote(payload(&VoteRequest::new(
+                Vote::new(1, 7),
+                Some(log_id(1, u64::MAX)),
+            )))
+            .await;
+        assert_refused(
+            &on("vote at index 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "last_log_id.index",
+        );
+
+        let r = raft.append_entries(append(overflowing, None, vec![])).await;
+        assert_refused(
+            &on("append at term 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let r = raft
+            .append_entries(append(
+                Vote::new_committed(1, 7),
+                Some(log_id(1, u64::MAX - 1)),
+                vec![],
+            ))
+            .await;
+        assert_refused(
+            &on("append after index 2^64-2"),
+            r,
+            Code::InvalidArgument,
+            "prev_log_id.index",
+        );
+        let r = raft
+            .append_entries(append(
+                Vote::new_committed(1, 7),
+                Some(log_id(1, 4)),
+                vec![entry(1, 5), entry(1, 9)],
+            ))
+            .await;
+        assert_refused(
+            &on("append with a gap"),
+            r,
+            Code::InvalidArgument,
+            "entries[1].log_id.index",
+        );
+        let r = raft
+            .append_entries(append(Vote::new_committed(1, 7), None, vec![entry(3, 0)]))
+            .await;
+        assert_refused(
+            &on("append past its term"),
+            r,
+            Code::InvalidArgument,
+            "entries[0].log_id.leader_id.term",
+        );
+
+        let r = raft
+            .install_snapshot(chunk(current, "forged", 1 << 62, vec![1], false))
+            .await;
+        assert_refused(
+            &on("chunk at offset 2^62"),
+            r,
+            Code::InvalidArgument,
+            "offset",
+        );
+        let r = raft
+            .install_snapshot(chunk(current, "forged", u64::MAX, vec![1], false))
+            .await;
+        assert_refused(
+            &on("chunk at offset 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "offset",
+        );
+        let r = raft
+            .install_snapshot(chunk(current, "forged", 10, vec![1], false))
+            .await;
+        assert_refused(
+            &on("chunk out of order"),
+            r,
+            Code::InvalidArgument,
+            "offset: is 10",
+        );
+        let r = raft
+            .install_snapshot(chunk(overflowing, "forged", 0, vec![1], true))
+            .await;
+        assert_refused(
+            &on("chunk at term 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        // Garbage that does not decode as a StateSnapshot, in two chunks.
+        let r = raft
+            .install_snapshot(chunk(current, "garbage", 0, vec![0xff; 100], false))
+            .await;
+        assert!(r.is_ok(), "{}", on("the first chunk is taken"));
+        let r = raft
+            .install_snapshot(chunk(current, "garbage", 100, vec![0xff; 100], true))
+            .await;
+        assert_refused(
+            &on("garbage snapshot"),
+            r,
+            Code::InvalidArgument,
+            "data: the finished snapshot does not decode",
+        );
+
+        for (what, data) in [("empty", vec![]), ("random", vec![0xa5; 37])] {
+            let bad = RaftPayload { data };
+            let r = raft.append_entries(bad.clone()).await;
+            assert_refused(
+                &on(&format!("{what} append")),
+                r,
+                Code::InvalidArgument,
+                "data: not a raft message",
+            );
+            let r = raft.vote(bad.clone()).await;
+            assert_refused(
+                &on(&format!("{what} vote")),
+                r,
+                Code::InvalidArgument,
+                "data: not a raft message",
+            );
+            let r = raft.install_snapshot(bad).await;
+            assert_refused(
+                &on(&format!("{what} snapshot")),
+                r,
+                Code::InvalidArgument,
+                "data: not a raft message",
+            );
+        }
+        // A vote, no previous entry, then a list that claims 2^62 entries.
+        let mut data = bincode::serialize(&Vote::new_committed(1u64, 7u64)).unwrap();
+        data.push(0);
+        data.extend((1u64 << 62).to_le_bytes());
+        let r = raft.append_entries(RaftPayload { data }).await;
+        assert_refused(
+            &on("2^62 entries claimed"),
+            r,
+            Code::InvalidArgument,
+            "data: not a raft message",
+        );
+
+        // Forwarded writes are validated as the direct calls are.
+        let forward = |write| ForwardRequest { write };
+        let r = raft.forward(forward(None)).await;
+        assert_refused(
+            &on("forward of nothing"),
+            r,
+            Code::InvalidArgument,
+            "write: is required",
+        );
+        let job = Job {
+            id: "x".repeat(1 << 20),
+            ..Default::default()
+        };
+        let r = raft
+            .forward(forward(Some(Write::JobRegister(JobRegisterRequest {
+                job: Some(job),
+            }))))
+            .await;
+        assert_refused(
+            &on("forward of a 1 MiB job id"),
+            r,
+            Code::InvalidArgument,
+            "job.id",
+        );
+        let mut node = stampede_launch::testing::node("forged");
+        node.status = 99;
+        let r = raft
+            .forward(forward(Some(Write::NodeRegister(NodeRegisterRequest {
+                node: Some(node),
+            }))))
+            .await;
+        assert_refused(
+            &on("forward of an unknown status"),
+            r,
+            Code::InvalidArgument,
+            "node.status",
+        );
+        let r = raft
+            .forward(forward(Some(Write::JobDeregister(JobDeregisterRequest {
+                job_id: "ghost".into(),
+                purge: true,
+            }))))
+            .await;
+        assert_refused(
+            &on("forward of an unknown job"),
+            r,
+            Code::NotFound,
+            "job_id",
+        );
+    }
+    // The one chunk above too large for any snapshot: 64 MiB and a byte.
+    let follower = c.ids_except(leader)[0];
+    let mut raft = client(&c, follower);
+    let r = raft
+        .install_snapshot(chunk(current, "big", 0, vec![0; (64 << 20) + 1], false))
+        .await;
+    assert_refused(
+        "a chunk of 64 MiB and a byte",
+        r,
+        Code::InvalidArgument,
+        "data: is 67108865 bytes",
+    );
+
+    still_serves(&mut c, "after-forgery").await;
+    // Nothing forged was stored: a restarted server comes back and joins.
+    c.restart(follower).unwrap();
+    c.leader().await;
+    still_serves(&mut c, "after-restart").await;
+}
