@@ -351,3 +351,48 @@ async fn bad_http_requests_are_refused_naming_the_parameter() {
     assert!(list.iter().all(|w| w["paused"] == false), "{workers}");
     still_serves(&mut c, "after-http").await;
 }
+
+/// Sends `body` as it is, without gRPC's framing, to `path`; the status the
+/// server answers with.
+async fn unframed(channel: &Channel, path: &str, body: Vec<u8>) -> Status {
+    use tower::ServiceExt;
+    let request = tonic::codegen::http::Request::post(format!("https://server.stampede{path}"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(tonic::body::boxed(axum::body::Body::from(body)))
+        .unwrap();
+    let response = channel.clone().oneshot(request).await.unwrap();
+    Status::from_header_map(response.headers()).expect("a trailers-only error answer")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_body_that_is_not_grpc_framing_is_an_invalid_argument() {
+    let (c, leader) = Harness::with_leader(1, &[]).await;
+    let channel = c.channel(leader, stampede_proto::security::Role::Server);
+    let mut noise = vec![0u8; 4096];
+    rand::rngs::StdRng::seed_from_u64(7).fill(&mut noise[..]);
+    // Random bytes (a bad compression flag or a cut-off frame), a frame
+    // header promising more than follows, and nothing at all.
+    let bodies = [
+        noise.clone(),
+        vec![2, 0, 0, 0, 1],
+        vec![0, 0, 0, 0, 200, 1, 2],
+        vec![],
+    ];
+    for (path, _, _) in CALLS.iter().take(6) {
+        for body in &bodies {
+            let status = unframed(&channel, path, body.clone()).await;
+            assert_eq!(
+                status.code(),
+                Code::InvalidArgument,
+                "{path} with {} unframed bytes: {status:?}",
+                body.len()
+            );
+            assert!(
+                status.message().starts_with("request body:"),
+                "{}",
+                status.message()
+            );
+        }
+    }
+}

@@ -268,12 +268,43 @@ where
                 .and_then(|v| v.to_str().ok()),
         );
         match checked {
-            Ok(()) => Box::pin(self.inner.call(req)),
+            Ok(()) => {
+                let answer = self.inner.call(req);
+                Box::pin(async move { answer.await.map(framing_errors_are_the_callers) })
+            }
             Err(denied) => {
                 let response = denied.status().into_http();
                 Box::pin(async move { Ok(response) })
             }
         }
+    }
+}
+
+/// What tonic says, with `Internal`, of a request body that is not gRPC
+/// framing at all (random bytes, no message, a cut-off frame, a bad
+/// compression flag): the caller's mistake, so `InvalidArgument`.
+const FRAMING_ERRORS: [&str; 4] = [
+    "Missing request message",
+    "protocol error:",
+    "Unexpected EOF decoding stream",
+    "Error decompressing",
+];
+
+fn framing_errors_are_the_callers(
+    response: http::Response<tonic::body::BoxBody>,
+) -> http::Response<tonic::body::BoxBody> {
+    match Status::from_header_map(response.headers()) {
+        Some(s)
+            if s.code() == tonic::Code::Internal
+                && FRAMING_ERRORS.iter().any(|p| s.message().starts_with(p)) =>
+        {
+            Status::invalid_argument(format!(
+                "request body: not one gRPC message ({})",
+                s.message()
+            ))
+            .into_http()
+        }
+        _ => response,
     }
 }
 
