@@ -272,8 +272,8 @@ async fn the_public_api_needs_a_token_of_the_right_scope() {
         n.message()
     );
 
-    // HTTP: monitoring with any certificate; the admin calls need the
-    // management token.
+    // HTTP: monitoring with any certificate; the admin calls need a server
+    // certificate and the management token.
     let url = format!("https://{}", c.server(1).unwrap().http);
     let as_client = http_client(&c.security(Role::Client).unwrap(), CATCH_UP).unwrap();
     let metrics = as_client

@@ -200,7 +200,9 @@ impl LocalCluster {
             ]);
             Some(dir)
         };
-        let security = security_in(tls_dir.as_deref(), Role::Operator)?;
+        // The launcher administers its cluster: a server certificate and the
+        // management token pass every HTTP check, the worker admin calls too.
+        let security = security_in(tls_dir.as_deref(), Role::Server)?;
         let mut cluster = Self {
             bin: opts.bin,
             root,
@@ -254,8 +256,8 @@ impl LocalCluster {
         Ok(env)
     }
 
-    /// The HTTP client [`LocalCluster::request`] uses: the operator's
-    /// certificate and the management token, when the cluster has TLS.
+    /// The HTTP client [`LocalCluster::request`] uses: a server certificate
+    /// and the management token, when the cluster has TLS.
     pub fn http_client(&self) -> &reqwest::Client {
         &self.http
     }

@@ -10,9 +10,10 @@
 //! | jobs: register, deregister | any | write |
 //! | HTTP `/metrics`, `/v1/status` | any | – |
 //! | HTTP `GET /v1/workers` | any | read |
-//! | HTTP `PUT /v1/workers`, `POST /v1/workers/{pause,resume}` | operator, server | management |
+//! | HTTP `PUT /v1/workers`, `POST /v1/workers/{pause,resume}` | server | management |
 //!
-//! Servers are members and need no token. Without TLS (`--insecure`) roles
+//! Servers are members and need no token, except for the worker admin calls,
+//! which need both: they stop a cluster's scheduling. Without TLS (`--insecure`) roles
 //! cannot be known and are not checked; without `--acl-token-file` tokens
 //! are not.
 
@@ -42,8 +43,8 @@ pub enum Need {
     Anyone(Scope),
     /// Any certificate of the cluster; no token (monitoring).
     Monitor,
-    /// An operator or server certificate, and a token of this scope.
-    Operators(Scope),
+    /// A server certificate and the management token (the worker admin calls).
+    Admin,
 }
 
 impl Need {
@@ -52,14 +53,15 @@ impl Need {
             Need::Members => &[Role::Server],
             Need::Agents(_) => &[Role::Server, Role::Client],
             Need::Anyone(_) | Need::Monitor => &Role::ALL,
-            Need::Operators(_) => &[Role::Server, Role::Operator],
+            Need::Admin => &[Role::Server],
         }
     }
 
     fn scope(self) -> Option<Scope> {
         match self {
             Need::Members | Need::Monitor => None,
-            Need::Agents(s) | Need::Anyone(s) | Need::Operators(s) => Some(s),
+            Need::Agents(s) | Need::Anyone(s) => Some(s),
+            Need::Admin => Some(Scope::Management),
         }
     }
 }
@@ -90,7 +92,7 @@ pub fn http_need(method: &axum::http::Method, path: &str) -> Need {
     match (method.as_str(), path) {
         ("GET", "/metrics" | "/v1/status") => Need::Monitor,
         ("GET", "/v1/workers") => Need::Anyone(Scope::Read),
-        _ => Need::Operators(Scope::Management),
+        _ => Need::Admin,
     }
 }
 
@@ -185,11 +187,12 @@ impl Guard {
                 });
             }
         }
+        let admin = need == Need::Admin;
         let (Some(acl), Some(need)) = (&self.acl, need.scope()) else {
             return Ok(());
         };
         // Members need no token: a server certificate proves membership.
-        if role == Some(Role::Server) {
+        if role == Some(Role::Server) && !admin {
             return Ok(());
         }
         let token = authorization
