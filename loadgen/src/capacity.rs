@@ -39,6 +39,10 @@ pub struct CapacityOpts {
     /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
+    /// How long jobs are submitted, overriding the scenario's `duration`
+    /// (e.g. `30m` for a soak, `2m` in CI); at most 24h.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -107,7 +111,10 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if opts.sample_every < Duration::from_millis(100) {
         return Err(CapacityError::SampleEvery.into());
     }
-    let scenario = Scenario::load(&opts.scenario)?;
+    let mut scenario = Scenario::load(&opts.scenario)?;
+    if let Some(d) = opts.duration {
+        scenario = scenario.with_duration(d)?;
+    }
     if !scenario.faults.is_empty() && !opts.servers.is_empty() {
         return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
     }
@@ -725,9 +732,20 @@ fn summarize(
             .fold(0.0f64, |a, b| a.max(*b));
         rss_mib.insert(s.target.name.clone(), peak / 1048576.0);
     }
+    // The steepest server's memory growth over the second half of the run:
+    // what a soak must keep near zero.
+    let server_rss_slope_mib_per_min = servers
+        .iter()
+        .filter_map(|s| {
+            let end = s.points.last()?.t;
+            s.slope_per_minute("process_resident_memory_bytes", end / 2.0)
+        })
+        .map(|bytes| bytes / 1048576.0)
+        .reduce(f64::max);
     VariantSummary {
         name: v.name.clone(),
         tls: false,
+        server_rss_slope_mib_per_min,
         server_args: v.server_args.clone(),
         nodesim_args: v.nodesim_args.clone(),
         raft_entries_by_type,

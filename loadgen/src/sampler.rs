@@ -82,6 +82,28 @@ impl Series {
         self.last(name) - self.first(name)
     }
 
+    /// How fast gauge `name` moved from `from` seconds on, per minute: the
+    /// least-squares slope of its samples; `None` with fewer than two.
+    pub fn slope_per_minute(&self, name: &str, from: f64) -> Option<f64> {
+        let xy: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter(|p| p.t >= from)
+            .filter_map(|p| Some((p.t / 60.0, *p.values.get(name)?)))
+            .collect();
+        let n = xy.len() as f64;
+        if xy.len() < 2 {
+            return None;
+        }
+        let (mx, my) = (
+            xy.iter().map(|p| p.0).sum::<f64>() / n,
+            xy.iter().map(|p| p.1).sum::<f64>() / n,
+        );
+        let sxx: f64 = xy.iter().map(|p| (p.0 - mx).powi(2)).sum();
+        let sxy: f64 = xy.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum();
+        (sxx > 0.0).then(|| sxy / sxx)
+    }
+
     /// Every series name seen whose name (before labels) is `metric`.
     pub fn names_of(&self, metric: &str) -> Vec<String> {
         let mut names: Vec<String> = self
@@ -178,6 +200,41 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slope_is_fitted_over_the_samples_from_a_time_on() {
+        // Flat for a minute, then 2 units a second (120 a minute), with noise.
+        let points = (0..240)
+            .map(|i| {
+                let t = i as f64 * 0.5;
+                let v = if t < 60.0 {
+                    100.0
+                } else {
+                    100.0 + 2.0 * (t - 60.0)
+                };
+                let noise = if i % 2 == 0 { 0.5 } else { -0.5 };
+                Point {
+                    t,
+                    values: [("rss".to_string(), v + noise)].into(),
+                }
+            })
+            .collect();
+        let s = Series {
+            target: Target {
+                name: "server-1".into(),
+                url: String::new(),
+            },
+            points,
+            lost_at: None,
+            last_text: None,
+        };
+        let late = s.slope_per_minute("rss", 60.0).unwrap();
+        assert!((late - 120.0).abs() < 1.0, "{late}");
+        let all = s.slope_per_minute("rss", 0.0).unwrap();
+        assert!(all > 10.0 && all < 120.0, "{all}");
+        assert_eq!(s.slope_per_minute("rss", 1e9), None, "no samples");
+        assert_eq!(s.slope_per_minute("other", 0.0), None, "no such gauge");
+    }
 
     #[test]
     fn keeps_the_series_a_report_uses() {

@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+/// Longest job stream a scenario (or `--duration`) may ask for.
+pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+
 /// A named built-in scenario and its TOML.
 pub const BUILT_IN: &[(&str, &str)] = &[
     ("default", include_str!("../scenarios/default.toml")),
@@ -329,6 +332,16 @@ impl Scenario {
         Ok(s)
     }
 
+    /// The scenario with its stream lasting `duration` instead
+    /// (`loadgen capacity --duration`), checked again: faults must still
+    /// fall within the stream.
+    pub fn with_duration(mut self, duration: Duration) -> Result<Self, ScenarioError> {
+        self.duration = duration;
+        let origin = format!("scenario {} with --duration", self.name);
+        self.check(&origin)?;
+        Ok(self)
+    }
+
     fn check(&self, origin: &str) -> Result<(), ScenarioError> {
         let bad = |field: &str, message: &str| {
             Err(ScenarioError::Invalid {
@@ -343,8 +356,8 @@ impl Scenario {
         if self.nodes == 0 || self.nodes > 1_000_000 {
             return bad("nodes", "must be 1 to 1,000,000");
         }
-        if self.duration.is_zero() {
-            return bad("duration", "must be above 0");
+        if self.duration.is_zero() || self.duration > MAX_DURATION {
+            return bad("duration", "must be above 0 and at most 24h");
         }
         let rates = match self.arrival {
             Arrival::Constant { rate } | Arrival::Poisson { rate } => vec![rate],
@@ -533,6 +546,30 @@ impl Scenario {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn duration_overrides_the_stream_and_keeps_faults_inside_it() {
+        let d = Scenario::load("default")
+            .unwrap()
+            .with_duration(Duration::from_secs(1800))
+            .unwrap();
+        assert_eq!(d.duration, Duration::from_secs(1800));
+        let e = Scenario::load("faults")
+            .unwrap()
+            .with_duration(Duration::from_secs(30))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--duration") && e.contains("not within the job stream"),
+            "{e}"
+        );
+        let e = Scenario::load("default")
+            .unwrap()
+            .with_duration(Duration::from_secs(25 * 3600))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at most 24h"), "{e}");
+    }
 
     #[test]
     fn every_built_in_scenario_parses() {

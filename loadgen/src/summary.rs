@@ -69,6 +69,10 @@ pub struct VariantSummary {
     pub cpu_cores: BTreeMap<String, f64>,
     /// Peak resident memory of each process, in MiB.
     pub rss_mib: BTreeMap<String, f64>,
+    /// How fast the steepest server's resident memory grew over the second
+    /// half of the run, MiB per minute (least squares over its samples);
+    /// `None` with too few samples.
+    pub server_rss_slope_mib_per_min: Option<f64>,
     pub seconds: f64,
     /// Wall-clock start and end of the stream, in Unix seconds: the time
     /// range to look at in Prometheus or Grafana.

@@ -407,12 +407,20 @@ mod tests {
         let server = peer(Some(Role::Server));
         assert!(g.check(hb, grpc_need(hb), Some(&server), None).is_ok());
 
-        // HTTP admin calls need the management token.
+        // HTTP admin calls need a server certificate and the management token.
         let put = http_need(&axum::http::Method::PUT, "/v1/workers");
+        let mgmt = "Bearer 0123456789abcdef0123";
         let e = g
-            .check("PUT /v1/workers", put, Some(&op), Some(&write))
+            .check("PUT /v1/workers", put, Some(&op), Some(mgmt))
+            .unwrap_err();
+        assert!(e.to_string().contains("role server"), "{e}");
+        let e = g
+            .check("PUT /v1/workers", put, Some(&server), Some(&write))
             .unwrap_err();
         assert!(e.to_string().contains("management scope"), "{e}");
+        assert!(g
+            .check("PUT /v1/workers", put, Some(&server), Some(mgmt))
+            .is_ok());
         let metrics = http_need(&axum::http::Method::GET, "/metrics");
         assert!(g
             .check("GET /metrics", metrics, Some(&client), None)
