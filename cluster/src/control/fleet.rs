@@ -66,10 +66,45 @@ impl FleetGauges {
                 .with_label_values(&[NodeStatus::label_of(n.status)])
                 .inc();
         }
+        // Every status has a series from the start, so a dashboard shows 0
+        // rather than "No data" before the first allocation.
+        for s in [
+            AllocClientStatus::Pending,
+            AllocClientStatus::Running,
+            AllocClientStatus::Complete,
+            AllocClientStatus::Failed,
+            AllocClientStatus::Lost,
+        ] {
+            self.allocs.with_label_values(&[s.label()]).set(0);
+        }
         for a in state.allocs() {
             self.allocs
                 .with_label_values(&[AllocClientStatus::label_of(a.client_status)])
                 .inc();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prometheus::Encoder;
+
+    #[test]
+    fn every_status_has_a_series_before_the_first_allocation() {
+        let registry = Registry::new();
+        let (_tx, leading) = watch::channel(true);
+        let gauges = FleetGauges::new(Arc::new(StateStore::default()), leading, &registry);
+        gauges.update();
+        let mut text = Vec::new();
+        prometheus::TextEncoder::new()
+            .encode(&registry.gather(), &mut text)
+            .unwrap();
+        let text = String::from_utf8(text).unwrap();
+        for status in ["pending", "running", "complete", "failed", "lost"] {
+            let series = format!("stampede_allocs{{client_status=\"{status}\"}} 0");
+            assert!(text.contains(&series), "{series} missing from\n{text}");
+        }
+        assert!(text.contains("stampede_nodes{status=\"ready\"} 0"));
     }
 }
