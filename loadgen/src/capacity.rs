@@ -30,7 +30,8 @@ use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
 use crate::sampler::{self, label, Series, Target};
-use crate::scenario::{Scenario, Variant};
+use crate::scenario::{Arrival, Scenario, Variant};
+use crate::search::{self, Probe, Search, SearchReport};
 use crate::stream;
 use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERSION};
 
@@ -43,6 +44,15 @@ pub struct CapacityOpts {
     /// (e.g. `30m` for a soak, `2m` in CI); at most 24h.
     #[arg(long, value_parser = humantime::parse_duration)]
     pub duration: Option<Duration>,
+    /// Search for the highest arrival rate whose measures all meet the
+    /// scenario's SLOs: each probe is a whole run at one rate, doubling or
+    /// halving until one passes and one fails, then narrowing to 10%.
+    #[arg(long, conflicts_with = "servers")]
+    pub find_max_rate: bool,
+    /// With --find-max-rate: how long the search may take in all; it stops
+    /// before a probe that would not fit.
+    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
+    pub budget: Duration,
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -89,6 +99,8 @@ pub enum CapacityError {
     Launch(#[from] stampede_launch::LaunchError),
     #[error(transparent)]
     Security(#[from] stampede_proto::security::SecurityError),
+    #[error("--find-max-rate: scenario {0} has no [slo] (p99_placement_ms or p99_running_ms) to search against")]
+    SearchNeedsSlo(String),
     #[error("cannot write {0}: {1}")]
     Write(PathBuf, std::io::Error),
     #[error("cannot start nodesim ({0}): {1}")]
@@ -151,46 +163,10 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         prometheus: prometheus.as_ref(),
         tls_dir,
     };
-    let runs = if opts.servers.is_empty() {
-        scenario.runs()
-    } else {
-        scenario.runs().into_iter().take(1).collect()
+    let summary = match opts.find_max_rate {
+        true => find_max_rate(&scenario, &opts, &out, &ctx, baseline.as_ref()).await?,
+        false => run_variants(&scenario, &opts, &out, &ctx, baseline.as_ref()).await?,
     };
-    let mut variants = Vec::new();
-    let finish = |variants: &[VariantSummary]| {
-        finish(
-            &scenario,
-            variants,
-            &out,
-            runs.len(),
-            &ctx,
-            baseline.as_ref(),
-        )
-    };
-    for (i, v) in runs.iter().enumerate() {
-        let scenario_v = scenario.for_variant(v);
-        eprintln!(
-            "loadgen: {} {}/{}: {} ({} nodes, {} of jobs)",
-            scenario.name,
-            i + 1,
-            runs.len(),
-            v.name,
-            scenario_v.nodes,
-            humantime::format_duration(scenario.duration)
-        );
-        let dir = out.join(&v.name);
-        let summary = match opts.servers.is_empty() {
-            true => run_local(&scenario_v, v, &dir, &ctx).await?,
-            false => run_remote(&scenario_v, v, &dir, &ctx).await?,
-        };
-        // Written after every variant, so a later failure leaves this one.
-        variants.push(summary);
-        let partial = finish(&variants)?;
-        if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
-            break;
-        }
-    }
-    let summary = finish(&variants)?;
     let loadgen_metrics = out.join("loadgen.prom");
     std::fs::write(&loadgen_metrics, metrics.render())
         .map_err(|e| CapacityError::Write(loadgen_metrics, e))?;
@@ -206,6 +182,49 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
     }
     Ok(summary)
+}
+
+/// Every variant of the scenario in turn (only the first with --servers).
+async fn run_variants(
+    scenario: &Scenario,
+    opts: &CapacityOpts,
+    out: &Path,
+    ctx: &Ctx<'_>,
+    baseline: Option<&serde_json::Value>,
+) -> Result<RunSummary, CapacityError> {
+    let runs = if opts.servers.is_empty() {
+        scenario.runs()
+    } else {
+        scenario.runs().into_iter().take(1).collect()
+    };
+    let mut variants = Vec::new();
+    let finish = |variants: &[VariantSummary]| {
+        finish(scenario, variants, out, runs.len(), ctx, baseline, None)
+    };
+    for (i, v) in runs.iter().enumerate() {
+        let scenario_v = scenario.for_variant(v);
+        eprintln!(
+            "loadgen: {} {}/{}: {} ({} nodes, {} of jobs)",
+            scenario.name,
+            i + 1,
+            runs.len(),
+            v.name,
+            scenario_v.nodes,
+            humantime::format_duration(scenario.duration)
+        );
+        let dir = out.join(&v.name);
+        let summary = match opts.servers.is_empty() {
+            true => run_local(&scenario_v, v, &dir, ctx).await?,
+            false => run_remote(&scenario_v, v, &dir, ctx).await?,
+        };
+        // Written after every variant, so a later failure leaves this one.
+        variants.push(summary);
+        let partial = finish(&variants)?;
+        if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
+            break;
+        }
+    }
+    finish(&variants)
 }
 
 /// What every variant of a run shares.
@@ -246,6 +265,112 @@ async fn start_prometheus(
     }
 }
 
+/// `--find-max-rate`: probes of the whole scenario at one rate each (see
+/// [`crate::search`]), every probe a variant of the run and the search's
+/// outcome in `summary.json`'s `search`.
+async fn find_max_rate(
+    scenario: &Scenario,
+    opts: &CapacityOpts,
+    out: &Path,
+    ctx: &Ctx<'_>,
+    baseline: Option<&serde_json::Value>,
+) -> Result<RunSummary, CapacityError> {
+    if scenario.slo.p99_placement_ms.is_none() && scenario.slo.p99_running_ms.is_none() {
+        return Err(CapacityError::SearchNeedsSlo(scenario.name.clone()));
+    }
+    let start = match scenario.arrival {
+        Arrival::Constant { rate } | Arrival::Poisson { rate } => rate,
+        Arrival::Ramp { to, .. } => to,
+    };
+    let budget = opts.budget.as_secs_f64();
+    let began = Instant::now();
+    let mut search = Search::new(start);
+    let mut variants: Vec<VariantSummary> = Vec::new();
+    let mut longest = Duration::ZERO;
+    let mut again: Option<f64> = None;
+    let mut out_of_budget = false;
+    loop {
+        let (value, repeat) = match again.take() {
+            Some(v) => (v, true),
+            None => match search.next() {
+                Some(v) => (v, false),
+                None => break,
+            },
+        };
+        if began.elapsed() + longest > opts.budget {
+            out_of_budget = true;
+            break;
+        }
+        let v = Variant {
+            name: format!("rate-{value}{}", if repeat { "-again" } else { "" }),
+            nodes: None,
+            rate: Some(value),
+            server_args: vec![],
+            nodesim_args: vec![],
+            tls: None,
+        };
+        eprintln!(
+            "loadgen: search probe {}: {value} jobs/s{} ({} of the {} budget left)",
+            variants.len() + 1,
+            if repeat {
+                ", again: near a threshold"
+            } else {
+                ""
+            },
+            humantime::format_duration(Duration::from_secs(
+                opts.budget.saturating_sub(began.elapsed()).as_secs()
+            )),
+            humantime::format_duration(opts.budget)
+        );
+        let t0 = Instant::now();
+        let summary = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
+        longest = longest.max(t0.elapsed());
+        let (passed, near, breaches) = search::judge(&scenario.slo, &summary);
+        eprintln!(
+            "loadgen:   {value} jobs/s {}",
+            if passed {
+                "met every SLO".to_string()
+            } else {
+                format!("failed: {}", breaches.join("; "))
+            }
+        );
+        search.record(Probe {
+            value,
+            passed,
+            p99_placement_ms: summary.stream.placement_ms.p99,
+            p99_running_ms: summary.stream.time_to_running_ms.p99,
+            breaches,
+            repeat,
+            seconds: t0.elapsed().as_secs_f64(),
+        });
+        if passed && near && !repeat {
+            again = Some(value);
+        }
+        variants.push(summary);
+        let so_far = search.report(budget, began.elapsed().as_secs_f64(), false);
+        finish(
+            scenario,
+            &variants,
+            out,
+            variants.len(),
+            ctx,
+            baseline,
+            Some(so_far),
+        )?;
+    }
+    let report = search.report(budget, began.elapsed().as_secs_f64(), out_of_budget);
+    eprintln!("loadgen: search: {}", report.confidence);
+    finish(
+        scenario,
+        &variants,
+        out,
+        variants.len(),
+        ctx,
+        baseline,
+        Some(report),
+    )
+}
+
 /// Writes summary.json, samples.json and report.html for what has run so far.
 fn finish(
     scenario: &Scenario,
@@ -254,6 +379,7 @@ fn finish(
     planned: usize,
     ctx: &Ctx,
     baseline: Option<&serde_json::Value>,
+    search: Option<SearchReport>,
 ) -> Result<RunSummary, CapacityError> {
     let first = variants.first();
     let summary = RunSummary {
@@ -273,6 +399,7 @@ fn finish(
         audit_failures: summary::audit_failures(variants),
         complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
         prometheus: ctx.prometheus.map(|p| p.info().clone()),
+        search,
     };
     let write = |name: &str, body: String| {
         let path = out.join(name);

@@ -9,6 +9,7 @@ pub mod prometheus_run;
 pub mod report;
 pub mod sampler;
 pub mod scenario;
+pub mod search;
 pub mod stream;
 pub mod summary;
 pub mod writes;

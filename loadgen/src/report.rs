@@ -148,7 +148,20 @@ pub fn table(s: &RunSummary) -> String {
             let _ = write!(out, "  {v:>w$}");
         }
     }
-    if !s.slo_breaches.is_empty() {
+    if let Some(search) = &s.search {
+        let _ = write!(out, "\nsearch for the highest rate: {}", search.confidence);
+        for p in &search.probes {
+            let _ = write!(
+                out,
+                "\n  {:>9} jobs/s  p99 placement {:>8.0} ms  p99 running {:>8.0} ms  {}{}",
+                p.value,
+                p.p99_placement_ms,
+                p.p99_running_ms,
+                if p.passed { "met the SLOs" } else { "failed" },
+                if p.repeat { " (again)" } else { "" }
+            );
+        }
+    } else if !s.slo_breaches.is_empty() {
         let _ = write!(out, "\nSLO breached: {}", s.slo_breaches.join("; "));
     }
     for a in &s.audit_failures {
@@ -659,6 +672,70 @@ fn sweep(s: &RunSummary) -> String {
     html
 }
 
+/// `--find-max-rate`: every probe, and p99s against the rate with the SLO lines.
+fn search_section(s: &RunSummary) -> String {
+    let Some(search) = &s.search else {
+        return String::new();
+    };
+    let mut html = format!(
+        "<h2>The highest rate that meets the SLOs</h2><p id=\"search\">{}</p>\
+         <table><tr><th>rate (jobs/s)</th><th>p99 placement ms</th><th>p99 running ms</th><th>result</th></tr>",
+        escape(&search.confidence)
+    );
+    for p in &search.probes {
+        let _ = write!(
+            html,
+            "<tr><td>{}{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>",
+            p.value,
+            if p.repeat { " (again)" } else { "" },
+            p.p99_placement_ms,
+            p.p99_running_ms,
+            if p.passed {
+                "met the SLOs".to_string()
+            } else {
+                escape(&p.breaches.join("; "))
+            }
+        );
+    }
+    html.push_str("</table>");
+    let mut probes = search.probes.clone();
+    probes.sort_by(|a, b| a.value.total_cmp(&b.value));
+    let (lo, hi) = (
+        probes.first().map_or(0.0, |p| p.value),
+        probes.last().map_or(1.0, |p| p.value),
+    );
+    let mut lines = vec![
+        (
+            "p99 placement".to_string(),
+            probes
+                .iter()
+                .map(|p| (p.value, p.p99_placement_ms))
+                .collect(),
+        ),
+        (
+            "p99 time to running".to_string(),
+            probes.iter().map(|p| (p.value, p.p99_running_ms)).collect(),
+        ),
+    ];
+    for (name, max) in [
+        ("SLO: p99 placement", s.scenario.slo.p99_placement_ms),
+        ("SLO: p99 running", s.scenario.slo.p99_running_ms),
+    ] {
+        if let Some(max) = max {
+            lines.push((name.to_string(), vec![(lo, max), (hi, max)]));
+        }
+    }
+    html.push_str("<div class=\"charts\">");
+    html.push_str(&chart_over(
+        "Latency against the rate, with the SLOs",
+        "ms",
+        "jobs/s",
+        &lines,
+    ));
+    html.push_str("</div>");
+    html
+}
+
 /// The self-contained report page.
 pub fn html(s: &RunSummary) -> String {
     let mut page = format!(
@@ -689,6 +766,7 @@ pub fn html(s: &RunSummary) -> String {
     let _ = write!(page, "<h2>Summary</h2><pre>{}</pre>", escape(&table(s)));
     page.push_str(&comparison(s));
     page.push_str(&sweep(s));
+    page.push_str(&search_section(s));
     for v in &s.variants {
         let _ = write!(
             page,
@@ -777,6 +855,7 @@ mod tests {
             audit_failures: vec![],
             complete: true,
             prometheus: None,
+            search: None,
         }
     }
 

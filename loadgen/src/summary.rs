@@ -39,6 +39,9 @@ pub struct RunSummary {
     pub complete: bool,
     /// The Prometheus that scraped the run, when one was installed.
     pub prometheus: Option<PrometheusInfo>,
+    /// With `--find-max-rate`: the probes and the highest rate that met the SLOs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<crate::search::SearchReport>,
 }
 
 /// One variant's results.

@@ -250,3 +250,67 @@ async fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("id=\"partial\"") && html.contains("stopped answering"));
 }
+
+/// A stream that a small cluster takes at a few jobs per second and not at
+/// a few dozen: each job is 20 allocations, and placement must stay under a
+/// second at p99.
+const SEARCHED: &str = r#"
+name = "searched"
+description = "a stream whose rate is searched"
+nodes = 40
+duration = "5s"
+drain = "20s"
+arrival = { process = "constant", rate = 2.0 }
+
+[[jobs]]
+name = "batch"
+type = "batch"
+count = 20
+cpu_mhz = 10
+memory_mb = 8
+
+[slo]
+p99_placement_ms = 1000
+"#;
+
+#[test]
+fn find_max_rate_brackets_the_rate_that_meets_the_slo_within_ten_percent() {
+    let (_dir, out, mut cmd) = capacity(SEARCHED, "searched");
+    let run = cmd
+        .args(["--find-max-rate", "--budget", "12m", "--no-prometheus"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let summary = json(&out.join("summary.json"));
+    let errors = schema_errors(&summary);
+    assert!(errors.is_empty(), "{errors:?}");
+    let search = &summary["search"];
+    let (lo, hi) = (
+        search["max_passing"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{search}\n{stderr}")),
+        search["min_failing"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{search}\n{stderr}")),
+    );
+    assert!(lo < hi && hi / lo <= 1.10 + 1e-9, "{lo}..{hi}: {search}");
+    // Every probe at the passing rate met the SLO, and one at the failing
+    // rate did not; each probe is a variant of the run.
+    let probes = search["probes"].as_array().unwrap();
+    let at = |v: f64| {
+        probes
+            .iter()
+            .filter(move |p| p["value"].as_f64() == Some(v))
+    };
+    assert!(at(lo).all(|p| p["passed"] == true), "{search}");
+    assert!(at(hi).any(|p| p["passed"] == false), "{search}");
+    assert_eq!(probes.len(), summary["variants"].as_array().unwrap().len());
+    assert!(search["spent_seconds"].as_f64().unwrap() <= 12.0 * 60.0);
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("id=\"search\""));
+    assert!(
+        stderr.contains("search probe 1:"),
+        "progress is told: {stderr}"
+    );
+}

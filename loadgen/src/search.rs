@@ -1,0 +1,251 @@
+//! `loadgen capacity --find-max-rate`: the highest arrival rate whose
+//! measures all meet the scenario's SLOs. Each probe is a whole run of the
+//! scenario at one rate, on a fresh cluster. The search doubles (or halves)
+//! the rate until one probe passes and one fails, then narrows the bracket
+//! geometrically until the failing rate is within 10% of the passing one,
+//! as long as the time budget allows another probe. A probe whose p99 lands
+//! within 10% of a threshold is run again, and its rate passes only if both
+//! runs do: one run's noise is not a capacity figure.
+
+use serde::Serialize;
+
+use crate::scenario::Slo;
+use crate::summary::VariantSummary;
+
+/// The bracket is narrow enough when the failing rate is within this factor
+/// of the passing one.
+pub const PRECISION: f64 = 1.10;
+/// A p99 within this factor of its threshold (either side) is near it.
+pub const NEAR: f64 = 0.10;
+/// Rates the search stays within, jobs per second.
+pub const MIN_RATE: f64 = 0.01;
+pub const MAX_RATE: f64 = 10_000.0;
+
+/// One run of the scenario at one rate.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Probe {
+    /// The arrival rate, jobs per second.
+    pub value: f64,
+    pub passed: bool,
+    pub p99_placement_ms: f64,
+    pub p99_running_ms: f64,
+    /// What the probe breached, in words.
+    pub breaches: Vec<String>,
+    /// Whether this run repeated the previous one (its p99 was near a threshold).
+    pub repeat: bool,
+    /// How long the probe took, start to end, seconds.
+    pub seconds: f64,
+}
+
+/// The search's outcome, as `summary.json` gives it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SearchReport {
+    /// What was searched over: `rate` (jobs per second).
+    pub parameter: String,
+    /// The highest rate that met every SLO (in every run of it).
+    pub max_passing: Option<f64>,
+    /// The lowest rate that breached one.
+    pub min_failing: Option<f64>,
+    pub probes: Vec<Probe>,
+    /// How far to trust the answer, in words.
+    pub confidence: String,
+    pub budget_seconds: f64,
+    pub spent_seconds: f64,
+}
+
+/// Whether a variant's measures meet the SLO, and whether one of them is
+/// near its threshold.
+pub fn judge(slo: &Slo, v: &VariantSummary) -> (bool, bool, Vec<String>) {
+    let measures = [
+        ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
+        (
+            "time to running",
+            v.stream.time_to_running_ms.p99,
+            slo.p99_running_ms,
+        ),
+    ];
+    let mut breaches = Vec::new();
+    let mut near = false;
+    for (what, p99, max) in measures {
+        let Some(max) = max else { continue };
+        if p99 > max {
+            breaches.push(format!("p99 {what} {p99:.0} ms > {max:.0} ms"));
+        }
+        near |= (p99 / max - 1.0).abs() <= NEAR;
+    }
+    // A probe that placed nothing measured nothing: it cannot pass.
+    if v.stream.placement_ms.count == 0 {
+        breaches.push("nothing was placed".into());
+    }
+    (breaches.is_empty() && v.problems.is_empty(), near, breaches)
+}
+
+/// Where the search stands: the probes so far, by rate.
+#[derive(Debug, Default)]
+pub struct Search {
+    start: f64,
+    probes: Vec<Probe>,
+}
+
+impl Search {
+    pub fn new(start: f64) -> Self {
+        Self {
+            start: start.clamp(MIN_RATE, MAX_RATE),
+            probes: Vec::new(),
+        }
+    }
+
+    pub fn record(&mut self, probe: Probe) {
+        self.probes.push(probe);
+    }
+
+    /// Whether every run at `value` passed (a rate run twice passes only if
+    /// both runs did).
+    fn passed_at(&self, value: f64) -> bool {
+        self.probes
+            .iter()
+            .filter(|p| p.value == value)
+            .all(|p| p.passed)
+    }
+
+    /// The highest rate that passed every time, and the lowest that did not.
+    pub fn bracket(&self) -> (Option<f64>, Option<f64>) {
+        let mut values: Vec<f64> = self.probes.iter().map(|p| p.value).collect();
+        values.sort_by(f64::total_cmp);
+        values.dedup();
+        let min_failing = values.iter().copied().find(|v| !self.passed_at(*v));
+        let max_passing = values
+            .iter()
+            .copied()
+            .filter(|v| self.passed_at(*v) && min_failing.is_none_or(|f| *v < f))
+            .last();
+        (max_passing, min_failing)
+    }
+
+    /// The next rate to probe, or `None` when the bracket is narrow enough
+    /// (or the rate left the range it may take).
+    pub fn next(&self) -> Option<f64> {
+        if self.probes.is_empty() {
+            return Some(self.start);
+        }
+        let next = match self.bracket() {
+            (Some(lo), Some(hi)) if hi / lo <= PRECISION => return None,
+            (Some(lo), Some(hi)) => (lo * hi).sqrt(),
+            (Some(lo), None) => lo * 2.0,
+            (None, Some(hi)) => hi / 2.0,
+            (None, None) => return None,
+        };
+        let next = (next * 1000.0).round() / 1000.0;
+        (MIN_RATE..=MAX_RATE)
+            .contains(&next)
+            .then_some(next)
+            .filter(|n| self.probes.iter().all(|p| p.value != *n))
+    }
+
+    /// The report, with a word on how far to trust it.
+    pub fn report(
+        &self,
+        budget_seconds: f64,
+        spent_seconds: f64,
+        out_of_budget: bool,
+    ) -> SearchReport {
+        let (max_passing, min_failing) = self.bracket();
+        let repeats = self.probes.iter().filter(|p| p.repeat).count();
+        let mut confidence = match (max_passing, min_failing) {
+            (Some(lo), Some(hi)) if hi / lo <= PRECISION => format!(
+                "{lo} jobs/s met every SLO and {hi} jobs/s ({:.0}% more) did not",
+                (hi / lo - 1.0) * 100.0
+            ),
+            (Some(lo), Some(hi)) => format!(
+                "between {lo} and {hi} jobs/s: the bracket is still {:.0}% wide",
+                (hi / lo - 1.0) * 100.0
+            ),
+            (Some(lo), None) => {
+                format!("every rate up to {lo} jobs/s met the SLOs; no failing rate found")
+            }
+            (None, Some(hi)) => format!("even {hi} jobs/s breached an SLO; no passing rate found"),
+            (None, None) => "no probe ran".into(),
+        };
+        if out_of_budget {
+            confidence.push_str("; the time budget ran out");
+        }
+        if repeats > 0 {
+            confidence.push_str(&format!(
+                "; {repeats} probe(s) near a threshold were run twice and pass only if both did"
+            ));
+        }
+        SearchReport {
+            parameter: "rate".into(),
+            max_passing,
+            min_failing,
+            probes: self.probes.clone(),
+            confidence,
+            budget_seconds,
+            spent_seconds,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn probe(value: f64, passed: bool) -> Probe {
+        Probe {
+            value,
+            passed,
+            p99_placement_ms: 0.0,
+            p99_running_ms: 0.0,
+            breaches: vec![],
+            repeat: false,
+            seconds: 1.0,
+        }
+    }
+
+    /// A cluster that meets the SLO up to `capacity` jobs/s.
+    fn run(start: f64, capacity: f64) -> Search {
+        let mut s = Search::new(start);
+        while let Some(v) = s.next() {
+            s.record(probe(v, v <= capacity));
+            assert!(s.probes.len() < 40, "the search ends");
+        }
+        s
+    }
+
+    #[test]
+    fn the_search_brackets_the_capacity_within_ten_percent() {
+        for (start, capacity) in [(4.0, 13.0), (4.0, 1.1), (100.0, 3.3), (1.0, 1.05)] {
+            let s = run(start, capacity);
+            let (lo, hi) = s.bracket();
+            let (lo, hi) = (lo.unwrap(), hi.unwrap());
+            assert!(
+                lo <= capacity && hi > capacity,
+                "{start} {capacity}: {lo}..{hi}"
+            );
+            assert!(hi / lo <= PRECISION, "{start} {capacity}: {lo}..{hi}");
+            let r = s.report(60.0, 30.0, false);
+            assert!(r.confidence.contains("did not"), "{}", r.confidence);
+        }
+    }
+
+    #[test]
+    fn a_rate_run_twice_passes_only_if_both_runs_did() {
+        let mut s = Search::new(4.0);
+        s.record(probe(4.0, true));
+        s.record(Probe {
+            repeat: true,
+            ..probe(4.0, false)
+        });
+        assert_eq!(s.bracket(), (None, Some(4.0)));
+        assert_eq!(s.next(), Some(2.0));
+        let r = s.report(60.0, 10.0, true);
+        assert!(r.confidence.contains("budget ran out") && r.confidence.contains("twice"));
+    }
+
+    #[test]
+    fn a_search_that_never_passes_stops_at_the_lowest_rate() {
+        let s = run(1.0, 0.0);
+        assert_eq!(s.bracket().0, None);
+        assert!(s.probes.last().unwrap().value >= MIN_RATE);
+    }
+}
