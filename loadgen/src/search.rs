@@ -117,8 +117,8 @@ impl Search {
         let max_passing = values
             .iter()
             .copied()
-            .filter(|v| self.passed_at(*v) && min_failing.is_none_or(|f| *v < f))
-            .last();
+            .rev()
+            .find(|v| self.passed_at(*v) && min_failing.is_none_or(|f| *v < f));
         (max_passing, min_failing)
     }
 
