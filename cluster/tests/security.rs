@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 use stampede_launch::testing::{cluster_bin, node, service_job, Harness, CATCH_UP};
-use stampede_launch::{http_client, LaunchOptions, LocalCluster};
+use stampede_launch::{http_client, make_tls_dir, LaunchOptions, LocalCluster};
 use stampede_proto::acl::{Acl, Scope};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::eval_service_client::EvalServiceClient;
@@ -146,16 +146,7 @@ async fn only_servers_reach_raft_and_the_internal_calls() {
 
     // A certificate from another CA fails the handshake.
     let other = tempfile::tempdir().unwrap();
-    let out = Command::new(cluster_bin())
-        .args(["tls", "init"])
-        .arg(other.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    make_tls_dir(&cluster_bin(), other.path()).unwrap();
     let stranger = material(other.path(), Role::Server);
     let tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(&ca))

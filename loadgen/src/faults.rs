@@ -546,11 +546,11 @@ async fn on_every_server(
         tokio::time::sleep(cfg.poll).await;
     };
     let mut on_servers = BTreeMap::new();
+    let security = cluster
+        .security(Role::Operator)
+        .map_err(|e| e.to_string())?;
     for s in cluster.servers() {
         // A client of this one server: reads are served from its own state.
-        let security = cluster
-            .security(Role::Operator)
-            .map_err(|e| e.to_string())?;
         let client = ClusterClient::new(&[s.rpc.to_string()], &security)
             .map_err(|e| format!("server {}: {e}", s.id))?;
         let jobs = client

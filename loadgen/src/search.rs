@@ -10,7 +10,7 @@
 use serde::Serialize;
 
 use crate::scenario::Slo;
-use crate::summary::VariantSummary;
+use crate::summary::{self, VariantSummary};
 
 /// The bracket is narrow enough when the failing rate is within this factor
 /// of the passing one.
@@ -56,20 +56,11 @@ pub struct SearchReport {
 /// Whether a variant's measures meet the SLO, and whether one of them is
 /// near its threshold.
 pub fn judge(slo: &Slo, v: &VariantSummary) -> (bool, bool, Vec<String>) {
-    let measures = [
-        ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
-        (
-            "time to running",
-            v.stream.time_to_running_ms.p99,
-            slo.p99_running_ms,
-        ),
-    ];
     let mut breaches = Vec::new();
     let mut near = false;
-    for (what, p99, max) in measures {
-        let Some(max) = max else { continue };
+    for (what, p99, max) in summary::slo_measures(slo, v) {
         if p99 > max {
-            breaches.push(format!("p99 {what} {p99:.0} ms > {max:.0} ms"));
+            breaches.push(summary::breach(what, p99, max));
         }
         near |= (p99 / max - 1.0).abs() <= NEAR;
     }

@@ -233,21 +233,34 @@ pub struct PrometheusInfo {
     pub browse: String,
 }
 
+/// Each of the scenario's SLO thresholds that is set, with the variant's
+/// measure of it: `(what, p99 ms, threshold ms)`.
+pub fn slo_measures(slo: &Slo, v: &VariantSummary) -> Vec<(&'static str, f64, f64)> {
+    [
+        ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
+        (
+            "time to running",
+            v.stream.time_to_running_ms.p99,
+            slo.p99_running_ms,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(what, p99, max)| Some((what, p99, max?)))
+    .collect()
+}
+
+/// A breached threshold, said in words.
+pub fn breach(what: &str, p99: f64, max: f64) -> String {
+    format!("p99 {what} {p99:.0} ms > {max:.0} ms")
+}
+
 /// The scenario's SLO thresholds each variant breached, said in words.
 pub fn slo_breaches(slo: &Slo, variants: &[VariantSummary]) -> Vec<String> {
     let mut slo_breaches = Vec::new();
     for v in variants {
-        let measures = [
-            ("placement", v.stream.placement_ms.p99, slo.p99_placement_ms),
-            (
-                "time to running",
-                v.stream.time_to_running_ms.p99,
-                slo.p99_running_ms,
-            ),
-        ];
-        for (what, p99, max) in measures {
-            if let Some(max) = max.filter(|max| p99 > *max) {
-                slo_breaches.push(format!("{}: p99 {what} {p99:.0} ms > {max:.0} ms", v.name));
+        for (what, p99, max) in slo_measures(slo, v) {
+            if p99 > max {
+                slo_breaches.push(format!("{}: {}", v.name, breach(what, p99, max)));
             }
         }
     }

@@ -271,16 +271,11 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
         local.path().join("prometheus.yml"),
     )
     .unwrap();
-    let init = Command::new(stampede_launch::testing::cluster_bin())
-        .args(["tls", "init"])
-        .arg(local.path().join("tls"))
-        .output()
-        .unwrap();
-    assert!(
-        init.status.success(),
-        "{}",
-        String::from_utf8_lossy(&init.stderr)
-    );
+    stampede_launch::make_tls_dir(
+        &stampede_launch::testing::cluster_bin(),
+        &local.path().join("tls"),
+    )
+    .unwrap();
     let check = Command::new("promtool")
         .args(["check", "config"])
         .arg(local.path().join("prometheus.yml"))

@@ -17,6 +17,9 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsAcceptor;
 
+/// How long a new connection may take over its TLS handshake.
+pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Who called: what the connection's handshake established.
 #[derive(Debug, Clone)]
 pub struct PeerInfo {
@@ -104,8 +107,19 @@ pub struct Conn {
 
 impl Conn {
     /// Completes the handshake of an accepted connection (nothing to do
-    /// without TLS).
+    /// without TLS); a caller silent for [`HANDSHAKE_WAIT`] is dropped.
     pub async fn accept(stream: TcpStream, tls: Option<&ServerTls>) -> io::Result<Conn> {
+        tokio::time::timeout(HANDSHAKE_WAIT, Self::handshake(stream, tls))
+            .await
+            .unwrap_or_else(|_| {
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no TLS handshake within {HANDSHAKE_WAIT:?}"),
+                ))
+            })
+    }
+
+    async fn handshake(stream: TcpStream, tls: Option<&ServerTls>) -> io::Result<Conn> {
         let addr = stream.peer_addr().ok();
         let Some(tls) = tls else {
             return Ok(Conn {

@@ -280,6 +280,26 @@ const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
 
 type Accepted = std::io::Result<Conn>;
 
+/// The next connection on `listener`, or `None` once `stop` turns true. A
+/// failed accept (out of file descriptors, say) waits a moment rather than spin.
+async fn next_connection(
+    listener: &TcpListener,
+    stop: &watch::Receiver<bool>,
+) -> Option<tokio::net::TcpStream> {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => return Some(stream),
+                Err(e) => {
+                    tracing::warn!("accepting a connection on {:?}: {e}", listener.local_addr().ok());
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stopped(stop.clone()) => return None,
+        }
+    }
+}
+
 /// Accepts connections on the `--rpc` listener and hands each to the server
 /// that serves it, by its first byte: [`RAFT_CONNECTION_MARKER`] (read and
 /// dropped) to raft's, anything else (HTTP/2's preface, or a TLS hello) to
@@ -291,19 +311,7 @@ async fn route_connections(
     raft: mpsc::Sender<Accepted>,
     stop: watch::Receiver<bool>,
 ) {
-    loop {
-        let mut stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of file descriptors, say: wait rather than spin.
-                    tracing::warn!("accepting a connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stopped(stop.clone()) => return,
-        };
+    while let Some(mut stream) = next_connection(&listener, &stop).await {
         let _ = stream.set_nodelay(true);
         let (main, raft, tls) = (main.clone(), raft.clone(), tls.clone());
         tokio::spawn(async move {
@@ -319,12 +327,11 @@ async fn route_connections(
                 // Closed, failed or silent before its first byte.
                 _ => return,
             };
-            match tokio::time::timeout(FIRST_BYTE_WAIT, Conn::accept(stream, tls.as_ref())).await {
-                Ok(Ok(conn)) => {
+            match Conn::accept(stream, tls.as_ref()).await {
+                Ok(conn) => {
                     let _ = to.send(Ok(conn)).await;
                 }
-                Ok(Err(e)) => tracing::debug!("TLS handshake failed: {e}"),
-                Err(_) => tracing::debug!("TLS handshake took over {FIRST_BYTE_WAIT:?}"),
+                Err(e) => tracing::debug!("TLS handshake failed: {e}"),
             }
         });
     }
@@ -346,30 +353,13 @@ async fn serve_http(
         listening.guard,
         crate::api::auth::http_auth,
     ));
-    loop {
-        let stream = tokio::select! {
-            accepted = listening.listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!("accepting an HTTP connection: {e}");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = stopped(stop.clone()) => return Ok(()),
-        };
+    while let Some(stream) = next_connection(&listening.listener, &stop).await {
         let (app, tls, stop) = (app.clone(), listening.tls.clone(), stop.clone());
         tokio::spawn(async move {
-            let conn =
-                match tokio::time::timeout(FIRST_BYTE_WAIT, Conn::accept(stream, tls.as_ref()))
-                    .await
-                {
-                    Ok(Ok(conn)) => conn,
-                    Ok(Err(e)) => return tracing::debug!("HTTP TLS handshake failed: {e}"),
-                    Err(_) => {
-                        return tracing::debug!("HTTP TLS handshake took over {FIRST_BYTE_WAIT:?}")
-                    }
-                };
+            let conn = match Conn::accept(stream, tls.as_ref()).await {
+                Ok(conn) => conn,
+                Err(e) => return tracing::debug!("HTTP TLS handshake failed: {e}"),
+            };
             let info = conn.info.clone();
             let app =
                 app.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
@@ -387,6 +377,7 @@ async fn serve_http(
             }
         });
     }
+    Ok(())
 }
 
 /// Mirrors openraft's view of this server into the raft gauges.
