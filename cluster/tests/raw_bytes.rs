@@ -122,6 +122,7 @@ const CALLS: &[(&str, &str, &[u8])] = &[
         "EvalUpdateRequest",
         &[0x0a],
     ),
+    ("/stampede.v1.EvalService/Reap", "EvalReapRequest", &[0x0a]),
     (
         "/stampede.v1.PlanService/Submit",
         "PlanSubmitRequest",

@@ -17,8 +17,9 @@ use stampede_proto::plan_service_client::PlanServiceClient;
 use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::security::{Role, Security, TlsArgs, TlsMaterial, TOKEN_FILE};
 use stampede_proto::{
-    EvalAckRequest, EvalDequeueRequest, EvalUpdateRequest, Evaluation, ForwardRequest,
-    JobListRequest, JobRegisterRequest, NodeRegisterRequest, Plan, PlanSubmitRequest, RaftPayload,
+    Empty, EvalAckRequest, EvalDequeueRequest, EvalReapRequest, EvalUpdateRequest, Evaluation,
+    ForwardRequest, JobListRequest, JobRegisterRequest, NodeRegisterRequest, Plan,
+    PlanSubmitRequest, RaftPayload,
 };
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::Code;
@@ -99,6 +100,11 @@ async fn internal_calls_refused(ch: Channel, code: Code) {
             .await
             .map(|_| ()),
     ));
+    answers.push((
+        "Reap",
+        evals.reap(EvalReapRequest::default()).await.map(|_| ()),
+    ));
+    answers.push(("ForceGc", evals.force_gc(Empty {}).await.map(|_| ())));
     let mut plans = PlanServiceClient::new(ch);
     answers.push((
         "Submit",

@@ -38,6 +38,7 @@ labels! {
         Service => "service",
         Batch => "batch",
         System => "system",
+        Core => "core",
     }
     JobStatus {
         Unspecified => "unknown",

@@ -20,6 +20,10 @@ pub const MESSAGE_TYPES: &[&str] = &[
     "plan_apply",
     "alloc_client_update",
     "deployment_update",
+    "gc_evals",
+    "gc_jobs",
+    "gc_deployments",
+    "gc_nodes",
     "blank",
     "membership",
 ];
@@ -40,6 +44,10 @@ impl log_entry::Msg {
             log_entry::Msg::PlanApply(_) => "plan_apply",
             log_entry::Msg::AllocClientUpdate(_) => "alloc_client_update",
             log_entry::Msg::DeploymentUpdate(_) => "deployment_update",
+            log_entry::Msg::GcEvals(_) => "gc_evals",
+            log_entry::Msg::GcJobs(_) => "gc_jobs",
+            log_entry::Msg::GcDeployments(_) => "gc_deployments",
+            log_entry::Msg::GcNodes(_) => "gc_nodes",
         }
     }
 }

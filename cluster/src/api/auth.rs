@@ -92,6 +92,7 @@ pub fn http_need(method: &axum::http::Method, path: &str) -> Need {
     match (method.as_str(), path) {
         ("GET", "/metrics" | "/v1/status") => Need::Monitor,
         ("GET", "/v1/workers") => Need::Anyone(Scope::Read),
+        ("PUT", "/v1/system/gc") => Need::Anyone(Scope::Management),
         _ => Need::Admin,
     }
 }
@@ -352,6 +353,8 @@ mod tests {
             "/stampede.v1.EvalService/Ack",
             "/stampede.v1.EvalService/Nack",
             "/stampede.v1.EvalService/Update",
+            "/stampede.v1.EvalService/Reap",
+            "/stampede.v1.EvalService/ForceGc",
             "/stampede.v1.PlanService/Submit",
             "/stampede.v1.NoSuchService/X",
         ] {

@@ -1,13 +1,14 @@
-//! HTTP: `/metrics` for Prometheus, `/v1/status` for people and tests, and
-//! `/v1/workers` to list, resize, pause and resume scheduler workers. A bad
-//! query parameter is `400 Bad Request` naming it; an unknown route `404`.
+//! HTTP: `/metrics` for Prometheus, `/v1/status` for people and tests,
+//! `/v1/workers` to list, resize, pause and resume scheduler workers, and
+//! `PUT /v1/system/gc` to force a garbage collection. A bad query parameter
+//! is `400 Bad Request` naming it; an unknown route `404`.
 
 use std::sync::Arc;
 
 use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
@@ -56,6 +57,8 @@ pub struct HttpState {
     pub fleet: Arc<FleetGauges>,
     /// Listed, resized, paused and resumed by `/v1/workers`.
     pub workers: Arc<WorkerPool<LeaderCalls>>,
+    /// For a forced garbage collection, which the leader's broker runs.
+    pub calls: LeaderCalls,
 }
 
 type Cp = State<HttpState>;
@@ -67,6 +70,7 @@ pub fn router(cp: HttpState) -> Router {
         .route("/v1/workers", get(list_workers).put(set_workers))
         .route("/v1/workers/pause", post(pause_workers))
         .route("/v1/workers/resume", post(resume_workers))
+        .route("/v1/system/gc", put(force_gc))
         .with_state(cp)
 }
 
@@ -122,6 +126,22 @@ fn workers_report(cp: &HttpState) -> Json<WorkersReport> {
 
 async fn list_workers(State(cp): Cp) -> Json<WorkersReport> {
     workers_report(&cp)
+}
+
+/// What `PUT /v1/system/gc` answers.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ForceGcReport {
+    /// The core evaluation that runs the collection on a worker.
+    pub eval_id: String,
+}
+
+/// `PUT /v1/system/gc`: queues a collection of everything that is done,
+/// whatever its age, on the leader (sent on there from a follower).
+async fn force_gc(State(cp): Cp) -> Result<Json<ForceGcReport>, (StatusCode, String)> {
+    match cp.calls.force_gc(false).await {
+        Ok(eval_id) => Ok(Json(ForceGcReport { eval_id })),
+        Err(e) => Err((StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+    }
 }
 
 #[derive(Deserialize)]

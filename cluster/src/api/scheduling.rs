@@ -63,6 +63,17 @@ impl EvalService for Api {
         let index = self.calls.update_evals(req.into_inner(), fwd).await?;
         Ok(Response::new(WriteReply { index }))
     }
+
+    async fn reap(&self, req: Request<EvalReapRequest>) -> Reply<WriteReply> {
+        let fwd = is_forwarded(&req);
+        let index = self.calls.reap(req.into_inner(), fwd).await?;
+        Ok(Response::new(WriteReply { index }))
+    }
+
+    async fn force_gc(&self, req: Request<Empty>) -> Reply<ForceGcReply> {
+        let eval_id = self.calls.force_gc(is_forwarded(&req)).await?;
+        Ok(Response::new(ForceGcReply { eval_id }))
+    }
 }
 
 #[tonic::async_trait]

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use prometheus::{IntCounterVec, IntGaugeVec, Registry};
+use stampede_proto::metric_defs::{int_counter_vec, int_gauge_vec};
 use stampede_proto::{EvalStatus, NodeStatus};
 
 use super::leader::blocked_evals::BlockedEvals;
@@ -13,7 +15,35 @@ use super::leader::broker::EvalBroker;
 use super::leader::heartbeat::Heartbeats;
 use super::leader::LeaderParts;
 use crate::state::blocking::Watchers;
-use crate::state::Changes;
+use crate::state::{gc, Changes, TABLES};
+
+/// What the state holds and what garbage collection took from it, as every
+/// server applied it.
+struct StateMetrics {
+    objects: IntGaugeVec,
+    collected: IntCounterVec,
+}
+
+impl StateMetrics {
+    fn new(registry: &Registry) -> Self {
+        Self {
+            objects: int_gauge_vec(
+                registry,
+                "stampede_state_objects",
+                "Rows in this server's state, by table.",
+                "table",
+                &TABLES,
+            ),
+            collected: int_counter_vec(
+                registry,
+                "stampede_gc_collected_total",
+                "Rows garbage collection removed from this server's state, by kind.",
+                "kind",
+                &gc::KINDS,
+            ),
+        }
+    }
+}
 
 pub struct ApplyHub {
     /// Parked blocking queries, woken by the keys a batch changed.
@@ -21,15 +51,17 @@ pub struct ApplyHub {
     broker: Arc<EvalBroker>,
     blocked: Arc<BlockedEvals>,
     heartbeats: Arc<Heartbeats>,
+    metrics: StateMetrics,
 }
 
 impl ApplyHub {
-    pub fn new(leader: &LeaderParts) -> Self {
+    pub fn new(leader: &LeaderParts, registry: &Registry) -> Self {
         Self {
             watchers: Arc::default(),
             broker: leader.broker.clone(),
             blocked: leader.blocked.clone(),
             heartbeats: leader.heartbeats.clone(),
+            metrics: StateMetrics::new(registry),
         }
     }
 
@@ -37,6 +69,17 @@ impl ApplyHub {
     /// parts ignore what they are told while switched off.
     pub fn applied(&self, changes: &Changes) {
         self.watchers.notify(&changes.keys);
+        for (table, rows) in changes.objects.iter().flat_map(|o| o.by_table()) {
+            self.metrics
+                .objects
+                .with_label_values(&[table])
+                .set(rows as i64);
+        }
+        for (kind, n) in changes.collected.by_kind() {
+            if n > 0 {
+                self.metrics.collected.with_label_values(&[kind]).inc_by(n);
+            }
+        }
         for eval in &changes.evals {
             match EvalStatus::try_from(eval.status) {
                 Ok(EvalStatus::Pending) => self.broker.enqueue(eval.clone()),
@@ -52,7 +95,8 @@ impl ApplyHub {
             }
         }
         if changes.capacity_changed {
-            self.blocked.unblock_all(changes.index);
+            self.blocked
+                .unblock(changes.index, &changes.capacity_classes);
         }
     }
 }

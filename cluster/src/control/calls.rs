@@ -6,23 +6,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use stampede_proto::eval_reap_request::Collect;
 use stampede_proto::eval_service_client::EvalServiceClient;
+use stampede_proto::log_entry::Msg;
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::plan_service_client::PlanServiceClient;
 use stampede_proto::{
-    EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalUpdateRequest, Evaluation,
-    NodeStatus, NodeUpdateAllocRequest, NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan,
-    PlanResult, PlanSubmitRequest,
+    Empty, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalReapRequest,
+    EvalUpdateRequest, Evaluation, LogEntry, NodeStatus, NodeUpdateAllocRequest,
+    NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan, PlanResult, PlanSubmitRequest,
 };
 use tonic::transport::Channel;
 
 use super::error::ControlError;
 use super::leader::broker::{EvalBroker, NackOutcome, NackReason};
+use super::leader::gc;
 use super::leader::heartbeat::Heartbeats;
 use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
 use super::routing::{forwarded, Route, Router};
 use super::worker::Leader;
-use crate::model::validate;
+use crate::model::{is_core, validate};
 
 /// Longest a dequeue may wait for work.
 const MAX_DEQUEUE_WAIT: Duration = Duration::from_secs(30);
@@ -124,6 +127,10 @@ impl LeaderCalls {
                 if let NackOutcome::Failed(eval) =
                     self.0.broker.nack(&req.eval_id, &req.token, reason)?
                 {
+                    if is_core(&eval) {
+                        // Only the broker knew it; the next timer makes another.
+                        return Ok(());
+                    }
                     self.0
                         .ctx
                         .write_evals(vec![delivery_limit_reached(&eval)])
@@ -159,6 +166,37 @@ impl LeaderCalls {
                 self.0.broker.check_token(&first.id, &req.token)?;
                 Ok(self.0.ctx.write_evals(req.evals).await?)
             }
+        }
+    }
+
+    /// A core evaluation's garbage collection write, made on the leader
+    /// while the evaluation's delivery holds. Returns the entry's index.
+    pub async fn reap(&self, req: EvalReapRequest, fwd: bool) -> Result<u64, ControlError> {
+        validate::delivery(&req.eval_id, &req.token)?;
+        let collect = validate::reap(req.collect.as_ref())?;
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => Ok(eval_client(ch)
+                .reap(forwarded(req))
+                .await?
+                .into_inner()
+                .index),
+            Route::Local => {
+                self.0.broker.check_token(&req.eval_id, &req.token)?;
+                Ok(self.0.ctx.proposer.write(gc_entry(collect.clone())).await?)
+            }
+        }
+    }
+
+    /// Queues a forced garbage collection on the leader; returns the core
+    /// evaluation's id.
+    pub async fn force_gc(&self, fwd: bool) -> Result<String, ControlError> {
+        match self.0.router.route(fwd)? {
+            Route::Leader(ch) => Ok(eval_client(ch)
+                .force_gc(forwarded(Empty {}))
+                .await?
+                .into_inner()
+                .eval_id),
+            Route::Local => Ok(gc::force(&self.0.ctx.store, &self.0.broker)?),
         }
     }
 
@@ -276,5 +314,21 @@ impl Leader for LeaderCalls {
 
     async fn update_evals(&self, req: EvalUpdateRequest) -> Result<u64, ControlError> {
         LeaderCalls::update_evals(self, req, false).await
+    }
+
+    async fn reap(&self, req: EvalReapRequest) -> Result<u64, ControlError> {
+        LeaderCalls::reap(self, req, false).await
+    }
+}
+
+/// The raft entry of a garbage collection write.
+fn gc_entry(collect: Collect) -> LogEntry {
+    LogEntry {
+        msg: Some(match collect {
+            Collect::Evals(e) => Msg::GcEvals(e),
+            Collect::Jobs(e) => Msg::GcJobs(e),
+            Collect::Deployments(e) => Msg::GcDeployments(e),
+            Collect::Nodes(e) => Msg::GcNodes(e),
+        }),
     }
 }

@@ -58,7 +58,7 @@ impl Foundations {
     pub fn new(config: &ControlConfig, registry: &Registry) -> Self {
         let store = Arc::new(StateStore::default());
         let leader = Arc::new(LeaderParts::new(&config.leader, registry));
-        let hub = Arc::new(ApplyHub::new(&leader));
+        let hub = Arc::new(ApplyHub::new(&leader, registry));
         Self { store, leader, hub }
     }
 }

@@ -22,14 +22,16 @@ use stampede_proto::metric_defs::{
     counter, histogram_vec, int_counter, int_counter_vec, int_gauge_vec,
 };
 use stampede_proto::{
-    lock, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalStatus, EvalUpdateRequest,
-    Evaluation, JobType, Plan, PlanResult,
+    lock, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalReapRequest, EvalStatus,
+    EvalUpdateRequest, Evaluation, JobType, Plan, PlanResult,
 };
 use tokio::sync::watch;
 
 use crate::control::error::ControlError;
 use crate::control::leader::broker::NackReason;
 use crate::scheduler;
+use crate::scheduler::core::{self, CoreJob, GcThresholds};
+use crate::state::gc::Cutoffs;
 use crate::state::StateStore;
 
 /// What a worker needs of the leader: the broker's deliveries, the plan
@@ -51,6 +53,8 @@ pub trait Leader: Clone + Send + Sync + 'static {
         &self,
         req: EvalUpdateRequest,
     ) -> impl Future<Output = Result<u64, ControlError>> + Send;
+    /// A core evaluation's garbage collection write; returns its index.
+    fn reap(&self, req: EvalReapRequest) -> impl Future<Output = Result<u64, ControlError>> + Send;
 }
 
 /// Worker settings; the defaults are Nomad's.
@@ -68,6 +72,8 @@ pub struct WorkerConfig {
     /// Plans a worker submits for one evaluation before giving up on
     /// placements the leader keeps refusing.
     pub max_plan_attempts: u32,
+    /// How old objects must be before a core evaluation collects them.
+    pub gc: GcThresholds,
 }
 
 impl WorkerConfig {
@@ -83,6 +89,7 @@ impl Default for WorkerConfig {
             raft_backoff_limit: Some(Self::RAFT_BACKOFF_LIMIT),
             dequeue_timeout: Duration::from_millis(500),
             max_plan_attempts: 5,
+            gc: GcThresholds::default(),
         }
     }
 }
@@ -420,6 +427,7 @@ impl<L: Leader> WorkerRun<L> {
                     JobType::Service as i32,
                     JobType::Batch as i32,
                     JobType::System as i32,
+                    JobType::Core as i32,
                 ],
                 timeout_ms: self.config.dequeue_timeout.as_millis() as u64,
             };
@@ -578,12 +586,14 @@ impl<L: Leader> WorkerRun<L> {
         rng: &mut rand::rngs::StdRng,
     ) -> Result<(), Nack> {
         self.wait_for_index(wait_index).await?;
+        if let Some(job) = CoreJob::of(eval) {
+            return self.collect_garbage(job, eval, token).await;
+        }
         let mut failed = Default::default();
-        let mut snapshot_index = 0;
+        let mut state = self.store.snapshot();
         for attempt in 1..=self.config.max_plan_attempts {
             let start = Instant::now();
-            let state = self.store.snapshot();
-            snapshot_index = state.index();
+            state = self.store.snapshot();
             let outcome = scheduler::schedule(&state, eval, rng);
             self.observe("invoke_scheduler", start);
             failed = outcome.failed;
@@ -610,7 +620,13 @@ impl<L: Leader> WorkerRun<L> {
             }
             self.wait_for_index(result.refresh_index).await?;
         }
-        let evals = outcome_evals(eval, failed, snapshot_index);
+        let classes = match state.job(&eval.job_id) {
+            Some(job) if !failed.is_empty() => {
+                scheduler::class_eligibility(&state, &job, failed.keys().map(String::as_str))
+            }
+            _ => Default::default(),
+        };
+        let evals = outcome_evals(eval, failed, state.index(), classes);
         self.leader
             .update_evals(EvalUpdateRequest {
                 token: token.to_string(),
@@ -622,6 +638,38 @@ impl<L: Leader> WorkerRun<L> {
     }
 }
 
+impl<L: Leader> WorkerRun<L> {
+    /// Runs a core evaluation: finds what its kind of collection may remove
+    /// on this server's state, and sends the leader one write per batch.
+    /// Nothing records a core evaluation itself; the ack ends it.
+    async fn collect_garbage(
+        &self,
+        job: CoreJob,
+        eval: &Evaluation,
+        token: &str,
+    ) -> Result<(), Nack> {
+        let start = Instant::now();
+        let state = self.store.snapshot();
+        let cutoffs = match job {
+            CoreJob::ForceGc => Cutoffs::all(state.index()),
+            _ => self.config.gc.cutoffs(&self.store),
+        };
+        let writes = core::collect(&state, job, &cutoffs);
+        self.observe("invoke_scheduler", start);
+        for collect in writes {
+            self.leader
+                .reap(EvalReapRequest {
+                    eval_id: eval.id.clone(),
+                    token: token.to_string(),
+                    collect: Some(collect),
+                })
+                .await
+                .map_err(|e| Nack::new(NackReason::UpdateFailed, e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
 /// The evaluation updates that record how an evaluation ended: complete, or,
 /// when placements failed, blocked until capacity changes (a blocked
 /// evaluation that still does not fit is blocked again rather than copied).
@@ -629,10 +677,12 @@ pub fn outcome_evals(
     eval: &Evaluation,
     failed: std::collections::BTreeMap<String, u32>,
     snapshot_index: u64,
+    class_eligibility: std::collections::HashMap<String, bool>,
 ) -> Vec<Evaluation> {
     let mut done = Evaluation {
         snapshot_index,
         failed_placements: failed.clone().into_iter().collect(),
+        class_eligibility: class_eligibility.clone(),
         ..eval.clone()
     };
     if failed.is_empty() {
@@ -651,6 +701,7 @@ pub fn outcome_evals(
         triggered_by: "queued_allocs".into(),
         failed_placements: failed.into_iter().collect(),
         snapshot_index,
+        class_eligibility,
         create_index: 0,
         modify_index: 0,
         blocked_eval: String::new(),
@@ -750,12 +801,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            outcome_evals(&eval, Default::default(), 7)[0].status,
+            outcome_evals(&eval, Default::default(), 7, Default::default())[0].status,
             EvalStatus::Complete as i32
         );
 
         let failed: std::collections::BTreeMap<String, u32> = [("web".to_string(), 3)].into();
-        let evals = outcome_evals(&eval, failed.clone(), 7);
+        let evals = outcome_evals(&eval, failed.clone(), 7, Default::default());
         assert_eq!(evals.len(), 2);
         assert_eq!(evals[0].status, EvalStatus::Complete as i32);
         assert_eq!(evals[1].status, EvalStatus::Blocked as i32);
@@ -763,7 +814,7 @@ mod tests {
         assert_eq!(evals[1].previous_eval, "e1");
 
         // Processing the blocked evaluation again without room re-blocks it.
-        let again = outcome_evals(&evals[1], failed, 9);
+        let again = outcome_evals(&evals[1], failed, 9, Default::default());
         assert_eq!(again.len(), 1);
         assert_eq!(
             (again[0].id.as_str(), again[0].status),
@@ -785,6 +836,7 @@ mod tests {
     struct Seen {
         plans: Vec<Plan>,
         updates: Vec<EvalUpdateRequest>,
+        reaps: Vec<EvalReapRequest>,
         acks: Vec<String>,
         nacks: Vec<(String, String)>,
     }
@@ -834,6 +886,11 @@ mod tests {
             self.plan_answer
                 .clone()
                 .map_err(|m| ControlError::Unavailable(m.into()))
+        }
+
+        async fn reap(&self, req: EvalReapRequest) -> Result<u64, ControlError> {
+            lock(&self.seen).reaps.push(req);
+            Ok(10)
         }
 
         async fn update_evals(&self, req: EvalUpdateRequest) -> Result<u64, ControlError> {

@@ -7,7 +7,7 @@ pub mod validate;
 
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
-    Evaluation, Job, JobType,
+    Evaluation, Job, JobType, Node,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of entries and deadlines.
@@ -62,4 +62,32 @@ pub fn deployment_running(d: &Deployment) -> bool {
 /// Successful, failed or cancelled.
 pub fn deployment_done(d: &Deployment) -> bool {
     !deployment_running(d)
+}
+
+/// Complete, failed or canceled: nothing will schedule it again.
+pub fn eval_terminal(e: &Evaluation) -> bool {
+    matches!(
+        EvalStatus::try_from(e.status),
+        Ok(EvalStatus::Complete | EvalStatus::Failed | EvalStatus::Canceled)
+    )
+}
+
+/// An evaluation the leader made for its own chores (garbage collection):
+/// it lives only in the broker, never in the state.
+pub fn is_core(e: &Evaluation) -> bool {
+    e.r#type == JobType::Core as i32
+}
+
+/// Whether garbage collection may remove an allocation (given it is old
+/// enough): terminal, and not still running on its client, as Nomad's
+/// `allocGCEligible` has it.
+pub fn alloc_collectable(a: &Allocation) -> bool {
+    alloc_terminal(a) && a.client_status != AllocClientStatus::Running as i32
+}
+
+/// A node's class for blocked evaluations: `datacenter/node_class`, the
+/// two things a job's constraints can tell nodes apart by (Nomad's
+/// computed class, for our constraints).
+pub fn class_key(node: &Node) -> String {
+    format!("{}/{}", node.datacenter, node.node_class)
 }

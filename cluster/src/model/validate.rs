@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use stampede_proto::eval_reap_request::Collect;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, ConstraintOperand, ConstraintTarget,
     EvalStatus, Evaluation, Job, JobType, Node, NodeStatus, Plan, Resources, TaskGroup,
@@ -239,12 +240,12 @@ pub fn node_status(field: &str, status: i32) -> Result<NodeStatus, InvalidField>
 }
 
 /// The schedulers a worker dequeues for (`EvalService.Dequeue`): at least
-/// one, each SERVICE, BATCH or SYSTEM.
+/// one, each SERVICE, BATCH, SYSTEM or CORE.
 pub fn schedulers(values: &[i32]) -> Result<Vec<JobType>, InvalidField> {
     if values.is_empty() {
         return Err(InvalidField::new(
             "schedulers",
-            "name at least one of SERVICE, BATCH, SYSTEM",
+            "name at least one of SERVICE, BATCH, SYSTEM, CORE",
         ));
     }
     values
@@ -254,11 +255,49 @@ pub fn schedulers(values: &[i32]) -> Result<Vec<JobType>, InvalidField> {
             one_of(
                 &format!("schedulers[{i}]"),
                 *t,
-                &[JobType::Service, JobType::Batch, JobType::System],
-                "SERVICE, BATCH or SYSTEM",
+                &[
+                    JobType::Service,
+                    JobType::Batch,
+                    JobType::System,
+                    JobType::Core,
+                ],
+                "SERVICE, BATCH, SYSTEM or CORE",
             )
         })
         .collect()
+}
+
+/// Most node classes a blocked evaluation lists.
+pub const MAX_CLASSES: usize = 1024;
+
+/// Most ids one garbage collection write may carry.
+pub const MAX_REAP_IDS: usize = 10_000;
+
+/// A core evaluation's write (`EvalService.Reap`): one list, of ids.
+pub fn reap(collect: Option<&Collect>) -> Result<&Collect, InvalidField> {
+    let collect = collect.ok_or_else(|| {
+        InvalidField::new("collect", "is required: evals, jobs, deployments or nodes")
+    })?;
+    let lists: Vec<(&str, &Vec<String>)> = match collect {
+        Collect::Evals(e) => vec![
+            ("evals.eval_ids", &e.eval_ids),
+            ("evals.alloc_ids", &e.alloc_ids),
+        ],
+        Collect::Jobs(e) => vec![("jobs.job_ids", &e.job_ids)],
+        Collect::Deployments(e) => vec![("deployments.deployment_ids", &e.deployment_ids)],
+        Collect::Nodes(e) => vec![("nodes.node_ids", &e.node_ids)],
+    };
+    let total: usize = lists.iter().map(|(_, l)| l.len()).sum();
+    if total == 0 {
+        return Err(InvalidField::new("collect", "lists no id"));
+    }
+    at_most("collect", total, MAX_REAP_IDS)?;
+    for (path, list) in lists {
+        for (i, v) in list.iter().enumerate() {
+            id(&format!("{path}[{i}]"), v)?;
+        }
+    }
+    Ok(collect)
 }
 
 /// An evaluation's delivery (ack, nack, update): its id and token.
@@ -273,7 +312,7 @@ pub fn job(job: Option<&Job>) -> Result<&Job, InvalidField> {
     let job = job.ok_or_else(|| InvalidField::new("job", "is required"))?;
     id("job.id", &job.id)?;
     let job_type = match JobType::try_from(job.r#type) {
-        Ok(t) if t != JobType::Unspecified => t,
+        Ok(t @ (JobType::Service | JobType::Batch | JobType::System)) => t,
         _ => {
             return Err(InvalidField::new(
                 "job.type",
@@ -468,6 +507,22 @@ pub fn eval(path: &str, e: &Evaluation) -> Result<(), InvalidField> {
         }
     }
     text(&format!("{path}.triggered_by"), &e.triggered_by, MAX_ID_LEN)?;
+    let classes = format!("{path}.class_eligibility");
+    at_most(&classes, e.class_eligibility.len(), MAX_CLASSES)?;
+    for key in e.class_eligibility.keys() {
+        let ok = key.split_once('/').is_some_and(|(dc, class)| {
+            id("", dc).is_ok() && (class.is_empty() || id("", class).is_ok())
+        });
+        if !ok {
+            return Err(InvalidField::new(
+                format!("{classes} key"),
+                format!(
+                    "is {}; must be DATACENTER/NODE_CLASS (ids; the class may be empty)",
+                    quote(key)
+                ),
+            ));
+        }
+    }
     text(
         &format!("{path}.status_description"),
         &e.status_description,

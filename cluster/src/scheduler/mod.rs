@@ -20,6 +20,7 @@ use stampede_proto::{
     Plan, Resources, TaskGroup, UpdateStrategy,
 };
 
+pub mod core;
 pub mod deployment;
 
 use crate::model::{alloc_terminal, now_ms};
@@ -74,25 +75,57 @@ pub fn plan_is_empty(plan: &Plan) -> bool {
 }
 
 /// Whether `node` may run allocations of this job's task group at all: status READY, not `ineligible`,
-/// datacenter in job.datacenters (any when that list is empty), and every constraint of the group
-/// (target DATACENTER or NODE_CLASS, operand EQUAL / NOT_EQUAL against `value`) holds.
+/// and its class allowed by the job ([`class_allows`]).
 pub fn feasible(node: &Node, job: &Job, tg: &TaskGroup) -> bool {
     node.status == NodeStatus::Ready as i32
         && !node.ineligible
-        && (job.datacenters.is_empty() || job.datacenters.contains(&node.datacenter))
+        && class_allows(&node.datacenter, &node.node_class, job, tg)
+}
+
+/// Whether a node of this datacenter and class may run the group: the datacenter in
+/// job.datacenters (any when that list is empty), and every constraint of the group (target
+/// DATACENTER or NODE_CLASS, operand EQUAL / NOT_EQUAL against `value`) holds.
+pub fn class_allows(datacenter: &str, node_class: &str, job: &Job, tg: &TaskGroup) -> bool {
+    (job.datacenters.is_empty() || job.datacenters.iter().any(|d| d == datacenter))
         && tg.constraints.iter().all(|c| {
             let actual = match ConstraintTarget::try_from(c.target) {
-                Ok(ConstraintTarget::Datacenter) => &node.datacenter,
-                Ok(ConstraintTarget::NodeClass) => &node.node_class,
+                Ok(ConstraintTarget::Datacenter) => datacenter,
+                Ok(ConstraintTarget::NodeClass) => node_class,
                 // A constraint we cannot check must not place work where it may not belong.
                 _ => return false,
             };
             match ConstraintOperand::try_from(c.operand) {
-                Ok(ConstraintOperand::Equal) => *actual == c.value,
-                Ok(ConstraintOperand::NotEqual) => *actual != c.value,
+                Ok(ConstraintOperand::Equal) => actual == c.value,
+                Ok(ConstraintOperand::NotEqual) => actual != c.value,
                 _ => false,
             }
         })
+}
+
+/// For a blocked evaluation: every node class of the state
+/// ([`crate::model::class_key`]) and whether any of the `groups` that
+/// failed to place may run there, room aside. Capacity appearing in a class
+/// marked false cannot help it.
+pub fn class_eligibility<'a>(
+    state: &State,
+    job: &Job,
+    groups: impl Iterator<Item = &'a str> + Clone,
+) -> HashMap<String, bool> {
+    let mut out = HashMap::new();
+    for node in state.nodes() {
+        let key = crate::model::class_key(node);
+        if out.contains_key(&key) {
+            continue;
+        }
+        let allowed = groups.clone().any(|g| {
+            job.task_groups
+                .iter()
+                .find(|tg| tg.name == g)
+                .is_some_and(|tg| class_allows(&node.datacenter, &node.node_class, job, tg))
+        });
+        out.insert(key, allowed);
+    }
+    out
 }
 
 /// Whether an allocation was placed for an older spec of its group than the

@@ -12,11 +12,13 @@ use stampede_proto::security::{TlsArgs, TlsMaterial};
 use crate::control::leader::alloc_updates;
 use crate::control::leader::broker::BrokerConfig;
 use crate::control::leader::deployment_watcher::{WatcherConfig, WatcherMode};
+use crate::control::leader::gc;
 use crate::control::leader::heartbeat::HeartbeatConfig;
 use crate::control::leader::LeaderConfig;
 use crate::control::worker::{WorkerConfig, MAX_WORKERS};
 use crate::control::ControlConfig;
 use crate::raft::NodeId;
+use crate::scheduler::core::GcThresholds;
 
 /// Every member of the cluster: server id to its `--rpc` address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +178,39 @@ pub struct ServeOpts {
     /// waiting for the same job (its plan already covers them), in batches.
     #[arg(long, value_enum, default_value_t = Switch::from(BrokerConfig::default().eval_cancelation))]
     pub eval_cancelation: Switch,
+    /// A nacked evaluation waits this long before its next delivery, after a
+    /// first delivery (Nomad's default; 0s delivers again at once).
+    #[arg(long, default_value_t = BrokerConfig::NACK_INITIAL_DELAY.into())]
+    pub eval_nack_initial_delay: humantime::Duration,
+    /// ...and this long times the deliveries past the first after later ones.
+    #[arg(long, default_value_t = BrokerConfig::NACK_SUBSEQUENT_DELAY.into())]
+    pub eval_nack_subsequent_delay: humantime::Duration,
+    /// Send blocked evaluations back to the broker only when capacity
+    /// appears in a node class (datacenter and class) their job may use
+    /// (Nomad); `off`: every capacity change unblocks everything.
+    #[arg(long, value_enum, default_value_t = Switch::from(LeaderConfig::default().unblock_by_class))]
+    pub unblock_by_class: Switch,
+    /// How often the leader queues garbage collection (core evaluations for
+    /// evaluations, jobs, deployments and nodes); 0s: never on a timer.
+    #[arg(long, default_value_t = gc::DEFAULT_INTERVAL.into())]
+    pub gc_interval: humantime::Duration,
+    /// Terminal evaluations (and their terminal allocations) are collected
+    /// once unchanged for this long.
+    #[arg(long, default_value_t = GcThresholds::default().eval.into())]
+    pub eval_gc_threshold: humantime::Duration,
+    /// The same for batch jobs' evaluations, once the job is stopped.
+    #[arg(long, default_value_t = GcThresholds::default().batch_eval.into())]
+    pub batch_eval_gc_threshold: humantime::Duration,
+    /// Stopped jobs, and batch jobs whose work is done, are collected with
+    /// everything of theirs once unchanged for this long.
+    #[arg(long, default_value_t = GcThresholds::default().job.into())]
+    pub job_gc_threshold: humantime::Duration,
+    /// Finished deployments no allocation refers to are collected after this long.
+    #[arg(long, default_value_t = GcThresholds::default().deployment.into())]
+    pub deployment_gc_threshold: humantime::Duration,
+    /// Nodes down this long with nothing live on them are collected.
+    #[arg(long, default_value_t = GcThresholds::default().node.into())]
+    pub node_gc_threshold: humantime::Duration,
     /// How long a worker waits for its state to reach an evaluation before it nacks.
     #[arg(long, default_value_t = WorkerConfig::RAFT_SYNC_LIMIT.into())]
     pub raft_sync_limit: humantime::Duration,
@@ -289,6 +324,8 @@ impl ServeOpts {
                     nack_timeout: *self.nack_timeout,
                     delivery_limit: self.delivery_limit,
                     eval_cancelation: self.eval_cancelation.is_on(),
+                    nack_initial_delay: *self.eval_nack_initial_delay,
+                    nack_subsequent_delay: *self.eval_nack_subsequent_delay,
                 },
                 heartbeat: HeartbeatConfig {
                     min_ttl: *self.heartbeat_min_ttl,
@@ -300,6 +337,8 @@ impl ServeOpts {
                     mode: self.deployment_watcher,
                     query_rate: self.deployment_query_rate,
                 },
+                unblock_by_class: self.unblock_by_class.is_on(),
+                gc_interval: Some(*self.gc_interval).filter(|d| !d.is_zero()),
             },
             worker: WorkerConfig {
                 raft_sync_limit: *self.raft_sync_limit,
@@ -307,6 +346,13 @@ impl ServeOpts {
                     .worker_raft_backoff
                     .is_on()
                     .then_some(*self.worker_raft_backoff_limit),
+                gc: GcThresholds {
+                    eval: *self.eval_gc_threshold,
+                    batch_eval: *self.batch_eval_gc_threshold,
+                    job: *self.job_gc_threshold,
+                    deployment: *self.deployment_gc_threshold,
+                    node: *self.node_gc_threshold,
+                },
                 ..Default::default()
             },
             workers: self.workers.map_or_else(

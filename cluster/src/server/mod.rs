@@ -160,6 +160,7 @@ pub async fn serve(
         metrics: metrics.clone(),
         fleet: cp.fleet.clone(),
         workers: cp.workers.clone(),
+        calls: cp.calls.clone(),
     };
     let http_task = tokio::spawn(serve_http(
         http_state,

@@ -10,6 +10,7 @@
 //! blocking queries compare against.
 
 pub mod blocking;
+pub mod gc;
 
 use std::sync::{Arc, RwLock};
 
@@ -46,13 +47,55 @@ pub struct Changes {
     pub evals: Vec<Arc<Evaluation>>,
     /// A node became ready, or allocations stopped: blocked work may fit now.
     pub capacity_changed: bool,
+    /// The node classes (`datacenter/node_class`, see
+    /// [`crate::model::class_key`]) where it did; [`ANY_CLASS`] when unknown.
+    pub capacity_classes: std::collections::BTreeSet<String>,
     /// Nodes registered or whose status changed.
     pub nodes: Vec<Arc<Node>>,
     /// The raft index of the last entry applied in the batch.
     pub index: u64,
+    /// Rows garbage collection removed.
+    pub collected: gc::Collected,
+    /// Rows in each table after the batch, if it applied any command.
+    pub objects: Option<Objects>,
 }
 
+/// How many rows each table holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Objects {
+    pub nodes: u64,
+    pub jobs: u64,
+    pub evals: u64,
+    pub allocs: u64,
+    pub deployments: u64,
+}
+
+impl Objects {
+    /// `(table label, rows)`, the `table` label of the state metric.
+    pub fn by_table(&self) -> [(&'static str, u64); 5] {
+        [
+            ("nodes", self.nodes),
+            ("jobs", self.jobs),
+            ("evals", self.evals),
+            ("allocs", self.allocs),
+            ("deployments", self.deployments),
+        ]
+    }
+}
+
+/// The labels of [`Objects::by_table`].
+pub const TABLES: [&str; 5] = ["nodes", "jobs", "evals", "allocs", "deployments"];
+
+/// A capacity change whose node class is not known: everything blocked may fit.
+pub const ANY_CLASS: &str = "*";
+
 impl Changes {
+    /// Capacity freed up or appeared on a node of `class`.
+    fn capacity(&mut self, class: String) {
+        self.capacity_changed = true;
+        self.capacity_classes.insert(class);
+    }
+
     /// What a snapshot install changes: possibly every row.
     pub fn everything(state: &State) -> Self {
         let mut keys = vec![WatchKey::Nodes, WatchKey::Jobs, WatchKey::Deployments];
@@ -72,13 +115,16 @@ impl Changes {
             keys,
             evals: state.evals().cloned().collect(),
             capacity_changed: true,
+            capacity_classes: [ANY_CLASS.to_string()].into(),
             nodes: state.nodes().cloned().collect(),
             index: state.index(),
+            collected: gc::Collected::default(),
+            objects: Some(state.objects()),
         }
     }
 }
 
-use crate::model::{alloc_terminal, deployment_done, deployment_running};
+use crate::model::{alloc_terminal, class_key, deployment_done, deployment_running};
 
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
@@ -148,7 +194,30 @@ impl State {
                 }
                 self.upsert_evals(index, &e.evals, changes);
             }
+            Some(Msg::GcEvals(e)) => self.gc_evals(index, e, changes),
+            Some(Msg::GcJobs(e)) => self.gc_jobs(index, e, changes),
+            Some(Msg::GcDeployments(e)) => self.gc_deployments(index, e, changes),
+            Some(Msg::GcNodes(e)) => self.gc_nodes(index, e, changes),
             None => {}
+        }
+        changes.objects = Some(self.objects());
+    }
+
+    /// The class of a node, for a capacity change there.
+    fn class_of(&self, node_id: &str) -> String {
+        self.nodes
+            .get(node_id)
+            .map_or_else(|| ANY_CLASS.to_string(), |n| class_key(n))
+    }
+
+    /// Rows in each table.
+    pub fn objects(&self) -> Objects {
+        Objects {
+            nodes: self.nodes.len() as u64,
+            jobs: self.jobs.len() as u64,
+            evals: self.evals.len() as u64,
+            allocs: self.allocs.len() as u64,
+            deployments: self.deployments.len() as u64,
         }
     }
 
@@ -161,7 +230,7 @@ impl State {
         }
         let ready = node.status == NodeStatus::Ready as i32;
         if ready && old.is_none_or(|o| o.status != NodeStatus::Ready as i32) {
-            changes.capacity_changed = true;
+            changes.capacity(class_key(&node));
         }
         let node = Arc::new(node);
         changes.keys.push(WatchKey::Nodes);
@@ -184,7 +253,7 @@ impl State {
         self.nodes.insert(node_id.to_string(), node);
         self.indexes.nodes = index;
         if status == NodeStatus::Ready as i32 && old.status != status {
-            changes.capacity_changed = true;
+            changes.capacity(class_key(&old));
         }
         if status == NodeStatus::Down as i32 {
             // Everything still running there is lost.
@@ -298,7 +367,7 @@ impl State {
             new.task_states = old.task_states.clone();
             new.healthy = old.healthy;
             if !alloc_terminal(old) && alloc_terminal(&new) {
-                changes.capacity_changed = true;
+                changes.capacity(self.class_of(&new.node_id));
             }
         } else {
             new.create_index = index;
@@ -338,7 +407,7 @@ impl State {
             ..Allocation::clone(&old)
         };
         if !alloc_terminal(&old) && alloc_terminal(&new) {
-            changes.capacity_changed = true;
+            changes.capacity(self.class_of(&new.node_id));
         }
         self.put_alloc(index, new, changes);
     }
@@ -619,6 +688,8 @@ pub fn same_group(
 pub struct StateStore {
     state: RwLock<State>,
     applied: watch::Sender<u64>,
+    /// When each index was applied here, for garbage collection's thresholds.
+    times: std::sync::Mutex<gc::TimeTable>,
 }
 
 impl Default for StateStore {
@@ -626,6 +697,7 @@ impl Default for StateStore {
         Self {
             state: RwLock::default(),
             applied: watch::channel(0).0,
+            times: Default::default(),
         }
     }
 }
@@ -648,7 +720,15 @@ impl StateStore {
             *i = index;
             moved
         });
+        stampede_proto::lock(&self.times).witness(index, crate::model::now_ms());
         out
+    }
+
+    /// The newest index this server had applied `age` ago (0 if it was not
+    /// running then): everything last changed at or before it is that old.
+    pub fn index_as_of(&self, age: std::time::Duration) -> u64 {
+        let at = crate::model::now_ms().saturating_sub(age.as_millis() as u64);
+        stampede_proto::lock(&self.times).index_at(at)
     }
 
     pub fn replace(&self, state: State) {

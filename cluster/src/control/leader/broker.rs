@@ -25,6 +25,8 @@ use std::time::{Duration, Instant};
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
 use stampede_proto::{Evaluation, JobType};
+
+use crate::model::is_core;
 use tokio::sync::Notify;
 
 /// Broker settings; the defaults are Nomad's.
@@ -37,6 +39,11 @@ pub struct BrokerConfig {
     /// On an ack, set aside all but the newest evaluation waiting for the job
     /// to be canceled, rather than processing each in turn.
     pub eval_cancelation: bool,
+    /// A nacked evaluation waits this long before it is ready again after
+    /// its first delivery (zero: at once, the old behaviour)...
+    pub nack_initial_delay: Duration,
+    /// ...and this long times the deliveries past the first after later ones.
+    pub nack_subsequent_delay: Duration,
 }
 
 /// Most evaluations canceled in one raft entry (Nomad's figure).
@@ -45,12 +52,30 @@ pub const CANCEL_BATCH: usize = 728;
 /// How often the leader cancels what acks left behind when the cluster is quiet.
 pub const CANCEL_SWEEP_INTERVAL: Duration = Duration::from_secs(5);
 
+impl BrokerConfig {
+    /// Nomad's `EvalNackInitialReenqueueDelay` and `...SubsequentReenqueueDelay`.
+    pub const NACK_INITIAL_DELAY: Duration = Duration::from_secs(1);
+    pub const NACK_SUBSEQUENT_DELAY: Duration = Duration::from_secs(20);
+
+    /// How long an evaluation nacked after its `deliveries`-th delivery
+    /// waits before it is ready again, as Nomad's `nackReenqueueDelay`.
+    pub fn nack_delay(&self, deliveries: u32) -> Duration {
+        match deliveries {
+            0 => Duration::ZERO,
+            1 => self.nack_initial_delay,
+            n => self.nack_subsequent_delay * (n - 1),
+        }
+    }
+}
+
 impl Default for BrokerConfig {
     fn default() -> Self {
         Self {
             nack_timeout: Duration::from_secs(60),
             delivery_limit: 3,
             eval_cancelation: true,
+            nack_initial_delay: Self::NACK_INITIAL_DELAY,
+            nack_subsequent_delay: Self::NACK_SUBSEQUENT_DELAY,
         }
     }
 }
@@ -68,7 +93,8 @@ pub enum BrokerError {
 /// What a nack did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NackOutcome {
-    /// Back in the ready queue for another delivery.
+    /// Back in the ready queue for another delivery, at once or after the
+    /// nack delay.
     Requeued,
     /// Out of deliveries: the caller records the evaluation as failed.
     Failed(Arc<Evaluation>),
@@ -85,6 +111,8 @@ pub struct BrokerMetrics {
     pub cancelable: IntGauge,
     pub cancelled: IntCounter,
     pub cancel_batches: IntCounter,
+    pub nack_delayed: IntCounter,
+    pub delayed: IntGauge,
 }
 
 impl BrokerMetrics {
@@ -145,6 +173,16 @@ impl BrokerMetrics {
                 "stampede_eval_cancel_batches_total",
                 "Raft entries written to cancel evaluations.",
             ),
+            nack_delayed: int_counter(
+                registry,
+                "stampede_broker_nack_delays_total",
+                "Nacked evaluations held back for their nack delay before another delivery.",
+            ),
+            delayed: int_gauge(
+                registry,
+                "stampede_broker_delayed",
+                "Nacked evaluations serving their nack delay.",
+            ),
         }
     }
 }
@@ -202,11 +240,48 @@ struct Inner {
     /// Ids of the evaluations in `job_waiting` and `cancelable`, so that
     /// "already queued?" does not scan them (one job can pile up thousands).
     held: HashSet<String>,
+    /// Nacked evaluations serving their nack delay, soonest first; each is
+    /// still its job's outstanding one, so the job's others keep waiting.
+    delayed: BinaryHeap<Delayed>,
+}
+
+/// A nacked evaluation and when it is ready again.
+struct Delayed {
+    until: tokio::time::Instant,
+    eval: Arc<Evaluation>,
+}
+
+impl PartialEq for Delayed {
+    fn eq(&self, other: &Self) -> bool {
+        self.until == other.until
+    }
+}
+impl Eq for Delayed {}
+impl PartialOrd for Delayed {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Delayed {
+    /// Reversed: the heap's top is the soonest.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.until.cmp(&self.until)
+    }
 }
 
 impl Inner {
     fn tracked(&self, id: &str) -> bool {
         self.unacked.contains_key(id) || self.deliveries.contains_key(id) || self.held.contains(id)
+    }
+
+    /// Moves the delayed evaluations whose delay is over to the ready
+    /// queues; returns when the next one is due.
+    fn promote_delayed(&mut self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        while self.delayed.peek().is_some_and(|d| d.until <= now) {
+            let d = self.delayed.pop().expect("peeked");
+            self.push_ready(d.eval);
+        }
+        self.delayed.peek().map(|d| d.until)
     }
 
     fn push_ready(&mut self, eval: Arc<Evaluation>) {
@@ -281,6 +356,7 @@ impl EvalBroker {
             .waiting_on_job
             .set(inner.job_waiting.values().map(|q| q.len()).sum::<usize>() as i64);
         self.metrics.cancelable.set(inner.cancelable.len() as i64);
+        self.metrics.delayed.set(inner.delayed.len() as i64);
     }
 
     /// Turns the broker on (this server leads) or off, emptying it.
@@ -312,6 +388,10 @@ impl EvalBroker {
         if inner.tracked(&eval.id) {
             return;
         }
+        if is_core(&eval) && inner.job_outstanding.contains_key(&eval.job_id) {
+            // A core job runs once at a time: this tick's run is skipped.
+            return;
+        }
         match inner.job_outstanding.entry(eval.job_id.clone()) {
             std::collections::hash_map::Entry::Occupied(_) => {
                 inner.held.insert(eval.id.clone());
@@ -340,6 +420,7 @@ impl EvalBroker {
         if !inner.enabled {
             return Err(BrokerError::Disabled);
         }
+        inner.promote_delayed(tokio::time::Instant::now());
         // The highest-priority ready evaluation across the asked-for queues.
         let best = schedulers
             .iter()
@@ -393,9 +474,16 @@ impl EvalBroker {
             if let Some(found) = self.try_dequeue(&schedulers)? {
                 return Ok(Some(found));
             }
+            // A delayed evaluation falling due wakes the wait too.
+            let due = self.lock().delayed.peek().map(|d| d.until);
+            let wake = due.map_or(deadline, |d| d.min(deadline));
             tokio::select! {
                 _ = &mut notified => {}
-                _ = tokio::time::sleep_until(deadline) => return Ok(None),
+                _ = tokio::time::sleep_until(wake) => {
+                    if wake == deadline {
+                        return Ok(None);
+                    }
+                }
             }
         }
     }
@@ -481,7 +569,16 @@ impl EvalBroker {
             self.metrics.failed.inc();
             NackOutcome::Failed(eval)
         } else {
-            inner.push_ready(eval);
+            let delay = self.config.nack_delay(deliveries);
+            if delay.is_zero() {
+                inner.push_ready(eval);
+            } else {
+                inner.delayed.push(Delayed {
+                    until: tokio::time::Instant::now() + delay,
+                    eval,
+                });
+                self.metrics.nack_delayed.inc();
+            }
             NackOutcome::Requeued
         }
     }
@@ -624,6 +721,8 @@ mod tests {
                 nack_timeout: Duration::from_millis(0),
                 delivery_limit: limit,
                 eval_cancelation,
+                nack_initial_delay: Duration::ZERO,
+                nack_subsequent_delay: Duration::ZERO,
             },
             &Registry::new(),
         );
@@ -769,6 +868,80 @@ mod tests {
         );
         // The job's next evaluation is released by the failure.
         assert_eq!(next(&b).await.unwrap().0.id, "e2");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_nacked_evaluation_waits_its_nack_delay_before_the_next_delivery() {
+        let b = EvalBroker::new(
+            BrokerConfig {
+                delivery_limit: 3,
+                nack_initial_delay: Duration::from_secs(1),
+                nack_subsequent_delay: Duration::from_secs(20),
+                ..BrokerConfig::default()
+            },
+            &Registry::new(),
+        );
+        b.set_enabled(true);
+        b.enqueue(eval("e1", "web", 50, 1));
+        b.enqueue(eval("e2", "web", 50, 2));
+        b.enqueue(eval("other", "api", 50, 3));
+        let (first, t) = next(&b).await.unwrap();
+        assert_eq!(first.id, "e1");
+        b.nack("e1", &t, NackReason::PlanFailed).unwrap();
+        assert_eq!(b.metrics.delayed.get(), 1);
+
+        // Other jobs go meanwhile; e1's job waits behind it.
+        let start = tokio::time::Instant::now();
+        assert_eq!(next(&b).await.unwrap().0.id, "other");
+        let (again, t) = b
+            .dequeue(SVC, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.id, "e1");
+        assert_eq!(start.elapsed(), Duration::from_secs(1), "the initial delay");
+
+        // After the second delivery: the subsequent delay.
+        b.nack("e1", &t, NackReason::PlanFailed).unwrap();
+        let start = tokio::time::Instant::now();
+        assert!(b
+            .dequeue(SVC, Duration::from_secs(19))
+            .await
+            .unwrap()
+            .is_none());
+        let (again, _) = b
+            .dequeue(SVC, Duration::from_secs(60))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(again.id, "e1");
+        assert_eq!(start.elapsed(), Duration::from_secs(20));
+        assert_eq!(b.metrics.nack_delayed.get(), 2);
+        assert_eq!(
+            b.config.nack_delay(3),
+            Duration::from_secs(40),
+            "Nomad's compounding"
+        );
+    }
+
+    #[tokio::test]
+    async fn one_core_evaluation_per_core_job_at_a_time() {
+        use crate::scheduler::core::CoreJob;
+        let b = broker(3);
+        b.enqueue(Arc::new(CoreJob::EvalGc.eval(1)));
+        b.enqueue(Arc::new(CoreJob::EvalGc.eval(2)));
+        b.enqueue(Arc::new(CoreJob::JobGc.eval(2)));
+        b.enqueue(eval("e1", "web", 100, 1));
+        let core = [JobType::Core, JobType::Service];
+        let mut got = Vec::new();
+        while let Some((e, _)) = b.dequeue(&core, Duration::from_millis(1)).await.unwrap() {
+            got.push(e.job_id.clone());
+        }
+        assert_eq!(
+            got,
+            ["core/eval-gc", "core/job-gc", "web"],
+            "core first, the second eval-gc tick skipped"
+        );
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@ pub mod blocked_evals;
 pub mod broker;
 mod context;
 pub mod deployment_watcher;
+pub mod gc;
 pub mod heartbeat;
 pub mod plan_apply;
 mod timers;
@@ -42,6 +43,12 @@ pub struct LeaderConfig {
     /// How long the leader gathers client allocation updates into one entry.
     pub alloc_update_window: std::time::Duration,
     pub deployments: WatcherConfig,
+    /// Blocked evaluations go back to the broker only on capacity in a node
+    /// class they may use (Nomad), rather than on any change.
+    pub unblock_by_class: bool,
+    /// How often garbage collection's core evaluations are queued; `None`
+    /// queues none (only a forced collection runs).
+    pub gc_interval: Option<std::time::Duration>,
 }
 
 impl Default for LeaderConfig {
@@ -51,6 +58,8 @@ impl Default for LeaderConfig {
             heartbeat: HeartbeatConfig::default(),
             alloc_update_window: alloc_updates::DEFAULT_WINDOW,
             deployments: WatcherConfig::default(),
+            unblock_by_class: true,
+            gc_interval: Some(gc::DEFAULT_INTERVAL),
         }
     }
 }
@@ -71,6 +80,7 @@ pub struct LeaderParts {
     /// The deployment watcher's settings and metrics, for each term's watcher.
     deployments: WatcherConfig,
     deployment_metrics: Arc<WatcherMetrics>,
+    gc_interval: Option<std::time::Duration>,
     /// The tasks of the current term, aborted when it ends.
     tasks: Mutex<Vec<JoinHandle<()>>>,
 }
@@ -79,13 +89,18 @@ impl LeaderParts {
     pub fn new(config: &LeaderConfig, registry: &Registry) -> Self {
         let broker = Arc::new(EvalBroker::new(config.broker, registry));
         Self {
-            blocked: Arc::new(BlockedEvals::new(broker.clone(), registry)),
+            blocked: Arc::new(BlockedEvals::new(
+                broker.clone(),
+                config.unblock_by_class,
+                registry,
+            )),
             broker,
             heartbeats: Arc::new(Heartbeats::new(config.heartbeat, registry)),
             plans: Arc::new(PlanQueue::new(registry)),
             alloc_updates: Arc::new(AllocUpdates::new(config.alloc_update_window, registry)),
             deployments: config.deployments,
             deployment_metrics: Arc::new(WatcherMetrics::new(registry)),
+            gc_interval: config.gc_interval,
             tasks: Mutex::default(),
         }
     }
@@ -130,6 +145,13 @@ impl LeaderParts {
             self.broker.clone(),
             self.heartbeats.clone(),
         )));
+        if let Some(interval) = self.gc_interval {
+            tasks.push(tokio::spawn(gc::run(
+                ctx.store.clone(),
+                self.broker.clone(),
+                interval,
+            )));
+        }
         tasks.push(tokio::spawn(deployment_watcher::run(
             ctx,
             blocking,

@@ -11,6 +11,7 @@ use stampede_proto::NodeStatus;
 use super::broker::{EvalBroker, CANCEL_BATCH, CANCEL_SWEEP_INTERVAL};
 use super::context::{delivery_limit_reached, LeaderContext};
 use super::heartbeat::Heartbeats;
+use crate::model::is_core;
 
 /// How often the timers look.
 const TICK: Duration = Duration::from_millis(250);
@@ -26,8 +27,12 @@ pub(super) async fn run(ctx: LeaderContext, broker: Arc<EvalBroker>, heartbeats:
             while ctx.cancel_batch(&broker).await == CANCEL_BATCH {}
         }
         let failed = broker.expire_unacked();
-        if !failed.is_empty() {
-            let evals = failed.iter().map(|e| delivery_limit_reached(e)).collect();
+        if failed.iter().any(|e| !is_core(e)) {
+            let evals: Vec<_> = failed
+                .iter()
+                .filter(|e| !is_core(e))
+                .map(|e| delivery_limit_reached(e))
+                .collect();
             if let Err(e) = ctx.write_evals(evals).await {
                 tracing::warn!("recording failed evaluations: {e}");
             }
