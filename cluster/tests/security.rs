@@ -311,6 +311,33 @@ async fn the_public_api_needs_a_token_of_the_right_scope() {
     );
     let server = c.security(Role::Server).unwrap();
     assert!(put_workers(server).await.is_success());
+
+    // A forced garbage collection: any certificate with the management token.
+    let force_gc = |security: Security| {
+        let url = url.clone();
+        async move {
+            http_client(&security, CATCH_UP)
+                .unwrap()
+                .put(format!("{url}/v1/system/gc"))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let read_only = Security {
+        tls: Some(material(&dir, Role::Operator)),
+        token: Some(
+            Acl::new(&management_token(&dir))
+                .unwrap()
+                .derive(Scope::Read),
+        ),
+    };
+    let refused = force_gc(read_only).await;
+    assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+    let body = refused.text().await.unwrap();
+    assert!(body.contains("management"), "{body}");
+    let forced = force_gc(c.security(Role::Operator).unwrap()).await;
+    assert!(forced.status().is_success(), "{:?}", forced.status());
 }
 
 #[test]
