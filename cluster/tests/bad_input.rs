@@ -152,6 +152,20 @@ fn ack(eval_id: String, token: &str) -> EvalAckRequest {
     }
 }
 
+fn reap(collect: Option<eval_reap_request::Collect>) -> EvalReapRequest {
+    EvalReapRequest {
+        eval_id: "eval-1".into(),
+        token: "token-1".into(),
+        collect,
+    }
+}
+
+fn reap_jobs(job_ids: Vec<String>) -> EvalReapRequest {
+    reap(Some(eval_reap_request::Collect::Jobs(GcJobsEntry {
+        job_ids,
+    })))
+}
+
 fn many<T>(n: usize, f: impl Fn(usize) -> T) -> Vec<T> {
     (0..n).map(f).collect()
 }
@@ -440,6 +454,12 @@ fn cases() -> Vec<Case> {
         case!(
             "unknown type",
             jobs.register(job(|j| j.r#type = 9)),
+            InvalidArgument,
+            "job.type"
+        ),
+        case!(
+            "the core scheduler's type",
+            jobs.register(job(|j| j.r#type = JobType::Core as i32)),
             InvalidArgument,
             "job.type"
         ),
@@ -804,6 +824,60 @@ fn cases() -> Vec<Case> {
         case!(
             "stale delivery",
             evals.update(eval_update(|_| {})),
+            FailedPrecondition,
+            "eval_id"
+        ),
+        case!(
+            "a core evaluation written to the state",
+            evals.update(eval_update(|r| r.evals[0].r#type = JobType::Core as i32)),
+            InvalidArgument,
+            "evals[0].type"
+        ),
+        case!(
+            "class key without a datacenter",
+            evals.update(eval_update(|r| {
+                r.evals[0].class_eligibility = [("gpu".to_string(), true)].into()
+            })),
+            InvalidArgument,
+            "evals[0].class_eligibility key"
+        ),
+        case!(
+            "1,025 classes",
+            evals.update(eval_update(|r| {
+                r.evals[0].class_eligibility = many(1025, |i| (format!("dc{i}/c"), true))
+                    .into_iter()
+                    .collect()
+            })),
+            InvalidArgument,
+            "evals[0].class_eligibility"
+        ),
+        case!(
+            "nothing to collect",
+            evals.reap(reap(None)),
+            InvalidArgument,
+            "collect"
+        ),
+        case!(
+            "an empty collection",
+            evals.reap(reap_jobs(vec![])),
+            InvalidArgument,
+            "collect"
+        ),
+        case!(
+            "10,001 ids",
+            evals.reap(reap_jobs(many(10_001, |i| format!("job-{i}")))),
+            InvalidArgument,
+            "collect"
+        ),
+        case!(
+            "a space in an id",
+            evals.reap(reap_jobs(vec!["a b".into()])),
+            InvalidArgument,
+            "jobs.job_ids[0]"
+        ),
+        case!(
+            "stale delivery",
+            evals.reap(reap_jobs(vec!["web".into()])),
             FailedPrecondition,
             "eval_id"
         ),
