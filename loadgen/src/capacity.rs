@@ -783,17 +783,26 @@ fn unix_now() -> f64 {
 /// A counter's growth by `type` label; every server applies every entry, so
 /// the most any server counted is the run's.
 fn most_by_type(servers: &[&Series], metric: &str) -> BTreeMap<String, u64> {
-    let mut by_type = BTreeMap::new();
+    most_by_label(servers, metric, "type")
+}
+
+/// A counter's growth by one label, the most any server counted.
+fn most_by_label(servers: &[&Series], metric: &str, key: &str) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
     for s in servers {
         for name in s.names_of(metric) {
-            let t = label(&name, "type").unwrap_or("?").to_string();
+            let t = label(&name, key).unwrap_or("?").to_string();
             let n = s.delta(&name).max(0.0) as u64;
-            let e = by_type.entry(t).or_insert(0);
+            let e = by.entry(t).or_insert(0);
             *e = (*e).max(n);
         }
     }
-    by_type
+    by
 }
+
+/// When a soak's memory should have settled: its growth after this is what
+/// `server_rss_growth_after_10m` reports.
+pub const SOAK_SETTLE: Duration = Duration::from_secs(600);
 
 fn summarize(
     v: &Variant,
@@ -869,10 +878,52 @@ fn summarize(
         })
         .map(|bytes| bytes / 1048576.0)
         .reduce(f64::max);
+    // What the state holds and what garbage collection took: every server
+    // applies every entry, so the most any server saw is the cluster's.
+    let mut state_objects = BTreeMap::new();
+    let mut state_objects_peak = BTreeMap::new();
+    for s in &servers {
+        for name in s.names_of("stampede_state_objects") {
+            let table = label(&name, "table").unwrap_or("?").to_string();
+            let last = s.last(&name).max(0.0) as u64;
+            let peak = s
+                .points
+                .iter()
+                .filter_map(|p| p.values.get(&name))
+                .fold(0.0f64, |a, b| a.max(*b)) as u64;
+            let e = state_objects.entry(table.clone()).or_insert(0);
+            *e = (*e).max(last);
+            let e = state_objects_peak.entry(table).or_insert(0);
+            *e = (*e).max(peak);
+        }
+    }
+    let gc_collected = most_by_label(&servers, "stampede_gc_collected_total", "kind");
+    // How much a server's memory grew after ten minutes: a soak's check.
+    let server_rss_growth_after_10m = servers
+        .iter()
+        .filter_map(|s| {
+            let end = s.points.last()?;
+            if end.t < SOAK_SETTLE.as_secs_f64() {
+                return None;
+            }
+            let at = s
+                .points
+                .iter()
+                .find(|p| p.t >= SOAK_SETTLE.as_secs_f64())?
+                .values
+                .get("process_resident_memory_bytes")?;
+            let last = end.values.get("process_resident_memory_bytes")?;
+            (*at > 0.0).then(|| last / at - 1.0)
+        })
+        .reduce(f64::max);
     VariantSummary {
         name: v.name.clone(),
         tls: false,
         server_rss_slope_mib_per_min,
+        server_rss_growth_after_10m,
+        state_objects,
+        state_objects_peak,
+        gc_collected,
         server_args: v.server_args.clone(),
         nodesim_args: v.nodesim_args.clone(),
         raft_entries_by_type,

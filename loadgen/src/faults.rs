@@ -435,7 +435,12 @@ pub fn compare(journal: &Journal, on_servers: &BTreeMap<NodeId, HashSet<String>>
             .collect::<Vec<_>>()
             .join(", ")
     };
-    let acked: BTreeSet<&String> = journal.acked.iter().collect();
+    // A job the stream stopped may have been garbage collected since.
+    let acked: BTreeSet<&String> = journal
+        .acked
+        .iter()
+        .filter(|id| !journal.stopped.contains(*id))
+        .collect();
     let mut lost_jobs = Vec::new();
     let mut lost = 0;
     for id in &acked {

@@ -29,6 +29,10 @@ const KEEP: &[&str] = &[
     "stampede_nodesim_allocs",
     "stampede_nodesim_errors_total",
     "stampede_worker_nacks_total",
+    "stampede_state_objects",
+    "stampede_gc_collected_total",
+    "stampede_blocked_evals_unblocked_total",
+    "stampede_broker_nack_delays_total",
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
 ];

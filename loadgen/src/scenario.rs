@@ -22,6 +22,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("faults", include_str!("../scenarios/faults.toml")),
     ("failover", include_str!("../scenarios/failover.toml")),
     ("tls", include_str!("../scenarios/tls.toml")),
+    ("soak", include_str!("../scenarios/soak.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +64,11 @@ pub struct Scenario {
     /// instead of registering a new job: these start deployments.
     #[serde(default)]
     pub update_share: f64,
+    /// Share (0 to 1) of submissions that stop (deregister, keeping it for
+    /// history) an earlier service or system job that is done being
+    /// followed: its allocations stop, and garbage collection has work.
+    #[serde(default)]
+    pub stop_share: f64,
     #[serde(rename = "jobs")]
     pub job_mix: Vec<JobKind>,
     /// `cluster serve` flags for every variant.
@@ -372,6 +378,12 @@ impl Scenario {
         }
         if !(0.0..=1.0).contains(&self.update_share) {
             return bad("update_share", "must be between 0 and 1");
+        }
+        if !(0.0..=1.0).contains(&self.stop_share) || self.update_share + self.stop_share > 1.0 {
+            return bad(
+                "stop_share",
+                "must be between 0 and 1, and with update_share at most 1",
+            );
         }
         if self.job_mix.is_empty() {
             return bad("jobs", "needs at least one [[jobs]] entry");

@@ -17,13 +17,13 @@ use rand::{Rng, SeedableRng};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, EvalGetRequest, EvalStatus, Job, JobAllocationsRequest,
-    JobType, QueryOptions, Resources, TaskGroup, UpdateStrategy,
+    JobDeregisterRequest, JobType, QueryOptions, Resources, TaskGroup, UpdateStrategy,
 };
 use tokio::time::Instant;
 
 use crate::metrics::{LoadMetrics, Outcome};
 use crate::scenario::{JobKind, Kind, Scenario};
-use crate::summary::{Percentiles, StreamReport};
+use crate::summary::{Percentiles, StreamReport, Window};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;
@@ -62,6 +62,8 @@ pub struct Journal {
     /// Every acknowledgement: when its submission was scheduled and when it
     /// was acknowledged, in seconds from the start of the stream.
     pub acks: Vec<Ack>,
+    /// Every job id the stream stopped: garbage collection may remove them.
+    pub stopped: HashSet<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,6 +79,11 @@ struct Tally {
     placement: Option<Histogram<u64>>,
     running: Option<Histogram<u64>>,
     last_placement: Option<Instant>,
+    /// Each job that ran: when it was scheduled (s from the start) and how
+    /// long it took to run (ms), for the measures window by window.
+    runs: Vec<(f64, f64)>,
+    /// Jobs followed to running: the ones a stop may pick.
+    settled: HashSet<String>,
 }
 
 impl Tally {
@@ -92,6 +99,36 @@ impl Tally {
     }
 }
 
+/// The id of the `n`th job of kind `k`.
+fn job_id(prefix: &str, k: &JobKind, n: u64) -> String {
+    format!("{prefix}-{}-{n}", k.name)
+}
+
+/// Stops a job the stream registered earlier (kept for history, as
+/// `nomad job stop` does), counting what came of it.
+async fn stop_job(client: ClusterClient, job_id: String, tally: Arc<Mutex<Tally>>) {
+    let result = client
+        .retrying(|c| {
+            let req = JobDeregisterRequest {
+                job_id: job_id.clone(),
+                purge: false,
+            };
+            async move { c.jobs().deregister(req).await }
+        })
+        .await;
+    let mut t = tally.lock().unwrap();
+    match result {
+        Ok(_) => {
+            t.report.stops += 1;
+            t.journal.stopped.insert(job_id);
+        }
+        Err(e) => {
+            tracing::warn!(job = job_id, "stopping the job failed: {e}");
+            t.report.stops_failed += 1;
+        }
+    }
+}
+
 /// The job a submission registers: kind `k`, numbered `n`, at spec `version`.
 pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
     let update = (k.max_parallel > 0).then_some(UpdateStrategy {
@@ -101,7 +138,7 @@ pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
         ..Default::default()
     });
     Job {
-        id: format!("{prefix}-{}-{n}", k.name),
+        id: job_id(prefix, k, n),
         r#type: match k.kind {
             Kind::Service => JobType::Service,
             Kind::Batch => JobType::Batch,
@@ -159,6 +196,33 @@ pub async fn run(
         }
         let at = start + Duration::from_secs_f64(t);
         let update = !registered.is_empty() && rng.gen_bool(scenario.update_share);
+        // Drawn only when stops are asked for, so the workload of a scenario
+        // without them stays as it always was.
+        let stop = !update
+            && scenario.stop_share > 0.0
+            && rng.gen_bool((scenario.stop_share / (1.0 - scenario.update_share)).min(1.0));
+        if stop {
+            let settled = {
+                let t = tally.lock().unwrap();
+                registered
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (kind, n, _))| {
+                        let k = &scenario.job_mix[*kind];
+                        k.kind != Kind::Batch && t.settled.contains(&job_id(prefix, k, *n))
+                    })
+                    .map(|(i, _)| i)
+                    .collect::<Vec<_>>()
+            };
+            if !settled.is_empty() {
+                let (kind, n, _) = registered.swap_remove(settled[rng.gen_range(0..settled.len())]);
+                let id = job_id(prefix, &scenario.job_mix[kind], n);
+                tokio::time::sleep_until(at).await;
+                let (client, tally) = (client.clone(), tally.clone());
+                tasks.spawn(async move { stop_job(client, id, tally).await });
+                continue;
+            }
+        }
         let (kind, n, version) = if update {
             let i = rng.gen_range(0..registered.len());
             registered[i].2 += 1;
@@ -213,6 +277,7 @@ pub async fn run(
         .as_ref()
         .map(percentiles_ms)
         .unwrap_or_default();
+    tally.report.running_windows = windows(&tally.runs, total);
     if let Some(last) = tally.last_placement {
         let secs = (last - start).as_secs_f64().max(1e-3);
         tally.report.placements_per_second = tally.report.allocations_placed as f64 / secs;
@@ -328,11 +393,49 @@ async fn submit_and_follow(
         if enough {
             let mut t = tally.lock().unwrap();
             Tally::record(&mut t.running, &metrics.time_to_running, scheduled);
+            t.runs.push((
+                (scheduled - start).as_secs_f64(),
+                scheduled.elapsed().as_secs_f64() * 1000.0,
+            ));
+            t.settled.insert(job.id.clone());
             t.report.running += 1;
             t.report.allocations_placed += up as u64;
             return;
         }
     }
+}
+
+/// The longest window of [`windows`].
+pub const WINDOW: Duration = Duration::from_secs(300);
+
+/// Time to running window by window over a stream of `total` seconds, by
+/// when each job was scheduled: 5-minute windows, or six equal ones for a
+/// stream shorter than 30 minutes. What shows whether a long run stays as
+/// fast at its end as at its start.
+fn windows(runs: &[(f64, f64)], total: f64) -> Vec<Window> {
+    let width = (total / 6.0).clamp(1.0, WINDOW.as_secs_f64());
+    let n = (total / width).ceil().max(1.0) as usize;
+    (0..n)
+        .map(|i| {
+            let (from, to) = (i as f64 * width, ((i + 1) as f64 * width).min(total));
+            let mut ms: Vec<f64> = runs
+                .iter()
+                .filter(|(at, _)| *at >= from && (*at < to || i == n - 1))
+                .map(|(_, ms)| *ms)
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            let p99 = (!ms.is_empty()).then(|| {
+                let rank = ((ms.len() as f64 * 0.99).ceil() as usize).clamp(1, ms.len());
+                ms[rank - 1]
+            });
+            Window {
+                from_s: from,
+                to_s: to,
+                jobs: ms.len() as u64,
+                time_to_running_p99_ms: p99,
+            }
+        })
+        .collect()
 }
 
 /// Counts a job as followed until the follower ends, however it ends

@@ -76,6 +76,15 @@ pub struct VariantSummary {
     /// half of the run, MiB per minute (least squares over its samples);
     /// `None` with too few samples.
     pub server_rss_slope_mib_per_min: Option<f64>,
+    /// For runs of more than ten minutes: how much the most-grown server's
+    /// resident memory grew from ten minutes in to the end (0.1 is 10%).
+    pub server_rss_growth_after_10m: Option<f64>,
+    /// Rows in the state at the end of the run, by table, and the most at
+    /// any sample (the most any server held).
+    pub state_objects: BTreeMap<String, u64>,
+    pub state_objects_peak: BTreeMap<String, u64>,
+    /// Rows garbage collection removed during the run, by kind.
+    pub gc_collected: BTreeMap<String, u64>,
     pub seconds: f64,
     /// Wall-clock start and end of the stream, in Unix seconds: the time
     /// range to look at in Prometheus or Grafana.
@@ -213,6 +222,23 @@ pub struct StreamReport {
     pub allocations_placed: u64,
     /// Allocations placed per second, from the first submission to the last placement.
     pub placements_per_second: f64,
+    /// Jobs the stream stopped (`stop_share`), and stops the cluster refused.
+    pub stops: u64,
+    pub stops_failed: u64,
+    /// p99 time to running of the jobs scheduled in each window of the
+    /// stream, in order: whether the end of a long run is as fast as its start.
+    pub running_windows: Vec<Window>,
+}
+
+/// One window of the stream.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Window {
+    pub from_s: f64,
+    pub to_s: f64,
+    /// Jobs scheduled in it that ran.
+    pub jobs: u64,
+    /// Null when none did.
+    pub time_to_running_p99_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]
