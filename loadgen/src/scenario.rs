@@ -23,6 +23,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("failover", include_str!("../scenarios/failover.toml")),
     ("tls", include_str!("../scenarios/tls.toml")),
     ("soak", include_str!("../scenarios/soak.toml")),
+    ("churn", include_str!("../scenarios/churn.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -278,6 +279,10 @@ pub struct JobKind {
     pub max_parallel: u32,
     #[serde(default)]
     pub min_healthy_time_ms: u64,
+    /// Only nodes of this class may run it (a `node_class` constraint); a
+    /// class the fleet lacks leaves it blocked.
+    #[serde(default)]
+    pub node_class: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -16,8 +16,9 @@ use rand::distributions::{Distribution, WeightedIndex};
 use rand::{Rng, SeedableRng};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
-    AllocClientStatus, AllocDesiredStatus, EvalGetRequest, EvalStatus, Job, JobAllocationsRequest,
-    JobDeregisterRequest, JobType, QueryOptions, Resources, TaskGroup, UpdateStrategy,
+    AllocClientStatus, AllocDesiredStatus, Constraint, ConstraintOperand, ConstraintTarget,
+    EvalGetRequest, EvalStatus, Job, JobAllocationsRequest, JobDeregisterRequest, JobType,
+    QueryOptions, Resources, TaskGroup, UpdateStrategy,
 };
 use tokio::time::Instant;
 
@@ -153,6 +154,15 @@ pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
             }),
             update,
             meta: [("spec".to_string(), version.to_string())].into(),
+            constraints: k
+                .node_class
+                .iter()
+                .map(|class| Constraint {
+                    target: ConstraintTarget::NodeClass as i32,
+                    operand: ConstraintOperand::Equal as i32,
+                    value: class.clone(),
+                })
+                .collect(),
             ..Default::default()
         }],
         ..Default::default()
