@@ -73,6 +73,13 @@ async fn run(backoff: &str) -> Lagging {
             // back many times; keep them from failing at the default limit.
             "--delivery-limit",
             "100",
+            // The seed's mechanism alone: nacked evaluations come back at
+            // once, as they did before nack delays (which would otherwise
+            // hold an evaluation nacked n times for 20 s × (n-1)).
+            "--eval-nack-initial-delay",
+            "0s",
+            "--eval-nack-subsequent-delay",
+            "0s",
         ],
     )
     .await;
