@@ -205,6 +205,16 @@ pub async fn run(
             break;
         }
         let at = start + Duration::from_secs_f64(t);
+        if scenario.stop_share > 0.0 {
+            // A stream that stops jobs is one meant to run long: batch work
+            // that has run is done with, not updated again, so the mix of
+            // live jobs an update picks from stays the same all through.
+            let settled = &tally.lock().unwrap().settled;
+            registered.retain(|(kind, n, _)| {
+                let k = &scenario.job_mix[*kind];
+                k.kind != Kind::Batch || !settled.contains(&job_id(prefix, k, *n))
+            });
+        }
         let update = !registered.is_empty() && rng.gen_bool(scenario.update_share);
         // Drawn only when stops are asked for, so the workload of a scenario
         // without them stays as it always was.

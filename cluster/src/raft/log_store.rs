@@ -36,6 +36,13 @@ pub struct Identity {
     pub members: BTreeSet<NodeId>,
 }
 
+/// Each column family's memtable. RocksDB's default (64 MiB) would let a
+/// server's memory grow with every entry written for as long as it takes to
+/// write 64 MiB of log (half an hour of a soak) before the first flush; the
+/// log is written once in order and purged behind snapshots, so a small
+/// memtable costs only more frequent, smaller flushes.
+const WRITE_BUFFER_BYTES: usize = 4 << 20;
+
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
@@ -49,7 +56,11 @@ impl LogStore {
         opts.create_if_missing(true);
         opts.create_missing_column_families(true);
         opts.set_paranoid_checks(true);
-        let cfs = [CF_LOGS, CF_META].map(|n| ColumnFamilyDescriptor::new(n, Options::default()));
+        let cfs = [CF_LOGS, CF_META].map(|n| {
+            let mut cf = Options::default();
+            cf.set_write_buffer_size(WRITE_BUFFER_BYTES);
+            ColumnFamilyDescriptor::new(n, cf)
+        });
         let db = DB::open_cf_descriptors(&opts, dir, cfs).map_err(|source| StoreError::Open {
             path: dir.to_path_buf(),
             source,
