@@ -37,7 +37,7 @@ use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERS
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls, soak, churn) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// How long jobs are submitted, overriding the scenario's `duration`

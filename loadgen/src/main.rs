@@ -64,3 +64,24 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_capacity_help_names_every_built_in_scenario() {
+        let cli = Cli::command();
+        let capacity = cli.find_subcommand("capacity").unwrap();
+        let scenario = capacity
+            .get_arguments()
+            .find(|a| a.get_id() == "scenario")
+            .unwrap();
+        let help = scenario.get_help().unwrap().to_string();
+        for (name, _) in loadgen::scenario::BUILT_IN {
+            assert!(help.contains(name), "--scenario's help lacks {name}: {help}");
+        }
+    }
+}
