@@ -138,7 +138,9 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
 
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
-        html.matches("class=\"mark\"").count() >= 8 && html.contains(">partition_leader</text>"),
+        html.matches("\"marks\":[").count() >= 8
+            && html.contains("{\"x\":")
+            && html.contains("\"label\":\"partition_leader\""),
         "the plots mark each fault"
     );
     assert!(html.contains("Job registrations acknowledged") && html.contains("Audit: all"));
