@@ -7,8 +7,10 @@
 // attributes, for the report's browser test.
 (() => {
   'use strict';
-  const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#9467bd', '#8c564b',
-    '#e377c2', '#17becf', '#bcbd22', '#393b79', '#637939', '#843c39', '#7b4173'];
+  // Distinct colours, the first ten strong; none is red, which marks faults and SLOs.
+  const COLORS = ['#1f77b4', '#ff7f0e', '#2ca02c', '#9467bd', '#8c564b', '#e377c2',
+    '#17becf', '#bcbd22', '#393b79', '#637939', '#843c39', '#7b4173', '#aec7e8',
+    '#ffbb78', '#98df8a', '#c5b0d5', '#c49c94', '#f7b6d2', '#9edae5', '#dbdb8d'];
   const MARK = '#c62828';
   const LEVEL = '#555';
   const HEIGHT = 260;
@@ -93,9 +95,12 @@
         ctx.beginPath();
         ctx.arc(x, y, 4 * px, 0, 2 * Math.PI);
         ctx.fill();
-        // Right of the dot, or left of it near the right edge.
+        // Right of the dot (left near the right edge); the first series'
+        // labels above their line and the next below, so that two variants'
+        // labels at the same percentile stay apart.
         const right = x < left + width * 0.8;
-        label(ctx, d.label, right ? x + 7 * px : x - 7 * px, y + 8 * px, right ? 'left' : 'right', color(d.series), px);
+        const dy = (d.series % 2 ? 9 : -9) * px;
+        label(ctx, d.label, right ? x + 6 * px : x - 6 * px, y + dy, right ? 'left' : 'right', color(d.series), px);
       }
       ctx.restore();
     };

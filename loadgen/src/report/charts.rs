@@ -39,7 +39,8 @@ pub struct Chart {
     /// Horizontal lines with a label: SLO thresholds, percentiles.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub levels: Vec<Level>,
-    /// Labelled points on a series: each CDF's p50, p90 and p99.
+    /// Labelled points on a series: each CDF's p50, p90 and p99 (the level
+    /// lines name the percentile, the dot's label its latency).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub dots: Vec<Dot>,
 }
@@ -302,13 +303,13 @@ fn cdf(s: &RunSummary, title: &str, pick: fn(&LatencyQuantiles) -> &[f64]) -> Op
         })
         .collect();
     for (i, (_, l)) in sketches.iter().enumerate() {
-        for (q, label) in MARKED {
+        for (q, _) in MARKED {
             if let Some(at) = l.q.iter().position(|v| (v - q).abs() < 1e-9) {
                 c.dots.push(Dot {
                     x: pick(l)[at],
                     y: *q,
                     series: i,
-                    label: format!("{label} {}", ms(pick(l)[at])),
+                    label: ms(pick(l)[at]),
                 });
             }
         }

@@ -31,6 +31,15 @@ fn escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// A process's flags as the page shows them.
+fn flags(args: &[String]) -> String {
+    if args.is_empty() {
+        "(none)".into()
+    } else {
+        escape(&args.join(" "))
+    }
+}
+
 /// The page's charts: each section asks for a place for its charts, and the
 /// specs are embedded once at the end for `report.js` to draw.
 #[derive(Default)]
@@ -123,8 +132,8 @@ pub fn html(s: &RunSummary) -> String {
             page,
             "<h2>{}</h2><p>server flags: <code>{}</code>; nodesim flags: <code>{}</code></p>",
             escape(&v.name),
-            escape(&v.server_args.join(" ")),
-            escape(&v.nodesim_args.join(" "))
+            flags(&v.server_args),
+            flags(&v.nodesim_args)
         );
         for p in &v.problems {
             let _ = write!(page, "<p class=\"warn\">{}</p>", escape(p));
@@ -247,7 +256,14 @@ mod tests {
             .iter()
             .map(|d| d["label"].as_str().unwrap())
             .collect();
-        assert_eq!(dots, ["p50 55.0 ms", "p90 91.0 ms", "p99 99.1 ms"]);
+        assert_eq!(dots, ["55.0 ms", "91.0 ms", "99.1 ms"]);
+        let levels: Vec<&str> = cdf["levels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["label"].as_str().unwrap())
+            .collect();
+        assert_eq!(levels, ["p50", "p90", "p99"]);
         // No time to running was measured: no empty chart for it.
         assert!(!charts.iter().any(|c| c["title"] == "Time to running"));
     }

@@ -28,14 +28,15 @@ pub fn gauge(s: &Series, name: &str) -> Points {
         .collect()
 }
 
-/// Adds series point by point (they share sample times within a run).
+/// Adds a series into the sum at `key`, time by time: a process that did
+/// not answer at a sample time (a killed server) leaves the sum of those that
+/// did. Processes are sampled together, so their times are the same.
 pub fn add(into: &mut BTreeMap<String, Points>, key: String, pts: Points) {
-    let e = into.entry(key).or_default();
-    if e.is_empty() {
-        *e = pts;
-    } else {
-        for (a, b) in e.iter_mut().zip(pts) {
-            a.1 += b.1;
+    let sum = into.entry(key).or_default();
+    for (t, v) in pts {
+        match sum.binary_search_by(|p| p.0.total_cmp(&t)) {
+            Ok(i) => sum[i].1 += v,
+            Err(i) => sum.insert(i, (t, v)),
         }
     }
 }
@@ -60,4 +61,21 @@ pub fn by_label(
         }
     }
     out.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sums_add_up_time_by_time_when_a_process_missed_samples() {
+        let mut sum = BTreeMap::new();
+        add(&mut sum, "x".into(), vec![(1.0, 1.0), (3.0, 1.0)]);
+        add(
+            &mut sum,
+            "x".into(),
+            vec![(1.0, 2.0), (2.0, 2.0), (3.0, 2.0)],
+        );
+        assert_eq!(sum["x"], [(1.0, 3.0), (2.0, 2.0), (3.0, 3.0)]);
+    }
 }
