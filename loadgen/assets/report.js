@@ -129,9 +129,11 @@
           // their points (joined x values leave nulls in between).
           spanGaps: spec.kind !== 'time',
           points: xy ? { show: true, size: 7, fill: color(i) } : { show: false },
+          // A CDF holds its value until the next latency, then steps up.
+          ...(spec.kind === 'cdf' ? { paths: uPlot.paths.stepped({ align: 1 }) } : {}),
         })),
       ],
-      cursor: { drag: { x: true, y: false } },
+      cursor: { drag: { x: true, y: false }, ...(spec.sync ? { sync: { key: spec.sync } } : {}) },
       hooks: { draw: [overlay(spec)] },
     };
   }

@@ -323,6 +323,10 @@ fn find_max_rate_brackets_the_rate_that_meets_the_slo_within_ten_percent() {
     assert!(search["spent_seconds"].as_f64().unwrap() <= 12.0 * 60.0);
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("id=\"search\""));
+    assert!(report.contains("p99 latency against the rate, with the SLOs"));
+    let drawn = browser::drawn(&out.join("report.html"), "");
+    assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
+    assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
     assert!(
         stderr.contains("search probe 1:"),
         "progress is told: {stderr}"

@@ -39,6 +39,10 @@ pub struct Chart {
     /// Horizontal lines with a label: SLO thresholds, percentiles.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub levels: Vec<Level>,
+    /// Charts with the same key share the cursor: hovering one time chart
+    /// of a variant shows the values at that moment on all of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sync: Option<String>,
     /// Labelled points on a series: each CDF's p50, p90 and p99 (the level
     /// lines name the percentile, the dot's label its latency).
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -113,6 +117,7 @@ impl Chart {
             series,
             marks: Vec::new(),
             levels: Vec::new(),
+            sync: None,
             dots: Vec::new(),
         }
     }
@@ -139,6 +144,7 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
     let time = |title: &str, unit: &str, lines: &[(String, Points)]| {
         let mut c = Chart::new(title, unit, "s", Kind::Time, lines);
         c.marks = fault_marks(v);
+        c.sync = Some(v.name.clone());
         c
     };
     let servers: Vec<&Series> = v
