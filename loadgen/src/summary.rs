@@ -115,8 +115,8 @@ impl VariantSummary {
         self.cpu_cores
             .iter()
             .filter(|(k, _)| k.starts_with("server"))
-            .map(|(_, c)| c)
-            .sum()
+            // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
+            .fold(0.0, |sum, (_, c)| sum + c)
     }
 }
 
