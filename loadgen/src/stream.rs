@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use crate::metrics::{LoadMetrics, Outcome};
 use crate::scenario::{JobKind, Kind, Scenario};
-use crate::summary::{Percentiles, StreamReport, Window};
+use crate::summary::{sketch_quantiles, LatencyQuantiles, Percentiles, StreamReport, Window};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;
@@ -48,6 +48,17 @@ fn percentiles_ms(h: &Histogram<u64>) -> Percentiles {
         p90: ms(h.value_at_quantile(0.9)),
         p99: ms(h.value_at_quantile(0.99)),
         max: ms(h.max()),
+    }
+}
+
+/// The latency in ms, of a histogram of microseconds, at each quantile of `q`.
+fn quantiles_ms(h: Option<&Histogram<u64>>, q: &[f64]) -> Vec<f64> {
+    match h {
+        Some(h) if !h.is_empty() => q
+            .iter()
+            .map(|&q| h.value_at_quantile(q) as f64 / 1000.0)
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -298,6 +309,12 @@ pub async fn run(
         .map(percentiles_ms)
         .unwrap_or_default();
     tally.report.running_windows = windows(&tally.runs, total);
+    let q = sketch_quantiles();
+    tally.report.latency_quantiles = LatencyQuantiles {
+        placement_ms: quantiles_ms(tally.placement.as_ref(), &q),
+        time_to_running_ms: quantiles_ms(tally.running.as_ref(), &q),
+        q,
+    };
     if let Some(last) = tally.last_placement {
         let secs = (last - start).as_secs_f64().max(1e-3);
         tally.report.placements_per_second = tally.report.allocations_placed as f64 / secs;
@@ -518,5 +535,26 @@ fn query(min_index: u64) -> QueryOptions {
         min_index,
         max_wait_ms: FOLLOW_WAIT.as_millis() as u64,
         source: stampede_proto::QuerySource::Loadgen.label().into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quantile_sketch_rises_from_the_fastest_to_the_slowest_job() {
+        let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+        for ms in 1..=1000u64 {
+            h.record(ms * 1000).unwrap();
+        }
+        let q = sketch_quantiles();
+        let ms = quantiles_ms(Some(&h), &q);
+        assert_eq!(ms.len(), q.len());
+        assert!(ms.windows(2).all(|w| w[0] <= w[1]), "sorted");
+        assert!((ms[0] - 1.0).abs() < 0.01, "the fastest: {}", ms[0]);
+        assert!((ms[50] - 500.0).abs() < 1.0, "the median: {}", ms[50]);
+        assert!((ms[q.len() - 1] - 1000.0).abs() < 1.0, "the slowest");
+        assert!(quantiles_ms(None, &q).is_empty(), "no jobs, no sketch");
     }
 }

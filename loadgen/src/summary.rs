@@ -109,6 +109,17 @@ pub struct VariantSummary {
     pub acks_per_second: Vec<(f64, f64)>,
 }
 
+impl VariantSummary {
+    /// The server CPU the variant used: the sum of the servers' average cores.
+    pub fn server_cpu_cores(&self) -> f64 {
+        self.cpu_cores
+            .iter()
+            .filter(|(k, _)| k.starts_with("server"))
+            // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
+            .fold(0.0, |sum, (_, c)| sum + c)
+    }
+}
+
 /// One fault as it was injected and what it cost. Times are seconds; `_s`
 /// times without "time" in the name count from the start of the job stream.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -228,6 +239,28 @@ pub struct StreamReport {
     /// p99 time to running of the jobs scheduled in each window of the
     /// stream, in order: whether the end of a long run is as fast as its start.
     pub running_windows: Vec<Window>,
+    /// The whole latency distributions, not only their percentiles: what
+    /// the report plots as CDFs.
+    pub latency_quantiles: LatencyQuantiles,
+}
+
+/// A sorted quantile sketch of the placement and time-to-running
+/// latencies: the latency in ms at each quantile of `q` (empty when no job
+/// got that far). About a hundred points keep summary.json small and still
+/// draw a smooth CDF, with the tail (p99.5, p99.9) kept.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LatencyQuantiles {
+    pub q: Vec<f64>,
+    pub placement_ms: Vec<f64>,
+    pub time_to_running_ms: Vec<f64>,
+}
+
+/// The quantiles the sketch keeps: 0 (the fastest), every percent, the
+/// far tail, and 1 (the slowest).
+pub fn sketch_quantiles() -> Vec<f64> {
+    let mut q: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
+    q.extend([0.995, 0.999, 1.0]);
+    q
 }
 
 /// One window of the stream.

@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{capacity, json, schema_errors};
+use common::{browser, capacity, json, schema_errors};
 use stampede_launch::metric_value;
 use stampede_launch::testing::eventually_ok;
 use stampede_proto::security::Role;
@@ -88,6 +88,15 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
             stream["placement_ms"]["p50"].as_f64().unwrap() > 0.0,
             "{stream}"
         );
+        // The distributions behind the percentiles: the sketch's median is p50.
+        let sketch = &stream["latency_quantiles"];
+        for field in ["placement_ms", "time_to_running_ms"] {
+            let ms: Vec<f64> = serde_json::from_value(sketch[field].clone()).unwrap();
+            assert_eq!(ms.len(), sketch["q"].as_array().unwrap().len(), "{sketch}");
+            assert!(ms.windows(2).all(|w| w[0] <= w[1]), "{field}: {ms:?}");
+            assert_eq!(sketch["q"][50], 0.5);
+            assert_eq!(ms[50], stream[field]["p50"].as_f64().unwrap(), "{field}");
+        }
     }
     // Variants compare on the very same stream.
     for field in ["scheduled", "updates"] {
@@ -119,11 +128,16 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
 
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
-        html.matches("<svg").count() >= 14,
-        "seven plots per variant"
+        html.contains("Raft entries by type") && html.contains("<table class=\"data summary\">")
     );
-    assert!(html.contains("Raft entries by type") && html.contains("<polyline"));
     assert!(!html.contains("id=\"partial\""));
+    // The browser draws them all: two latency CDFs and at least seven time
+    // charts per variant, each showing its series.
+    let drawn = browser::drawn(&out.join("report.html"), "#cursor=0.5");
+    assert!(drawn.places >= 2 + 2 * 7, "{drawn:?}");
+    assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
+    assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
+    assert_eq!(drawn.legends_filled, drawn.charts, "{drawn:?}");
 }
 
 #[test]
@@ -309,6 +323,10 @@ fn find_max_rate_brackets_the_rate_that_meets_the_slo_within_ten_percent() {
     assert!(search["spent_seconds"].as_f64().unwrap() <= 12.0 * 60.0);
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("id=\"search\""));
+    assert!(report.contains("p99 latency against the rate, with the SLOs"));
+    let drawn = browser::drawn(&out.join("report.html"), "");
+    assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
+    assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
     assert!(
         stderr.contains("search probe 1:"),
         "progress is told: {stderr}"

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{capacity, json, schema_errors};
+use common::{browser, capacity, json, schema_errors};
 use stampede_launch::testing::{eventually_ok, register_job, service_job, Harness, CATCH_UP};
 use stampede_launch::NodeId;
 use stampede_proto::JobListRequest;
@@ -138,10 +138,17 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
 
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
-        html.matches("class=\"mark\"").count() >= 8 && html.contains(">partition_leader</text>"),
+        html.matches("\"marks\":[").count() >= 8
+            && html.contains("{\"x\":")
+            && html.contains("\"label\":\"partition_leader\""),
         "the plots mark each fault"
     );
     assert!(html.contains("Job registrations acknowledged") && html.contains("Audit: all"));
+    // Servers killed and paused leave gaps in their series; every chart still draws.
+    let drawn = browser::drawn(&out.join("report.html"), "#cursor=0.5");
+    assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
+    assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
+    assert_eq!(drawn.legends_filled, drawn.charts, "{drawn:?}");
 }
 
 #[test]

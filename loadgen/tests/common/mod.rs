@@ -4,6 +4,8 @@
 
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod browser;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

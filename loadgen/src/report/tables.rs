@@ -1,0 +1,375 @@
+//! The report's tables: the summary (one column per variant) that the
+//! terminal prints as text and the page as HTML, the variants side by side,
+//! each variant's faults, and the search's probes.
+
+use std::fmt::Write;
+
+use super::escape;
+use crate::summary::{RunSummary, VariantSummary};
+
+/// One measure of every variant; `sub` rows detail the row above them.
+struct Row {
+    name: String,
+    sub: bool,
+    values: Vec<String>,
+}
+
+/// A measure to one decimal, or `-` when there is none.
+fn tenths(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// The summary's rows, the same for the terminal and the page.
+fn rows(s: &RunSummary) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let mut row = |name: &str, f: &dyn Fn(&VariantSummary) -> String| {
+        rows.push(Row {
+            name: name.trim_start().to_string(),
+            sub: name.starts_with(' '),
+            values: s.variants.iter().map(f).collect(),
+        });
+    };
+    row("jobs submitted (late, dropped, failed)", &|v| {
+        let st = &v.stream;
+        format!(
+            "{} ({}, {}, {})",
+            st.submitted, st.late, st.dropped, st.failed
+        )
+    });
+    row("placement p50 / p99 ms", &|v| {
+        format!(
+            "{:.0} / {:.0}",
+            v.stream.placement_ms.p50, v.stream.placement_ms.p99
+        )
+    });
+    row("time to running p50 / p99 ms", &|v| {
+        let r = &v.stream.time_to_running_ms;
+        format!("{:.0} / {:.0}", r.p50, r.p99)
+    });
+    row("placements/s", &|v| {
+        format!("{:.0}", v.stream.placements_per_second)
+    });
+    row("raft entries", &|v| {
+        v.raft_entries_by_type.values().sum::<u64>().to_string()
+    });
+    row("  client update share (entries / bytes)", &|v| {
+        format!(
+            "{:.1}% / {:.1}%",
+            100.0 * v.client_update_share,
+            100.0 * v.client_update_byte_share
+        )
+    });
+    row("raft MiB", &|v| {
+        format!(
+            "{:.2}",
+            v.raft_bytes_by_type.values().sum::<u64>() as f64 / 1048576.0
+        )
+    });
+    row("client update RPCs", &|v| {
+        v.client_update_rpcs.values().sum::<u64>().to_string()
+    });
+    row("blocking queries", &|v| {
+        v.blocking_queries_by_source
+            .values()
+            .sum::<u64>()
+            .to_string()
+    });
+    row("  deployment_watcher", &|v| {
+        v.blocking_queries_by_source
+            .get(stampede_proto::QuerySource::DeploymentWatcher.label())
+            .copied()
+            .unwrap_or(0)
+            .to_string()
+    });
+    row("  queued for the query limiter (s)", &|v| {
+        format!("{:.1}", v.deployment_query_wait_seconds)
+    });
+    row("server CPU cores (sum)", &|v| {
+        format!("{:.2}", v.server_cpu_cores())
+    });
+    // Faults: one row per step (the variants ran the same steps), then the audit.
+    let steps = s.variants.iter().map(|v| v.faults.len()).max().unwrap_or(0);
+    for i in 0..steps {
+        let action = s.scenario.faults.get(i).map_or("?", |f| f.action.name());
+        row(
+            &format!(
+                "fault {}: {action} (leader s / unavailable s / elections)",
+                i + 1
+            ),
+            &|v| match v.faults.get(i) {
+                Some(f) => format!(
+                    "@{:.0}s: {} / {} / {}",
+                    f.at_s,
+                    tenths(f.time_to_leader_s),
+                    tenths(f.unavailable_s),
+                    f.elections.map_or("-".into(), |e| e.to_string())
+                ),
+                None => "not injected".into(),
+            },
+        );
+        row("  acks/s before / after", &|v| match v.faults.get(i) {
+            Some(f) => format!(
+                "{} / {}",
+                tenths(f.throughput_before),
+                tenths(f.throughput_after)
+            ),
+            None => "-".into(),
+        });
+    }
+    if s.variants.iter().any(|v| v.audit.is_some()) {
+        row("audit: acked / lost / phantom", &|v| match &v.audit {
+            Some(a) if a.error.is_some() => "could not check".into(),
+            Some(a) => format!("{} / {} / {}", a.acked, a.lost, a.phantom),
+            None => "-".into(),
+        });
+    }
+    row("problems", &|v| {
+        if v.problems.is_empty() {
+            "none".into()
+        } else {
+            v.problems.join("; ")
+        }
+    });
+    rows
+}
+
+/// The terminal summary: one column per variant, then the search, the
+/// breaches and what else went wrong.
+pub fn terminal(s: &RunSummary) -> String {
+    let rows = rows(s);
+    let name = |r: &Row| {
+        if r.sub {
+            format!("  {}", r.name)
+        } else {
+            r.name.clone()
+        }
+    };
+    let width = rows.iter().map(|r| name(r).len()).max().unwrap_or(0);
+    let cols: Vec<usize> = (0..s.variants.len())
+        .map(|i| {
+            rows.iter()
+                .map(|r| r.values[i].len())
+                .chain([s.variants[i].name.len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = format!("{:width$}", format!("scenario {}", s.scenario.name));
+    for (v, w) in s.variants.iter().zip(&cols) {
+        let _ = write!(out, "  {:>w$}", v.name);
+    }
+    for r in &rows {
+        let _ = write!(out, "\n{:width$}", name(r));
+        for (v, w) in r.values.iter().zip(&cols) {
+            let _ = write!(out, "  {v:>w$}");
+        }
+    }
+    if let Some(search) = &s.search {
+        let _ = write!(out, "\nsearch for the highest rate: {}", search.confidence);
+        for p in &search.probes {
+            let _ = write!(
+                out,
+                "\n  {:>9} jobs/s  p99 placement {:>8.0} ms  p99 running {:>8.0} ms  {}{}",
+                p.value,
+                p.p99_placement_ms,
+                p.p99_running_ms,
+                if p.passed { "met the SLOs" } else { "failed" },
+                if p.repeat { " (again)" } else { "" }
+            );
+        }
+    } else if !s.slo_breaches.is_empty() {
+        let _ = write!(out, "\nSLO breached: {}", s.slo_breaches.join("; "));
+    }
+    for a in &s.audit_failures {
+        let _ = write!(out, "\naudit failed: {a}");
+    }
+    for r in &s.regressions {
+        let _ = write!(out, "\nworse than the baseline: {r}");
+    }
+    if !s.complete {
+        out.push_str("\nthe run did not complete: this report is partial");
+    }
+    out
+}
+
+/// The summary as an HTML table: one column per variant.
+pub fn summary(s: &RunSummary) -> String {
+    let mut html = String::from("<table class=\"data summary\"><thead><tr><th>measure</th>");
+    for v in &s.variants {
+        let _ = write!(html, "<th>{}</th>", escape(&v.name));
+    }
+    html.push_str("</tr></thead><tbody>");
+    for r in rows(s) {
+        let _ = write!(
+            html,
+            "<tr{}><td>{}</td>",
+            if r.sub { " class=\"sub\"" } else { "" },
+            escape(&r.name)
+        );
+        for v in &r.values {
+            let _ = write!(html, "<td>{}</td>", escape(v));
+        }
+        html.push_str("</tr>");
+    }
+    html.push_str("</tbody></table>");
+    html
+}
+
+/// A variant's faults and audit, as a table and a line.
+pub fn faults(v: &VariantSummary) -> String {
+    let mut html = String::new();
+    if !v.faults.is_empty() {
+        html.push_str(
+            "<table class=\"data faults\"><thead><tr><th>fault</th><th>at s</th><th>servers</th>\
+             <th>lasted s</th><th>time to leader s</th><th>unavailable s</th><th>elections</th>\
+             <th>acks/s before</th><th>acks/s after</th></tr></thead><tbody>",
+        );
+        for f in &v.faults {
+            let servers: Vec<String> = f.servers.iter().map(|s| s.to_string()).collect();
+            let _ = write!(
+                html,
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                f.action.name(),
+                f.at_s,
+                servers.join(", "),
+                f.duration_s,
+                tenths(f.time_to_leader_s),
+                tenths(f.unavailable_s),
+                f.elections.map_or("-".into(), |e| e.to_string()),
+                tenths(f.throughput_before),
+                tenths(f.throughput_after),
+            );
+        }
+        html.push_str("</tbody></table>");
+    }
+    if let Some(a) = &v.audit {
+        match a.failure() {
+            None => {
+                let _ = write!(
+                    html,
+                    "<p class=\"audit\">Audit: all {} acknowledged jobs are on each of the {} servers \
+                     (at raft index {}); nothing is there that was not submitted ({} submitted).</p>",
+                    a.acked, a.servers, a.applied_index, a.submitted
+                );
+            }
+            Some(failure) => {
+                let _ = write!(
+                    html,
+                    "<p class=\"warn audit\">Audit failed: {}</p>",
+                    escape(&failure)
+                );
+            }
+        }
+    }
+    html
+}
+
+/// One number read from a variant's summary.
+type Measure = Box<dyn Fn(&VariantSummary) -> f64>;
+
+/// Every variant's costs side by side, and their ratios to the first's.
+pub fn comparison(s: &RunSummary) -> String {
+    if s.variants.len() < 2 {
+        return String::new();
+    }
+    let base = &s.variants[0];
+    let measures: Vec<(&str, Measure)> = vec![
+        (
+            "raft entries",
+            Box::new(|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+        ),
+        (
+            "client update entries",
+            Box::new(|v| {
+                *v.raft_entries_by_type
+                    .get("alloc_client_update")
+                    .unwrap_or(&0) as f64
+            }),
+        ),
+        (
+            "client update RPCs",
+            Box::new(|v| v.client_update_rpcs.values().sum::<u64>() as f64),
+        ),
+        (
+            "blocking queries",
+            Box::new(|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+        ),
+        (
+            "deployment watcher queries",
+            Box::new(|v| {
+                *v.blocking_queries_by_source
+                    .get(stampede_proto::QuerySource::DeploymentWatcher.label())
+                    .unwrap_or(&0) as f64
+            }),
+        ),
+        (
+            "deployment queries queued for the limiter, s",
+            Box::new(|v| v.deployment_query_wait_seconds),
+        ),
+        ("p99 placement ms", Box::new(|v| v.stream.placement_ms.p99)),
+        (
+            "p99 time to running ms",
+            Box::new(|v| v.stream.time_to_running_ms.p99),
+        ),
+    ];
+    let mut html = String::from("<table class=\"data comparison\"><thead><tr><th>measure</th>");
+    for v in &s.variants {
+        let _ = write!(html, "<th>{}</th>", escape(&v.name));
+    }
+    for v in &s.variants[1..] {
+        let _ = write!(
+            html,
+            "<th class=\"ratio\">{} / {}</th>",
+            escape(&v.name),
+            escape(&base.name)
+        );
+    }
+    html.push_str("</tr></thead><tbody>");
+    for (name, f) in &measures {
+        let _ = write!(html, "<tr><td>{name}</td>");
+        for v in &s.variants {
+            let _ = write!(html, "<td>{:.0}</td>", f(v));
+        }
+        for v in &s.variants[1..] {
+            let b = f(base);
+            let r = if b > 0.0 {
+                format!("{:.2}", f(v) / b)
+            } else {
+                "-".into()
+            };
+            let _ = write!(html, "<td class=\"ratio\">{r}</td>");
+        }
+        html.push_str("</tr>");
+    }
+    html.push_str("</tbody></table>");
+    html
+}
+
+/// `--find-max-rate`: every probe, in the order they ran.
+pub fn probes(s: &RunSummary) -> String {
+    let Some(search) = &s.search else {
+        return String::new();
+    };
+    let mut html = format!(
+        "<p id=\"search\">{}</p><table class=\"data probes\"><thead><tr><th>rate (jobs/s)</th>\
+         <th>p99 placement ms</th><th>p99 running ms</th><th>result</th></tr></thead><tbody>",
+        escape(&search.confidence)
+    );
+    for p in &search.probes {
+        let _ = write!(
+            html,
+            "<tr><td>{}{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>",
+            p.value,
+            if p.repeat { " (again)" } else { "" },
+            p.p99_placement_ms,
+            p.p99_running_ms,
+            if p.passed {
+                "met the SLOs".to_string()
+            } else {
+                escape(&p.breaches.join("; "))
+            }
+        );
+    }
+    html.push_str("</tbody></table>");
+    html
+}

@@ -1,0 +1,225 @@
+//! `report.html` in a real browser: a report of a made-up sweep with faults
+//! and a search, opened in headless Chromium. What the page's script says
+//! it drew is read from the DOM; a screenshot at a laptop's width is
+//! checked for its size and for being more than a blank page.
+//! (`capacity.rs` opens the report of a real run the same way.)
+
+mod common;
+
+use std::path::Path;
+
+use common::browser;
+use loadgen::sampler::{Point, Series, Target};
+use loadgen::scenario::{FaultAction, Scenario};
+use loadgen::search::{Probe, SearchReport};
+use loadgen::summary::{
+    sketch_quantiles, FaultReport, LatencyQuantiles, RunSummary, VariantSummary, SCHEMA_VERSION,
+};
+
+const SWEEP: &str = r#"
+name = "sweep"
+description = "a made-up sweep over the rate"
+nodes = 40
+duration = "60s"
+arrival = { process = "constant", rate = 2.0 }
+
+[[jobs]]
+name = "web"
+type = "service"
+count = 2
+cpu_mhz = 100
+
+[sweep]
+parameter = "rate"
+values = [2.0, 4.0, 8.0]
+
+[slo]
+p99_placement_ms = 400.0
+p99_running_ms = 2500.0
+"#;
+
+/// A process's samples over a minute, every two seconds.
+fn series(name: &str, scale: f64) -> Series {
+    let points = (0..=30)
+        .map(|i| {
+            let t = 2.0 * i as f64;
+            let mut values: std::collections::BTreeMap<String, f64> = [
+                ("process_cpu_seconds_total", 0.3 * scale * t),
+                ("process_resident_memory_bytes", (80.0 + t) * 1048576.0),
+                ("stampede_broker_ready", (t / 7.0).sin().abs() * 5.0 * scale),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+            for (kind, rate) in [("job_register", 2.0), ("plan_apply", 3.0)] {
+                values.insert(
+                    format!("stampede_raft_entries_total{{type=\"{kind}\"}}"),
+                    rate * scale * t,
+                );
+            }
+            for (name, v) in [
+                (
+                    "stampede_nodesim_update_rpcs_total{priority=\"high\"}",
+                    4.0 * t,
+                ),
+                (
+                    "stampede_blocking_queries_started_total{source=\"loadgen\"}",
+                    5.0 * t,
+                ),
+                (
+                    "stampede_blocking_queries_inflight{source=\"loadgen\"}",
+                    3.0 + t % 5.0,
+                ),
+            ] {
+                values.insert(name.into(), v);
+            }
+            Point { t, values }
+        })
+        .collect();
+    Series {
+        target: Target {
+            name: name.into(),
+            url: String::new(),
+        },
+        points,
+        lost_at: None,
+        last_text: None,
+    }
+}
+
+fn variant(rate: f64) -> VariantSummary {
+    let q = sketch_quantiles();
+    let mut v = VariantSummary {
+        name: format!("rate-{rate}"),
+        series: vec![
+            series("server-1", rate),
+            series("server-2", rate / 2.0),
+            series("nodesim", 1.0),
+        ],
+        acks_per_second: (1..60).map(|t| (t as f64, rate)).collect(),
+        faults: vec![FaultReport {
+            action: FaultAction::KillLeader,
+            at_s: 20.0,
+            scheduled_at_s: 20.0,
+            duration_s: 5.0,
+            servers: vec![1],
+            leader_before: Some(1),
+            time_to_leader_s: Some(1.2),
+            leader_after: Some(2),
+            unavailable_s: Some(1.4),
+            elections: Some(1),
+            recovered_s: Some(25.0),
+            throughput_before: Some(rate),
+            throughput_after: Some(rate),
+        }],
+        ..Default::default()
+    };
+    v.stream.latency_quantiles = LatencyQuantiles {
+        placement_ms: q
+            .iter()
+            .map(|q| 20.0 * rate * (1.0 + 4.0 * q.powi(4)))
+            .collect(),
+        time_to_running_ms: q
+            .iter()
+            .map(|q| 300.0 * rate * (1.0 + 3.0 * q.powi(3)))
+            .collect(),
+        q,
+    };
+    v.stream.placement_ms.p99 = 100.0 * rate;
+    v.stream.time_to_running_ms.p99 = 1200.0 * rate;
+    v
+}
+
+fn summary() -> RunSummary {
+    let probe = |value: f64, passed: bool| Probe {
+        value,
+        passed,
+        p99_placement_ms: 50.0 * value,
+        p99_running_ms: 400.0 * value,
+        breaches: if passed {
+            vec![]
+        } else {
+            vec!["p99 time to running too slow".into()]
+        },
+        repeat: false,
+        seconds: 60.0,
+    };
+    RunSummary {
+        schema_version: SCHEMA_VERSION,
+        scenario: Scenario::parse(SWEEP, "sweep.toml").unwrap(),
+        raft_entries_by_type: Default::default(),
+        blocking_queries_by_source: Default::default(),
+        variants: vec![variant(2.0), variant(4.0), variant(8.0)],
+        slo_breaches: vec![],
+        regressions: vec![],
+        audit_failures: vec![],
+        complete: true,
+        prometheus: None,
+        search: Some(SearchReport {
+            parameter: "rate".into(),
+            max_passing: Some(4.0),
+            min_failing: Some(8.0),
+            probes: vec![probe(2.0, true), probe(4.0, true), probe(8.0, false)],
+            confidence: "made up".into(),
+            budget_seconds: 600.0,
+            spent_seconds: 180.0,
+        }),
+    }
+}
+
+fn write_report(dir: &Path) -> std::path::PathBuf {
+    let page = dir.join("report.html");
+    std::fs::write(&page, loadgen::report::html(&summary())).unwrap();
+    page
+}
+
+#[test]
+fn the_browser_draws_every_chart_of_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = write_report(dir.path());
+    let d = browser::drawn(&page, "");
+    // Two CDFs, three sweep charts, the search, and eight time charts for
+    // each of the three variants.
+    assert_eq!(d.places, 2 + 3 + 1 + 3 * 8, "{d:?}");
+    assert_eq!(d.charts, d.places, "every place got a chart: {d:?}");
+    assert_eq!(d.drawn, d.charts, "every chart shows its series: {d:?}");
+    assert_eq!(d.legends_filled, 0, "no cursor, no values: {d:?}");
+}
+
+#[test]
+fn a_screenshot_at_a_laptops_width_shows_charts_with_values_at_the_cursor() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = write_report(dir.path());
+    let d = browser::drawn(&page, "#cursor=0.6");
+    assert_eq!(d.legends_filled, d.charts, "{d:?}");
+
+    let png = browser::screenshot(
+        &page,
+        "#cursor=0.6",
+        1366,
+        2400,
+        &dir.path().join("shot.png"),
+    );
+    let decoder = png::Decoder::new(std::io::Cursor::new(png));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size()];
+    let frame = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((frame.width, frame.height), (1366, 2400));
+    let channels = frame.color_type.samples();
+    let pixels = &pixels[..frame.buffer_size()];
+    let colours: std::collections::HashSet<&[u8]> = pixels.chunks(channels).collect();
+    let background = pixels
+        .chunks(channels)
+        .filter(|p| p[..3] == [255, 255, 255])
+        .count();
+    let total = pixels.len() / channels;
+    assert!(
+        colours.len() > 500,
+        "{} colours: a blank page?",
+        colours.len()
+    );
+    assert!(
+        background < total * 97 / 100,
+        "{background} of {total} pixels are white"
+    );
+}
