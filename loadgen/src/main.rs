@@ -81,7 +81,10 @@ mod tests {
             .unwrap();
         let help = scenario.get_help().unwrap().to_string();
         for (name, _) in loadgen::scenario::BUILT_IN {
-            assert!(help.contains(name), "--scenario's help lacks {name}: {help}");
+            assert!(
+                help.contains(name),
+                "--scenario's help lacks {name}: {help}"
+            );
         }
     }
 }

@@ -86,4 +86,17 @@ fn a_short_soak_collects_garbage_and_reports_state_and_windows() {
         .iter()
         .all(|w| w["jobs"].as_u64().unwrap() > 0 && w["time_to_running_p99_ms"].is_number()));
     assert_eq!(windows[5]["to_s"].as_f64().unwrap(), 40.0);
+
+    // The terminal table and the report show growth and collection.
+    for row in [
+        "state rows at the end (peak)",
+        "garbage collected",
+        "server RSS slope",
+    ] {
+        assert!(stdout.contains(row), "no {row:?} row in:\n{stdout}");
+    }
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for chart in ["State rows by table", "Garbage collected by kind"] {
+        assert!(report.contains(chart), "report.html has no {chart:?} chart");
+    }
 }

@@ -241,6 +241,16 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         })
         .collect();
     out.push(time("Resident memory by process", "MiB", &rss));
+    out.push(time(
+        "State rows by table",
+        "rows",
+        &by_label(&busiest, "stampede_state_objects", "table", false),
+    ));
+    out.push(time(
+        "Garbage collected by kind",
+        "rows/s",
+        &by_label(&busiest, "stampede_gc_collected_total", "kind", true),
+    ));
     let windows: Points = v
         .stream
         .running_windows

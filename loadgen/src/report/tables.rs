@@ -87,6 +87,48 @@ fn rows(s: &RunSummary) -> Vec<Row> {
     row("server CPU cores (sum)", &|v| {
         format!("{:.2}", v.server_cpu_cores())
     });
+    // Growth over a long run: memory and state, and what GC took away.
+    row("server RSS slope, 2nd half (MiB/min)", &|v| {
+        v.server_rss_slope_mib_per_min
+            .map_or("-".into(), |m| format!("{m:.2}"))
+    });
+    if s.variants
+        .iter()
+        .any(|v| v.server_rss_growth_after_10m.is_some())
+    {
+        row("server RSS growth after 10 min", &|v| {
+            v.server_rss_growth_after_10m
+                .map_or("-".into(), |g| format!("{:+.1}%", 100.0 * g))
+        });
+    }
+    row("state rows at the end (peak)", &|v| {
+        let rows: Vec<String> = v
+            .state_objects
+            .iter()
+            .map(|(table, n)| {
+                let peak = v.state_objects_peak.get(table).copied().unwrap_or(*n);
+                format!("{table} {n} ({peak})")
+            })
+            .collect();
+        if rows.is_empty() {
+            "-".into()
+        } else {
+            rows.join(", ")
+        }
+    });
+    row("garbage collected", &|v| {
+        let kinds: Vec<String> = v
+            .gc_collected
+            .iter()
+            .filter(|(_, n)| **n > 0)
+            .map(|(kind, n)| format!("{kind} {n}"))
+            .collect();
+        if kinds.is_empty() {
+            "none".into()
+        } else {
+            kinds.join(", ")
+        }
+    });
     // Faults: one row per step (the variants ran the same steps), then the audit.
     let steps = s.variants.iter().map(|v| v.faults.len()).max().unwrap_or(0);
     for i in 0..steps {
