@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs what building stampede needs on Debian and is missing: a C++
-# compiler and libclang (RocksDB and its Rust bindings) and protoc (the gRPC
-# code), and with --tests a headless Chromium (the report test) and Prometheus
+# Installs what building stampede needs on Debian and is missing: RocksDB
+# itself (Debian's librocksdb-dev: the servers link it, nothing compiles it),
+# a C compiler and libclang (the Rust bindings to RocksDB) and protoc (the
+# gRPC code), and with --tests a headless Chromium (the report test) and Prometheus
 # with promtool (the dashboard test). Runs apt-get as root, or through sudo.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ need=()
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
+dpkg -s librocksdb-dev >/dev/null 2>&1 || need+=(librocksdb-dev)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # With --tests: the capacity report's test opens report.html in a headless
