@@ -37,7 +37,7 @@ use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERS
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls, soak, churn) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls, soak, churn, max-rate) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// How long jobs are submitted, overriding the scenario's `duration`
@@ -49,10 +49,11 @@ pub struct CapacityOpts {
     /// halving until one passes and one fails, then narrowing to 10%.
     #[arg(long, conflicts_with = "servers")]
     pub find_max_rate: bool,
-    /// With --find-max-rate: how long the search may take in all; it stops
-    /// before a probe that would not fit.
-    #[arg(long, default_value = "30m", value_parser = humantime::parse_duration)]
-    pub budget: Duration,
+    /// With --find-max-rate or a scenario's [search]: how long the search may
+    /// take in all; it stops before a probe that would not fit [default: the
+    /// scenario's [search] budget, or 30m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub budget: Option<Duration>,
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -117,6 +118,8 @@ pub enum CapacityError {
     SampleEvery,
     #[error("scenario {0} has [[faults]], which kill, pause and partition servers loadgen started itself; with --servers it drives a cluster it did not start: run it without --servers")]
     FaultsNeedLocal(String),
+    #[error("scenario {0} is a search ([search]): each probe starts a cluster of its own, so it cannot run against --servers")]
+    SearchNeedsLocal(String),
 }
 
 pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
@@ -129,6 +132,9 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     }
     if !scenario.faults.is_empty() && !opts.servers.is_empty() {
         return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
+    }
+    if scenario.search.is_some() && !opts.servers.is_empty() {
+        return Err(CapacityError::SearchNeedsLocal(scenario.name.clone()).into());
     }
     let baseline = match &opts.baseline {
         Some(path) => Some(load_baseline(path)?),
@@ -163,9 +169,9 @@ pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         prometheus: prometheus.as_ref(),
         tls_dir,
     };
-    let summary = match opts.find_max_rate {
-        true => find_max_rate(&scenario, &opts, &out, &ctx, baseline.as_ref()).await?,
-        false => run_variants(&scenario, &opts, &out, &ctx, baseline.as_ref()).await?,
+    let summary = match search_budget(&scenario, &opts) {
+        Some(budget) => find_max_rate(&scenario, budget, &out, &ctx, baseline.as_ref()).await?,
+        None => run_variants(&scenario, &opts, &out, &ctx, baseline.as_ref()).await?,
     };
     let loadgen_metrics = out.join("loadgen.prom");
     std::fs::write(&loadgen_metrics, metrics.render())
@@ -265,12 +271,26 @@ async fn start_prometheus(
     }
 }
 
-/// `--find-max-rate`: probes of the whole scenario at one rate each (see
+/// The search's time budget when the run is a search (`--find-max-rate`, or
+/// a scenario with `[search]`): `--budget` first, then the scenario's.
+fn search_budget(scenario: &Scenario, opts: &CapacityOpts) -> Option<Duration> {
+    if !opts.find_max_rate && scenario.search.is_none() {
+        return None;
+    }
+    let from_scenario = scenario.search.as_ref().map(|s| s.budget);
+    Some(
+        opts.budget
+            .or(from_scenario)
+            .unwrap_or(crate::scenario::DEFAULT_SEARCH_BUDGET),
+    )
+}
+
+/// `--find-max-rate` or `[search]`: probes of the whole scenario at one rate each (see
 /// [`crate::search`]), every probe a variant of the run and the search's
 /// outcome in `summary.json`'s `search`.
 async fn find_max_rate(
     scenario: &Scenario,
-    opts: &CapacityOpts,
+    budget: Duration,
     out: &Path,
     ctx: &Ctx<'_>,
     baseline: Option<&serde_json::Value>,
@@ -282,7 +302,7 @@ async fn find_max_rate(
         Arrival::Constant { rate } | Arrival::Poisson { rate } => rate,
         Arrival::Ramp { to, .. } => to,
     };
-    let budget = opts.budget.as_secs_f64();
+    let budget_s = budget.as_secs_f64();
     let began = Instant::now();
     let mut search = Search::new(start);
     let mut variants: Vec<VariantSummary> = Vec::new();
@@ -297,7 +317,7 @@ async fn find_max_rate(
                 None => break,
             },
         };
-        if began.elapsed() + longest > opts.budget {
+        if began.elapsed() + longest > budget {
             out_of_budget = true;
             break;
         }
@@ -318,9 +338,9 @@ async fn find_max_rate(
                 ""
             },
             humantime::format_duration(Duration::from_secs(
-                opts.budget.saturating_sub(began.elapsed()).as_secs()
+                budget.saturating_sub(began.elapsed()).as_secs()
             )),
-            humantime::format_duration(opts.budget)
+            humantime::format_duration(budget)
         );
         let t0 = Instant::now();
         let summary = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
@@ -347,7 +367,7 @@ async fn find_max_rate(
             again = Some(value);
         }
         variants.push(summary);
-        let so_far = search.report(budget, began.elapsed().as_secs_f64(), false);
+        let so_far = search.report(budget_s, began.elapsed().as_secs_f64(), false);
         finish(
             scenario,
             &variants,
@@ -358,7 +378,7 @@ async fn find_max_rate(
             Some(so_far),
         )?;
     }
-    let report = search.report(budget, began.elapsed().as_secs_f64(), out_of_budget);
+    let report = search.report(budget_s, began.elapsed().as_secs_f64(), out_of_budget);
     eprintln!("loadgen: search: {}", report.confidence);
     finish(
         scenario,
@@ -944,5 +964,36 @@ fn summarize(
         audit: None,
         series,
         acks_per_second: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        opts: CapacityOpts,
+    }
+
+    fn budget(scenario: &str, args: &[&str]) -> Option<Duration> {
+        let cli = Cli::parse_from(["capacity"].iter().chain(args));
+        search_budget(&Scenario::load(scenario).unwrap(), &cli.opts)
+    }
+
+    #[test]
+    fn a_search_runs_with_the_flag_or_the_scenarios_block_and_budget_comes_from_the_flag_first() {
+        let min = |m: u64| Some(Duration::from_secs(60 * m));
+        assert_eq!(budget("default", &[]), None);
+        assert_eq!(budget("default", &["--find-max-rate"]), min(30));
+        assert_eq!(
+            budget("default", &["--find-max-rate", "--budget", "5m"]),
+            min(5)
+        );
+        assert_eq!(budget("max-rate", &[]), min(30));
+        assert_eq!(budget("max-rate", &["--budget", "12m"]), min(12));
     }
 }

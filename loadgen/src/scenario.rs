@@ -24,6 +24,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("tls", include_str!("../scenarios/tls.toml")),
     ("soak", include_str!("../scenarios/soak.toml")),
     ("churn", include_str!("../scenarios/churn.toml")),
+    ("max-rate", include_str!("../scenarios/max-rate.toml")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -89,6 +90,9 @@ pub struct Scenario {
     pub variants: Vec<Variant>,
     /// One parameter run at several values; the report plots cost against it.
     pub sweep: Option<Sweep>,
+    /// Run as a search for the highest arrival rate that meets the SLOs, as
+    /// `--find-max-rate` does for any scenario.
+    pub search: Option<SearchBlock>,
     /// Faults injected during the stream of every variant, in time order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultStep>,
@@ -175,6 +179,16 @@ pub struct Sweep {
     pub values: Vec<f64>,
 }
 
+/// `[search] budget = "30m"`: the scenario is a search for the highest
+/// arrival rate whose measures all meet its `[slo]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBlock {
+    /// How long the whole search may take (`--budget` overrides it).
+    #[serde(with = "humantime_serde_str", default = "defaults::search_budget")]
+    pub budget: Duration,
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum SweepParameter {
@@ -210,7 +224,13 @@ mod defaults {
     pub fn tls() -> bool {
         true
     }
+    pub fn search_budget() -> Duration {
+        super::DEFAULT_SEARCH_BUDGET
+    }
 }
+
+/// A search's time budget when neither the scenario nor `--budget` sets one.
+pub const DEFAULT_SEARCH_BUDGET: Duration = Duration::from_secs(30 * 60);
 
 /// `duration = "60s"` in TOML.
 mod humantime_serde_str {
@@ -418,6 +438,23 @@ impl Scenario {
                     "sweep.values",
                     "needs values: whole node counts 1 to 1,000,000, or rates above 0",
                 );
+            }
+        }
+        if let Some(search) = &self.search {
+            if !self.variants.is_empty() || self.sweep.is_some() {
+                return bad(
+                    "search",
+                    "a search varies the rate itself: no variants or sweep",
+                );
+            }
+            if self.slo.p99_placement_ms.is_none() && self.slo.p99_running_ms.is_none() {
+                return bad(
+                    "search",
+                    "needs an [slo] (p99_placement_ms or p99_running_ms)",
+                );
+            }
+            if search.budget.is_zero() || search.budget > MAX_DURATION {
+                return bad("search.budget", "must be above 0 and at most 24h");
             }
         }
         let mut names = std::collections::HashSet::new();
@@ -657,6 +694,22 @@ values = [100, 1000]
         let bad = text.replace("[100, 1000]", "[100, 0.5]");
         let e = Scenario::parse(&bad, "grow.toml").unwrap_err().to_string();
         assert!(e.contains("sweep.values"), "{e}");
+    }
+
+    #[test]
+    fn a_search_block_needs_an_slo_and_no_variants() {
+        let s = Scenario::load("max-rate").unwrap();
+        assert_eq!(s.search.as_ref().unwrap().budget, DEFAULT_SEARCH_BUDGET);
+        let text = BUILT_IN.iter().find(|(n, _)| *n == "max-rate").unwrap().1;
+        let no_slo = text.replace("p99_placement_ms = 5000", "");
+        let e = Scenario::parse(&no_slo, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("search: needs an [slo]"), "{e}");
+        let zero = text.replace("budget = \"30m\"", "budget = \"0s\"");
+        let e = Scenario::parse(&zero, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("search.budget"), "{e}");
+        let swept = format!("{text}\n[sweep]\nparameter = \"nodes\"\nvalues = [10]\n");
+        let e = Scenario::parse(&swept, "x.toml").unwrap_err().to_string();
+        assert!(e.contains("no variants or sweep"), "{e}");
     }
 
     const WITH_FAULTS: &str = r#"
