@@ -6,4 +6,7 @@ bash scripts/setup-debian.sh --tests
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
 # RocksDB's C++ is compiled once and linked by every profile.
 . scripts/rocksdb-env.sh
+# The Kubernetes manifests against the API schemas, offline, and proof that
+# a broken manifest is refused.
+bash scripts/validate-deploy.sh --self-test
 cargo test --workspace "$@"
