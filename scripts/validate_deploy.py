@@ -7,7 +7,9 @@ fields are errors) against the oldest Kubernetes the manifests support and
 the newest the package knows. When a kustomize renderer is on this machine
 (`kustomize`, or `kubectl kustomize`), every overlay is also rendered and
 its output validated the same way, and the fleet's parts are cross-checked
-(shard count, the inventory's shards, the dashboards ConfigMap). Custom
+(shard count, the inventory's shards, the dashboards ConfigMap). With
+STAMPEDE_BIN=DIR (the built binaries), every --flag of every command line
+and probe must be one the binary's --help lists. Custom
 resources (PodMonitor) are checked against the fields the Prometheus
 Operator's CRD defines that the manifests use.
 
@@ -25,8 +27,8 @@ import sys
 import kubernetes_validate
 import yaml
 
-# Oldest supported: StatefulSet ordinals and the pod-index label (1.31 GA
-# and beta), Indexed Jobs' backoffLimitPerIndex (1.29 beta).
+# Oldest supported: StatefulSet ordinals (GA in 1.31) and the pod-index
+# label that becomes a server's --id.
 VERSIONS = ["1.31.0", kubernetes_validate.latest_version()]
 
 KUSTOMIZE_KINDS = {"Kustomization", "Component"}
@@ -143,6 +145,50 @@ def cross_check(docs, where):
     return errors
 
 
+def command_lines(doc):
+    """Every command line a pod of `doc` runs: containers and exec probes."""
+    spec = (doc.get("spec") or {}).get("template", {}).get("spec", {})
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        if c.get("command"):
+            yield c["command"] + c.get("args", [])
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            cmd = ((c.get(probe) or {}).get("exec") or {}).get("command")
+            if cmd:
+                yield cmd
+
+
+def check_flags(docs, bin_dir, where):
+    """Every --flag of a command line is one the binary takes (its --help)."""
+    errors = []
+    helps = {}
+    for doc in docs:
+        for line in command_lines(doc):
+            exe = os.path.basename(line[0])
+            args = line[1:]
+            sub = [a for a in args[:1] if not a.startswith("-")]
+            key = (exe, tuple(sub))
+            if key not in helps:
+                path = os.path.join(bin_dir, exe)
+                if not os.path.exists(path):
+                    errors.append(f"{where}: {exe} is not in STAMPEDE_BIN {bin_dir}")
+                    helps[key] = None
+                    continue
+                out = subprocess.run([path] + sub + ["--help"], capture_output=True, text=True)
+                helps[key] = out.stdout if out.returncode == 0 else None
+                if out.returncode != 0:
+                    errors.append(f"{where}: {exe} {' '.join(sub)} --help failed: {out.stderr.strip()}")
+            text = helps[key]
+            if text is None:
+                continue
+            for a in args:
+                if not a.startswith("--"):
+                    continue
+                flag = a.split("=", 1)[0]
+                if not re.search(re.escape(flag) + r"[ ,=\n<\]]", text):
+                    errors.append(f"{where}: {doc['kind']}/{doc['metadata']['name']}: {exe} {' '.join(sub)} has no {flag}")
+    return errors
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
@@ -188,6 +234,14 @@ def main(argv):
                 errors += validate_doc(doc, name)
                 rendered += 1
             errors += cross_check(docs, f"{overlay} (rendered)")
+            if os.environ.get("STAMPEDE_BIN"):
+                errors += check_flags(docs, os.environ["STAMPEDE_BIN"], f"{overlay} (rendered)")
+    if os.environ.get("STAMPEDE_BIN"):
+        for path in files:
+            with open(path) as f:
+                docs, _ = load_docs(f.read(), path)
+            docs = [d for d in docs if isinstance(d, dict) and d.get("kind") not in KUSTOMIZE_KINDS]
+            errors += check_flags(docs, os.environ["STAMPEDE_BIN"], path)
     for e in errors:
         print(f"validate-deploy: {e}", file=sys.stderr)
     if errors:
