@@ -10,3 +10,6 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
 # a broken manifest is refused.
 bash scripts/validate-deploy.sh --self-test
 cargo test --workspace "$@"
+# The manifests' command lines and probes against the binaries' real flags.
+cargo build --quiet --bin cluster --bin nodesim --bin loadgen
+STAMPEDE_BIN="$CARGO_TARGET_DIR/debug" bash scripts/validate-deploy.sh
