@@ -16,7 +16,7 @@ enum Cmd {
     Place(loadgen::place::PlaceOpts),
     /// A capacity-planning run: a local cluster and fleet (or given ones), a
     /// scenario's job stream, and a report of what it cost.
-    Capacity(loadgen::capacity::CapacityOpts),
+    Capacity(Box<loadgen::capacity::CapacityOpts>),
     /// TCP proxies that delay every byte each way: link latency without
     /// netem (scripts/multihost.sh). Runs until killed.
     Link(LinkOpts),
@@ -77,7 +77,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
         Cmd::Capacity(opts) => {
-            let summary = loadgen::capacity::run(opts).await?;
+            let summary = loadgen::capacity::run(*opts).await?;
             if !summary.regressions.is_empty() {
                 anyhow::bail!(
                     "worse than the baseline: {}",
