@@ -27,7 +27,7 @@ BIN=${STAMPEDE_BIN:-$CARGO_TARGET_DIR/release}
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 root=$ctx/rootfs
-mkdir -p "$root/usr/local/bin" "$root/etc" "$root/tmp" "$root/var/lib/stampede" "$root/runs"
+mkdir -p "$root/usr/local/bin" "$root/etc" "$root/tmp" "$ctx/writable"
 chmod 1777 "$root/tmp"
 for b in cluster nodesim loadgen; do
   [[ -x "$BIN/$b" ]] || { echo "build-image: $BIN/$b is missing" >&2; exit 1; }
@@ -49,7 +49,6 @@ root:x:0:
 stampede:x:10001:
 G
 echo 'hosts: files dns' >"$root/etc/nsswitch.conf"
-chown -R 10001:10001 "$root/var/lib/stampede" "$root/runs"
 cp deploy/Containerfile "$ctx/Containerfile"
 
 # vfs storage and chroot isolation: no overlay mounts or user namespaces

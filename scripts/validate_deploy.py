@@ -185,7 +185,7 @@ def check_flags(docs, bin_dir, where):
                     continue
                 flag = a.split("=", 1)[0]
                 if not re.search(re.escape(flag) + r"[ ,=\n<\]]", text):
-                    errors.append(f"{where}: {doc['kind']}/{doc['metadata']['name']}: {exe} {' '.join(sub)} has no {flag}")
+                    errors.append(f"{where}: {doc['kind']}/{doc['metadata']['name']}: {' '.join([exe] + sub)} has no {flag}")
     return errors
 
 
