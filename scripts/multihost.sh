@@ -158,6 +158,23 @@ in_ns lg env STAMPEDE_TOKEN="$write_token" "$BIN/loadgen" capacity --scenario="$
   $(tls_role operator) "${extra[@]}" 2>&1 | tee "$out/logs/loadgen.log"
 rc=${PIPESTATUS[0]}
 set -e
+# The servers' last /metrics, and raft's latencies from them: the leader's
+# commit (stampede_raft_apply_seconds: submission to applied, a quorum's
+# round trip and fsyncs) and AppendEntries round trips, means over the run.
+mkdir -p "$out/metrics"
+for id in 1 2 3; do
+  in_ns lg curl -sf --cacert "$out/tls/ca.pem" --cert "$out/tls/operator.pem" --key "$out/tls/operator.key" \
+    "https://${addr[s$id]}:4646/metrics" >"$out/metrics/server-$id.prom" || true
+done
+awk '
+  /^stampede_raft_is_leader / && $2 == 1 { leader = FILENAME }
+  /^stampede_raft_apply_seconds_sum/ { as[FILENAME] = $2 } /^stampede_raft_apply_seconds_count/ { ac[FILENAME] = $2 }
+  /^stampede_raft_append_rpc_seconds_sum/ { rs[FILENAME] = $2 } /^stampede_raft_append_rpc_seconds_count/ { rc[FILENAME] = $2 }
+  END {
+    if (leader == "" || ac[leader] == 0) { print "raft latency: no leader metrics"; exit }
+    printf "raft commit mean %.2f ms over %d writes; AppendEntries round trip mean %.2f ms over %d (leader %s)\n",
+      1000 * as[leader] / ac[leader], ac[leader], rc[leader] ? 1000 * rs[leader] / rc[leader] : 0, rc[leader], leader
+  }' "$out"/metrics/server-*.prom | tee "$out/raft-latency.txt" >&2
 for f in summary.json report.html; do
   [[ -f "$out/$f" ]] || { echo "multihost: $out/$f was not written" >&2; rc=1; }
 done
