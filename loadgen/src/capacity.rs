@@ -619,12 +619,19 @@ async fn run_remote(
     if opts.metrics.is_empty() {
         return Err(CapacityError::NoMetrics);
     }
+    let servers = opts.metrics.len() - opts.fleet_metrics.len();
     let targets = opts
         .metrics
         .iter()
         .enumerate()
         .map(|(i, url)| Target {
-            name: format!("process-{}", i + 1),
+            // An inventory says which processes are servers (its servers'
+            // URLs come first), so their CPU and memory are the servers'.
+            name: match opts.inventory.is_some() {
+                true if i < servers => format!("server-{}", i + 1),
+                true => format!("nodesim-{}", i - servers),
+                false => format!("process-{}", i + 1),
+            },
             url: url.clone(),
         })
         .collect();
