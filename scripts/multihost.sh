@@ -6,7 +6,7 @@
 # `loadgen capacity --inventory` (remote mode), as on Kubernetes (deploy/).
 #
 #   scripts/multihost.sh [--scenario NAME|FILE] [--duration D] --out DIR
-#       [--server-delay 1ms] [--client-delay 0.5ms] [--subnet 10.231.77]
+#       [--server-delay 1ms] [--client-delay 0.5ms] [--loss PCT] [--subnet 10.231.77]
 #
 # Leaves the run directory DIR (summary.json, samples.json, report.html,
 # inventory.toml, logs/) and exits non-zero if the run failed. Needs root
@@ -19,12 +19,13 @@
 # and one for its peers (--server-delay each way), which the others reach
 # through `cluster serve --peer-via`. The server listens on its namespace's
 # 127.0.0.1 and the proxies on its address; otherwise the command lines are
-# the manifests' (deploy/base).
+# the manifests' (deploy/base). --loss drops that share of every host's
+# outgoing packets on the bridge (iptables' statistic match inside each
+# namespace; TCP retransmits them, so loss shows as latency).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 
-scenario=default duration="" out="" server_delay=1ms client_delay=0.5ms subnet=10.231.77
+scenario=default duration="" out="" server_delay=1ms client_delay=0.5ms subnet=10.231.77 loss=""
 die() { echo "multihost: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -34,7 +35,8 @@ while [[ $# -gt 0 ]]; do
     --server-delay) server_delay=${2:?}; shift 2 ;;
     --client-delay) client_delay=${2:?}; shift 2 ;;
     --subnet) subnet=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --loss) loss=${2:?--loss needs a percentage}; shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
 done
@@ -44,6 +46,11 @@ command -v ip >/dev/null || die "needs iproute2 (apt-get install iproute2)"
 [[ "$subnet" =~ ^(10|192\.168|172\.(1[6-9]|2[0-9]|3[01]))(\.[0-9]{1,3}){1,2}$ ]] \
   || die "--subnet $subnet: give the first three octets of a private /24, e.g. 10.231.77"
 [[ $(tr -cd . <<<"$subnet" | wc -c) == 2 ]] || die "--subnet $subnet: give exactly three octets"
+if [[ -n "$loss" ]]; then
+  [[ "$loss" =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v l="$loss" 'BEGIN { exit !(l > 0 && l < 100) }' \
+    || die "--loss $loss: give a percentage above 0 and below 100, e.g. 0.5"
+  command -v iptables >/dev/null || die "--loss needs iptables (apt-get install iptables)"
+fi
 
 # The scenario's fleet size: nodesim runs exactly that many nodes.
 if [[ -f "$scenario" ]]; then file=$scenario; else file=loadgen/scenarios/$scenario.toml; fi
@@ -95,6 +102,10 @@ for h in s1 s2 s3 n0 n1 lg; do
   ip -n "$ns" addr add "${addr[$h]}/24" dev eth0
   ip -n "$ns" link set eth0 up
   ip -n "$ns" link set lo up
+  if [[ -n "$loss" ]]; then
+    ip netns exec "$ns" iptables -A OUTPUT -o eth0 -m statistic --mode random \
+      --probability "$(awk -v l="$loss" 'BEGIN { printf "%.6f", l / 100 }')" -j DROP
+  fi
   i=$((i + 1))
 done
 in_ns() { local h=$1; shift; ip netns exec "$tag-$h" "$@"; }
@@ -132,7 +143,7 @@ for id in 1 2 3; do
     sleep 0.5
   done
 done
-echo "multihost: servers up with a leader at $servers (peers +$server_delay, clients +$client_delay each way)" >&2
+echo "multihost: servers up with a leader at $servers (peers +$server_delay, clients +$client_delay each way${loss:+, $loss% loss})" >&2
 
 cat >"$out/inventory.toml" <<TOML
 # The processes of this run (loadgen capacity --inventory).
