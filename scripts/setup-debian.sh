@@ -2,8 +2,10 @@
 # Installs what building stampede needs on Debian and is missing: RocksDB
 # itself (Debian's librocksdb-dev: the servers link it, nothing compiles it),
 # a C compiler and libclang (the Rust bindings to RocksDB) and protoc (the
-# gRPC code), and with --tests a headless Chromium (the report test) and Prometheus
-# with promtool (the dashboard test). Runs apt-get as root, or through sudo.
+# gRPC code), and with --tests a headless Chromium (the report test),
+# Prometheus with promtool (the dashboard test), Python's pip (the manifests'
+# validation), iproute2 and iptables (the namespace run). Runs apt-get as
+# root, or through sudo.
 set -euo pipefail
 
 need=()
@@ -18,6 +20,12 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ "${1:-}" = "--tests" ]; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  # The manifests' validation (scripts/validate-deploy.sh pip-installs
+  # kubernetes-validate) and the namespace run (ip netns; iptables for --loss).
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
+  python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+  command -v ip >/dev/null 2>&1 || need+=(iproute2)
+  command -v iptables >/dev/null 2>&1 || need+=(iptables)
 fi
 
 if ((${#need[@]})); then

@@ -6,4 +6,10 @@ bash scripts/setup-debian.sh --tests
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
 # RocksDB's C++ is compiled once and linked by every profile.
 . scripts/rocksdb-env.sh
+# The Kubernetes manifests against the API schemas, offline, and proof that
+# a broken manifest is refused.
+bash scripts/validate-deploy.sh --self-test
 cargo test --workspace "$@"
+# The manifests' command lines and probes against the binaries' real flags.
+cargo build --quiet --bin cluster --bin nodesim --bin loadgen
+STAMPEDE_BIN="$CARGO_TARGET_DIR/debug" bash scripts/validate-deploy.sh

@@ -26,6 +26,9 @@ enum Cmd {
     /// ACL tokens for the public API.
     #[command(subcommand)]
     Acl(cluster::cli::acl::AclCmd),
+    /// Exit 0 if a server answers /v1/status (with --leader: and knows a
+    /// leader); the image's health check and the Kubernetes probes.
+    Health(cluster::cli::health::HealthOpts),
 }
 
 #[tokio::main]
@@ -53,5 +56,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Cmd::Tls(cmd) => cluster::cli::tls::run(cmd),
         Cmd::Acl(cmd) => cluster::cli::acl::run(cmd),
+        Cmd::Health(opts) => {
+            stampede_proto::default_sigpipe();
+            cluster::cli::health::run(opts).await
+        }
     }
 }

@@ -120,3 +120,71 @@ fn errors_print_the_message_chain_without_a_backtrace() {
         assert_eq!(err.lines().count(), 1, "one line, the chain: {err}");
     }
 }
+
+/// Servers that know each other only by DNS name (as a StatefulSet's pods
+/// do) form a cluster, and `cluster health` reports it: not ready before a
+/// leader, then ready on every server.
+#[tokio::test(flavor = "multi_thread")]
+async fn peers_named_by_dns_form_a_cluster_that_cluster_health_reports() {
+    let ports: Vec<u16> = (0..6)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect::<Vec<_>>()
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let peers = (0..3)
+        .map(|i| format!("{}=localhost:{}", i + 1, ports[i]))
+        .collect::<Vec<_>>()
+        .join(",");
+    let health = |http: u16, leader: bool| {
+        let mut cmd = Command::new(cluster_bin());
+        cmd.args(["health", "--http", &format!("127.0.0.1:{http}")]);
+        if leader {
+            cmd.arg("--leader");
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    // Nothing listens yet: unhealthy, and it says where it looked.
+    let (ok, out) = health(ports[3], false);
+    assert!(!ok && out.contains("/v1/status"), "{out}");
+    let mut servers: Vec<_> = (0..3)
+        .map(|i| {
+            Command::new(cluster_bin())
+                .args(["serve", "--insecure", "--id", &(i + 1).to_string()])
+                .args(["--rpc", &format!("127.0.0.1:{}", ports[i])])
+                .args(["--http", &format!("127.0.0.1:{}", ports[i + 3])])
+                .args(["--peers", &peers])
+                .arg("--data-dir")
+                .arg(dir.path().join(i.to_string()))
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for i in 0..3 {
+        loop {
+            let (ok, out) = health(ports[i + 3], true);
+            if ok {
+                assert!(out.contains("leader"), "{out}");
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server {} has no leader: {out}",
+                i + 1
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+    for s in &mut servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+}

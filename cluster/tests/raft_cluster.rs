@@ -358,7 +358,7 @@ fn bad_flags_are_named() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("\"nowhere\" in \"1=nowhere\" is not an IP:PORT address"),
+        err.contains("\"nowhere\" is not HOST:PORT (an IP address or a DNS name, and a port) in \"1=nowhere\""),
         "{err}"
     );
 }

@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use stampede_proto::acl::{Acl, Scope};
 use stampede_proto::security::{Role, Security, TlsArgs, TOKEN_FILE};
 
+pub mod delay;
 pub mod links;
 #[cfg(feature = "testing")]
 pub mod testing;

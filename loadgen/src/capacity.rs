@@ -26,6 +26,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::faults::{self, FaultsConfig};
+use crate::inventory::Inventory;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
@@ -64,6 +65,14 @@ pub struct CapacityOpts {
     /// With --servers: every process's /metrics URL to sample (servers and nodesim shards).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
+    /// The servers and nodesim shards of a deployed run, from a TOML file
+    /// (see `loadgen::inventory`): in place of --servers and --metrics, and
+    /// the stream waits until the shards' whole fleet is ready.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["servers", "metrics", "find_max_rate"])]
+    pub inventory: Option<PathBuf>,
+    /// The nodesim shards' /metrics, from --inventory.
+    #[arg(skip)]
+    pub fleet_metrics: Vec<String>,
     /// With --servers: the TLS files and token to present to that cluster.
     #[command(flatten)]
     pub security: ClientSecurityArgs,
@@ -108,6 +117,8 @@ pub enum CapacityError {
     Nodesim(PathBuf, std::io::Error),
     #[error("--servers: {0}")]
     Client(#[from] stampede_proto::client::ClientError),
+    #[error("the fleet is not ready: {0}")]
+    FleetNotReady(String),
     #[error("--servers needs --metrics, the /metrics URL of every process to sample")]
     NoMetrics,
     #[error("--baseline {0}: {1}")]
@@ -122,7 +133,13 @@ pub enum CapacityError {
     SearchNeedsLocal(String),
 }
 
-pub async fn run(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    if let Some(path) = &opts.inventory {
+        let inventory = Inventory::load(path)?;
+        opts.servers = inventory.server_addrs();
+        opts.metrics = inventory.metrics_urls();
+        opts.fleet_metrics = inventory.fleet_urls();
+    }
     if opts.sample_every < Duration::from_millis(100) {
         return Err(CapacityError::SampleEvery.into());
     }
@@ -622,12 +639,19 @@ async fn run_remote(
     if opts.metrics.is_empty() {
         return Err(CapacityError::NoMetrics);
     }
+    let servers = opts.metrics.len() - opts.fleet_metrics.len();
     let targets = opts
         .metrics
         .iter()
         .enumerate()
         .map(|(i, url)| Target {
-            name: format!("process-{}", i + 1),
+            // An inventory says which processes are servers (its servers'
+            // URLs come first), so their CPU and memory are the servers'.
+            name: match opts.inventory.is_some() {
+                true if i < servers => format!("server-{}", i + 1),
+                true => format!("nodesim-{}", i - servers),
+                false => format!("process-{}", i + 1),
+            },
             url: url.clone(),
         })
         .collect();
@@ -638,6 +662,11 @@ async fn run_remote(
         if let Err(e) = p.set_targets(&v.name, security.scheme(), &servers, Some(&nodesim)) {
             eprintln!("loadgen: {e}");
         }
+    }
+    if !opts.fleet_metrics.is_empty() {
+        wait_for_shards(&http, &opts.fleet_metrics, scenario.nodes)
+            .await
+            .map_err(CapacityError::FleetNotReady)?;
     }
     let client = ClusterClient::new(&opts.servers, &security)?;
     let driving = Driving {
@@ -673,6 +702,51 @@ async fn classify(http: &reqwest::Client, urls: &[String]) -> (Vec<String>, Vec<
         }
     }
     (nodesim, servers)
+}
+
+/// Waits until the shards of a deployed fleet (--inventory) together have
+/// `nodes` nodes ready.
+async fn wait_for_shards(
+    http: &reqwest::Client,
+    urls: &[String],
+    nodes: u64,
+) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let series = "stampede_nodesim_nodes{state=\"ready\"}";
+    let mut ready = Vec::new();
+    eprintln!(
+        "loadgen: waiting for {nodes} nodes in {} nodesim shards",
+        urls.len()
+    );
+    while Instant::now() < deadline {
+        ready.clear();
+        for url in urls {
+            let n =
+                match http.get(url).send().await {
+                    Ok(r) => r.text().await.ok().map(|text| {
+                        sampler::parse(&text).get(series).copied().unwrap_or(0.0) as u64
+                    }),
+                    Err(_) => None,
+                };
+            ready.push((url, n));
+        }
+        let total: u64 = ready.iter().filter_map(|(_, n)| *n).sum();
+        if total >= nodes {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let each: Vec<String> = ready
+        .iter()
+        .map(|(url, n)| match n {
+            Some(n) => format!("{url}: {n} ready"),
+            None => format!("{url}: not answering"),
+        })
+        .collect();
+    Err(format!(
+        "after 300s fewer than the scenario's {nodes} nodes are ready ({})",
+        each.join(", ")
+    ))
 }
 
 /// Waits until nodesim says the whole fleet is ready.

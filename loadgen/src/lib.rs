@@ -2,6 +2,7 @@
 
 pub mod capacity;
 pub mod faults;
+pub mod inventory;
 pub mod metrics;
 pub mod place;
 pub mod progress;

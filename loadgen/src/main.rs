@@ -16,7 +16,17 @@ enum Cmd {
     Place(loadgen::place::PlaceOpts),
     /// A capacity-planning run: a local cluster and fleet (or given ones), a
     /// scenario's job stream, and a report of what it cost.
-    Capacity(loadgen::capacity::CapacityOpts),
+    Capacity(Box<loadgen::capacity::CapacityOpts>),
+    /// TCP proxies that delay every byte each way: link latency without
+    /// netem (scripts/multihost.sh). Runs until killed.
+    Link(LinkOpts),
+}
+
+#[derive(clap::Args)]
+struct LinkOpts {
+    /// LISTEN=TARGET@DELAY, e.g. 10.77.0.11:4747=127.0.0.1:4647@1ms (DELAY in s, ms or us).
+    #[arg(required = true, value_name = "LISTEN=TARGET@DELAY")]
+    links: Vec<stampede_launch::delay::DelayLink>,
 }
 
 #[tokio::main]
@@ -45,8 +55,29 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 println!("{report}");
             }
         }
+        Cmd::Link(opts) => {
+            let mut tasks = tokio::task::JoinSet::new();
+            for l in opts.links {
+                let listener = tokio::net::TcpListener::bind(&l.listen)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", l.listen))?;
+                eprintln!(
+                    "loadgen link: {} -> {} delayed {:?} each way",
+                    l.listen, l.target, l.delay
+                );
+                let listen = l.listen.clone();
+                tasks.spawn(async move {
+                    stampede_launch::delay::serve(listener, l.target, l.delay)
+                        .await
+                        .map_err(|e| anyhow::anyhow!("link {listen}: {e}"))
+                });
+            }
+            if let Some(Ok(Err(e))) = tasks.join_next().await {
+                return Err(e);
+            }
+        }
         Cmd::Capacity(opts) => {
-            let summary = loadgen::capacity::run(opts).await?;
+            let summary = loadgen::capacity::run(*opts).await?;
             if !summary.regressions.is_empty() {
                 anyhow::bail!(
                     "worse than the baseline: {}",

@@ -17,6 +17,7 @@ use crate::model::validate;
 
 pub mod acl;
 pub mod dev;
+pub mod health;
 pub mod jobspec;
 pub mod render;
 pub mod tls;

@@ -20,14 +20,70 @@ use crate::control::ControlConfig;
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
 
-/// Every member of the cluster: server id to its `--rpc` address.
+/// Every member of the cluster: server id to the address its peers dial.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Peers(pub BTreeMap<NodeId, SocketAddr>);
+pub struct Peers(pub BTreeMap<NodeId, PeerAddr>);
+
+/// A peer's address, `HOST:PORT`: an IP address, or a DNS name resolved each
+/// time the peer is dialled (a StatefulSet's stable pod names, whose IP
+/// addresses change when a pod is rescheduled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerAddr {
+    host: String,
+    port: u16,
+}
+
+impl PeerAddr {
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl std::str::FromStr for PeerAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if let Ok(a) = s.parse::<SocketAddr>() {
+            return Ok(PeerAddr {
+                host: match a {
+                    SocketAddr::V4(v4) => v4.ip().to_string(),
+                    SocketAddr::V6(v6) => format!("[{}]", v6.ip()),
+                },
+                port: a.port(),
+            });
+        }
+        let bad = || format!("{s:?} is not HOST:PORT (an IP address or a DNS name, and a port)");
+        let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+        let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?;
+        let dns_name = !host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+        if !dns_name {
+            return Err(bad());
+        }
+        Ok(PeerAddr {
+            host: host.to_ascii_lowercase(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for PeerAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
 
 impl std::str::FromStr for Peers {
     type Err = String;
 
-    /// Parses `1=127.0.0.1:4647,2=127.0.0.1:5647,...`.
+    /// Parses `1=127.0.0.1:4647,2=server-2.stampede:4647,...`.
     fn from_str(s: &str) -> Result<Self, String> {
         let mut peers = BTreeMap::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -37,9 +93,7 @@ impl std::str::FromStr for Peers {
             let id: NodeId = id.parse().ok().filter(|id| *id > 0).ok_or_else(|| {
                 format!("{id:?} in {part:?} is not a server id (a whole number from 1)")
             })?;
-            let addr: SocketAddr = addr
-                .parse()
-                .map_err(|_| format!("{addr:?} in {part:?} is not an IP:PORT address"))?;
+            let addr: PeerAddr = addr.parse().map_err(|e| format!("{e} in {part:?}"))?;
             if peers.insert(id, addr).is_some() {
                 return Err(format!("server id {id} is listed twice"));
             }
@@ -104,7 +158,9 @@ pub struct ServeOpts {
     /// Where the raft log and snapshots live.
     #[arg(long)]
     pub data_dir: PathBuf,
-    /// Every member, itself included: ID=HOST:PORT,... of their --rpc addresses.
+    /// Every member, itself included: ID=HOST:PORT,... of their --rpc
+    /// addresses (HOST an IP address or a DNS name, e.g. a StatefulSet's
+    /// stable pod names; each must use its server's --rpc port).
     #[arg(long)]
     pub peers: Peers,
     /// The cluster CA's certificate (PEM): callers and peers must present a
@@ -401,7 +457,18 @@ mod tests {
         let err = |s: &str| s.parse::<Peers>().unwrap_err();
         assert!(err("1:127.0.0.1:1").contains("not ID=HOST:PORT"));
         assert!(err("0=127.0.0.1:1").contains("not a server id"));
-        assert!(err("1=localhost").contains("not an IP:PORT"));
+        assert!(err("1=localhost").contains("not HOST:PORT"));
+        assert!(err("1=bad_name:4647").contains("not HOST:PORT"));
+        assert!(err("1=-x.stampede:4647").contains("not HOST:PORT"));
+        assert!(err("1=server-1.stampede:0").contains("not HOST:PORT"));
+        let dns: Peers = "1=Stampede-Server-1.stampede-server:4647,2=[::1]:4647"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            dns.to_string(),
+            "1=stampede-server-1.stampede-server:4647,2=[::1]:4647"
+        );
+        assert_eq!(dns.0[&1].port(), 4647);
         assert!(err("1=127.0.0.1:1,1=127.0.0.1:2").contains("listed twice"));
         assert!(err("").contains("no peers"));
     }

@@ -1,0 +1,99 @@
+//! `cluster health`: asks one server's `GET /v1/status` whether it answers
+//! (and with `--leader`, whether it knows a leader), exiting 0 or 1. It is
+//! the container image's health check and the Kubernetes probes: a probe
+//! cannot present the client certificate the servers require, this can.
+
+use std::time::Duration;
+
+use clap::Args;
+use stampede_launch::StatusReport;
+use stampede_proto::security::ClientSecurityArgs;
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthOpts {
+    /// The server's --http address, HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:4646")]
+    pub http: String,
+    /// Healthy only once the server knows a leader (readiness); without it,
+    /// answering at all is enough (liveness).
+    #[arg(long)]
+    pub leader: bool,
+    /// How long to wait for the answer.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// TLS files (any role the cluster CA signed) and token; /v1/status needs no token.
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HealthError {
+    #[error("--http {0:?} is not HOST:PORT")]
+    BadAddress(String),
+    #[error("GET {url}: {detail}")]
+    Unreachable { url: String, detail: String },
+    #[error("server {id} knows no leader yet (state {state}, term {term})")]
+    NoLeader { id: u64, state: String, term: u64 },
+}
+
+/// The server's status if it is healthy by `opts`.
+pub async fn check(opts: &HealthOpts) -> anyhow::Result<StatusReport> {
+    let host = opts
+        .http
+        .split_once("://")
+        .map_or(opts.http.as_str(), |(_, rest)| rest);
+    if host.is_empty() || host.contains('/') || !host.contains(':') {
+        return Err(HealthError::BadAddress(opts.http.clone()).into());
+    }
+    let security = opts.security.load()?;
+    let http = stampede_launch::http_client(&security, opts.timeout)?;
+    let url = format!("{}://{host}/v1/status", security.scheme());
+    let unreachable = |detail: String| HealthError::Unreachable {
+        url: url.clone(),
+        detail,
+    };
+    let response = http
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| unreachable(error_chain(&e)))?;
+    if !response.status().is_success() {
+        return Err(unreachable(format!("answered {}", response.status())).into());
+    }
+    let status: StatusReport = response
+        .json()
+        .await
+        .map_err(|e| unreachable(format!("not a status report: {e}")))?;
+    if opts.leader && status.leader_id.is_none() {
+        return Err(HealthError::NoLeader {
+            id: status.id,
+            state: status.state,
+            term: status.term,
+        }
+        .into());
+    }
+    Ok(status)
+}
+
+pub async fn run(opts: HealthOpts) -> anyhow::Result<()> {
+    let s = check(&opts).await?;
+    match s.leader_id {
+        Some(l) => println!(
+            "server {}: {} in term {}, leader {l}",
+            s.id, s.state, s.term
+        ),
+        None => println!("server {}: {} in term {}, no leader", s.id, s.state, s.term),
+    }
+    Ok(())
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        s.push_str(": ");
+        s.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    s
+}
