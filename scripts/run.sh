@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
-# RocksDB's C++ is compiled once and linked by every profile.
+# Every profile links Debian's RocksDB; nothing compiles its C++.
 . scripts/rocksdb-env.sh
 cargo build --release --bin cluster --bin nodesim --bin loadgen
 exec "$CARGO_TARGET_DIR/release/loadgen" capacity "$@"

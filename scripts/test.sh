@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh --tests
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
-# RocksDB's C++ is compiled once and linked by every profile.
+# Every profile links Debian's RocksDB; nothing compiles its C++.
 . scripts/rocksdb-env.sh
 # The Kubernetes manifests against the API schemas, offline, and proof that
 # a broken manifest is refused.
