@@ -19,6 +19,11 @@ fn tenths(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+/// The kinds of garbage collection, in the order the table shows them.
+fn gc_kinds() -> [&'static str; 5] {
+    ["evals", "allocs", "jobs", "deployments", "nodes"]
+}
+
 /// The summary's rows, the same for the terminal and the page.
 fn rows(s: &RunSummary) -> Vec<Row> {
     let mut rows = Vec::new();
@@ -101,34 +106,34 @@ fn rows(s: &RunSummary) -> Vec<Row> {
                 .map_or("-".into(), |g| format!("{:+.1}%", 100.0 * g))
         });
     }
-    row("state rows at the end (peak)", &|v| {
-        let rows: Vec<String> = v
-            .state_objects
-            .iter()
-            .map(|(table, n)| {
-                let peak = v.state_objects_peak.get(table).copied().unwrap_or(*n);
-                format!("{table} {n} ({peak})")
-            })
-            .collect();
-        if rows.is_empty() {
-            "-".into()
-        } else {
-            rows.join(", ")
-        }
-    });
-    row("garbage collected", &|v| {
-        let kinds: Vec<String> = v
-            .gc_collected
-            .iter()
-            .filter(|(_, n)| **n > 0)
-            .map(|(kind, n)| format!("{kind} {n}"))
-            .collect();
-        if kinds.is_empty() {
-            "none".into()
-        } else {
-            kinds.join(", ")
-        }
-    });
+    // One row per table, so that no cell is wider than a figure.
+    let tables: std::collections::BTreeSet<&String> = s
+        .variants
+        .iter()
+        .flat_map(|v| v.state_objects.keys())
+        .collect();
+    for table in tables {
+        row(
+            &format!("state rows: {table}, end (peak)"),
+            &|v| match v.state_objects.get(table) {
+                Some(n) => {
+                    let peak = v.state_objects_peak.get(table).copied().unwrap_or(*n);
+                    format!("{n} ({peak})")
+                }
+                None => "-".into(),
+            },
+        );
+    }
+    row(
+        &format!("garbage collected: {}", gc_kinds().join(" / ")),
+        &|v| {
+            gc_kinds()
+                .iter()
+                .map(|k| v.gc_collected.get(*k).copied().unwrap_or(0).to_string())
+                .collect::<Vec<_>>()
+                .join(" / ")
+        },
+    );
     // Faults: one row per step (the variants ran the same steps), then the audit.
     let steps = s.variants.iter().map(|v| v.faults.len()).max().unwrap_or(0);
     for i in 0..steps {
