@@ -89,8 +89,8 @@ fn a_short_soak_collects_garbage_and_reports_state_and_windows() {
 
     // The terminal table and the report show growth and collection.
     for row in [
-        "state rows at the end (peak)",
-        "garbage collected",
+        "state rows: jobs, end (peak)",
+        "garbage collected: evals",
         "server RSS slope",
     ] {
         assert!(stdout.contains(row), "no {row:?} row in:\n{stdout}");
