@@ -597,7 +597,13 @@ async fn run_local(
     let mut problems = Vec::new();
     let operator = cluster.security(Role::Operator)?;
     let http = stampede_launch::http_client(&operator, Duration::from_secs(5))?;
-    if let Err(e) = wait_for_fleet(&http, &targets.last().unwrap().url, scenario.nodes).await {
+    if let Err(e) = wait_for_fleet(
+        &http,
+        &[targets.last().unwrap().url.clone()],
+        scenario.nodes,
+    )
+    .await
+    {
         problems.push(e);
     }
     let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
@@ -664,7 +670,7 @@ async fn run_remote(
         }
     }
     if !opts.fleet_metrics.is_empty() {
-        wait_for_shards(&http, &opts.fleet_metrics, scenario.nodes)
+        wait_for_fleet(&http, &opts.fleet_metrics, scenario.nodes)
             .await
             .map_err(CapacityError::FleetNotReady)?;
     }
@@ -704,77 +710,57 @@ async fn classify(http: &reqwest::Client, urls: &[String]) -> (Vec<String>, Vec<
     (nodesim, servers)
 }
 
-/// Waits until the shards of a deployed fleet (--inventory) together have
-/// `nodes` nodes ready.
-async fn wait_for_shards(
-    http: &reqwest::Client,
-    urls: &[String],
-    nodes: u64,
-) -> Result<(), String> {
+/// Waits until nodesim's shards (one locally, every shard of a deployed
+/// fleet with --inventory) together say `nodes` nodes are ready, or until
+/// they say the cluster refused them all.
+async fn wait_for_fleet(http: &reqwest::Client, urls: &[String], nodes: u64) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(300);
-    let series = "stampede_nodesim_nodes{state=\"ready\"}";
-    let mut ready = Vec::new();
-    eprintln!(
-        "loadgen: waiting for {nodes} nodes in {} nodesim shards",
-        urls.len()
-    );
+    let ready_series = "stampede_nodesim_nodes{state=\"ready\"}";
+    let refused_series = "stampede_nodesim_errors_total{kind=\"register\"}";
+    // Per shard: (ready, refused), or None while it does not answer.
+    let mut shards: Vec<Option<(u64, u64)>> = Vec::new();
+    if urls.len() > 1 {
+        eprintln!(
+            "loadgen: waiting for {nodes} nodes in {} nodesim shards",
+            urls.len()
+        );
+    }
     while Instant::now() < deadline {
-        ready.clear();
+        shards.clear();
         for url in urls {
-            let n =
-                match http.get(url).send().await {
-                    Ok(r) => r.text().await.ok().map(|text| {
-                        sampler::parse(&text).get(series).copied().unwrap_or(0.0) as u64
-                    }),
-                    Err(_) => None,
-                };
-            ready.push((url, n));
+            let text = match http.get(url).send().await {
+                Ok(r) => r.text().await.ok(),
+                Err(_) => None,
+            };
+            shards.push(text.map(|text| {
+                let values = sampler::parse(&text);
+                let get = |series| values.get(series).copied().unwrap_or(0.0) as u64;
+                (get(ready_series), get(refused_series))
+            }));
         }
-        let total: u64 = ready.iter().filter_map(|(_, n)| *n).sum();
-        if total >= nodes {
+        let (ready, refused) = shards
+            .iter()
+            .flatten()
+            .fold((0, 0), |(r, f), (ready, refused)| (r + ready, f + refused));
+        if ready >= nodes {
             return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        if refused >= nodes {
+            return Err("the cluster refused nodesim's nodes (see nodesim.log)".into());
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let each: Vec<String> = ready
+    let each: Vec<String> = urls
         .iter()
-        .map(|(url, n)| match n {
-            Some(n) => format!("{url}: {n} ready"),
+        .zip(&shards)
+        .map(|(url, shard)| match shard {
+            Some((ready, _)) => format!("{url}: {ready} ready"),
             None => format!("{url}: not answering"),
         })
         .collect();
     Err(format!(
-        "after 300s fewer than the scenario's {nodes} nodes are ready ({})",
+        "fewer than the scenario's {nodes} nodes were ready after 5 minutes ({})",
         each.join(", ")
-    ))
-}
-
-/// Waits until nodesim says the whole fleet is ready.
-async fn wait_for_fleet(http: &reqwest::Client, url: &str, nodes: u64) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let series = "stampede_nodesim_nodes{state=\"ready\"}";
-    let mut last = 0.0;
-    while Instant::now() < deadline {
-        if let Ok(r) = http.get(url).send().await {
-            if let Ok(text) = r.text().await {
-                let values = sampler::parse(&text);
-                last = values.get(series).copied().unwrap_or(0.0);
-                if last as u64 >= nodes {
-                    return Ok(());
-                }
-                let refused = values
-                    .get("stampede_nodesim_errors_total{kind=\"register\"}")
-                    .copied()
-                    .unwrap_or(0.0);
-                if refused as u64 >= nodes {
-                    return Err("the cluster refused nodesim's nodes (see nodesim.log)".into());
-                }
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Err(format!(
-        "only {last} of {nodes} nodes were ready after 5 minutes"
     ))
 }
 
