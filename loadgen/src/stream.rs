@@ -202,6 +202,12 @@ pub async fn run(
     // Jobs registered so far, by kind, with their spec version: updates pick one.
     let mut registered: Vec<(usize, u64, u64)> = Vec::new();
     let mut counts: HashMap<usize, u64> = HashMap::new();
+    let is_batch = |kind: usize| scenario.job_mix[kind].kind == Kind::Batch;
+    // Whether the stream has followed job `n` of a kind to its end.
+    let settled = |t: &Tally, kind: usize, n: u64| {
+        t.settled
+            .contains(&job_id(prefix, &scenario.job_mix[kind], n))
+    };
     loop {
         let rate = scenario.arrival.rate_at(t, total).max(1e-3);
         let gap = match scenario.arrival {
@@ -220,11 +226,8 @@ pub async fn run(
             // A stream that stops jobs is one meant to run long: batch work
             // that has run is done with, not updated again, so the mix of
             // live jobs an update picks from stays the same all through.
-            let settled = &tally.lock().unwrap().settled;
-            registered.retain(|(kind, n, _)| {
-                let k = &scenario.job_mix[*kind];
-                k.kind != Kind::Batch || !settled.contains(&job_id(prefix, k, *n))
-            });
+            let t = tally.lock().unwrap();
+            registered.retain(|&(kind, n, _)| !(is_batch(kind) && settled(&t, kind, n)));
         }
         let update = !registered.is_empty() && rng.gen_bool(scenario.update_share);
         // Drawn only when stops are asked for, so the workload of a scenario
@@ -238,10 +241,7 @@ pub async fn run(
                 registered
                     .iter()
                     .enumerate()
-                    .filter(|(_, (kind, n, _))| {
-                        let k = &scenario.job_mix[*kind];
-                        k.kind != Kind::Batch && t.settled.contains(&job_id(prefix, k, *n))
-                    })
+                    .filter(|(_, &(kind, n, _))| !is_batch(kind) && settled(&t, kind, n))
                     .map(|(i, _)| i)
                     .collect::<Vec<_>>()
             };
