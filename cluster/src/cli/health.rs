@@ -30,6 +30,12 @@ pub struct HealthOpts {
 pub enum HealthError {
     #[error("--http {0:?} is not HOST:PORT")]
     BadAddress(String),
+    #[error("GET {url}")]
+    Request {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
     #[error("GET {url}: {detail}")]
     Unreachable { url: String, detail: String },
     #[error("server {id} knows no leader yet (state {state}, term {term})")]
@@ -52,11 +58,15 @@ pub async fn check(opts: &HealthOpts) -> anyhow::Result<StatusReport> {
         url: url.clone(),
         detail,
     };
+    // The caller prints the error with its causes (`exit_with`).
     let response = http
         .get(&url)
         .send()
         .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
+        .map_err(|source| HealthError::Request {
+            url: url.clone(),
+            source,
+        })?;
     if !response.status().is_success() {
         return Err(unreachable(format!("answered {}", response.status())).into());
     }
@@ -85,15 +95,4 @@ pub async fn run(opts: HealthOpts) -> anyhow::Result<()> {
         None => println!("server {}: {} in term {}, no leader", s.id, s.state, s.term),
     }
     Ok(())
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        s.push_str(": ");
-        s.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    s
 }
