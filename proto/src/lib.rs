@@ -48,6 +48,7 @@ impl log_entry::Msg {
             log_entry::Msg::GcJobs(_) => "gc_jobs",
             log_entry::Msg::GcDeployments(_) => "gc_deployments",
             log_entry::Msg::GcNodes(_) => "gc_nodes",
+            log_entry::Msg::Batch(_) => "batch",
         }
     }
 }

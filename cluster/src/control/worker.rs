@@ -32,7 +32,7 @@ use crate::control::leader::broker::NackReason;
 use crate::scheduler;
 use crate::scheduler::core::{self, CoreJob, GcThresholds};
 use crate::state::gc::Cutoffs;
-use crate::state::StateStore;
+use crate::state::{State, StateStore};
 
 /// What a worker needs of the leader: the broker's deliveries, the plan
 /// applier and evaluation updates. The server's implementation routes each
@@ -602,6 +602,9 @@ impl<L: Leader> WorkerRun<L> {
             }
             let mut plan = outcome.plan;
             plan.eval_token = token.to_string();
+            // How the evaluation ends if the plan is made in full: the
+            // leader writes it in the plan's entry (with raft batching on).
+            plan.evals = self.outcome(eval, &state, failed.clone());
             let start = Instant::now();
             let result = self
                 .leader
@@ -610,6 +613,9 @@ impl<L: Leader> WorkerRun<L> {
                 .map_err(|e| Nack::new(NackReason::PlanFailed, e.to_string()))?;
             self.observe("submit_plan", start);
             if result.refresh_index == 0 {
+                if result.evals_recorded {
+                    return Ok(());
+                }
                 break;
             }
             if attempt == self.config.max_plan_attempts {
@@ -620,13 +626,7 @@ impl<L: Leader> WorkerRun<L> {
             }
             self.wait_for_index(result.refresh_index).await?;
         }
-        let classes = match state.job(&eval.job_id) {
-            Some(job) if !failed.is_empty() => {
-                scheduler::class_eligibility(&state, &job, failed.keys().map(String::as_str))
-            }
-            _ => Default::default(),
-        };
-        let evals = outcome_evals(eval, failed, state.index(), classes);
+        let evals = self.outcome(eval, &state, failed);
         self.leader
             .update_evals(EvalUpdateRequest {
                 token: token.to_string(),
@@ -635,6 +635,22 @@ impl<L: Leader> WorkerRun<L> {
             .await
             .map_err(|e| Nack::new(NackReason::UpdateFailed, e.to_string()))?;
         Ok(())
+    }
+
+    /// The evaluation updates that record `eval`'s outcome on `state`.
+    fn outcome(
+        &self,
+        eval: &Evaluation,
+        state: &State,
+        failed: std::collections::BTreeMap<String, u32>,
+    ) -> Vec<Evaluation> {
+        let classes = match state.job(&eval.job_id) {
+            Some(job) if !failed.is_empty() => {
+                scheduler::class_eligibility(state, &job, failed.keys().map(String::as_str))
+            }
+            _ => Default::default(),
+        };
+        outcome_evals(eval, failed, state.index(), classes)
     }
 }
 

@@ -547,6 +547,32 @@ pub fn plan(plan: &Plan) -> Result<(), InvalidField> {
             }
         }
     }
+    // The evaluation's outcome: the plan's own evaluation first, then any
+    // it creates, all of the plan's job.
+    for (i, e) in plan.evals.iter().enumerate() {
+        let path = format!("plan.evals[{i}]");
+        eval(&path, e)?;
+        if i == 0 && e.id != plan.eval_id {
+            return Err(InvalidField::new(
+                format!("{path}.id"),
+                format!(
+                    "is {}; the first evaluation must be the plan's own, {:?}",
+                    quote(&e.id),
+                    plan.eval_id
+                ),
+            ));
+        }
+        if e.job_id != plan.job_id {
+            return Err(InvalidField::new(
+                format!("{path}.job_id"),
+                format!(
+                    "is {}; a plan records only its own job's evaluations, {:?}",
+                    quote(&e.job_id),
+                    plan.job_id
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 

@@ -10,10 +10,15 @@ use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_g
 
 pub struct Metrics {
     registry: Registry,
-    /// Entries applied to the state machine, by message type.
+    /// Commands applied to the state machine, by message type: one per
+    /// write, whether it had a raft entry to itself or shared a batch.
     pub raft_entries: IntCounterVec,
-    /// Bytes of those entries as stored in the raft log.
+    /// Bytes of those commands' encodings.
     pub raft_entry_bytes: IntCounterVec,
+    /// Raft log entries applied: what the log actually wrote and synced.
+    pub raft_log_entries: IntCounter,
+    /// Commands in each applied log entry (1 unless batched).
+    pub raft_commands_per_entry: Histogram,
     /// On the leader: from a write's submission to its being applied.
     pub raft_apply_seconds: Histogram,
     pub raft_last_log_index: IntGauge,
@@ -44,16 +49,28 @@ impl Metrics {
             raft_entries: int_counter_vec(
                 &r,
                 "stampede_raft_entries_total",
-                "Raft entries applied to the state machine, by message type.",
+                "Raft commands applied to the state machine, by message type (a batched log entry counts each of its commands).",
                 "type",
                 types,
             ),
             raft_entry_bytes: int_counter_vec(
                 &r,
                 "stampede_raft_entry_bytes_total",
-                "Bytes of raft entries applied to the state machine, by message type.",
+                "Bytes of raft commands applied to the state machine, by message type.",
                 "type",
                 types,
+            ),
+            raft_log_entries: int_counter(
+                &r,
+                "stampede_raft_log_entries_total",
+                "Raft log entries applied to the state machine (each written and synced once).",
+            ),
+            raft_commands_per_entry: histogram(
+                &r,
+                "stampede_raft_commands_per_entry",
+                "Commands carried by each applied raft log entry (above 1 only when batched).",
+                // 1 to 1024.
+                (1.0, 2.0, 11),
             ),
             raft_apply_seconds: histogram(
                 &r,
@@ -132,7 +149,13 @@ impl Metrics {
         &self.registry
     }
 
-    /// Counts one applied raft entry.
+    /// Counts one applied raft log entry carrying `commands` commands.
+    pub fn log_entry_applied(&self, commands: usize) {
+        self.raft_log_entries.inc();
+        self.raft_commands_per_entry.observe(commands as f64);
+    }
+
+    /// Counts one applied command.
     pub fn entry_applied(&self, type_name: &str, bytes: u64) {
         self.raft_entries.with_label_values(&[type_name]).inc();
         self.raft_entry_bytes

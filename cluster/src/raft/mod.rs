@@ -5,6 +5,7 @@
 //! becomes). What peers send is checked before openraft sees it: `inbound`
 //! for terms, indexes and entries, `snapshot_receiver` for snapshots.
 
+pub mod batcher;
 pub mod client_write;
 pub mod error;
 pub mod inbound;

@@ -7,20 +7,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use openraft::error::{ClientWriteError, RaftError};
 use stampede_proto::{ForwardRequest, LogEntry};
 use tonic::Status;
 
+use crate::raft::batcher::{Batcher, Failed};
 use crate::raft::client_write::{prepare, ClientWrite, Refused, Written};
 use crate::raft::metrics::Metrics;
 use crate::raft::network::PeerChannels;
-use crate::raft::{Command, NodeId, Raft};
+use crate::raft::{NodeId, Raft};
 use crate::state::StateStore;
 
 /// Pause between attempts while leadership moves.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ProposeError {
     #[error("no raft leader is elected yet; retry shortly")]
     NoLeader,
@@ -56,6 +56,9 @@ pub enum ProposeError {
 #[derive(Clone)]
 pub struct Proposer {
     raft: Raft,
+    /// Where this server's own proposals go: gathered into shared entries
+    /// under load (`--raft-batching`).
+    batcher: Batcher,
     /// The state client writes are validated against and made entries on.
     store: Arc<StateStore>,
     channels: PeerChannels,
@@ -71,8 +74,10 @@ impl Proposer {
         channels: PeerChannels,
         metrics: Arc<Metrics>,
         leader_wait: Duration,
+        batching: bool,
     ) -> Self {
         Self {
+            batcher: Batcher::start(raft.clone(), batching),
             raft,
             store,
             channels,
@@ -160,29 +165,27 @@ impl Proposer {
     ) -> Result<u64, ProposeError> {
         let start = Instant::now();
         let wait = deadline.saturating_duration_since(start);
-        let written = tokio::time::timeout(wait, self.raft.client_write(Command(entry))).await;
+        let written = tokio::time::timeout(wait, self.batcher.write(entry)).await;
         match written {
             Err(_) => Err(ProposeError::NotCommitted(wait)),
-            Ok(Ok(resp)) => {
+            Ok(Ok(index)) => {
                 self.metrics
                     .raft_apply_seconds
                     .observe(start.elapsed().as_secs_f64());
-                Ok(resp.log_id.index)
+                Ok(index)
             }
-            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f)))) => {
-                match (f.leader_id, f.leader_node) {
-                    (Some(id), Some(node)) => Err(ProposeError::NotLeader {
-                        id,
-                        addr: node.addr,
-                    }),
-                    _ => Err(ProposeError::NoLeader),
-                }
+            Ok(Err(Failed::NotLeader(Some((id, addr))))) => {
+                Err(ProposeError::NotLeader { id, addr })
             }
-            Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => {
-                Err(ProposeError::Raft(e.to_string()))
-            }
-            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::ShuttingDown),
+            Ok(Err(Failed::NotLeader(None))) => Err(ProposeError::NoLeader),
+            Ok(Err(Failed::Raft(e))) => Err(ProposeError::Raft(e)),
+            Ok(Err(Failed::ShuttingDown)) => Err(ProposeError::ShuttingDown),
         }
+    }
+
+    /// Whether this server gathers concurrent writes into shared entries.
+    pub fn batching(&self) -> bool {
+        self.batcher.batching()
     }
 
     /// Sends the client's write on to server `id`, which leads as far as
@@ -242,5 +245,10 @@ impl LocalProposer {
     /// Proposes on this server; fails with `NotLeader` once it no longer leads.
     pub async fn write(&self, entry: LogEntry) -> Result<u64, ProposeError> {
         self.0.write_local(entry).await
+    }
+
+    /// Whether this server gathers concurrent writes into shared entries.
+    pub fn batching(&self) -> bool {
+        self.0.batching()
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use prost::Message;
-use stampede_proto::StateSnapshot;
+use stampede_proto::{log_entry::Msg, LogEntry, StateSnapshot};
 
 use crate::raft::error::StoreError;
 use crate::raft::metrics::Metrics;
@@ -90,6 +90,28 @@ impl StateMachine {
     }
 }
 
+/// Counts an applied entry's commands by type (each command of a batch
+/// on its own, so type shares read the same with batching on or off) and
+/// returns how many there were.
+fn count_commands(metrics: &Metrics, entry: &LogEntry) -> usize {
+    match &entry.msg {
+        Some(Msg::Batch(b)) => {
+            for e in &b.entries {
+                metrics.entry_applied(command_type(e), e.encoded_len() as u64);
+            }
+            b.entries.len()
+        }
+        _ => {
+            metrics.entry_applied(command_type(entry), entry.encoded_len() as u64);
+            1
+        }
+    }
+}
+
+fn command_type(entry: &LogEntry) -> &'static str {
+    entry.msg.as_ref().map_or("empty", |m| m.type_name())
+}
+
 fn decode_state(bytes: &[u8], index: u64) -> Result<State, String> {
     StateSnapshot::decode(bytes)
         .map(|s| State::from_snapshot(s, index))
@@ -124,20 +146,23 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             let mut replies = Vec::new();
             for entry in entries {
                 let index = entry.log_id.index;
-                let bytes = bincode::serialized_size(&entry).unwrap_or(0);
-                let type_name = match &entry.payload {
-                    EntryPayload::Blank => "blank",
+                let commands = match &entry.payload {
+                    EntryPayload::Blank => {
+                        self.metrics.entry_applied("blank", 0);
+                        1
+                    }
                     EntryPayload::Normal(cmd) => {
                         state.apply(index, &cmd.0, &mut changes);
-                        cmd.type_name()
+                        count_commands(&self.metrics, &cmd.0)
                     }
                     EntryPayload::Membership(m) => {
                         self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
-                        "membership"
+                        self.metrics.entry_applied("membership", 0);
+                        1
                     }
                 };
                 state.set_index(index);
-                self.metrics.entry_applied(type_name, bytes);
+                self.metrics.log_entry_applied(commands);
                 self.last_applied = Some(entry.log_id);
                 replies.push(Applied { index });
             }

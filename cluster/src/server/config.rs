@@ -212,6 +212,11 @@ pub struct ServeOpts {
     /// How long a write waits for a leader to be elected before it is refused, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub leader_wait_ms: u64,
+    /// Gather writes that arrive while earlier raft entries are still in
+    /// flight into one entry (and write a plan's evaluation outcome in the
+    /// plan's entry); `off`: one message per entry, as Nomad writes them.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub raft_batching: Switch,
     /// Scheduler workers on this server (default: one per core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
     pub workers: Option<u64>,

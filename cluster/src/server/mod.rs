@@ -120,6 +120,7 @@ pub async fn serve(
         channels.clone(),
         metrics.clone(),
         opts.leader_wait(),
+        opts.raft_batching.is_on(),
     );
     let cp = ControlPlane::new(
         opts.id,

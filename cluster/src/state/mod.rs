@@ -153,6 +153,21 @@ impl State {
         self.index = index;
         changes.index = index;
         match &entry.msg {
+            Some(Msg::Batch(b)) => {
+                for e in &b.entries {
+                    if !matches!(e.msg, Some(Msg::Batch(_))) {
+                        self.apply_command(index, e, changes);
+                    }
+                }
+            }
+            _ => self.apply_command(index, entry, changes),
+        }
+        changes.objects = Some(self.objects());
+    }
+
+    /// Applies one command (never a batch) at `index`.
+    fn apply_command(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
+        match &entry.msg {
             Some(Msg::NodeRegister(e)) => {
                 if let Some(node) = &e.node {
                     self.upsert_node(index, node.clone(), changes);
@@ -181,6 +196,7 @@ impl State {
                 if let Some(d) = &e.deployment {
                     self.upsert_deployment(index, d.clone(), changes);
                 }
+                self.upsert_evals(index, &e.evals, changes);
             }
             Some(Msg::AllocClientUpdate(e)) => {
                 for alloc in &e.allocs {
@@ -198,9 +214,8 @@ impl State {
             Some(Msg::GcJobs(e)) => self.gc_jobs(index, e, changes),
             Some(Msg::GcDeployments(e)) => self.gc_deployments(index, e, changes),
             Some(Msg::GcNodes(e)) => self.gc_nodes(index, e, changes),
-            None => {}
+            Some(Msg::Batch(_)) | None => {}
         }
-        changes.objects = Some(self.objects());
     }
 
     /// The class of a node, for a capacity change there.

@@ -12,8 +12,8 @@ use prometheus::{Histogram, IntCounter, IntGauge, Registry};
 use stampede_proto::lock;
 use stampede_proto::metric_defs::{histogram, int_counter, int_gauge};
 use stampede_proto::{
-    log_entry::Msg, AllocList, Allocation, LogEntry, NodeStatus, Plan, PlanApplyEntry, PlanResult,
-    Resources,
+    log_entry::Msg, AllocList, Allocation, BatchEntry, LogEntry, NodeStatus, Plan, PlanApplyEntry,
+    PlanResult, Resources,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -134,64 +134,269 @@ impl PlanQueue {
     }
 }
 
-/// The applier loop, for one term of leadership.
+/// Most plans written in one raft entry (with raft batching on).
+const MAX_PLANS_PER_ENTRY: usize = 256;
+
+/// Plans checked and waiting for the entry in flight, all to be written
+/// together in the next one; `state` is the state they were checked on,
+/// with each of them applied.
+struct Next {
+    state: State,
+    plans: Vec<Accepted>,
+}
+
+/// A checked plan: its answer, the entry that makes it (none when nothing
+/// is left to write), and who waits for it.
+struct Accepted {
+    plan: Plan,
+    result: PlanResult,
+    entry: Option<PlanApplyEntry>,
+    counts: (u64, u64),
+    reply: oneshot::Sender<Result<PlanResult, PlanError>>,
+}
+
+/// The entry in flight: its plans' entries (applied to the next plans'
+/// state until it is committed) and whether it committed.
+struct InFlight {
+    entries: Vec<PlanApplyEntry>,
+    done: tokio::task::JoinHandle<bool>,
+}
+
+/// The applier loop, for one term of leadership. Like Nomad's, it checks
+/// the next plans while the previous entry commits, on the state plus what
+/// that entry will do, and sends at most one plan entry to raft at a time,
+/// so that a plan is never written before one it was checked against. With
+/// raft batching on, the plans checked meanwhile are written together.
 pub(super) async fn run(
     ctx: LeaderContext,
     broker: Arc<EvalBroker>,
     metrics: Arc<PlanMetrics>,
     mut rx: mpsc::Receiver<PendingPlan>,
 ) {
-    while let Some(p) = rx.recv().await {
-        metrics.queue_depth.dec();
-        let result = apply_one(&ctx, &broker, &metrics, p.plan).await;
-        let _ = p.reply.send(result);
+    let per_entry = if ctx.proposer.batching() {
+        MAX_PLANS_PER_ENTRY
+    } else {
+        1
+    };
+    let mut next: Option<Next> = None;
+    let mut in_flight: Option<InFlight> = None;
+    loop {
+        let room = next.as_ref().map_or(0, |n| n.plans.len()) < per_entry;
+        tokio::select! {
+            committed = async { (&mut in_flight.as_mut().expect("guarded").done).await },
+                if in_flight.is_some() =>
+            {
+                in_flight = None;
+                if let Some(mut waiting) = next.take() {
+                    if !committed.unwrap_or(false) {
+                        // Checked against stops that were never written:
+                        // check again on what is committed.
+                        waiting = recheck(&ctx, &metrics, waiting);
+                    }
+                    in_flight = send(&ctx, &metrics, waiting);
+                }
+            }
+            pending = rx.recv(), if room => {
+                let Some(mut p) = pending else { break };
+                metrics.queue_depth.dec();
+                if per_entry == 1 {
+                    // One message per entry: the outcome is written on its own.
+                    p.plan.evals.clear();
+                }
+                let waiting = next.get_or_insert_with(|| Next {
+                    state: state_after(&ctx, in_flight.as_ref()),
+                    plans: Vec::new(),
+                });
+                if let Some(accepted) = check(&broker, &metrics, &mut waiting.state, p) {
+                    waiting.plans.push(accepted);
+                }
+                if in_flight.is_none() {
+                    in_flight = send(&ctx, &metrics, next.take().expect("just filled"));
+                }
+            }
+        }
+    }
+    if let Some(f) = in_flight {
+        let _ = f.done.await;
     }
 }
 
-async fn apply_one(
-    ctx: &LeaderContext,
+/// The latest state, plus what the entry in flight will do to it. Applying
+/// a plan's entry again on a copy that already has it changes nothing that
+/// the check reads.
+fn state_after(ctx: &LeaderContext, in_flight: Option<&InFlight>) -> State {
+    let mut state = ctx.store.snapshot();
+    if let Some(f) = in_flight {
+        apply_entries(&mut state, &f.entries);
+    }
+    state
+}
+
+fn apply_entries(state: &mut State, entries: &[PlanApplyEntry]) {
+    let index = state.index();
+    for e in entries {
+        let entry = LogEntry {
+            msg: Some(Msg::PlanApply(e.clone())),
+        };
+        state.apply(index, &entry, &mut Default::default());
+    }
+}
+
+/// Checks one plan on `state` and, when something is left to write,
+/// applies it there, so the plans after it see it. `None` when the plan's
+/// delivery is no longer valid (its caller was answered).
+fn check(
     broker: &EvalBroker,
     m: &PlanMetrics,
-    plan: Plan,
-) -> Result<PlanResult, PlanError> {
-    broker.check_token(&plan.eval_id, &plan.eval_token)?;
+    state: &mut State,
+    p: PendingPlan,
+) -> Option<Accepted> {
+    if let Err(e) = broker.check_token(&p.plan.eval_id, &p.plan.eval_token) {
+        let _ = p.reply.send(Err(e.into()));
+        return None;
+    }
     let start = Instant::now();
-    let state = ctx.store.snapshot();
-    let checked = evaluate(&state, &plan);
+    let (result, entry, counts) = evaluate_plan(state, &p.plan);
     m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
-    m.nodes_rejected.inc_by(checked.rejected.len() as u64);
+    m.nodes_rejected.inc_by(result.rejected_nodes.len() as u64);
+    if let Some(e) = &entry {
+        apply_entries(state, std::slice::from_ref(e));
+    }
+    Some(Accepted {
+        plan: p.plan,
+        result,
+        entry,
+        counts,
+        reply: p.reply,
+    })
+}
 
-    let mut result = PlanResult {
-        refresh_index: if checked.rejected.is_empty() {
-            0
-        } else {
-            state.index()
+/// Checks the plans again on the committed state, after the entry they were
+/// checked against failed.
+fn recheck(ctx: &LeaderContext, m: &PlanMetrics, waiting: Next) -> Next {
+    let mut state = ctx.store.snapshot();
+    let mut plans = Vec::with_capacity(waiting.plans.len());
+    for a in waiting.plans {
+        let start = Instant::now();
+        let (result, entry, counts) = evaluate_plan(&state, &a.plan);
+        m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
+        if let Some(e) = &entry {
+            apply_entries(&mut state, std::slice::from_ref(e));
+        }
+        plans.push(Accepted {
+            plan: a.plan,
+            result,
+            entry,
+            counts,
+            reply: a.reply,
+        });
+    }
+    Next { state, plans }
+}
+
+/// Writes the waiting plans' entries as one raft entry (a batch when there
+/// are several) and answers each plan when it is committed. `None` when no
+/// plan had anything to write: those were answered at once.
+fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, waiting: Next) -> Option<InFlight> {
+    let mut entries = Vec::new();
+    let mut waiters = Vec::new();
+    // Everything sent before is committed and applied here now: a worker
+    // told to plan again waits for at least this.
+    let committed = ctx.store.snapshot().index();
+    for mut a in waiting.plans {
+        match a.entry {
+            None => {
+                if a.result.refresh_index != 0 {
+                    a.result.refresh_index = a.result.refresh_index.max(committed);
+                }
+                let _ = a.reply.send(Ok(a.result));
+            }
+            Some(e) => {
+                entries.push(e);
+                waiters.push((a.result, a.counts, a.reply));
+            }
+        }
+    }
+    if entries.is_empty() {
+        return None;
+    }
+    let entry = match entries.as_slice() {
+        [one] => LogEntry {
+            msg: Some(Msg::PlanApply(one.clone())),
         },
+        many => LogEntry {
+            msg: Some(Msg::Batch(BatchEntry {
+                entries: many
+                    .iter()
+                    .map(|e| LogEntry {
+                        msg: Some(Msg::PlanApply(e.clone())),
+                    })
+                    .collect(),
+            })),
+        },
+    };
+    let (proposer, m) = (ctx.proposer.clone(), m.clone());
+    let done = tokio::spawn(async move {
+        let start = Instant::now();
+        let written = proposer.write(entry).await;
+        m.apply_seconds.observe(start.elapsed().as_secs_f64());
+        let ok = written.is_ok();
+        for (mut result, (placed, stopped), reply) in waiters {
+            let answer = match &written {
+                Ok(index) => {
+                    m.allocs_placed.inc_by(placed);
+                    m.allocs_stopped.inc_by(stopped);
+                    result.alloc_index = *index;
+                    if result.refresh_index != 0 {
+                        // Plan again on a state with this entry in it.
+                        result.refresh_index = result.refresh_index.max(*index);
+                    }
+                    Ok(result)
+                }
+                Err(e) => Err(PlanError::Propose(e.clone())),
+            };
+            let _ = reply.send(answer);
+        }
+        ok
+    });
+    Some(InFlight { entries, done })
+}
+
+/// Checks `plan` on `state`: its answer, the entry to write (none when
+/// nothing is left to do) and how many allocations it places and stops.
+/// The evaluation's outcome goes into the entry only when every placement
+/// was accepted; the answer says whether it did.
+fn evaluate_plan(state: &State, plan: &Plan) -> (PlanResult, Option<PlanApplyEntry>, (u64, u64)) {
+    let checked = evaluate(state, plan);
+    let in_full = checked.rejected.is_empty();
+    let mut result = PlanResult {
+        refresh_index: if in_full { 0 } else { state.index() },
         rejected_nodes: checked.rejected,
         node_allocation: group(&checked.placed),
         node_update: group(&checked.stopped),
         deployment: plan.deployment.clone(),
         alloc_index: 0,
+        evals_recorded: false,
     };
     if checked.placed.is_empty() && checked.stopped.is_empty() && plan.deployment.is_none() {
-        return Ok(result);
+        return (result, None, (0, 0));
     }
-    let (placed, stopped) = (checked.placed.len() as u64, checked.stopped.len() as u64);
+    let counts = (checked.placed.len() as u64, checked.stopped.len() as u64);
+    let evals = if in_full {
+        plan.evals.clone()
+    } else {
+        Vec::new()
+    };
+    result.evals_recorded = !evals.is_empty();
     let mut allocs = checked.stopped;
     allocs.extend(checked.placed);
-    let entry = LogEntry {
-        msg: Some(Msg::PlanApply(PlanApplyEntry {
-            allocs,
-            deployment: plan.deployment,
-            eval_id: plan.eval_id,
-        })),
+    let entry = PlanApplyEntry {
+        allocs,
+        deployment: plan.deployment.clone(),
+        eval_id: plan.eval_id.clone(),
+        evals,
     };
-    let start = Instant::now();
-    result.alloc_index = ctx.proposer.write(entry).await?;
-    m.apply_seconds.observe(start.elapsed().as_secs_f64());
-    m.allocs_placed.inc_by(placed);
-    m.allocs_stopped.inc_by(stopped);
-    Ok(result)
+    (result, Some(entry), counts)
 }
 
 fn group(allocs: &[Allocation]) -> HashMap<String, AllocList> {
