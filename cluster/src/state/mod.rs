@@ -819,6 +819,30 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_applies_its_commands_in_order_at_its_index_and_never_a_nested_one() {
+        let mut s = State::default();
+        let nested = LogEntry {
+            msg: Some(Msg::Batch(stampede_proto::BatchEntry {
+                entries: vec![node_entry("hidden")],
+            })),
+        };
+        let batch = LogEntry {
+            msg: Some(Msg::Batch(stampede_proto::BatchEntry {
+                entries: vec![node_entry("a"), nested, node_entry("b")],
+            })),
+        };
+        let c = apply(&mut s, 7, batch);
+        assert_eq!(c.index, 7);
+        assert_eq!(c.objects.map(|o| o.nodes), Some(2));
+        for id in ["a", "b"] {
+            let n = s.node(id).unwrap();
+            assert_eq!((n.create_index, n.modify_index), (7, 7));
+        }
+        assert!(s.node("hidden").is_none(), "a nested batch is not applied");
+        assert_eq!(s.index(), 7);
+    }
+
+    #[test]
     fn a_copy_does_not_see_later_writes() {
         let store = StateStore::default();
         store.write(|s| s.apply(1, &node_entry("a"), &mut Changes::default()));
