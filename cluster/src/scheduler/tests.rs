@@ -72,6 +72,7 @@ impl Cluster {
             allocs,
             deployment: plan.deployment.clone(),
             eval_id: plan.eval_id.clone(),
+            evals: vec![],
         }));
     }
 

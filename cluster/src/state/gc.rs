@@ -634,6 +634,7 @@ mod tests {
             }],
             deployment: Some(d(DeploymentStatus::Running)),
             eval_id: "web-e1".into(),
+            evals: vec![],
         }));
         assert!(log.collect(deployments).is_empty(), "running");
         log.apply(Msg::DeploymentUpdate(
