@@ -33,7 +33,9 @@ async fn contended_plans_never_overcommit(batching: &str) {
         async move {
             join_all(ids.map(|i| {
                 let client = client.clone();
-                async move { register_job(&client, service_job(&format!("j{i}"), 1, ALLOC_MHZ, 64)).await }
+                async move {
+                    register_job(&client, service_job(&format!("j{i}"), 1, ALLOC_MHZ, 64)).await
+                }
             }))
             .await
         }

@@ -86,11 +86,7 @@ impl Batcher {
     }
 }
 
-async fn run(
-    raft: Raft,
-    mut rx: mpsc::UnboundedReceiver<Pending>,
-    batching: bool,
-) {
+async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, batching: bool) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     // A write that did not fit in the previous batch starts the next.
     let mut carried: Option<Pending> = None;

@@ -17,7 +17,8 @@ use std::sync::{Arc, RwLock};
 use imbl::{OrdMap, OrdSet};
 use stampede_proto::{
     log_entry::Msg, AllocClientStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
-    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, Resources, StateSnapshot, TableIndexes,
+    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, PlanApplyEntry, Resources,
+    StateSnapshot, TableIndexes,
 };
 use tokio::sync::watch;
 
@@ -165,6 +166,19 @@ impl State {
         changes.objects = Some(self.objects());
     }
 
+    /// Applies a plan's entry at `index`: what the log does, and what the
+    /// plan applier does to its copy to check the next plans against.
+    pub fn apply_plan(&mut self, index: u64, e: &PlanApplyEntry, changes: &mut Changes) {
+        self.index = index;
+        for alloc in &e.allocs {
+            self.upsert_alloc_from_plan(index, alloc, changes);
+        }
+        if let Some(d) = &e.deployment {
+            self.upsert_deployment(index, d.clone(), changes);
+        }
+        self.upsert_evals(index, &e.evals, changes);
+    }
+
     /// Applies one command (never a batch) at `index`.
     fn apply_command(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
         match &entry.msg {
@@ -189,15 +203,7 @@ impl State {
                 self.upsert_evals(index, e.eval.as_slice(), changes);
             }
             Some(Msg::EvalUpdate(e)) => self.upsert_evals(index, &e.evals, changes),
-            Some(Msg::PlanApply(e)) => {
-                for alloc in &e.allocs {
-                    self.upsert_alloc_from_plan(index, alloc, changes);
-                }
-                if let Some(d) = &e.deployment {
-                    self.upsert_deployment(index, d.clone(), changes);
-                }
-                self.upsert_evals(index, &e.evals, changes);
-            }
+            Some(Msg::PlanApply(e)) => self.apply_plan(index, e, changes),
             Some(Msg::AllocClientUpdate(e)) => {
                 for alloc in &e.allocs {
                     self.update_alloc_from_client(index, alloc, e.updated_at_ms, changes);

@@ -4,7 +4,7 @@
 //! up are refused, with a refresh index so the worker plans again on newer
 //! state.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -12,8 +12,8 @@ use prometheus::{Histogram, IntCounter, IntGauge, Registry};
 use stampede_proto::lock;
 use stampede_proto::metric_defs::{histogram, int_counter, int_gauge};
 use stampede_proto::{
-    log_entry::Msg, AllocList, Allocation, BatchEntry, LogEntry, NodeStatus, Plan, PlanApplyEntry,
-    PlanResult, Resources,
+    log_entry::Msg, Allocation, BatchEntry, LogEntry, NodeStatus, Plan, PlanApplyEntry, PlanResult,
+    Resources,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -155,10 +155,11 @@ struct Accepted {
     reply: oneshot::Sender<Result<PlanResult, PlanError>>,
 }
 
-/// The entry in flight: its plans' entries (applied to the next plans'
-/// state until it is committed) and whether it committed.
+/// The entry in flight: the state its plans were checked on with them
+/// applied (where the next plans are checked until it is committed), and
+/// whether it committed.
 struct InFlight {
-    entries: Vec<PlanApplyEntry>,
+    state: State,
     done: tokio::task::JoinHandle<bool>,
 }
 
@@ -221,25 +222,20 @@ pub(super) async fn run(
     }
 }
 
-/// The latest state, plus what the entry in flight will do to it. Applying
-/// a plan's entry again on a copy that already has it changes nothing that
-/// the check reads.
+/// Where the next plans are checked: the state the entry in flight was
+/// checked on, with its plans applied (Nomad's snapshot plus the pending
+/// plan's results), or the latest state when nothing is in flight.
 fn state_after(ctx: &LeaderContext, in_flight: Option<&InFlight>) -> State {
-    let mut state = ctx.store.snapshot();
-    if let Some(f) = in_flight {
-        apply_entries(&mut state, &f.entries);
+    match in_flight {
+        Some(f) => f.state.clone(),
+        None => ctx.store.snapshot(),
     }
-    state
 }
 
-fn apply_entries(state: &mut State, entries: &[PlanApplyEntry]) {
+/// Applies a checked plan's entry to the applier's copy of the state.
+fn apply_checked(state: &mut State, entry: &PlanApplyEntry) {
     let index = state.index();
-    for e in entries {
-        let entry = LogEntry {
-            msg: Some(Msg::PlanApply(e.clone())),
-        };
-        state.apply(index, &entry, &mut Default::default());
-    }
+    state.apply_plan(index, entry, &mut Default::default());
 }
 
 /// Checks one plan on `state` and, when something is left to write,
@@ -260,7 +256,7 @@ fn check(
     m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
     m.nodes_rejected.inc_by(result.rejected_nodes.len() as u64);
     if let Some(e) = &entry {
-        apply_entries(state, std::slice::from_ref(e));
+        apply_checked(state, e);
     }
     Some(Accepted {
         plan: p.plan,
@@ -281,7 +277,7 @@ fn recheck(ctx: &LeaderContext, m: &PlanMetrics, waiting: Next) -> Next {
         let (result, entry, counts) = evaluate_plan(&state, &a.plan);
         m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
         if let Some(e) = &entry {
-            apply_entries(&mut state, std::slice::from_ref(e));
+            apply_checked(&mut state, e);
         }
         plans.push(Accepted {
             plan: a.plan,
@@ -297,13 +293,13 @@ fn recheck(ctx: &LeaderContext, m: &PlanMetrics, waiting: Next) -> Next {
 /// Writes the waiting plans' entries as one raft entry (a batch when there
 /// are several) and answers each plan when it is committed. `None` when no
 /// plan had anything to write: those were answered at once.
-fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, waiting: Next) -> Option<InFlight> {
+fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, mut waiting: Next) -> Option<InFlight> {
     let mut entries = Vec::new();
     let mut waiters = Vec::new();
     // Everything sent before is committed and applied here now: a worker
     // told to plan again waits for at least this.
     let committed = ctx.store.snapshot().index();
-    for mut a in waiting.plans {
+    for mut a in std::mem::take(&mut waiting.plans) {
         match a.entry {
             None => {
                 if a.result.refresh_index != 0 {
@@ -320,20 +316,20 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, waiting: Next) -> Option<InFl
     if entries.is_empty() {
         return None;
     }
-    let entry = match entries.as_slice() {
-        [one] => LogEntry {
-            msg: Some(Msg::PlanApply(one.clone())),
-        },
-        many => LogEntry {
+    let mut plan_entries: Vec<LogEntry> = entries
+        .into_iter()
+        .map(|e| LogEntry {
+            msg: Some(Msg::PlanApply(e)),
+        })
+        .collect();
+    let entry = if plan_entries.len() == 1 {
+        plan_entries.pop().expect("one entry")
+    } else {
+        LogEntry {
             msg: Some(Msg::Batch(BatchEntry {
-                entries: many
-                    .iter()
-                    .map(|e| LogEntry {
-                        msg: Some(Msg::PlanApply(e.clone())),
-                    })
-                    .collect(),
+                entries: plan_entries,
             })),
-        },
+        }
     };
     let (proposer, m) = (ctx.proposer.clone(), m.clone());
     let done = tokio::spawn(async move {
@@ -359,7 +355,10 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, waiting: Next) -> Option<InFl
         }
         ok
     });
-    Some(InFlight { entries, done })
+    Some(InFlight {
+        state: waiting.state,
+        done,
+    })
 }
 
 /// Checks `plan` on `state`: its answer, the entry to write (none when
@@ -372,8 +371,6 @@ fn evaluate_plan(state: &State, plan: &Plan) -> (PlanResult, Option<PlanApplyEnt
     let mut result = PlanResult {
         refresh_index: if in_full { 0 } else { state.index() },
         rejected_nodes: checked.rejected,
-        node_allocation: group(&checked.placed),
-        node_update: group(&checked.stopped),
         deployment: plan.deployment.clone(),
         alloc_index: 0,
         evals_recorded: false,
@@ -397,18 +394,6 @@ fn evaluate_plan(state: &State, plan: &Plan) -> (PlanResult, Option<PlanApplyEnt
         evals,
     };
     (result, Some(entry), counts)
-}
-
-fn group(allocs: &[Allocation]) -> HashMap<String, AllocList> {
-    let mut by_node: HashMap<String, AllocList> = HashMap::new();
-    for a in allocs {
-        by_node
-            .entry(a.node_id.clone())
-            .or_default()
-            .allocs
-            .push(a.clone());
-    }
-    by_node
 }
 
 /// What of a plan can still be done on `state`.
