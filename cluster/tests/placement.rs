@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use common::{heartbeat, live, register_nodes, wait_live};
 use stampede_launch::testing::{eventually, register_job, service_job, Harness, CATCH_UP};
-use stampede_proto::{AllocDesiredStatus, EvalGetRequest, EvalStatus, JobDeregisterRequest};
+use stampede_proto::{
+    AllocDesiredStatus, EvalGetRequest, EvalStatus, JobDeregisterRequest, JobSummaryRequest,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_service_job_is_placed_within_node_resources_and_deregistering_stops_it() {
@@ -31,6 +33,45 @@ async fn a_service_job_is_placed_within_node_resources_and_deregistering_stops_i
         per_node.values().all(|cpu| *cpu <= 300),
         "a node is over capacity: {per_node:?}"
     );
+    // The job's summary counts what the allocations list shows.
+    let summary = client
+        .jobs()
+        .summary(JobSummaryRequest {
+            job_id: "web".into(),
+            query: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut counted: HashMap<(i32, i32), u64> = HashMap::new();
+    for c in &summary.counts {
+        assert_eq!(c.job_version, 0, "{summary:?}");
+        *counted
+            .entry((c.desired_status, c.client_status))
+            .or_default() += c.count;
+    }
+    let mut listed: HashMap<(i32, i32), u64> = HashMap::new();
+    for a in &placed {
+        *listed
+            .entry((a.desired_status, a.client_status))
+            .or_default() += 1;
+    }
+    assert!(summary.index > 0);
+    assert_eq!(counted.values().sum::<u64>(), 50, "{summary:?}");
+    if summary.index == placed.iter().map(|a| a.modify_index).max().unwrap() {
+        assert_eq!(counted, listed);
+    }
+    let unknown = client
+        .jobs()
+        .summary(JobSummaryRequest {
+            job_id: "ghost".into(),
+            query: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
+    assert!(unknown.message().contains("ghost"), "{unknown:?}");
+
     let mut indexes: Vec<u32> = live(&placed).iter().map(|a| a.index).collect();
     indexes.sort();
     assert_eq!(indexes, (0..50).collect::<Vec<_>>());

@@ -105,6 +105,11 @@ const CALLS: &[(&str, &str, &[u8])] = &[
         &[0x0a],
     ),
     (
+        "/stampede.v1.JobService/Summary",
+        "JobSummaryRequest",
+        &[0x0a],
+    ),
+    (
         "/stampede.v1.JobService/Evaluations",
         "JobEvaluationsRequest",
         &[0x0a],

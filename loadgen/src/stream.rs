@@ -17,7 +17,7 @@ use rand::{Rng, SeedableRng};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Constraint, ConstraintOperand, ConstraintTarget,
-    EvalGetRequest, EvalStatus, Job, JobAllocationsRequest, JobDeregisterRequest, JobType,
+    EvalGetRequest, EvalStatus, Job, JobDeregisterRequest, JobSummaryRequest, JobType,
     QueryOptions, Resources, TaskGroup, UpdateStrategy,
 };
 use tokio::time::Instant;
@@ -396,11 +396,11 @@ async fn submit_and_follow(
     loop {
         let job_id = &job.id;
         let Some(got) = read(&client, &tally, &job.id, |c| async move {
-            let req = JobAllocationsRequest {
+            let req = JobSummaryRequest {
                 job_id: job_id.clone(),
                 query: Some(query(index)),
             };
-            Ok(c.jobs().allocations(req).await?.into_inner())
+            Ok(c.jobs().summary(req).await?.into_inner())
         })
         .await
         else {
@@ -408,22 +408,24 @@ async fn submit_and_follow(
         };
         index = got.index;
         // The newest version placed is this submission's (or a later one's).
-        let newest = got.allocs.iter().map(|a| a.job_version).max().unwrap_or(0);
+        let newest = got.counts.iter().map(|c| c.job_version).max().unwrap_or(0);
         let current: Vec<_> = got
-            .allocs
+            .counts
             .iter()
-            .filter(|a| a.desired_status == AllocDesiredStatus::Run as i32)
-            .filter(|a| a.job_version == newest)
+            .filter(|c| c.desired_status == AllocDesiredStatus::Run as i32)
+            .filter(|c| c.job_version == newest)
             .collect();
+        let total: u64 = current.iter().map(|c| c.count).sum();
         let up = current
             .iter()
-            .filter(|a| {
-                a.client_status == AllocClientStatus::Running as i32
-                    || a.client_status == AllocClientStatus::Complete as i32
+            .filter(|c| {
+                c.client_status == AllocClientStatus::Running as i32
+                    || c.client_status == AllocClientStatus::Complete as i32
             })
-            .count();
+            .map(|c| c.count)
+            .sum::<u64>() as usize;
         let enough = if system {
-            up > 0 && up == current.len()
+            up > 0 && up as u64 == total
         } else {
             up >= want
         };

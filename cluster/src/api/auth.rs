@@ -75,7 +75,9 @@ pub fn grpc_need(path: &str) -> Need {
     let service = service.strip_prefix("stampede.v1.").unwrap_or("");
     match (service, method) {
         ("JobService", "Register" | "Deregister") => Need::Anyone(Scope::Write),
-        ("JobService", "Get" | "List" | "Allocations" | "Evaluations") => Need::Anyone(Scope::Read),
+        ("JobService", "Get" | "List" | "Allocations" | "Evaluations" | "Summary") => {
+            Need::Anyone(Scope::Read)
+        }
         ("NodeService", "Register" | "UpdateStatus" | "UpdateAlloc") => Need::Agents(Scope::Write),
         ("NodeService", "GetClientAllocs") => Need::Agents(Scope::Read),
         ("NodeService", "Get" | "List" | "GetAllocs") => Need::Anyone(Scope::Read),

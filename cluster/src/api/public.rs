@@ -3,6 +3,8 @@
 //! answer once this server has applied them, so a client reads its own
 //! writes wherever it asks.
 
+use std::collections::BTreeMap;
+
 use stampede_proto::deployment_service_server::DeploymentService;
 use stampede_proto::job_service_server::JobService;
 use stampede_proto::node_service_server::NodeService;
@@ -229,6 +231,39 @@ impl JobService for Api {
             )
             .await;
         Ok(Response::new(AllocationsReply { allocs, index }))
+    }
+
+    async fn summary(&self, req: Request<JobSummaryRequest>) -> Reply<JobSummaryReply> {
+        let req = req.into_inner();
+        validate::id("job_id", &req.job_id)?;
+        job_exists(&self.store.snapshot(), &req.job_id)?;
+        let id = req.job_id.clone();
+        let (counts, index) = self
+            .query(
+                req.query.as_ref(),
+                &[WatchKey::JobAllocs(id.clone())],
+                |s| {
+                    let mut counts: BTreeMap<(u64, i32, i32), u64> = BTreeMap::new();
+                    for a in s.job_allocs(&id) {
+                        let key = (a.job_version, a.desired_status, a.client_status);
+                        *counts.entry(key).or_default() += 1;
+                    }
+                    let counts = counts
+                        .into_iter()
+                        .map(|((job_version, desired_status, client_status), count)| {
+                            AllocStateCount {
+                                job_version,
+                                desired_status,
+                                client_status,
+                                count,
+                            }
+                        })
+                        .collect();
+                    (counts, s.job_alloc_index(&id).max(1))
+                },
+            )
+            .await;
+        Ok(Response::new(JobSummaryReply { counts, index }))
     }
 
     async fn evaluations(&self, req: Request<JobEvaluationsRequest>) -> Reply<EvaluationsReply> {
