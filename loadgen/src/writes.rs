@@ -396,6 +396,13 @@ mod tests {
         assert_eq!(node.id, "bench-3-7");
         let bytes = node.encode_to_vec();
         assert_eq!(Node::decode(bytes.as_slice()).unwrap(), node);
+        // About 25 bytes, as BENCHMARKS.md says.
+        let largest = bench_node(255, 99, 100).encode_to_vec().len();
+        assert!(
+            (20..=30).contains(&bytes.len()) && largest <= 30,
+            "{} {largest}",
+            bytes.len()
+        );
         assert_eq!(b64(b"foo"), "Zm9v");
     }
 }
