@@ -430,3 +430,60 @@ pub fn probes(s: &RunSummary) -> String {
     html.push_str("</tbody></table>");
     html
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn run(variants: Vec<VariantSummary>) -> RunSummary {
+        RunSummary {
+            schema_version: crate::summary::SCHEMA_VERSION,
+            scenario: Scenario::load("default").unwrap(),
+            raft_entries_by_type: Default::default(),
+            blocking_queries_by_source: Default::default(),
+            variants,
+            slo_breaches: vec![],
+            regressions: vec![],
+            audit_failures: vec![],
+            complete: true,
+            prometheus: None,
+            search: None,
+        }
+    }
+
+    #[test]
+    fn cpu_per_1000_placements_is_shown_and_nothing_placed_says_so() {
+        let variant = |name: &str, cpu: Option<f64>| VariantSummary {
+            name: name.into(),
+            cpu_seconds_per_1000_placements: cpu,
+            ..Default::default()
+        };
+        let s = run(vec![
+            variant("base", Some(4.0)),
+            variant("costly", Some(5.126)),
+            variant("idle", None),
+        ]);
+        let line = terminal(&s)
+            .lines()
+            .find(|l| l.starts_with("CPU-s per 1000 placements"))
+            .expect("a row in the terminal table")
+            .to_string();
+        assert!(
+            line.contains(" 4.00 ") && line.contains(" 5.13 ") && line.ends_with("- (none placed)"),
+            "{line}"
+        );
+        assert!(summary(&s).contains("<td>CPU-s per 1000 placements (all processes)</td>"));
+        // Side by side: the figures, and a ratio only where both have one.
+        let html = comparison(&s);
+        let row = html
+            .split("<tr>")
+            .find(|r| r.contains("CPU-s per 1000 placements"))
+            .unwrap();
+        assert!(
+            row.contains("<td>4.00</td><td>5.13</td><td>-</td>")
+                && row.contains("<td class=\"ratio\">1.28</td><td class=\"ratio\">-</td>"),
+            "{row}"
+        );
+    }
+}
