@@ -177,7 +177,7 @@ fi
 measure etcd --etcd-endpoints "$endpoints"
 
 echo "etcdctl check perf --load=xl (etcd's own benchmark client, about a minute)" >&2
-etcdctl --endpoints "$endpoints" check perf --load=xl >"$work/check-perf.log" 2>&1 || true
+timeout 300 etcdctl --endpoints "$endpoints" check perf --load=xl >"$work/check-perf.log" 2>&1 || true
 perf=$(tr '\r' '\n' <"$work/check-perf.log" | grep -o '[0-9][0-9.]* writes/s' | head -n 1 || true)
 verdict=$(tr '\r' '\n' <"$work/check-perf.log" | grep -E '^(PASS|FAIL)' | paste -sd ';' - || true)
 
