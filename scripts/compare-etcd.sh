@@ -179,7 +179,8 @@ measure etcd --etcd-endpoints "$endpoints"
 echo "etcdctl check perf --load=xl (etcd's own benchmark client, about a minute)" >&2
 timeout 300 etcdctl --endpoints "$endpoints" check perf --load=xl >"$work/check-perf.log" 2>&1 || true
 perf=$(tr '\r' '\n' <"$work/check-perf.log" | grep -o '[0-9][0-9.]* writes/s' | head -n 1 || true)
-verdict=$(tr '\r' '\n' <"$work/check-perf.log" | grep -E '^(PASS|FAIL)' | paste -sd ';' - || true)
+# Its verdict for the load class: PASS or FAIL, alone on the last such line.
+verdict=$(tr '\r' '\n' <"$work/check-perf.log" | grep -E '^(PASS|FAIL)$' | tail -n 1 || true)
 
 for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
@@ -207,14 +208,14 @@ measure stampede --servers "$servers"
   for n in "${counts[@]}"; do
     e="$work/median-etcd-$n.json"
     s="$work/median-stampede-$n.json"
-    jq -r -s --arg n "$n" '
-      def cell: "\(.writes_per_second | round) (\(.p50_ms * 100 | round / 100)/\(.p99_ms * 100 | round / 100))";
-      .[0] as $e | .[1] as $s
-      | [$n, ($e | cell), ($s | cell),
-         (if $e.writes_per_second > 0 then ($s.writes_per_second / $e.writes_per_second * 100 | round / 100 | tostring) else "-" end)]
-      | @tsv' "$e" "$s" |
-      awk -F'\t' '{ printf "%-8s  %30s  %30s  %14s\n", $1, $2, $3, $4 }'
+    jq -r -s '[.[] | .writes_per_second, .p50_ms, .p99_ms] | @tsv' "$e" "$s" |
+      awk -F'\t' -v n="$n" '{
+        ratio = $1 > 0 ? sprintf("%.2f", $4 / $1) : "-"
+        printf "%-8s  %30s  %30s  %14s\n", n,
+          sprintf("%.0f (%.2f/%.2f)", $1, $2, $3), sprintf("%.0f (%.2f/%.2f)", $4, $5, $6), ratio
+      }'
   done
   echo
-  echo "etcdctl check perf --load=xl: ${perf:-no figure} (${verdict:-see its output}); each line is the median of $runs run(s) of $duration after $warmup of warm-up"
+  echo "etcdctl check perf --load=xl: ${perf:-no figure} (etcd's verdict for that load class: ${verdict:-none})"
+  echo "each figure: the median of $runs run(s) of $duration after $warmup of warm-up"
 } >&2
