@@ -4,9 +4,20 @@
 # a C compiler and libclang (the Rust bindings to RocksDB) and protoc (the
 # gRPC code), and with --tests a headless Chromium (the report test),
 # Prometheus with promtool (the dashboard test), Python's pip (the manifests'
-# validation), iproute2 and iptables (the namespace run). Runs apt-get as
-# root, or through sudo.
+# validation), iproute2 and iptables (the namespace run), etcd (the etcd
+# client's test); with --etcd what scripts/compare-etcd.sh needs: etcd,
+# etcdctl and jq. Runs apt-get as root, or through sudo.
 set -euo pipefail
+
+tests=false
+etcd=false
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=true ;;
+    --etcd) etcd=true ;;
+    *) echo "setup-debian.sh: unknown option $arg (--tests, --etcd)" >&2; exit 2 ;;
+  esac
+done
 
 need=()
 command -v g++ >/dev/null 2>&1 || need+=(g++)
@@ -17,7 +28,7 @@ command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # With --tests: the capacity report's test opens report.html in a headless
 # browser, and the dashboard test queries a real Prometheus.
-if [ "${1:-}" = "--tests" ]; then
+if $tests; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
   # The manifests' validation (scripts/validate-deploy.sh pip-installs
@@ -26,6 +37,14 @@ if [ "${1:-}" = "--tests" ]; then
   python3 -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
   command -v ip >/dev/null 2>&1 || need+=(iproute2)
   command -v iptables >/dev/null 2>&1 || need+=(iptables)
+  # loadgen's etcd test starts a real 3-member etcd cluster.
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+fi
+# With --etcd: stampede side by side with etcd (scripts/compare-etcd.sh).
+if $etcd; then
+  command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+  command -v etcdctl >/dev/null 2>&1 || need+=(etcd-client)
+  command -v jq >/dev/null 2>&1 || need+=(jq)
 fi
 
 if ((${#need[@]})); then

@@ -30,7 +30,7 @@ use crate::inventory::Inventory;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
-use crate::sampler::{self, label, Series, Target};
+use crate::sampler::{self, label, Series, Target, LOADGEN_TARGET};
 use crate::scenario::{Arrival, Scenario, Variant};
 use crate::search::{self, Probe, Search, SearchReport};
 use crate::stream;
@@ -185,6 +185,7 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         metrics: &metrics,
         prometheus: prometheus.as_ref(),
         tls_dir,
+        own_metrics: own_metrics_url(own),
     };
     let summary = match search_budget(&scenario, &opts) {
         Some(budget) => find_max_rate(&scenario, budget, &out, &ctx, baseline.as_ref()).await?,
@@ -258,6 +259,28 @@ struct Ctx<'a> {
     /// The CA, certificates and token every local cluster of the run uses
     /// (so that Prometheus, set up once, can scrape them all).
     tls_dir: PathBuf,
+    /// loadgen's own `/metrics`, sampled like every other process's so that
+    /// its CPU counts in the run's cost.
+    own_metrics: String,
+}
+
+/// The URL of loadgen's own `/metrics`, served at `addr` (on every address
+/// when it is unspecified: then read on loopback).
+fn own_metrics_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+        ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("http://{}/metrics", SocketAddr::new(ip, addr.port()))
+}
+
+/// loadgen itself, as a process to sample.
+fn loadgen_target(ctx: &Ctx<'_>) -> Target {
+    Target {
+        name: LOADGEN_TARGET.into(),
+        url: ctx.own_metrics.clone(),
+    }
 }
 
 /// Starts Prometheus in the run directory if it is installed and wanted. A
@@ -574,10 +597,12 @@ async fn run_local(
             url: format!("{}://{}/metrics", cluster.scheme(), s.http),
         })
         .collect();
+    let nodesim_url = format!("http://127.0.0.1:{port}/metrics");
     targets.push(Target {
         name: "nodesim".into(),
-        url: format!("http://127.0.0.1:{port}/metrics"),
+        url: nodesim_url.clone(),
     });
+    targets.push(loadgen_target(ctx));
     if let Some(p) = ctx.prometheus {
         let servers: Vec<String> = cluster
             .servers()
@@ -597,13 +622,7 @@ async fn run_local(
     let mut problems = Vec::new();
     let operator = cluster.security(Role::Operator)?;
     let http = stampede_launch::http_client(&operator, Duration::from_secs(5))?;
-    if let Err(e) = wait_for_fleet(
-        &http,
-        &[targets.last().unwrap().url.clone()],
-        scenario.nodes,
-    )
-    .await
-    {
+    if let Err(e) = wait_for_fleet(&http, &[nodesim_url], scenario.nodes).await {
         problems.push(e);
     }
     let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
@@ -660,6 +679,7 @@ async fn run_remote(
             },
             url: url.clone(),
         })
+        .chain([loadgen_target(ctx)])
         .collect();
     let security = opts.security.load()?;
     let http = stampede_launch::http_client(&security, Duration::from_secs(5))?;
@@ -930,17 +950,19 @@ fn summarize(
     };
     let (client_update_share, client_update_byte_share) =
         (share(&raft_entries_by_type), share(&raft_bytes_by_type));
+    // Every process's own CPU counter (servers, nodesim, loadgen), read
+    // over the stream: as average cores each, and in all per placement.
     let mut cpu_cores = BTreeMap::new();
+    let mut cpu_seconds = 0.0;
     let mut rss_mib = BTreeMap::new();
     for s in &series {
         let span = match (s.points.first(), s.points.last()) {
             (Some(a), Some(b)) if b.t > a.t => b.t - a.t,
             _ => continue,
         };
-        cpu_cores.insert(
-            s.target.name.clone(),
-            s.delta("process_cpu_seconds_total") / span,
-        );
+        let cpu = s.increase("process_cpu_seconds_total");
+        cpu_seconds += cpu;
+        cpu_cores.insert(s.target.name.clone(), cpu / span);
         let peak = s
             .points
             .iter()
@@ -996,9 +1018,12 @@ fn summarize(
             (*at > 0.0).then(|| last / at - 1.0)
         })
         .reduce(f64::max);
+    let cpu_seconds_per_1000_placements =
+        summary::cpu_seconds_per_1000_placements(cpu_seconds, stream.allocations_placed);
     VariantSummary {
         name: v.name.clone(),
         tls: false,
+        cpu_seconds_per_1000_placements,
         server_rss_slope_mib_per_min,
         server_rss_growth_after_10m,
         state_objects,

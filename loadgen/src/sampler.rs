@@ -37,10 +37,13 @@ const KEEP: &[&str] = &[
     "process_resident_memory_bytes",
 ];
 
+/// The name loadgen's own series go by (in samples and `cpu_cores`).
+pub const LOADGEN_TARGET: &str = "loadgen";
+
 /// A process to sample.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Target {
-    /// `server-1`, `nodesim`, ...
+    /// `server-1`, `nodesim`, `loadgen`, ...
     pub name: String,
     pub url: String,
 }
@@ -84,6 +87,22 @@ impl Series {
     /// The counter's growth over the run.
     pub fn delta(&self, name: &str) -> f64 {
         self.last(name) - self.first(name)
+    }
+
+    /// The counter's growth over the run, counting across restarts: where it
+    /// falls (a server killed and started again counts from zero), the
+    /// growth goes on from the new value, as Prometheus' `increase` does.
+    pub fn increase(&self, name: &str) -> f64 {
+        let mut values = self.points.iter().filter_map(|p| p.values.get(name));
+        let Some(mut prev) = values.next().copied() else {
+            return 0.0;
+        };
+        let mut sum = 0.0;
+        for &v in values {
+            sum += if v >= prev { v - prev } else { v };
+            prev = v;
+        }
+        sum
     }
 
     /// How fast gauge `name` moved from `from` seconds on, per minute: the
@@ -238,6 +257,30 @@ mod tests {
         assert!(all > 10.0 && all < 120.0, "{all}");
         assert_eq!(s.slope_per_minute("rss", 1e9), None, "no samples");
         assert_eq!(s.slope_per_minute("other", 0.0), None, "no such gauge");
+    }
+
+    #[test]
+    fn a_counters_increase_goes_on_across_a_restart() {
+        let s = Series {
+            target: Target {
+                name: "server-1".into(),
+                url: String::new(),
+            },
+            // 2 s of CPU, a restart (counting from 0 again), then 1.5 s more.
+            points: [10.0, 11.0, 12.0, 0.5, 2.0]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| Point {
+                    t: i as f64,
+                    values: [("cpu".to_string(), *v)].into(),
+                })
+                .collect(),
+            lost_at: None,
+            last_text: None,
+        };
+        assert_eq!(s.increase("cpu"), 4.0);
+        assert_eq!(s.delta("cpu"), -8.0, "what a plain difference says");
+        assert_eq!(s.increase("absent"), 0.0);
     }
 
     #[test]

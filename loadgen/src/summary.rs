@@ -68,8 +68,14 @@ pub struct VariantSummary {
     /// Share of raft bytes that are client allocation updates.
     pub client_update_byte_share: f64,
     pub stream: StreamReport,
-    /// Average cores each process used over the run.
+    /// Average cores each process used over the run: every server, every
+    /// nodesim and loadgen itself.
     pub cpu_cores: BTreeMap<String, f64>,
+    /// CPU-seconds every process of the run used during the stream (the
+    /// growth of each one's own CPU counter: servers, nodesim, loadgen),
+    /// per 1,000 allocations placed in the same window; null when nothing
+    /// was placed. Lower is better.
+    pub cpu_seconds_per_1000_placements: Option<f64>,
     /// Peak resident memory of each process, in MiB.
     pub rss_mib: BTreeMap<String, f64>,
     /// How fast the steepest server's resident memory grew over the second
@@ -118,6 +124,13 @@ impl VariantSummary {
             // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
             .fold(0.0, |sum, (_, c)| sum + c)
     }
+}
+
+/// CPU-seconds per 1,000 placements: `cpu_seconds` used while `placements`
+/// allocations were placed, times 1,000; `None` when nothing was placed
+/// (there is no cost per placement to speak of).
+pub fn cpu_seconds_per_1000_placements(cpu_seconds: f64, placements: u64) -> Option<f64> {
+    (placements > 0).then(|| cpu_seconds.max(0.0) * 1000.0 / placements as f64)
 }
 
 /// One fault as it was injected and what it cost. Times are seconds; `_s`
@@ -349,23 +362,33 @@ pub fn parse_baseline(text: &str) -> Result<serde_json::Value, BaselineError> {
     }
 }
 
-/// What is compared with a baseline: a name, where it is read, and the
-/// smallest growth that counts (so a handful of extra entries is not news).
-const COMPARED: &[(&str, &str, f64)] = &[
-    ("raft entries", "/raft_entries_by_type", 10.0),
-    ("raft bytes", "/raft_bytes_by_type", 10_000.0),
-    ("client update RPCs", "/client_update_rpcs", 10.0),
-    ("blocking queries", "/blocking_queries_by_source", 10.0),
+/// What is compared with a baseline: a name, where it is read, the
+/// smallest growth that counts (so a handful of extra entries is not news),
+/// and the decimals it is told with. For each, lower is better.
+const COMPARED: &[(&str, &str, f64, usize)] = &[
+    ("raft entries", "/raft_entries_by_type", 10.0, 0),
+    ("raft bytes", "/raft_bytes_by_type", 10_000.0, 0),
+    ("client update RPCs", "/client_update_rpcs", 10.0, 0),
+    ("blocking queries", "/blocking_queries_by_source", 10.0, 0),
     (
         "deployment query wait s",
         "/deployment_query_wait_seconds",
         5.0,
+        0,
     ),
-    ("p99 placement ms", "/stream/placement_ms/p99", 50.0),
+    ("p99 placement ms", "/stream/placement_ms/p99", 50.0, 0),
     (
         "p99 time to running ms",
         "/stream/time_to_running_ms/p99",
         50.0,
+        0,
+    ),
+    // Null (nothing placed) on either side: not compared.
+    (
+        "CPU-s per 1000 placements",
+        "/cpu_seconds_per_1000_placements",
+        0.0,
+        2,
     ),
 ];
 
@@ -388,13 +411,13 @@ pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -
         let Some(b) = base.iter().find(|b| b["name"] == v["name"]) else {
             continue;
         };
-        for (what, pointer, floor) in COMPARED {
+        for (what, pointer, floor, decimals) in COMPARED {
             let (Some(now), Some(was)) = (measure(v, pointer), measure(b, pointer)) else {
                 continue;
             };
             if now > was * 1.10 && now - was > *floor {
                 out.push(format!(
-                    "{name}: {what} {now:.0}, baseline {was:.0} (+{:.0}%)",
+                    "{name}: {what} {now:.decimals$}, baseline {was:.decimals$} (+{:.0}%)",
                     if was > 0.0 {
                         100.0 * (now / was - 1.0)
                     } else {
@@ -428,6 +451,48 @@ mod tests {
             r,
             vec!["legacy: raft entries 250, baseline 200 (+25%)".to_string()]
         );
+    }
+
+    #[test]
+    fn cpu_per_1000_placements_is_cpu_seconds_over_placements_and_null_without_any() {
+        // 12 CPU-seconds over 4,000 placements: 3 CPU-s per 1,000.
+        assert_eq!(cpu_seconds_per_1000_placements(12.0, 4000), Some(3.0));
+        assert_eq!(cpu_seconds_per_1000_placements(0.5, 1), Some(500.0));
+        assert_eq!(cpu_seconds_per_1000_placements(7.0, 0), None);
+        let v = VariantSummary {
+            name: "idle".into(),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&v).unwrap();
+        assert!(
+            json["cpu_seconds_per_1000_placements"].is_null(),
+            "present, as null: {json}"
+        );
+    }
+
+    #[test]
+    fn more_than_ten_percent_more_cpu_per_placement_is_a_regression() {
+        let base = json!({"schema_version": 1, "variants": [
+            {"name": "a", "cpu_seconds_per_1000_placements": 4.0},
+            {"name": "b", "cpu_seconds_per_1000_placements": 4.0},
+            {"name": "c", "cpu_seconds_per_1000_placements": 4.0},
+            {"name": "d", "cpu_seconds_per_1000_placements": null},
+        ]});
+        let now = json!([
+            {"name": "a", "cpu_seconds_per_1000_placements": 4.6},
+            {"name": "b", "cpu_seconds_per_1000_placements": 4.4},
+            {"name": "c", "cpu_seconds_per_1000_placements": null},
+            {"name": "d", "cpu_seconds_per_1000_placements": 9.0},
+        ]);
+        // a: +15%; b: +10% exactly is not more than 10%; c and d: nothing
+        // placed on one side, so there is nothing to compare.
+        assert_eq!(
+            regressions(&base, &now),
+            ["a: CPU-s per 1000 placements 4.60, baseline 4.00 (+15%)"]
+        );
+        // Less CPU per placement is better, never a regression.
+        let cheaper = json!([{"name": "a", "cpu_seconds_per_1000_placements": 1.0}]);
+        assert!(regressions(&base, &cheaper).is_empty());
     }
 
     #[test]

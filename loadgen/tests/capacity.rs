@@ -98,6 +98,38 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
             assert_eq!(ms[50], stream[field]["p50"].as_f64().unwrap(), "{field}");
         }
     }
+    // What the run cost per placement, from every process's own CPU
+    // counter: present and plausible. The stream places about 30
+    // allocations in all, and five processes of a debug build tick over
+    // meanwhile: some tens of CPU-s per 1,000 (about 70 here). Far above
+    // 200 would be a unit wrong (clock ticks, not seconds), below 1 a
+    // process or the factor of 1,000 missing.
+    for v in variants {
+        let cores = v["cpu_cores"].as_object().unwrap();
+        for process in ["server-1", "server-2", "server-3", "nodesim", "loadgen"] {
+            let c = cores.get(process).and_then(|c| c.as_f64());
+            assert!(c.is_some_and(|c| c > 0.0), "{process}: {cores:?}");
+        }
+        let placed = v["stream"]["allocations_placed"].as_u64().unwrap();
+        assert!(placed > 0, "{}", v["stream"]);
+        let cpu = v["cpu_seconds_per_1000_placements"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("a number when something was placed: {v}"));
+        assert!(cpu > 1.0 && cpu < 200.0, "{cpu} CPU-s per 1000 placements");
+        // It is the processes' CPU-seconds over the placements: the cores
+        // over the stream's length give the same figure, within sampling.
+        let seconds: f64 = cores.values().map(|c| c.as_f64().unwrap()).sum::<f64>()
+            * v["seconds"].as_f64().unwrap();
+        let expected = seconds * 1000.0 / placed as f64;
+        assert!(
+            (cpu / expected - 1.0).abs() < 0.25,
+            "{cpu} against {expected} from cpu_cores"
+        );
+    }
+    assert!(
+        stdout.contains("CPU-s per 1000 placements"),
+        "the table shows it: {stdout}"
+    );
     // Variants compare on the very same stream.
     for field in ["scheduled", "updates"] {
         assert_eq!(
@@ -131,6 +163,7 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
         html.contains("Raft entries by type") && html.contains("<table class=\"data summary\">")
     );
     assert!(!html.contains("id=\"partial\""));
+    assert!(html.contains("CPU-s per 1000 placements"));
     // The browser draws them all: two latency CDFs and at least seven time
     // charts per variant, each showing its series.
     let drawn = browser::drawn(&out.join("report.html"), "#cursor=0.5");

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::samples::{add, by_label, gauge, rate, Points};
-use crate::sampler::Series;
+use crate::sampler::{Series, LOADGEN_TARGET};
 use crate::summary::{LatencyQuantiles, RunSummary, VariantSummary};
 
 /// How a chart joins its points.
@@ -147,15 +147,14 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         c.sync = Some(v.name.clone());
         c
     };
+    let is_nodesim =
+        |s: &Series| s.target.name == "nodesim" || !s.names_of("stampede_nodesim_nodes").is_empty();
+    let nodesim: Vec<&Series> = v.series.iter().filter(|s| is_nodesim(s)).collect();
+    // loadgen samples itself too: its CPU and memory are plotted below.
     let servers: Vec<&Series> = v
         .series
         .iter()
-        .filter(|s| s.target.name != "nodesim")
-        .collect();
-    let nodesim: Vec<&Series> = v
-        .series
-        .iter()
-        .filter(|s| s.target.name == "nodesim" || !s.names_of("stampede_nodesim_nodes").is_empty())
+        .filter(|s| !is_nodesim(s) && s.target.name != LOADGEN_TARGET)
         .collect();
     // Raft entries from the server that applied the most: the leader's view.
     let busiest: Vec<&Series> = servers

@@ -92,6 +92,10 @@ fn rows(s: &RunSummary) -> Vec<Row> {
     row("server CPU cores (sum)", &|v| {
         format!("{:.2}", v.server_cpu_cores())
     });
+    row("CPU-s per 1000 placements (all processes)", &|v| {
+        v.cpu_seconds_per_1000_placements
+            .map_or("- (none placed)".into(), |c| format!("{c:.2}"))
+    });
     // Growth over a long run: memory and state, and what GC took away.
     row("server RSS slope, 2nd half (MiB/min)", &|v| {
         v.server_rss_slope_mib_per_min
@@ -311,8 +315,8 @@ pub fn faults(v: &VariantSummary) -> String {
     html
 }
 
-/// One number read from a variant's summary.
-type Measure = Box<dyn Fn(&VariantSummary) -> f64>;
+/// One number read from a variant's summary (`None` when it has none).
+type Measure = Box<dyn Fn(&VariantSummary) -> Option<f64>>;
 
 /// Every variant's costs side by side, and their ratios to the first's.
 pub fn comparison(s: &RunSummary) -> String {
@@ -320,14 +324,17 @@ pub fn comparison(s: &RunSummary) -> String {
         return String::new();
     }
     let base = &s.variants[0];
-    let measures: Vec<(&str, Measure)> = vec![
+    // Each measure with the decimals it is shown with.
+    let count =
+        |f: fn(&VariantSummary) -> f64| -> (Measure, usize) { (Box::new(move |v| Some(f(v))), 0) };
+    let measures: Vec<(&str, (Measure, usize))> = vec![
         (
             "raft entries",
-            Box::new(|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+            count(|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
         ),
         (
             "client update entries",
-            Box::new(|v| {
+            count(|v| {
                 *v.raft_entries_by_type
                     .get("alloc_client_update")
                     .unwrap_or(&0) as f64
@@ -335,15 +342,15 @@ pub fn comparison(s: &RunSummary) -> String {
         ),
         (
             "client update RPCs",
-            Box::new(|v| v.client_update_rpcs.values().sum::<u64>() as f64),
+            count(|v| v.client_update_rpcs.values().sum::<u64>() as f64),
         ),
         (
             "blocking queries",
-            Box::new(|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+            count(|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
         ),
         (
             "deployment watcher queries",
-            Box::new(|v| {
+            count(|v| {
                 *v.blocking_queries_by_source
                     .get(stampede_proto::QuerySource::DeploymentWatcher.label())
                     .unwrap_or(&0) as f64
@@ -351,12 +358,16 @@ pub fn comparison(s: &RunSummary) -> String {
         ),
         (
             "deployment queries queued for the limiter, s",
-            Box::new(|v| v.deployment_query_wait_seconds),
+            count(|v| v.deployment_query_wait_seconds),
         ),
-        ("p99 placement ms", Box::new(|v| v.stream.placement_ms.p99)),
+        ("p99 placement ms", count(|v| v.stream.placement_ms.p99)),
         (
             "p99 time to running ms",
-            Box::new(|v| v.stream.time_to_running_ms.p99),
+            count(|v| v.stream.time_to_running_ms.p99),
+        ),
+        (
+            "CPU-s per 1000 placements (all processes)",
+            (Box::new(|v| v.cpu_seconds_per_1000_placements), 2),
         ),
     ];
     let mut html = String::from("<table class=\"data comparison\"><thead><tr><th>measure</th>");
@@ -372,17 +383,16 @@ pub fn comparison(s: &RunSummary) -> String {
         );
     }
     html.push_str("</tr></thead><tbody>");
-    for (name, f) in &measures {
+    for (name, (f, decimals)) in &measures {
         let _ = write!(html, "<tr><td>{name}</td>");
         for v in &s.variants {
-            let _ = write!(html, "<td>{:.0}</td>", f(v));
+            let shown = f(v).map_or("-".into(), |x| format!("{x:.decimals$}"));
+            let _ = write!(html, "<td>{shown}</td>");
         }
         for v in &s.variants[1..] {
-            let b = f(base);
-            let r = if b > 0.0 {
-                format!("{:.2}", f(v) / b)
-            } else {
-                "-".into()
+            let r = match (f(v), f(base)) {
+                (Some(x), Some(b)) if b > 0.0 => format!("{:.2}", x / b),
+                _ => "-".into(),
             };
             let _ = write!(html, "<td class=\"ratio\">{r}</td>");
         }
@@ -419,4 +429,61 @@ pub fn probes(s: &RunSummary) -> String {
     }
     html.push_str("</tbody></table>");
     html
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn run(variants: Vec<VariantSummary>) -> RunSummary {
+        RunSummary {
+            schema_version: crate::summary::SCHEMA_VERSION,
+            scenario: Scenario::load("default").unwrap(),
+            raft_entries_by_type: Default::default(),
+            blocking_queries_by_source: Default::default(),
+            variants,
+            slo_breaches: vec![],
+            regressions: vec![],
+            audit_failures: vec![],
+            complete: true,
+            prometheus: None,
+            search: None,
+        }
+    }
+
+    #[test]
+    fn cpu_per_1000_placements_is_shown_and_nothing_placed_says_so() {
+        let variant = |name: &str, cpu: Option<f64>| VariantSummary {
+            name: name.into(),
+            cpu_seconds_per_1000_placements: cpu,
+            ..Default::default()
+        };
+        let s = run(vec![
+            variant("base", Some(4.0)),
+            variant("costly", Some(5.126)),
+            variant("idle", None),
+        ]);
+        let line = terminal(&s)
+            .lines()
+            .find(|l| l.starts_with("CPU-s per 1000 placements"))
+            .expect("a row in the terminal table")
+            .to_string();
+        assert!(
+            line.contains(" 4.00 ") && line.contains(" 5.13 ") && line.ends_with("- (none placed)"),
+            "{line}"
+        );
+        assert!(summary(&s).contains("<td>CPU-s per 1000 placements (all processes)</td>"));
+        // Side by side: the figures, and a ratio only where both have one.
+        let html = comparison(&s);
+        let row = html
+            .split("<tr>")
+            .find(|r| r.contains("CPU-s per 1000 placements"))
+            .unwrap();
+        assert!(
+            row.contains("<td>4.00</td><td>5.13</td><td>-</td>")
+                && row.contains("<td class=\"ratio\">1.28</td><td class=\"ratio\">-</td>"),
+            "{row}"
+        );
+    }
 }
