@@ -46,6 +46,8 @@ const WRITE_BUFFER_BYTES: usize = 4 << 20;
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<DB>,
+    /// Syncs the WAL for appends off raft's threads (see [`WalSyncer`]).
+    syncer: Arc<WalSyncer>,
 }
 
 impl LogStore {
@@ -65,7 +67,11 @@ impl LogStore {
             path: dir.to_path_buf(),
             source,
         })?;
-        let store = Self { db: Arc::new(db) };
+        let db = Arc::new(db);
+        let store = Self {
+            syncer: Arc::new(WalSyncer::start(db.clone())),
+            db,
+        };
         store.check_identity(dir, identity)?;
         Ok(store)
     }
@@ -158,6 +164,15 @@ impl LogStore {
         &self,
         entries: impl IntoIterator<Item = Entry>,
     ) -> Result<(), Box<StorageIOError<NodeId>>> {
+        self.append_with(entries, true)
+    }
+
+    /// Appends `entries` in one `WriteBatch`, syncing the WAL or not.
+    fn append_with(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+        sync: bool,
+    ) -> Result<(), Box<StorageIOError<NodeId>>> {
         let mut batch = WriteBatch::default();
         let cf = self.cf(CF_LOGS);
         for entry in entries {
@@ -170,8 +185,51 @@ impl LogStore {
             batch.put_cf(cf, key(entry.log_id.index), bytes);
         }
         self.db
-            .write_opt(batch, &write_options(true))
+            .write_opt(batch, &write_options(sync))
             .map_err(|e| Box::new(StorageIOError::write_logs(AnyError::new(&e))))
+    }
+}
+
+/// Syncs the WAL on its own thread, so an append is visible (to the
+/// replication that reads it) at once and durable a little later: the
+/// leader sends entries to its followers while its own fsync runs, as etcd
+/// does, instead of after it. Appends that arrive during one fsync share
+/// the next. openraft is told an append is flushed only after its fsync.
+struct WalSyncer {
+    /// Dropped with the last `LogStore`, which ends the thread once it has
+    /// answered what it holds.
+    tx: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
+}
+
+impl WalSyncer {
+    fn start(db: Arc<DB>) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel::<LogFlushed<TypeConfig>>();
+        std::thread::Builder::new()
+            .name("wal-sync".into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut waiting = vec![first];
+                    waiting.extend(rx.try_iter());
+                    let synced = db.flush_wal(true);
+                    for callback in waiting {
+                        callback.log_io_completed(
+                            synced
+                                .as_ref()
+                                .map(|_| ())
+                                .map_err(|e| std::io::Error::other(e.to_string())),
+                        );
+                    }
+                }
+            })
+            .expect("the WAL sync thread starts");
+        Self { tx }
+    }
+
+    /// Calls `callback` once everything written so far is synced.
+    fn after_sync(&self, callback: LogFlushed<TypeConfig>) {
+        if let Err(std::sync::mpsc::SendError(callback)) = self.tx.send(callback) {
+            callback.log_io_completed(Err(std::io::Error::other("the WAL sync thread ended")));
+        }
     }
 }
 
@@ -270,14 +328,16 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let result = self.append_synced(entries);
-        callback.log_io_completed(
-            result
-                .as_ref()
-                .map(|_| ())
-                .map_err(|e| std::io::Error::other(e.to_string())),
-        );
-        result.map_err(|e| StorageError::from(*e))
+        match self.append_with(entries, false) {
+            Ok(()) => {
+                self.syncer.after_sync(callback);
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(StorageError::from(*e))
+            }
+        }
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
