@@ -196,15 +196,14 @@ impl LogStore {
 /// does, instead of after it. Appends that arrive during one fsync share
 /// the next. openraft is told an append is flushed only after its fsync.
 struct WalSyncer {
-    /// Dropped with the last `LogStore`, which ends the thread once it has
-    /// answered what it holds.
-    tx: std::sync::mpsc::Sender<LogFlushed<TypeConfig>>,
+    tx: Option<std::sync::mpsc::Sender<LogFlushed<TypeConfig>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl WalSyncer {
     fn start(db: Arc<DB>) -> Self {
         let (tx, rx) = std::sync::mpsc::channel::<LogFlushed<TypeConfig>>();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("wal-sync".into())
             .spawn(move || {
                 while let Ok(first) = rx.recv() {
@@ -222,13 +221,29 @@ impl WalSyncer {
                 }
             })
             .expect("the WAL sync thread starts");
-        Self { tx }
+        Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
     }
 
     /// Calls `callback` once everything written so far is synced.
     fn after_sync(&self, callback: LogFlushed<TypeConfig>) {
-        if let Err(std::sync::mpsc::SendError(callback)) = self.tx.send(callback) {
+        let tx = self.tx.as_ref().expect("set until dropped");
+        if let Err(std::sync::mpsc::SendError(callback)) = tx.send(callback) {
             callback.log_io_completed(Err(std::io::Error::other("the WAL sync thread ended")));
+        }
+    }
+}
+
+impl Drop for WalSyncer {
+    /// Ends the thread once it has answered what it holds, and waits for
+    /// it, so that the database is closed when the last `LogStore` is
+    /// dropped (a store reopened in the same process finds it unlocked).
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }
