@@ -323,8 +323,8 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     exposed.push(run.join("loadgen.prom"));
     assert_eq!(
         exposed.len(),
-        5,
-        "three servers, nodesim, loadgen: {exposed:?}"
+        6,
+        "three servers, nodesim, loadgen as scraped and as written at the end: {exposed:?}"
     );
     for path in &exposed {
         let text = std::fs::read(path).unwrap();
