@@ -31,7 +31,10 @@ async fn job_run_status_stop_and_node_status() {
             .await
             .unwrap();
     }
-    let web = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/web.json");
+    // Read at run time: the binary may come from another checkout's build.
+    let package = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
+    let web = format!("{package}/../examples/web.json");
+    let web = web.as_str();
 
     let (ok, out, err) = cluster_cmd(&c, &["job", "run", "--address", &addrs, web]);
     assert!(ok, "{out}{err}");

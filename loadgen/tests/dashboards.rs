@@ -61,7 +61,7 @@ cpu_mhz = 50
 const RATE_INTERVAL: &str = "10s";
 
 fn dashboards_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../dashboards")
+    common::package_dir().join("../dashboards")
 }
 
 fn on_path(bin: &str) -> bool {
@@ -230,7 +230,7 @@ impl Drop for Prometheus {
 async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     if !on_path("prometheus") || !on_path("promtool") {
         // Installs the Debian package `prometheus` (needs root or sudo).
-        let setup = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/setup-debian.sh");
+        let setup = common::package_dir().join("../scripts/setup-debian.sh");
         let status = Command::new("bash").arg(&setup).arg("--tests").status();
         assert!(
             status.is_ok_and(|s| s.success()),

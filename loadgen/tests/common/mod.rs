@@ -26,6 +26,15 @@ pub fn capacity(scenario: &str, name: &str) -> (tempfile::TempDir, PathBuf, Comm
     (dir, out, cmd)
 }
 
+/// This package's directory, read when the test runs: a test binary may be
+/// reused from a build of another checkout of the same commit (the target
+/// directory is shared), where a path fixed at compile time would point.
+pub fn package_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 pub fn json(path: &Path) -> serde_json::Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -33,7 +42,7 @@ pub fn json(path: &Path) -> serde_json::Value {
 
 /// What `summary.schema.json` says is wrong with `summary`; empty when it conforms.
 pub fn schema_errors(summary: &serde_json::Value) -> Vec<String> {
-    let schema = json(&Path::new(env!("CARGO_MANIFEST_DIR")).join("summary.schema.json"));
+    let schema = json(&package_dir().join("summary.schema.json"));
     let validator = jsonschema::validator_for(&schema).unwrap();
     validator
         .iter_errors(summary)
