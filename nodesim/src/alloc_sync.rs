@@ -7,11 +7,20 @@
 //! In `prioritized` mode a node's buffer goes out on the next tick only if
 //! it holds a `ClientStatus` change, and otherwise every 5th tick; in
 //! `legacy` mode it goes out on every tick that finds it non-empty.
+//!
+//! A node whose send failed (an error, or no answer in time) waits
+//! [`SYNC_RETRY`] plus up to as much again before it sends again, as
+//! Nomad's client does: servers that fell behind are not hit by every node
+//! retrying on the next tick, which would only deepen the queue they are
+//! behind on.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use rand::Rng;
 
 use stampede_proto::{AllocClientStatus, Allocation};
 use tokio::sync::watch;
@@ -24,6 +33,11 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// In prioritized mode, a buffer without a status change waits for every
 /// `TYPICAL_EVERY`th tick.
 pub const TYPICAL_EVERY: u64 = 5;
+/// After a failed send, a node waits this long, plus a random stagger of
+/// up to as much again, before its next (Nomad's client: 5 s).
+pub const SYNC_RETRY: Duration = Duration::from_secs(5);
+/// [`SYNC_RETRY`] in ticks.
+const RETRY_TICKS: u64 = (SYNC_RETRY.as_millis() / TICK.as_millis()) as u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum UpdateMode {
@@ -58,12 +72,16 @@ struct Buffer {
     queued: bool,
     /// A batch of this node is on the wire; the next waits for it.
     in_flight: bool,
+    /// After a failed send: the first tick on which the node sends again.
+    retry_at: u64,
 }
 
 pub struct AllocSync {
     mode: UpdateMode,
     buffers: Vec<Mutex<Buffer>>,
     dirty: Mutex<Vec<u32>>,
+    /// The latest tick, for scheduling retries.
+    tick: AtomicU64,
     metrics: Metrics,
     send: SendBatch,
 }
@@ -75,6 +93,7 @@ impl AllocSync {
             mode,
             buffers: (0..nodes).map(|_| Mutex::default()).collect(),
             dirty: Mutex::default(),
+            tick: AtomicU64::new(0),
             metrics,
             send,
         })
@@ -116,6 +135,7 @@ impl AllocSync {
     /// Sends every buffer that is due on tick `tick` (all of them when
     /// `flush`); returns the sends it started.
     pub fn tick(self: Arc<Self>, tick: u64, flush: bool) -> Vec<tokio::task::JoinHandle<()>> {
+        self.tick.fetch_max(tick, Ordering::Relaxed);
         let dirty = std::mem::take(&mut *self.dirty.lock().unwrap());
         let mut keep = Vec::new();
         let mut sends = Vec::new();
@@ -125,7 +145,8 @@ impl AllocSync {
                 || self.mode == UpdateMode::Legacy
                 || b.urgent
                 || (tick + slot as u64).is_multiple_of(TYPICAL_EVERY);
-            if b.in_flight || !due || b.updates.is_empty() {
+            let waits = !flush && tick < b.retry_at;
+            if b.in_flight || !due || waits || b.updates.is_empty() {
                 if b.updates.is_empty() {
                     b.queued = false;
                 } else {
@@ -166,6 +187,8 @@ impl AllocSync {
                 merge(&mut b.updates, u);
             }
             b.urgent |= urgent;
+            let stagger = rand::thread_rng().gen_range(0..=RETRY_TICKS);
+            b.retry_at = self.tick.load(Ordering::Relaxed) + RETRY_TICKS + stagger;
         }
         if !b.updates.is_empty() && !b.queued {
             b.queued = true;
@@ -334,8 +357,18 @@ mod tests {
             AllocClientStatus::Running,
         );
         fail.store(false, Ordering::SeqCst);
-        for send in sync.clone().tick(2, false) {
-            send.await.unwrap();
+        // The node waits out the retry interval (with its stagger)...
+        for tick in 2..1 + RETRY_TICKS {
+            assert!(
+                sync.clone().tick(tick, false).is_empty(),
+                "tick {tick}: sent before the retry interval passed"
+            );
+        }
+        // ...and has sent once it and the longest stagger have passed.
+        for tick in 1 + RETRY_TICKS..=1 + 2 * RETRY_TICKS {
+            for send in sync.clone().tick(tick, false) {
+                send.await.unwrap();
+            }
         }
         let sent = sent.lock().unwrap();
         assert_eq!(sent.len(), 2);

@@ -12,6 +12,7 @@
 //! the seed comparisons measure), still with the same bound on entries in
 //! flight.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -73,16 +74,26 @@ impl Batcher {
     /// Commits `entry` (alone or with others) and returns the raft index it
     /// was applied at. Dropping the future does not withdraw the write.
     pub async fn write(&self, entry: LogEntry) -> Result<u64, Failed> {
+        self.submit(entry).await
+    }
+
+    /// Queues `entry` now, so writes submitted one after another reach the
+    /// log in that order, and returns a future for its outcome.
+    pub fn submit(
+        &self,
+        entry: LogEntry,
+    ) -> impl Future<Output = Result<u64, Failed>> + Send + 'static {
         let (reply, rx) = oneshot::channel();
         let bytes = entry.encoded_len();
-        self.tx
-            .send(Pending {
-                entry,
-                bytes,
-                reply,
-            })
-            .map_err(|_| Failed::ShuttingDown)?;
-        rx.await.map_err(|_| Failed::ShuttingDown)?
+        let queued = self.tx.send(Pending {
+            entry,
+            bytes,
+            reply,
+        });
+        async move {
+            queued.map_err(|_| Failed::ShuttingDown)?;
+            rx.await.map_err(|_| Failed::ShuttingDown)?
+        }
     }
 }
 
@@ -112,12 +123,18 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, batching: boo
             bytes += next.bytes;
             group.push(next);
         }
-        let raft = raft.clone();
+        // Handed to raft here, in the order the writes came: entries are
+        // appended in that order, and only waiting for them is concurrent.
+        let (entry, replies) = combine(group);
+        let committed = raft.client_write_ff(Command(entry)).await;
         tokio::spawn(async move {
-            let (entry, replies) = combine(group);
-            let outcome = match raft.client_write(Command(entry)).await {
-                Ok(resp) => Ok(resp.log_id.index),
-                Err(e) => Err(failed(e)),
+            let outcome = match committed {
+                Err(_) => Err(Failed::ShuttingDown),
+                Ok(rx) => match rx.await {
+                    Ok(Ok(resp)) => Ok(resp.log_id.index),
+                    Ok(Err(e)) => Err(failed(RaftError::APIError(e))),
+                    Err(_) => Err(Failed::ShuttingDown),
+                },
             };
             drop(slot);
             for reply in replies {

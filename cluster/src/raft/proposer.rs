@@ -4,6 +4,7 @@
 //! ([`ClientWrite`]): the leader validates it and makes its entry (see
 //! [`crate::raft::client_write`]).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -163,23 +164,37 @@ impl Proposer {
         entry: LogEntry,
         deadline: Instant,
     ) -> Result<u64, ProposeError> {
+        self.submit_local_until(entry, deadline).await
+    }
+
+    /// Hands `entry` to this server's raft now, so entries submitted one
+    /// after another are logged in that order, and returns a future for
+    /// its index; errors as [`Proposer::write_local`].
+    fn submit_local_until(
+        &self,
+        entry: LogEntry,
+        deadline: Instant,
+    ) -> impl Future<Output = Result<u64, ProposeError>> + Send + 'static {
         let start = Instant::now();
         let wait = deadline.saturating_duration_since(start);
-        let written = tokio::time::timeout(wait, self.batcher.write(entry)).await;
-        match written {
-            Err(_) => Err(ProposeError::NotCommitted(wait)),
-            Ok(Ok(index)) => {
-                self.metrics
-                    .raft_apply_seconds
-                    .observe(start.elapsed().as_secs_f64());
-                Ok(index)
+        let written = tokio::time::timeout(wait, self.batcher.submit(entry));
+        let metrics = self.metrics.clone();
+        async move {
+            match written.await {
+                Err(_) => Err(ProposeError::NotCommitted(wait)),
+                Ok(Ok(index)) => {
+                    metrics
+                        .raft_apply_seconds
+                        .observe(start.elapsed().as_secs_f64());
+                    Ok(index)
+                }
+                Ok(Err(Failed::NotLeader(Some((id, addr))))) => {
+                    Err(ProposeError::NotLeader { id, addr })
+                }
+                Ok(Err(Failed::NotLeader(None))) => Err(ProposeError::NoLeader),
+                Ok(Err(Failed::Raft(e))) => Err(ProposeError::Raft(e)),
+                Ok(Err(Failed::ShuttingDown)) => Err(ProposeError::ShuttingDown),
             }
-            Ok(Err(Failed::NotLeader(Some((id, addr))))) => {
-                Err(ProposeError::NotLeader { id, addr })
-            }
-            Ok(Err(Failed::NotLeader(None))) => Err(ProposeError::NoLeader),
-            Ok(Err(Failed::Raft(e))) => Err(ProposeError::Raft(e)),
-            Ok(Err(Failed::ShuttingDown)) => Err(ProposeError::ShuttingDown),
         }
     }
 
@@ -245,6 +260,17 @@ impl LocalProposer {
     /// Proposes on this server; fails with `NotLeader` once it no longer leads.
     pub async fn write(&self, entry: LogEntry) -> Result<u64, ProposeError> {
         self.0.write_local(entry).await
+    }
+
+    /// As [`LocalProposer::write`], but hands the entry to raft now and
+    /// returns a future for its index: what a caller uses to keep several
+    /// writes on their way in the order it made them.
+    pub fn submit(
+        &self,
+        entry: LogEntry,
+    ) -> impl Future<Output = Result<u64, ProposeError>> + Send + 'static {
+        self.0
+            .submit_local_until(entry, Instant::now() + self.0.leader_wait)
     }
 
     /// Whether this server gathers concurrent writes into shared entries.

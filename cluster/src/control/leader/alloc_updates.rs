@@ -107,7 +107,10 @@ impl AllocUpdates {
 /// raft heartbeat even on a busy machine.
 pub const MAX_ENTRY_ALLOCS: usize = 2_000;
 
-/// The batching loop, for one term of leadership.
+/// The batching loop, for one term of leadership. A batch goes to raft as
+/// soon as it closes, and the next one gathers while it commits (as
+/// Nomad's leader does): under load, the rate of updates is bounded by
+/// what raft takes, not by one commit per window.
 pub(super) async fn run(
     ctx: LeaderContext,
     window: Duration,
@@ -131,18 +134,26 @@ pub(super) async fn run(
                 },
             }
         }
-        let result = write_batch(&ctx, &metrics, &batch).await.map_err(Arc::new);
-        for p in batch {
-            let _ = p.reply.send(result.clone());
-        }
+        let (entry, n) = batch_entry(&ctx, &batch);
+        // Submitted here, so batches are logged in the order they closed:
+        // a later update of an allocation never lands before an earlier one.
+        let written = ctx.proposer.submit(entry);
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let result = written.await.map_err(|e| Arc::new(UpdateError::from(e)));
+            if result.is_ok() {
+                metrics.batch_allocs.observe(n as f64);
+                metrics.entries.inc();
+            }
+            for p in batch {
+                let _ = p.reply.send(result.clone());
+            }
+        });
     }
 }
 
-async fn write_batch(
-    ctx: &LeaderContext,
-    metrics: &AllocUpdateMetrics,
-    batch: &[PendingUpdate],
-) -> Result<u64, UpdateError> {
+/// The entry for one batch, and how many allocation updates it carries.
+fn batch_entry(ctx: &LeaderContext, batch: &[PendingUpdate]) -> (LogEntry, usize) {
     // The latest update of each allocation wins.
     let mut latest: BTreeMap<&str, &Allocation> = BTreeMap::new();
     for p in batch {
@@ -182,8 +193,5 @@ async fn write_batch(
             updated_at_ms: now_ms(),
         })),
     };
-    let index = ctx.proposer.write(entry).await?;
-    metrics.batch_allocs.observe(n as f64);
-    metrics.entries.inc();
-    Ok(index)
+    (entry, n)
 }
