@@ -81,7 +81,9 @@ pids=()
 
 teardown() {
   local rc=$?
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  # A process started through in_ns in the background is the child of a
+  # subshell: stop both, or the child outlives the run.
+  for p in "${pids[@]}"; do pkill -P "$p" 2>/dev/null || true; kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for ns in "${!addr[@]}" br; do ip netns del "$tag-$ns" 2>/dev/null || true; done
   exit $rc
