@@ -80,6 +80,16 @@ async fn status(State(cp): Cp) -> Json<StatusReport> {
 
 async fn render_metrics(State(cp): Cp) -> impl IntoResponse {
     cp.fleet.update();
+    {
+        let m = cp.raft.metrics();
+        let m = m.borrow();
+        cp.metrics
+            .raft_last_log_index
+            .set(m.last_log_index.unwrap_or(0) as i64);
+        cp.metrics
+            .raft_applied_index
+            .set(m.last_applied.map_or(0, |l| l.index) as i64);
+    }
     (
         [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
         cp.metrics.render(),

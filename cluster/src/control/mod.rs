@@ -142,8 +142,10 @@ impl ControlPlane {
 
     /// Follows raft leadership: sets up the leader-only parts when this
     /// server becomes leader and tears them down when it stops being one.
+    /// (Raft's server metrics change with the vote and the leadership only,
+    /// not with every entry.)
     pub async fn run_leadership(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut rx = self.raft.metrics();
+        let mut rx = self.raft.server_metrics();
         loop {
             let leads = {
                 let m = rx.borrow_and_update();

@@ -95,7 +95,16 @@ impl Proposer {
     pub async fn write(&self, write: ClientWrite) -> Result<Written, ProposeError> {
         let deadline = Instant::now() + self.leader_wait;
         loop {
-            let err = match self.write_here_until(&write, deadline).await {
+            let attempt = match self.leader_elsewhere() {
+                // Straight to the leader: trying raft here first would only
+                // cost a round through this server's raft core to learn the same.
+                Some((id, addr)) => {
+                    prepare(&write, &self.store.snapshot())?;
+                    Err(ProposeError::NotLeader { id, addr })
+                }
+                None => self.write_here_until(&write, deadline).await,
+            };
+            let err = match attempt {
                 Ok(written) => return Ok(written),
                 Err(ProposeError::NotLeader { id, addr }) => {
                     match self.forward(id, &addr, write.clone(), deadline).await {
@@ -126,6 +135,15 @@ impl Proposer {
                 tokio::time::sleep(RETRY_PAUSE.min(deadline - now)).await;
             }
         }
+    }
+
+    /// The leader and its address when raft knows another server leads.
+    fn leader_elsewhere(&self) -> Option<(NodeId, String)> {
+        let metrics = self.raft.server_metrics();
+        let m = metrics.borrow();
+        let leader = m.current_leader.filter(|l| *l != m.id)?;
+        let node = m.membership_config.membership().get_node(&leader)?;
+        Some((leader, node.addr.clone()))
     }
 
     /// A client's write that a follower sent on: validated and proposed
@@ -226,7 +244,8 @@ impl Proposer {
         let wait = deadline.saturating_duration_since(Instant::now());
         request.set_timeout(wait);
         let mut client = self.channels.raft_client(id, addr);
-        let mut leadership = self.raft.metrics();
+        // Server metrics change with the leadership only, not with each entry.
+        let mut leadership = self.raft.server_metrics();
         let moved = leadership.wait_for(|m| m.current_leader != Some(id));
         tokio::select! {
             answer = tokio::time::timeout(wait, client.forward(request)) => match answer {

@@ -382,20 +382,18 @@ async fn serve_http(
     Ok(())
 }
 
-/// Mirrors openraft's view of this server into the raft gauges.
+/// Mirrors raft's term and leadership into the raft gauges. It follows
+/// openraft's server metrics, which change only with the vote or the
+/// leadership; the log and applied indexes change with every entry, so
+/// they are read when Prometheus scrapes ([`crate::api::http`]) rather
+/// than waking this task for each one.
 async fn watch_raft(raft: Raft, metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
-    let mut rx = raft.metrics();
+    let mut rx = raft.server_metrics();
     let mut leader = None;
     loop {
         {
             let m = rx.borrow_and_update();
-            metrics.raft_term.set(m.current_term as i64);
-            metrics
-                .raft_last_log_index
-                .set(m.last_log_index.unwrap_or(0) as i64);
-            metrics
-                .raft_applied_index
-                .set(m.last_applied.map_or(0, |l| l.index) as i64);
+            metrics.raft_term.set(m.vote.leader_id().get_term() as i64);
             metrics
                 .raft_is_leader
                 .set(i64::from(m.current_leader == Some(m.id)));
