@@ -1,5 +1,11 @@
 use clap::{Parser, Subcommand};
 
+/// Servers allocate and free many small buffers per request (protobuf,
+/// h2 frames, copy-on-write state nodes); mimalloc spends less CPU on
+/// them than glibc's malloc.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// The stampede server under test, and tools to run it.
 #[derive(Parser)]
 #[command(version, about)]
