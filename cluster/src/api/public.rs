@@ -4,6 +4,7 @@
 //! writes wherever it asks.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use stampede_proto::deployment_service_server::DeploymentService;
 use stampede_proto::job_service_server::JobService;
@@ -143,6 +144,31 @@ fn job_exists(state: &State, job_id: &str) -> Result<(), Refused> {
     }
 }
 
+impl Api {
+    /// A blocking query on one job's allocations, as `JobService.Allocations`
+    /// and `Summary` answer it: the id checked, `NotFound` for a job not
+    /// registered here, then `view` of its allocations with the index they
+    /// last changed at.
+    async fn job_allocs_query<T>(
+        &self,
+        job_id: &str,
+        query: Option<&QueryOptions>,
+        view: impl Fn(&[Arc<Allocation>]) -> T,
+    ) -> Result<(T, u64), Status> {
+        validate::id("job_id", job_id)?;
+        job_exists(&self.store.snapshot(), job_id)?;
+        let answer = self
+            .query(query, &[WatchKey::JobAllocs(job_id.to_string())], |s| {
+                (
+                    view(&s.job_allocs(job_id)),
+                    s.job_alloc_index(job_id).max(1),
+                )
+            })
+            .await;
+        Ok(answer)
+    }
+}
+
 #[tonic::async_trait]
 impl JobService for Api {
     async fn register(&self, req: Request<JobRegisterRequest>) -> Reply<JobRegisterReply> {
@@ -213,56 +239,36 @@ impl JobService for Api {
 
     async fn allocations(&self, req: Request<JobAllocationsRequest>) -> Reply<AllocationsReply> {
         let req = req.into_inner();
-        validate::id("job_id", &req.job_id)?;
-        job_exists(&self.store.snapshot(), &req.job_id)?;
-        let id = req.job_id.clone();
         let (allocs, index) = self
-            .query(
-                req.query.as_ref(),
-                &[WatchKey::JobAllocs(id.clone())],
-                |s| {
-                    let allocs = s
-                        .job_allocs(&id)
-                        .iter()
-                        .map(|a| Allocation::clone(a))
-                        .collect();
-                    (allocs, s.job_alloc_index(&id).max(1))
-                },
-            )
-            .await;
+            .job_allocs_query(&req.job_id, req.query.as_ref(), |allocs| {
+                allocs.iter().map(|a| Allocation::clone(a)).collect()
+            })
+            .await?;
         Ok(Response::new(AllocationsReply { allocs, index }))
     }
 
     async fn summary(&self, req: Request<JobSummaryRequest>) -> Reply<JobSummaryReply> {
         let req = req.into_inner();
-        validate::id("job_id", &req.job_id)?;
-        job_exists(&self.store.snapshot(), &req.job_id)?;
-        let id = req.job_id.clone();
         let (counts, index) = self
-            .query(
-                req.query.as_ref(),
-                &[WatchKey::JobAllocs(id.clone())],
-                |s| {
-                    let mut counts: BTreeMap<(u64, i32, i32), u64> = BTreeMap::new();
-                    for a in s.job_allocs(&id) {
-                        let key = (a.job_version, a.desired_status, a.client_status);
-                        *counts.entry(key).or_default() += 1;
-                    }
-                    let counts = counts
-                        .into_iter()
-                        .map(|((job_version, desired_status, client_status), count)| {
-                            AllocStateCount {
-                                job_version,
-                                desired_status,
-                                client_status,
-                                count,
-                            }
-                        })
-                        .collect();
-                    (counts, s.job_alloc_index(&id).max(1))
-                },
-            )
-            .await;
+            .job_allocs_query(&req.job_id, req.query.as_ref(), |allocs| {
+                let mut counts: BTreeMap<(u64, i32, i32), u64> = BTreeMap::new();
+                for a in allocs {
+                    let key = (a.job_version, a.desired_status, a.client_status);
+                    *counts.entry(key).or_default() += 1;
+                }
+                counts
+                    .into_iter()
+                    .map(
+                        |((job_version, desired_status, client_status), count)| AllocStateCount {
+                            job_version,
+                            desired_status,
+                            client_status,
+                            count,
+                        },
+                    )
+                    .collect()
+            })
+            .await?;
         Ok(Response::new(JobSummaryReply { counts, index }))
     }
 
