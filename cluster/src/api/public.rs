@@ -3,9 +3,6 @@
 //! answer once this server has applied them, so a client reads its own
 //! writes wherever it asks.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use stampede_proto::deployment_service_server::DeploymentService;
 use stampede_proto::job_service_server::JobService;
 use stampede_proto::node_service_server::NodeService;
@@ -147,22 +144,19 @@ fn job_exists(state: &State, job_id: &str) -> Result<(), Refused> {
 impl Api {
     /// A blocking query on one job's allocations, as `JobService.Allocations`
     /// and `Summary` answer it: the id checked, `NotFound` for a job not
-    /// registered here, then `view` of its allocations with the index they
-    /// last changed at.
+    /// registered here, then `view` of the state for the job, with the index
+    /// its allocations last changed at.
     async fn job_allocs_query<T>(
         &self,
         job_id: &str,
         query: Option<&QueryOptions>,
-        view: impl Fn(&[Arc<Allocation>]) -> T,
+        view: impl Fn(&State, &str) -> T,
     ) -> Result<(T, u64), Status> {
         validate::id("job_id", job_id)?;
         job_exists(&self.store.snapshot(), job_id)?;
         let answer = self
             .query(query, &[WatchKey::JobAllocs(job_id.to_string())], |s| {
-                (
-                    view(&s.job_allocs(job_id)),
-                    s.job_alloc_index(job_id).max(1),
-                )
+                (view(s, job_id), s.job_alloc_index(job_id).max(1))
             })
             .await;
         Ok(answer)
@@ -240,8 +234,11 @@ impl JobService for Api {
     async fn allocations(&self, req: Request<JobAllocationsRequest>) -> Reply<AllocationsReply> {
         let req = req.into_inner();
         let (allocs, index) = self
-            .job_allocs_query(&req.job_id, req.query.as_ref(), |allocs| {
-                allocs.iter().map(|a| Allocation::clone(a)).collect()
+            .job_allocs_query(&req.job_id, req.query.as_ref(), |s, id| {
+                s.job_allocs(id)
+                    .iter()
+                    .map(|a| Allocation::clone(a))
+                    .collect()
             })
             .await?;
         Ok(Response::new(AllocationsReply { allocs, index }))
@@ -250,22 +247,17 @@ impl JobService for Api {
     async fn summary(&self, req: Request<JobSummaryRequest>) -> Reply<JobSummaryReply> {
         let req = req.into_inner();
         let (counts, index) = self
-            .job_allocs_query(&req.job_id, req.query.as_ref(), |allocs| {
-                let mut counts: BTreeMap<(u64, i32, i32), u64> = BTreeMap::new();
-                for a in allocs {
-                    let key = (a.job_version, a.desired_status, a.client_status);
-                    *counts.entry(key).or_default() += 1;
-                }
-                counts
-                    .into_iter()
-                    .map(
-                        |((job_version, desired_status, client_status), count)| AllocStateCount {
+            .job_allocs_query(&req.job_id, req.query.as_ref(), |s, id| {
+                s.job_summary(id)
+                    .iter()
+                    .map(|(&(job_version, desired_status, client_status), &count)| {
+                        AllocStateCount {
                             job_version,
                             desired_status,
                             client_status,
                             count,
-                        },
-                    )
+                        }
+                    })
                     .collect()
             })
             .await?;

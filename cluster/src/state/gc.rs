@@ -295,6 +295,7 @@ impl State {
         let Some(alloc) = self.allocs.remove(id) else {
             return;
         };
+        self.uncount(&alloc);
         let Allocation {
             node_id, job_id, ..
         } = Arc::unwrap_or_clone(alloc);
@@ -576,7 +577,9 @@ mod tests {
         assert!(log.s.job("etl").is_none() && log.s.job_allocs("etl").is_empty());
         assert_eq!(log.s.objects().evals, 0);
         assert!(
-            !log.s.allocs_by_job.contains_key("etl") && !log.s.evals_by_job.contains_key("etl"),
+            !log.s.allocs_by_job.contains_key("etl")
+                && !log.s.evals_by_job.contains_key("etl")
+                && !log.s.job_summaries.contains_key("etl"),
             "no index keeps a collected job's id"
         );
     }

@@ -12,6 +12,7 @@
 pub mod blocking;
 pub mod gc;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
 use imbl::{OrdMap, OrdSet};
@@ -127,6 +128,13 @@ impl Changes {
 
 use crate::model::{alloc_terminal, class_key, deployment_done, deployment_running};
 
+/// Allocations counted by (job version, desired status, client status).
+pub type AllocCounts = BTreeMap<(u64, i32, i32), u64>;
+
+fn summary_key(a: &Allocation) -> (u64, i32, i32) {
+    (a.job_version, a.desired_status, a.client_status)
+}
+
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
 pub struct State {
@@ -141,6 +149,10 @@ pub struct State {
     deployments_by_job: OrdMap<String, OrdSet<String>>,
     node_alloc_index: OrdMap<String, u64>,
     job_alloc_index: OrdMap<String, u64>,
+    /// Each job's allocations counted by version and status, kept as they
+    /// change (Nomad's job summaries), so `JobService.Summary` reads a few
+    /// counts instead of every allocation of the job.
+    job_summaries: OrdMap<String, Arc<AllocCounts>>,
     indexes: TableIndexes,
     /// The raft index of the last entry applied.
     index: u64,
@@ -440,20 +452,56 @@ impl State {
             alloc.node_id.clone(),
             alloc.job_id.clone(),
         );
-        self.allocs_by_node
-            .entry(node.clone())
-            .or_default()
-            .insert(id.clone());
-        self.allocs_by_job
-            .entry(job.clone())
-            .or_default()
-            .insert(id.clone());
+        let old = self.allocs.get(&id).cloned();
+        // An update of an allocation already indexed under its node and job
+        // (the common case: a client reporting) leaves the index sets alone.
+        let indexed = old
+            .as_ref()
+            .is_some_and(|o| o.node_id == node && o.job_id == job);
+        if !indexed {
+            self.allocs_by_node
+                .entry(node.clone())
+                .or_default()
+                .insert(id.clone());
+            self.allocs_by_job
+                .entry(job.clone())
+                .or_default()
+                .insert(id.clone());
+        }
+        if let Some(o) = &old {
+            self.uncount(o);
+        }
+        self.count(&alloc);
         self.node_alloc_index.insert(node.clone(), index);
         self.job_alloc_index.insert(job.clone(), index);
         self.allocs.insert(id, Arc::new(alloc));
         self.indexes.allocs = index;
         changes.keys.push(WatchKey::NodeAllocs(node));
         changes.keys.push(WatchKey::JobAllocs(job));
+    }
+
+    /// Counts `alloc` in its job's summary.
+    fn count(&mut self, alloc: &Allocation) {
+        let counts = self.job_summaries.entry(alloc.job_id.clone()).or_default();
+        *Arc::make_mut(counts).entry(summary_key(alloc)).or_default() += 1;
+    }
+
+    /// Takes `alloc` out of its job's summary.
+    fn uncount(&mut self, alloc: &Allocation) {
+        let Some(counts) = self.job_summaries.get_mut(&alloc.job_id) else {
+            return;
+        };
+        let counts = Arc::make_mut(counts);
+        let key = summary_key(alloc);
+        if let Some(n) = counts.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&key);
+            }
+        }
+        if counts.is_empty() {
+            self.job_summaries.remove(&alloc.job_id);
+        }
     }
 
     fn upsert_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
@@ -574,6 +622,12 @@ impl State {
         self.job_alloc_index.get(job_id).copied().unwrap_or(0)
     }
 
+    /// `job_id`'s allocations counted by (job version, desired status,
+    /// client status), in that order.
+    pub fn job_summary(&self, job_id: &str) -> Arc<AllocCounts> {
+        self.job_summaries.get(job_id).cloned().unwrap_or_default()
+    }
+
     pub fn deployment(&self, id: &str) -> Option<Arc<Deployment>> {
         self.deployments.get(id).cloned()
     }
@@ -662,6 +716,7 @@ impl State {
             *n = (*n).max(a.modify_index);
             let j = s.job_alloc_index.entry(a.job_id.clone()).or_insert(0);
             *j = (*j).max(a.modify_index);
+            s.count(&a);
             s.allocs.insert(a.id.clone(), Arc::new(a));
         }
         for d in snap.deployments {
@@ -895,6 +950,85 @@ mod tests {
         assert_eq!((a1.create_index, a1.modify_index), (3, 4));
         assert_eq!(a1.node_id, "n1", "server-side fields stay");
         assert_eq!(s.node_usage("n1").cpu_mhz, 0);
+    }
+
+    /// What `job_summary` must equal: the job's allocations counted now.
+    fn counted(s: &State, job: &str) -> AllocCounts {
+        let mut counts = AllocCounts::new();
+        for a in s.job_allocs(job) {
+            *counts.entry(summary_key(&a)).or_default() += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn a_jobs_summary_follows_its_allocations_and_is_rebuilt_from_a_snapshot() {
+        let mut s = State::default();
+        apply(&mut s, 1, node_entry("n1"));
+        apply(&mut s, 2, node_entry("n2"));
+        let plan = LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                allocs: vec![
+                    alloc("a1", "n1", "web"),
+                    alloc("a2", "n1", "web"),
+                    alloc("a3", "n2", "web"),
+                    alloc("b1", "n2", "batch"),
+                ],
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 3, plan);
+        let pending = (
+            0,
+            AllocDesiredStatus::Run as i32,
+            AllocClientStatus::Pending as i32,
+        );
+        assert_eq!(*s.job_summary("web"), AllocCounts::from([(pending, 3)]));
+        let before = s.clone();
+
+        let report = |id: &str, status: AllocClientStatus| Allocation {
+            id: id.into(),
+            client_status: status as i32,
+            ..Default::default()
+        };
+        let update = LogEntry {
+            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs: vec![
+                    report("a1", AllocClientStatus::Running),
+                    report("a2", AllocClientStatus::Running),
+                    report("a2", AllocClientStatus::Failed),
+                ],
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 4, update);
+        let down = LogEntry {
+            msg: Some(Msg::NodeStatus(NodeStatusEntry {
+                node_id: "n2".into(),
+                status: NodeStatus::Down as i32,
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 5, down);
+        let run = AllocDesiredStatus::Run as i32;
+        assert_eq!(
+            *s.job_summary("web"),
+            AllocCounts::from([
+                ((0, run, AllocClientStatus::Running as i32), 1),
+                ((0, run, AllocClientStatus::Failed as i32), 1),
+                ((0, run, AllocClientStatus::Lost as i32), 1),
+            ])
+        );
+        for job in ["web", "batch", "none"] {
+            assert_eq!(*s.job_summary(job), counted(&s, job), "{job}");
+            let restored = State::from_snapshot(s.to_snapshot(), s.index());
+            assert_eq!(*restored.job_summary(job), counted(&s, job), "{job}");
+        }
+        assert_eq!(
+            *before.job_summary("web"),
+            AllocCounts::from([(pending, 3)]),
+            "a copy keeps the counts of its version"
+        );
     }
 
     #[test]
