@@ -302,7 +302,7 @@ impl State {
                     alloc_modify_index: index,
                     ..Allocation::clone(&a)
                 };
-                self.put_alloc(index, updated, changes);
+                self.put_alloc(index, updated, Some(a), changes);
             }
         }
     }
@@ -392,7 +392,8 @@ impl State {
     fn upsert_alloc_from_plan(&mut self, index: u64, alloc: &Allocation, changes: &mut Changes) {
         let mut new = alloc.clone();
         new.alloc_modify_index = index;
-        if let Some(old) = self.allocs.get(&alloc.id) {
+        let old = self.allocs.get(&alloc.id).cloned();
+        if let Some(old) = &old {
             new.create_index = old.create_index;
             new.create_time_ms = old.create_time_ms;
             new.client_status = old.client_status;
@@ -418,7 +419,7 @@ impl State {
                 }
             }
         }
-        self.put_alloc(index, new, changes);
+        self.put_alloc(index, new, old, changes);
     }
 
     fn update_alloc_from_client(
@@ -442,17 +443,24 @@ impl State {
         if !alloc_terminal(&old) && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
         }
-        self.put_alloc(index, new, changes);
+        self.put_alloc(index, new, Some(old), changes);
     }
 
-    fn put_alloc(&mut self, index: u64, mut alloc: Allocation, changes: &mut Changes) {
+    /// Stores `alloc` at `index` in place of `old`, the version stored now
+    /// (which every caller has looked up already).
+    fn put_alloc(
+        &mut self,
+        index: u64,
+        mut alloc: Allocation,
+        old: Option<Arc<Allocation>>,
+        changes: &mut Changes,
+    ) {
         alloc.modify_index = index;
         let (id, node, job) = (
             alloc.id.clone(),
             alloc.node_id.clone(),
             alloc.job_id.clone(),
         );
-        let old = self.allocs.get(&id).cloned();
         // An update of an allocation already indexed under its node and job
         // (the common case: a client reporting) leaves the index sets alone.
         let indexed = old
