@@ -853,6 +853,25 @@ mod tests {
         }
     }
 
+    fn plan_entry(allocs: Vec<Allocation>) -> LogEntry {
+        LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                allocs,
+                ..Default::default()
+            })),
+        }
+    }
+
+    fn node_down_entry(id: &str) -> LogEntry {
+        LogEntry {
+            msg: Some(Msg::NodeStatus(NodeStatusEntry {
+                node_id: id.into(),
+                status: NodeStatus::Down as i32,
+                ..Default::default()
+            })),
+        }
+    }
+
     fn alloc(id: &str, node: &str, job: &str) -> Allocation {
         Allocation {
             id: id.into(),
@@ -927,12 +946,7 @@ mod tests {
         let mut s = State::default();
         apply(&mut s, 1, node_entry("n1"));
         apply(&mut s, 2, node_entry("n2"));
-        let plan = LogEntry {
-            msg: Some(Msg::PlanApply(PlanApplyEntry {
-                allocs: vec![alloc("a1", "n1", "web")],
-                ..Default::default()
-            })),
-        };
+        let plan = plan_entry(vec![alloc("a1", "n1", "web")]);
         let c = apply(&mut s, 3, plan);
         assert!(c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
         assert!(!c.keys.contains(&WatchKey::NodeAllocs("n2".into())));
@@ -974,17 +988,12 @@ mod tests {
         let mut s = State::default();
         apply(&mut s, 1, node_entry("n1"));
         apply(&mut s, 2, node_entry("n2"));
-        let plan = LogEntry {
-            msg: Some(Msg::PlanApply(PlanApplyEntry {
-                allocs: vec![
-                    alloc("a1", "n1", "web"),
-                    alloc("a2", "n1", "web"),
-                    alloc("a3", "n2", "web"),
-                    alloc("b1", "n2", "batch"),
-                ],
-                ..Default::default()
-            })),
-        };
+        let plan = plan_entry(vec![
+            alloc("a1", "n1", "web"),
+            alloc("a2", "n1", "web"),
+            alloc("a3", "n2", "web"),
+            alloc("b1", "n2", "batch"),
+        ]);
         apply(&mut s, 3, plan);
         let pending = (
             0,
@@ -1010,13 +1019,7 @@ mod tests {
             })),
         };
         apply(&mut s, 4, update);
-        let down = LogEntry {
-            msg: Some(Msg::NodeStatus(NodeStatusEntry {
-                node_id: "n2".into(),
-                status: NodeStatus::Down as i32,
-                ..Default::default()
-            })),
-        };
+        let down = node_down_entry("n2");
         apply(&mut s, 5, down);
         let run = AllocDesiredStatus::Run as i32;
         assert_eq!(
@@ -1027,9 +1030,9 @@ mod tests {
                 ((0, run, AllocClientStatus::Lost as i32), 1),
             ])
         );
+        let restored = State::from_snapshot(s.to_snapshot(), s.index());
         for job in ["web", "batch", "none"] {
             assert_eq!(*s.job_summary(job), counted(&s, job), "{job}");
-            let restored = State::from_snapshot(s.to_snapshot(), s.index());
             assert_eq!(*restored.job_summary(job), counted(&s, job), "{job}");
         }
         assert_eq!(
@@ -1043,20 +1046,9 @@ mod tests {
     fn a_node_going_down_loses_its_running_allocations() {
         let mut s = State::default();
         apply(&mut s, 1, node_entry("n1"));
-        let plan = LogEntry {
-            msg: Some(Msg::PlanApply(PlanApplyEntry {
-                allocs: vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")],
-                ..Default::default()
-            })),
-        };
+        let plan = plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]);
         apply(&mut s, 2, plan);
-        let down = LogEntry {
-            msg: Some(Msg::NodeStatus(NodeStatusEntry {
-                node_id: "n1".into(),
-                status: NodeStatus::Down as i32,
-                ..Default::default()
-            })),
-        };
+        let down = node_down_entry("n1");
         apply(&mut s, 3, down);
         for a in s.job_allocs("web") {
             assert_eq!(a.client_status, AllocClientStatus::Lost as i32);
@@ -1127,12 +1119,7 @@ mod tests {
     fn snapshot_round_trip_keeps_rows_indexes_and_lookups() {
         let mut s = State::default();
         apply(&mut s, 1, node_entry("n1"));
-        let plan = LogEntry {
-            msg: Some(Msg::PlanApply(PlanApplyEntry {
-                allocs: vec![alloc("a1", "n1", "web")],
-                ..Default::default()
-            })),
-        };
+        let plan = plan_entry(vec![alloc("a1", "n1", "web")]);
         apply(&mut s, 2, plan);
         let back = State::from_snapshot(s.to_snapshot(), 2);
         assert_eq!(back.node_count(), 1);
