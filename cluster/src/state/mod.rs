@@ -480,11 +480,21 @@ impl State {
             self.uncount(o);
         }
         self.count(&alloc);
-        self.node_alloc_index.insert(node.clone(), index);
+        // A node's query answers with its allocations' ids and server-side
+        // versions only, so a client's own report (which changes neither)
+        // does not wake it: Nomad's clients wake on it and find nothing to
+        // fetch, one round trip per update for nothing.
+        let node_sees = !indexed
+            || old
+                .as_ref()
+                .is_some_and(|o| o.alloc_modify_index != alloc.alloc_modify_index);
+        if node_sees {
+            self.node_alloc_index.insert(node.clone(), index);
+            changes.keys.push(WatchKey::NodeAllocs(node));
+        }
         self.job_alloc_index.insert(job.clone(), index);
         self.allocs.insert(id, Arc::new(alloc));
         self.indexes.allocs = index;
-        changes.keys.push(WatchKey::NodeAllocs(node));
         changes.keys.push(WatchKey::JobAllocs(job));
     }
 
@@ -620,7 +630,8 @@ impl State {
         self.lookup(&self.allocs_by_job, job_id, &self.allocs)
     }
 
-    /// The last index that changed any allocation on `node_id`.
+    /// The last index at which the server changed what `node_id`'s query
+    /// returns: an allocation placed, changed by the server, or removed.
     pub fn node_alloc_index(&self, node_id: &str) -> u64 {
         self.node_alloc_index.get(node_id).copied().unwrap_or(0)
     }
@@ -721,7 +732,7 @@ impl State {
                 .or_default()
                 .insert(a.id.clone());
             let n = s.node_alloc_index.entry(a.node_id.clone()).or_insert(0);
-            *n = (*n).max(a.modify_index);
+            *n = (*n).max(a.alloc_modify_index);
             let j = s.job_alloc_index.entry(a.job_id.clone()).or_insert(0);
             *j = (*j).max(a.modify_index);
             s.count(&a);
@@ -972,6 +983,19 @@ mod tests {
         assert_eq!((a1.create_index, a1.modify_index), (3, 4));
         assert_eq!(a1.node_id, "n1", "server-side fields stay");
         assert_eq!(s.node_usage("n1").cpu_mhz, 0);
+        // The node sent that report itself: its query has nothing new to
+        // say, so it does not wake. The job's followers do.
+        assert!(!c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
+        assert!(c.keys.contains(&WatchKey::JobAllocs("web".into())));
+        assert_eq!(s.node_alloc_index("n1"), 3);
+
+        // A change the server makes (here: the node is down, so a2 is
+        // lost) is news to the node.
+        apply(&mut s, 5, plan_entry(vec![alloc("a2", "n1", "web")]));
+        let c = apply(&mut s, 6, node_down_entry("n1"));
+        assert!(c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
+        assert_eq!(s.node_alloc_index("n1"), 6);
+        assert_eq!(s.alloc("a2").unwrap().alloc_modify_index, 6);
     }
 
     /// What `job_summary` must equal: the job's allocations counted now.
