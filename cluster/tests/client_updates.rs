@@ -1,6 +1,7 @@
 //! Client updates on a real 3-process cluster: allocation status reports
 //! arriving at every server at once are batched into one raft entry, and a
-//! failed allocation is replaced.
+//! failed allocation is replaced; a follower sends its clients' updates on
+//! to the leader together.
 
 mod common;
 
@@ -86,6 +87,59 @@ async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
     eventually("the failed allocation is replaced", CATCH_UP, || async {
         let after = allocs(&client, "web").await.unwrap();
         after.len() == 9 && live(&after).len() == 8 && live(&after).iter().all(|a| a.id != failed)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_sends_its_clients_updates_on_to_the_leader_together() {
+    let (c, leader) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
+    let client = c.client();
+    register_nodes(&client, "n", 10, 4000, 8192).await;
+    register_job(&client, service_job("web", 40, 100, 64)).await;
+    let placed = wait_live(&client, "web", 40).await;
+    let follower = *c.ids().iter().find(|id| **id != leader).unwrap();
+    let calls_metric = "stampede_alloc_update_calls_total";
+    let before = c.metric(leader, calls_metric).await.unwrap();
+
+    // Forty nodes report at once, each with a call of its own, all through
+    // the same follower.
+    let through = c.client_of(&[follower]);
+    let calls = placed.iter().map(|a| {
+        let through = through.clone();
+        let update = Allocation {
+            id: a.id.clone(),
+            client_status: AllocClientStatus::Running as i32,
+            ..Default::default()
+        };
+        async move {
+            through
+                .nodes()
+                .update_alloc(NodeUpdateAllocRequest {
+                    allocs: vec![update],
+                })
+                .await
+                .map(|r| r.into_inner().index)
+        }
+    });
+    let indexes = futures::future::join_all(calls).await;
+    for (a, i) in placed.iter().zip(&indexes) {
+        let i = i.as_ref().unwrap_or_else(|s| panic!("{}: {s}", a.id));
+        assert!(*i > 0, "{}: index {i}", a.id);
+    }
+    // The leader took them in a few calls, not forty.
+    let taken = c.metric(leader, calls_metric).await.unwrap() - before;
+    assert!(
+        (1.0..=10.0).contains(&taken),
+        "the leader took {taken} calls for 40 updates"
+    );
+    // And nothing was lost on the way.
+    eventually("every allocation reads as running", CATCH_UP, || async {
+        let all = allocs(&client, "web").await.unwrap();
+        all.len() == 40
+            && all
+                .iter()
+                .all(|a| a.client_status == AllocClientStatus::Running as i32)
     })
     .await;
 }

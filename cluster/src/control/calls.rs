@@ -24,6 +24,7 @@ use super::leader::gc;
 use super::leader::heartbeat::Heartbeats;
 use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
 use super::routing::{forwarded, Route, Router};
+use super::update_relay::UpdateRelay;
 use super::worker::Leader;
 use crate::model::{is_core, validate};
 
@@ -43,6 +44,8 @@ struct Inner {
     heartbeats: Arc<Heartbeats>,
     plans: Arc<super::leader::plan_apply::PlanQueue>,
     alloc_updates: Arc<super::leader::alloc_updates::AllocUpdates>,
+    /// Client updates on their way to the leader while this server follows.
+    relay: UpdateRelay,
 }
 
 fn eval_client(ch: Channel) -> EvalServiceClient<Channel> {
@@ -53,7 +56,7 @@ fn plan_client(ch: Channel) -> PlanServiceClient<Channel> {
     stampede_proto::sized!(PlanServiceClient::new(ch))
 }
 
-fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
+pub(super) fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
     stampede_proto::sized!(NodeServiceClient::new(ch))
 }
 
@@ -66,6 +69,7 @@ impl LeaderCalls {
             heartbeats: parts.heartbeats.clone(),
             plans: parts.plans.clone(),
             alloc_updates: parts.alloc_updates.clone(),
+            relay: UpdateRelay::start(),
         }))
     }
 
@@ -283,11 +287,7 @@ impl LeaderCalls {
             }
         }
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(node_client(ch)
-                .update_alloc(forwarded(req))
-                .await?
-                .into_inner()
-                .index),
+            Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs).await?),
             Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),
         }
     }

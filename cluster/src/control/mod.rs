@@ -7,7 +7,8 @@
 //! - [`leader`]: the leader-only mechanisms, each run per term with a
 //!   [`leader::LeaderContext`].
 //! - [`routing`] and [`calls`]: calls only the leader can answer, handled
-//!   here or sent on to the leader.
+//!   here or sent on to the leader; [`update_relay`] sends a follower's
+//!   client updates on together.
 //! - [`worker`]: scheduler workers, on every server, reaching the leader
 //!   only through the [`worker::Leader`] trait.
 //! - [`fleet`]: the leader's gauges of nodes and allocations.
@@ -18,6 +19,7 @@ pub mod error;
 pub mod fleet;
 pub mod leader;
 pub mod routing;
+pub mod update_relay;
 pub mod worker;
 
 use std::sync::Arc;

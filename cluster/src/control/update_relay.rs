@@ -1,0 +1,188 @@
+//! A follower's client allocation updates, sent on to the leader together.
+//!
+//! Every node connected to a follower reports through it. Sent on one call
+//! each, every report would be a call on the leader as well, and the leader
+//! is the busiest server. Instead, reports that arrive while earlier ones are
+//! on their way go to the leader in one call (no delay when idle, as the
+//! proposer's batching), where they land in the leader's next batch as they
+//! would have anyway. Each caller is answered with the index of the entry
+//! that carries its update.
+//!
+//! If the leader refuses a combined call because of one caller's update (an
+//! allocation it does not know, a field it rejects), each caller's updates
+//! are sent again on their own, so only that caller gets the error.
+
+use stampede_proto::{Allocation, NodeUpdateAllocRequest};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use super::calls::node_client;
+use super::leader::alloc_updates::MAX_ENTRY_ALLOCS;
+use super::routing::forwarded;
+
+/// Combined calls on their way to the leader at once: one gathers while
+/// another is out, so a call never waits behind a full round trip.
+const MAX_IN_FLIGHT: usize = 2;
+
+struct Pending {
+    /// The leader when this update was routed.
+    leader: Channel,
+    allocs: Vec<Allocation>,
+    reply: oneshot::Sender<Result<u64, Status>>,
+}
+
+/// The relay of one server. Its task ends when this is dropped.
+pub struct UpdateRelay {
+    tx: mpsc::UnboundedSender<Pending>,
+}
+
+impl UpdateRelay {
+    /// Starts the relay's task on the current tokio runtime.
+    pub fn start() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run(rx));
+        Self { tx }
+    }
+
+    /// Sends `allocs` on to `leader` with whatever else is waiting; returns
+    /// the index of the entry they were written in, or the leader's answer.
+    pub async fn send(&self, leader: Channel, allocs: Vec<Allocation>) -> Result<u64, Status> {
+        let (reply, rx) = oneshot::channel();
+        let closed = || Status::unavailable("this server is shutting down; retry elsewhere");
+        self.tx
+            .send(Pending {
+                leader,
+                allocs,
+                reply,
+            })
+            .map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
+    }
+}
+
+async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
+    let mut waiting: Vec<Pending> = Vec::new();
+    let mut in_flight = JoinSet::new();
+    loop {
+        tokio::select! {
+            next = rx.recv() => match next {
+                Some(p) => waiting.push(p),
+                None => break,
+            },
+            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+        }
+        while let Ok(p) = rx.try_recv() {
+            waiting.push(p);
+        }
+        while in_flight.len() < MAX_IN_FLIGHT && !waiting.is_empty() {
+            in_flight.spawn(relay(take_batch(&mut waiting)));
+        }
+    }
+    // Callers already waiting are answered before the task ends.
+    while !waiting.is_empty() {
+        in_flight.spawn(relay(take_batch(&mut waiting)));
+    }
+    while in_flight.join_next().await.is_some() {}
+}
+
+/// The oldest waiting calls, up to one leader entry's worth of updates (at
+/// least one call, however large).
+fn take_batch(waiting: &mut Vec<Pending>) -> Vec<Pending> {
+    let mut allocs = 0;
+    let n = waiting
+        .iter()
+        .take_while(|p| {
+            allocs += p.allocs.len();
+            allocs <= MAX_ENTRY_ALLOCS
+        })
+        .count()
+        .max(1);
+    waiting.drain(..n).collect()
+}
+
+/// Sends one batch as one call; falls back to one call per caller when the
+/// leader blames the request rather than itself.
+async fn relay(batch: Vec<Pending>) {
+    if let [_] = batch.as_slice() {
+        let p = batch.into_iter().next().expect("one call");
+        let result = forward(p.leader, p.allocs).await;
+        let _ = p.reply.send(result);
+        return;
+    }
+    let allocs: Vec<Allocation> = batch.iter().flat_map(|p| p.allocs.clone()).collect();
+    match forward(batch[0].leader.clone(), allocs).await {
+        Err(s) if blames_request(&s) => {
+            let mut alone = JoinSet::new();
+            for p in batch {
+                alone.spawn(async move {
+                    let result = forward(p.leader, p.allocs).await;
+                    let _ = p.reply.send(result);
+                });
+            }
+            while alone.join_next().await.is_some() {}
+        }
+        result => {
+            for p in batch {
+                let _ = p.reply.send(result.clone());
+            }
+        }
+    }
+}
+
+/// Whether a refusal is about the updates sent rather than the leader.
+fn blames_request(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition | Code::OutOfRange
+    )
+}
+
+async fn forward(leader: Channel, allocs: Vec<Allocation>) -> Result<u64, Status> {
+    let reply = node_client(leader)
+        .update_alloc(forwarded(NodeUpdateAllocRequest { allocs }))
+        .await?;
+    Ok(reply.into_inner().index)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(n: usize) -> (Pending, oneshot::Receiver<Result<u64, Status>>) {
+        let (reply, rx) = oneshot::channel();
+        let leader = Channel::from_static("http://127.0.0.1:1").connect_lazy();
+        let allocs = vec![Allocation::default(); n];
+        (
+            Pending {
+                leader,
+                allocs,
+                reply,
+            },
+            rx,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_batch_holds_at_most_one_entrys_worth_but_always_one_call() {
+        let mut waiting: Vec<Pending> = [1500, 400, 200, 10]
+            .into_iter()
+            .map(|n| pending(n).0)
+            .collect();
+        let sizes = |b: &[Pending]| b.iter().map(|p| p.allocs.len()).collect::<Vec<_>>();
+        assert_eq!(sizes(&take_batch(&mut waiting)), [1500, 400]);
+        assert_eq!(sizes(&take_batch(&mut waiting)), [200, 10]);
+        let mut big = vec![pending(MAX_ENTRY_ALLOCS + 1).0, pending(1).0];
+        assert_eq!(sizes(&take_batch(&mut big)), [MAX_ENTRY_ALLOCS + 1]);
+        assert_eq!(sizes(&take_batch(&mut big)), [1]);
+    }
+
+    #[test]
+    fn only_the_callers_mistakes_are_retried_alone() {
+        assert!(blames_request(&Status::not_found("allocs[3].id")));
+        assert!(blames_request(&Status::invalid_argument("allocs[0]")));
+        assert!(!blames_request(&Status::unavailable("leader moved")));
+        assert!(!blames_request(&Status::deadline_exceeded("slow")));
+    }
+}
