@@ -337,7 +337,8 @@ fn cases() -> Vec<Case> {
             "empty node id",
             nodes.get_client_allocs(NodeClientAllocsRequest {
                 node_id: String::new(),
-                query: None
+                query: None,
+                with_changed: false
             }),
             InvalidArgument,
             "node_id"
@@ -346,7 +347,8 @@ fn cases() -> Vec<Case> {
             "unknown node",
             nodes.get_client_allocs(NodeClientAllocsRequest {
                 node_id: "ghost".into(),
-                query: None
+                query: None,
+                with_changed: false
             }),
             NotFound,
             "node_id"

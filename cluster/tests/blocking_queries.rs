@@ -1,13 +1,14 @@
 //! Blocking queries on a real 3-process cluster: a node's parked query for
-//! its allocations wakes when they change, and only then.
+//! its allocations wakes when the server changes them, and only then, and
+//! brings the allocations that changed.
 
 use stampede_launch::testing::{
     eventually, node_with, register_job, service_job, Harness, CATCH_UP,
 };
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
-    Constraint, ConstraintOperand, ConstraintTarget, NodeClientAllocsReply,
-    NodeClientAllocsRequest, QueryOptions,
+    AllocClientStatus, Allocation, Constraint, ConstraintOperand, ConstraintTarget,
+    NodeClientAllocsReply, NodeClientAllocsRequest, NodeUpdateAllocRequest, QueryOptions,
 };
 
 /// A node's allocations as its client reads them, blocking if `query` says so.
@@ -16,7 +17,11 @@ async fn client_allocs(
     node_id: String,
     query: Option<QueryOptions>,
 ) -> NodeClientAllocsReply {
-    let req = NodeClientAllocsRequest { node_id, query };
+    let req = NodeClientAllocsRequest {
+        node_id,
+        query,
+        with_changed: true,
+    };
     client
         .nodes()
         .get_client_allocs(req)
@@ -106,4 +111,70 @@ async fn a_blocking_query_wakes_for_its_own_node_only() {
         2.0
     );
     wait_a.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_nodes_query_brings_what_changed_and_ignores_its_own_reports() {
+    let (c, _) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
+    let client = c.client_of(&[1]);
+    client
+        .register_node(node_with("node-a", 4000, 8192))
+        .await
+        .unwrap();
+    let park = |min_index: u64| {
+        let query = QueryOptions {
+            min_index,
+            max_wait_ms: 120_000,
+            source: "client_allocs".into(),
+        };
+        tokio::spawn(client_allocs(client.clone(), "node-a".into(), Some(query)))
+    };
+    let first = client_allocs(client.clone(), "node-a".into(), None).await;
+    assert!(first.allocs.is_empty() && first.changed.is_empty());
+
+    // Placed allocations come whole with the answer.
+    let parked = park(first.index);
+    register_job(&client, service_job("one", 3, 100, 64)).await;
+    let placed = parked.await.unwrap();
+    assert_eq!(placed.allocs.len(), 3);
+    let mut ids: Vec<&String> = placed.changed.iter().map(|a| &a.id).collect();
+    ids.sort();
+    let mut listed: Vec<&String> = placed.allocs.keys().collect();
+    listed.sort();
+    assert_eq!(ids, listed);
+    assert!(placed.changed.iter().all(|a| a.job_id == "one"));
+
+    // The node reports them running: the answer would not change, so the
+    // query stays parked through it and wakes for the next placement only.
+    let parked = park(placed.index);
+    let reports = placed
+        .changed
+        .iter()
+        .map(|a| Allocation {
+            id: a.id.clone(),
+            client_status: AllocClientStatus::Running as i32,
+            ..Default::default()
+        })
+        .collect();
+    let reported = client
+        .nodes()
+        .update_alloc(NodeUpdateAllocRequest { allocs: reports })
+        .await
+        .unwrap()
+        .into_inner()
+        .index;
+    register_job(&client, service_job("two", 2, 100, 64)).await;
+    let next = parked.await.unwrap();
+    assert!(
+        next.index > reported,
+        "woke at {} for the node's own report at {reported}",
+        next.index
+    );
+    assert_eq!(next.allocs.len(), 5);
+    assert_eq!(
+        next.changed.len(),
+        2,
+        "only what changed since the last answer"
+    );
+    assert!(next.changed.iter().all(|a| a.job_id == "two"));
 }

@@ -186,6 +186,7 @@ impl SimNode {
                     max_wait_ms: wait.as_millis() as u64,
                     source: SOURCE.label().into(),
                 }),
+                with_changed: true,
             };
             let started = Instant::now();
             let mut client = self.client();
@@ -218,6 +219,16 @@ impl SimNode {
             for id in gone {
                 if let Some(t) = known.remove(&id) {
                     self.forget(t);
+                }
+            }
+            // What changed since `min_index` came with the answer; anything
+            // else newer than what we know (after a reset) is fetched.
+            for a in reply.changed {
+                if known
+                    .get(&a.id)
+                    .is_none_or(|t| t.alloc_modify_index < a.alloc_modify_index)
+                {
+                    self.apply(&mut known, a);
                 }
             }
             let pull: Vec<String> = reply

@@ -78,21 +78,35 @@ impl NodeService for Api {
             )));
         }
         let node = req.node_id.clone();
-        let (allocs, index) = self
+        // Changed since what the client has seen; nothing if it asks not to.
+        let since = match req.with_changed {
+            true => req.query.as_ref().map_or(0, |q| q.min_index),
+            false => u64::MAX,
+        };
+        let ((allocs, changed), index) = self
             .query(
                 req.query.as_ref(),
                 &[WatchKey::NodeAllocs(node.clone())],
                 |s| {
-                    let allocs = s
-                        .node_allocs(&node)
+                    let mine = s.node_allocs(&node);
+                    let allocs = mine
                         .iter()
                         .map(|a| (a.id.clone(), a.alloc_modify_index))
                         .collect();
-                    (allocs, s.node_alloc_index(&node).max(1))
+                    let changed = mine
+                        .iter()
+                        .filter(|a| a.alloc_modify_index > since)
+                        .map(|a| Allocation::clone(a))
+                        .collect();
+                    ((allocs, changed), s.node_alloc_index(&node).max(1))
                 },
             )
             .await;
-        Ok(Response::new(NodeClientAllocsReply { allocs, index }))
+        Ok(Response::new(NodeClientAllocsReply {
+            allocs,
+            index,
+            changed,
+        }))
     }
 
     async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
