@@ -299,7 +299,12 @@ impl State {
         let Allocation {
             node_id, job_id, ..
         } = Arc::unwrap_or_clone(alloc);
-        remove_from(&mut self.allocs_by_node, &node_id, id);
+        if let Some(on_node) = self.allocs_by_node.get_mut(&node_id) {
+            on_node.remove(id);
+            if on_node.is_empty() {
+                self.allocs_by_node.remove(&node_id);
+            }
+        }
         remove_from(&mut self.allocs_by_job, &job_id, id);
         // The indexes move so that blocking queries see the change; they
         // go only with the node or job itself.
@@ -547,6 +552,13 @@ mod tests {
             "the node's query wakes to forget it"
         );
         assert_eq!(log.s.node_alloc_index("n1"), log.index);
+        let on_n1: Vec<String> = log
+            .s
+            .node_allocs("n1")
+            .iter()
+            .map(|a| a.id.clone())
+            .collect();
+        assert_eq!(on_n1, ["running"], "the node no longer lists it");
     }
 
     #[test]
