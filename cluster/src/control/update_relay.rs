@@ -2,11 +2,11 @@
 //!
 //! Every node connected to a follower reports through it. Sent on one call
 //! each, every report would be a call on the leader as well, and the leader
-//! is the busiest server. Instead, reports that arrive while earlier ones are
-//! on their way go to the leader in one call (no delay when idle, as the
-//! proposer's batching), where they land in the leader's next batch as they
-//! would have anyway. Each caller is answered with the index of the entry
-//! that carries its update.
+//! is the busiest server. Instead, once a few calls are on their way, the
+//! reports that arrive go to the leader together in the next call (no delay
+//! while the relay is not busy, as the proposer's batching), where they land
+//! in the leader's next batch as they would have anyway. Each caller is
+//! answered with the index of the entry that carries its update.
 //!
 //! If the leader refuses a combined call because of one caller's update (an
 //! allocation it does not know, a field it rejects), each caller's updates
@@ -22,9 +22,11 @@ use super::calls::node_client;
 use super::leader::alloc_updates::MAX_ENTRY_ALLOCS;
 use super::routing::forwarded;
 
-/// Combined calls on their way to the leader at once: one gathers while
-/// another is out, so a call never waits behind a full round trip.
-const MAX_IN_FLIGHT: usize = 2;
+/// Calls on their way to the leader at once. A call is out for the
+/// leader's whole batch window and commit, so a burst of a few reports goes
+/// at once and lands in one leader batch; beyond that, reports wait for the
+/// next call, at most one window and commit more.
+const MAX_IN_FLIGHT: usize = 8;
 
 struct Pending {
     /// The leader when this update was routed.
