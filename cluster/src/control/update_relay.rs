@@ -2,19 +2,24 @@
 //!
 //! Every node connected to a follower reports through it. Sent on one call
 //! each, every report would be a call on the leader as well, and the leader
-//! is the busiest server. Instead, once a few calls are on their way, the
-//! reports that arrive go to the leader together in the next call (no delay
-//! while the relay is not busy, as the proposer's batching), where they land
-//! in the leader's next batch as they would have anyway. Each caller is
-//! answered with the index of the entry that carries its update.
+//! is the busiest server. Instead the relay sends at most one call per
+//! [`PACE`]: a report that finds the relay idle goes at once, and those that
+//! arrive within the pace go together in the next call. A pace well inside
+//! the leader's batch window keeps a burst of reports (nodes send on a shared
+//! 200 ms tick) in the leader batch that its first call opened, where they
+//! would have landed anyway. Each caller is answered with the index of the
+//! entry that carries its update.
 //!
 //! If the leader refuses a combined call because of one caller's update (an
 //! allocation it does not know, a field it rejects), each caller's updates
 //! are sent again on their own, so only that caller gets the error.
 
 use stampede_proto::{Allocation, NodeUpdateAllocRequest};
+use std::time::Duration;
+
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
@@ -22,11 +27,9 @@ use super::calls::node_client;
 use super::leader::alloc_updates::MAX_ENTRY_ALLOCS;
 use super::routing::forwarded;
 
-/// Calls on their way to the leader at once. A call is out for the
-/// leader's whole batch window and commit, so a burst of a few reports goes
-/// at once and lands in one leader batch; beyond that, reports wait for the
-/// next call, at most one window and commit more.
-const MAX_IN_FLIGHT: usize = 8;
+/// The least time between two calls of the relay: a tenth of the leader's
+/// default batch window.
+pub const PACE: Duration = Duration::from_millis(5);
 
 struct Pending {
     /// The leader when this update was routed.
@@ -65,28 +68,31 @@ impl UpdateRelay {
 }
 
 async fn run(mut rx: mpsc::UnboundedReceiver<Pending>) {
-    let mut waiting: Vec<Pending> = Vec::new();
-    let mut in_flight = JoinSet::new();
-    loop {
-        tokio::select! {
-            next = rx.recv() => match next {
-                Some(p) => waiting.push(p),
-                None => break,
-            },
-            Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+    let mut next_call = Instant::now();
+    while let Some(first) = rx.recv().await {
+        let mut waiting = vec![first];
+        // Gather until the relay may call again (at once when it is idle).
+        let pace = tokio::time::sleep_until(next_call);
+        tokio::pin!(pace);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut pace => break,
+                next = rx.recv() => match next {
+                    Some(p) => waiting.push(p),
+                    None => break,
+                },
+            }
         }
         while let Ok(p) = rx.try_recv() {
             waiting.push(p);
         }
-        while in_flight.len() < MAX_IN_FLIGHT && !waiting.is_empty() {
-            in_flight.spawn(relay(take_batch(&mut waiting)));
+        // Each call answers its own callers, also after the relay is gone.
+        while !waiting.is_empty() {
+            tokio::spawn(relay(take_batch(&mut waiting)));
         }
+        next_call = Instant::now() + PACE;
     }
-    // Callers already waiting are answered before the task ends.
-    while !waiting.is_empty() {
-        in_flight.spawn(relay(take_batch(&mut waiting)));
-    }
-    while in_flight.join_next().await.is_some() {}
 }
 
 /// The oldest waiting calls, up to one leader entry's worth of updates (at
