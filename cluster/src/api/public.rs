@@ -79,9 +79,10 @@ impl NodeService for Api {
         }
         let node = req.node_id.clone();
         // Changed since what the client has seen; nothing if it asks not to.
-        let since = match req.with_changed {
-            true => req.query.as_ref().map_or(0, |q| q.min_index),
-            false => u64::MAX,
+        let since = if req.with_changed {
+            req.query.as_ref().map_or(0, |q| q.min_index)
+        } else {
+            u64::MAX
         };
         let ((allocs, changed), index) = self
             .query(

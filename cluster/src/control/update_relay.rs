@@ -2,9 +2,10 @@
 //!
 //! Every node connected to a follower reports through it. Sent on one call
 //! each, every report would be a call on the leader as well, and the leader
-//! is the busiest server. Instead the relay sends at most one call per
-//! [`PACE`]: a report that finds the relay idle goes at once, and those that
-//! arrive within the pace go together in the next call. A pace well inside
+//! is the busiest server. Instead the relay calls at most once per [`PACE`]
+//! (more than once only when more than one leader entry's worth waits): a
+//! report that finds the relay idle goes at once, and those that arrive
+//! within the pace go together in the next call. A pace well inside
 //! the leader's batch window keeps a burst of reports (nodes send on a shared
 //! 200 ms tick) in the leader batch that its first call opened, where they
 //! would have landed anyway. Each caller is answered with the index of the
@@ -14,9 +15,9 @@
 //! allocation it does not know, a field it rejects), each caller's updates
 //! are sent again on their own, so only that caller gets the error.
 
-use stampede_proto::{Allocation, NodeUpdateAllocRequest};
 use std::time::Duration;
 
+use stampede_proto::{Allocation, NodeUpdateAllocRequest};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -27,9 +28,9 @@ use super::calls::node_client;
 use super::leader::alloc_updates::MAX_ENTRY_ALLOCS;
 use super::routing::forwarded;
 
-/// The least time between two calls of the relay: a tenth of the leader's
+/// The least time between two rounds of calls: a tenth of the leader's
 /// default batch window.
-pub const PACE: Duration = Duration::from_millis(5);
+const PACE: Duration = Duration::from_millis(5);
 
 struct Pending {
     /// The leader when this update was routed.

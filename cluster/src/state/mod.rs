@@ -145,8 +145,8 @@ pub struct State {
     deployments: OrdMap<String, Arc<Deployment>>,
     /// Each node's allocations themselves, by id, not only their ids: the
     /// node's query, the scheduler and the plan applier read a node's
-    /// allocations all the time, and a lookup of each id in `allocs` (a
-    /// hundred thousand string keys) was a sixth of the leader's CPU.
+    /// allocations all the time, and looking each id up in `allocs` (a
+    /// hundred thousand string keys) cost more than the reading itself.
     allocs_by_node: OrdMap<String, OrdMap<String, Arc<Allocation>>>,
     allocs_by_job: OrdMap<String, OrdSet<String>>,
     evals_by_job: OrdMap<String, OrdSet<String>>,
