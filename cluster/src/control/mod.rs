@@ -98,7 +98,7 @@ impl ControlPlane {
     ) -> Arc<Self> {
         let Foundations { store, leader, hub } = parts;
         let (leading, leading_rx) = watch::channel(false);
-        let router = Router::new(id, raft.clone(), channels, leading_rx.clone());
+        let router = Router::new(raft.clone(), channels, leading_rx.clone());
         let ctx = LeaderContext {
             store: store.clone(),
             proposer: LocalProposer::new(proposer.clone()),

@@ -9,7 +9,7 @@ use tonic::Request;
 
 use crate::control::error::ControlError;
 use crate::raft::network::PeerChannels;
-use crate::raft::{NodeId, Raft};
+use crate::raft::{leader_view, LeaderView, Raft};
 
 /// gRPC metadata marking a call one server sent on to the leader.
 pub const FORWARDED: &str = "x-stampede-forwarded";
@@ -24,8 +24,6 @@ pub enum Route {
 /// "leading" flag (set once its leader-only parts are running).
 #[derive(Clone)]
 pub struct Router {
-    /// This server's raft id.
-    id: NodeId,
     /// Read for the current leader and its address.
     raft: Raft,
     /// Channels to peers, shared with raft replication.
@@ -35,14 +33,8 @@ pub struct Router {
 }
 
 impl Router {
-    pub fn new(
-        id: NodeId,
-        raft: Raft,
-        channels: PeerChannels,
-        leading: watch::Receiver<bool>,
-    ) -> Self {
+    pub fn new(raft: Raft, channels: PeerChannels, leading: watch::Receiver<bool>) -> Self {
         Self {
-            id,
             raft,
             channels,
             leading,
@@ -59,28 +51,22 @@ impl Router {
         if self.is_leading() {
             return Ok(Route::Local);
         }
-        let m = self.raft.metrics().borrow().clone();
-        match m.current_leader {
-            None => Err(ControlError::Unavailable(
+        match leader_view(&self.raft) {
+            LeaderView::Unknown => Err(ControlError::Unavailable(
                 "no raft leader is elected yet; retry shortly".into(),
             )),
-            Some(l) if l == self.id => Err(ControlError::Unavailable(
+            LeaderView::Here => Err(ControlError::Unavailable(
                 "this server was just elected and is restoring its eval broker; retry shortly"
                     .into(),
             )),
-            Some(l) => {
-                let addr = m
-                    .membership_config
-                    .nodes()
-                    .find(|(id, _)| **id == l)
-                    .map(|(_, n)| n.addr.clone())
-                    .ok_or_else(|| {
-                        ControlError::Unavailable(format!("leader {l} is not in the membership"))
-                    })?;
+            LeaderView::Unlisted(l) => Err(ControlError::Unavailable(format!(
+                "leader {l} is not in the membership"
+            ))),
+            LeaderView::Elsewhere { id, addr } => {
                 if forwarded {
-                    return Err(ControlError::NotLeader { id: l, addr });
+                    return Err(ControlError::NotLeader { id, addr });
                 }
-                Ok(Route::Leader(self.channels.get(l, &addr)))
+                Ok(Route::Leader(self.channels.get(id, &addr)))
             }
         }
     }

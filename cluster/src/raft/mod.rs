@@ -100,6 +100,37 @@ impl<'de> Deserialize<'de> for Command {
     }
 }
 
+/// Where the leader is, as this server's raft knows it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LeaderView {
+    /// No leader is known (an election may be on).
+    Unknown,
+    /// This server.
+    Here,
+    /// Another server, at this address.
+    Elsewhere { id: NodeId, addr: String },
+    /// Another server that the membership does not list.
+    Unlisted(NodeId),
+}
+
+/// Reads raft's server metrics, which change with the vote and leadership
+/// only, so a caller on the hot path borrows them without a copy.
+pub fn leader_view(raft: &Raft) -> LeaderView {
+    let metrics = raft.server_metrics();
+    let m = metrics.borrow();
+    match m.current_leader {
+        None => LeaderView::Unknown,
+        Some(l) if l == m.id => LeaderView::Here,
+        Some(l) => match m.membership_config.membership().get_node(&l) {
+            Some(node) => LeaderView::Elsewhere {
+                id: l,
+                addr: node.addr.clone(),
+            },
+            None => LeaderView::Unlisted(l),
+        },
+    }
+}
+
 /// What applying a command returns to its writer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Applied {

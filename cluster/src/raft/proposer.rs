@@ -15,7 +15,7 @@ use crate::raft::batcher::{Batcher, Failed};
 use crate::raft::client_write::{prepare, ClientWrite, Refused, Written};
 use crate::raft::metrics::Metrics;
 use crate::raft::network::PeerChannels;
-use crate::raft::{NodeId, Raft};
+use crate::raft::{leader_view, LeaderView, NodeId, Raft};
 use crate::state::StateStore;
 
 /// Pause between attempts while leadership moves.
@@ -95,14 +95,14 @@ impl Proposer {
     pub async fn write(&self, write: ClientWrite) -> Result<Written, ProposeError> {
         let deadline = Instant::now() + self.leader_wait;
         loop {
-            let attempt = match self.leader_elsewhere() {
+            let attempt = match leader_view(&self.raft) {
                 // Straight to the leader: trying raft here first would only
                 // cost a round through this server's raft core to learn the same.
-                Some((id, addr)) => {
+                LeaderView::Elsewhere { id, addr } => {
                     prepare(&write, &self.store.snapshot())?;
                     Err(ProposeError::NotLeader { id, addr })
                 }
-                None => self.write_here_until(&write, deadline).await,
+                _ => self.write_here_until(&write, deadline).await,
             };
             let err = match attempt {
                 Ok(written) => return Ok(written),
@@ -135,15 +135,6 @@ impl Proposer {
                 tokio::time::sleep(RETRY_PAUSE.min(deadline - now)).await;
             }
         }
-    }
-
-    /// The leader and its address when raft knows another server leads.
-    fn leader_elsewhere(&self) -> Option<(NodeId, String)> {
-        let metrics = self.raft.server_metrics();
-        let m = metrics.borrow();
-        let leader = m.current_leader.filter(|l| *l != m.id)?;
-        let node = m.membership_config.membership().get_node(&leader)?;
-        Some((leader, node.addr.clone()))
     }
 
     /// A client's write that a follower sent on: validated and proposed
