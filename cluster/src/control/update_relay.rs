@@ -159,30 +159,22 @@ async fn forward(leader: Channel, allocs: Vec<Allocation>) -> Result<u64, Status
 mod tests {
     use super::*;
 
-    fn pending(n: usize) -> (Pending, oneshot::Receiver<Result<u64, Status>>) {
-        let (reply, rx) = oneshot::channel();
-        let leader = Channel::from_static("http://127.0.0.1:1").connect_lazy();
-        let allocs = vec![Allocation::default(); n];
-        (
-            Pending {
-                leader,
-                allocs,
-                reply,
-            },
-            rx,
-        )
+    /// A waiting call of `n` updates (nobody waits for its answer).
+    fn pending(n: usize) -> Pending {
+        Pending {
+            leader: Channel::from_static("http://127.0.0.1:1").connect_lazy(),
+            allocs: vec![Allocation::default(); n],
+            reply: oneshot::channel().0,
+        }
     }
 
     #[tokio::test]
     async fn a_batch_holds_at_most_one_entrys_worth_but_always_one_call() {
-        let mut waiting: Vec<Pending> = [1500, 400, 200, 10]
-            .into_iter()
-            .map(|n| pending(n).0)
-            .collect();
+        let mut waiting: Vec<Pending> = [1500, 400, 200, 10].into_iter().map(pending).collect();
         let sizes = |b: &[Pending]| b.iter().map(|p| p.allocs.len()).collect::<Vec<_>>();
         assert_eq!(sizes(&take_batch(&mut waiting)), [1500, 400]);
         assert_eq!(sizes(&take_batch(&mut waiting)), [200, 10]);
-        let mut big = vec![pending(MAX_ENTRY_ALLOCS + 1).0, pending(1).0];
+        let mut big = vec![pending(MAX_ENTRY_ALLOCS + 1), pending(1)];
         assert_eq!(sizes(&take_batch(&mut big)), [MAX_ENTRY_ALLOCS + 1]);
         assert_eq!(sizes(&take_batch(&mut big)), [1]);
     }

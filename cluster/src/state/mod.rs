@@ -466,7 +466,8 @@ impl State {
             alloc.job_id.clone(),
         );
         // An update of an allocation already indexed under its node and job
-        // (the common case: a client reporting) leaves the index sets alone.
+        // (the common case: a client reporting) leaves the job's id set
+        // alone; the node's index holds the allocation, so it takes the new one.
         let indexed = old
             .as_ref()
             .is_some_and(|o| o.node_id == node && o.job_id == job);
@@ -494,15 +495,10 @@ impl State {
         }
         self.job_alloc_index.insert(job.clone(), index);
         let alloc = Arc::new(alloc);
-        match self.allocs_by_node.get_mut(&node) {
-            Some(on_node) => {
-                on_node.insert(id.clone(), alloc.clone());
-            }
-            None => {
-                self.allocs_by_node
-                    .insert(node, OrdMap::unit(id.clone(), alloc.clone()));
-            }
-        }
+        self.allocs_by_node
+            .entry(node)
+            .or_default()
+            .insert(id.clone(), alloc.clone());
         self.allocs.insert(id, alloc);
         self.indexes.allocs = index;
         changes.keys.push(WatchKey::JobAllocs(job));
