@@ -231,6 +231,42 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
                 "data: not a raft message",
             );
         }
+        // The same checks on the stream the leader replicates over: a
+        // forged message is refused with the same status, and it is the
+        // stream's last answer.
+        for (what, bad, field) in [
+            (
+                "streamed append at term 2^64-1",
+                append(overflowing, None, vec![]),
+                "vote.leader_id.term",
+            ),
+            (
+                "streamed random bytes",
+                RaftPayload {
+                    data: vec![0xa5; 37],
+                },
+                "data: not a raft message",
+            ),
+        ] {
+            let after = append(Vote::new_committed(1, 7), None, vec![]);
+            let mut answers = raft
+                .append_entries_stream(tokio_stream::iter([bad, after]))
+                .await
+                .expect("the stream opens")
+                .into_inner();
+            assert_refused(
+                &on(what),
+                answers.message().await,
+                Code::InvalidArgument,
+                field,
+            );
+            assert!(
+                matches!(answers.message().await, Ok(None) | Err(_)),
+                "{}",
+                on("nothing is answered after a refused message")
+            );
+        }
+
         // A vote, no previous entry, then a list that claims 2^62 entries.
         let mut data = bincode::serialize(&Vote::new_committed(1u64, 7u64)).unwrap();
         data.push(0);

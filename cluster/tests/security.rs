@@ -62,6 +62,12 @@ async fn internal_calls_refused(ch: Channel, code: Code) {
             "AppendEntries",
             raft.append_entries(forged.clone()).await.map(|_| ()),
         ),
+        (
+            "AppendEntriesStream",
+            raft.append_entries_stream(tokio_stream::iter([forged.clone()]))
+                .await
+                .map(|_| ()),
+        ),
         ("Vote", raft.vote(forged.clone()).await.map(|_| ())),
         (
             "InstallSnapshot",

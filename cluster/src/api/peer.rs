@@ -9,13 +9,16 @@
 //! naming the field before openraft sees it, and a forwarded write is
 //! validated as if its client had called this server.
 
+use std::pin::Pin;
 use std::sync::Arc;
+
+use futures::Stream;
 
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_server::RaftService;
 use stampede_proto::{ForwardReply, ForwardRequest, RaftPayload};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use super::Reply;
 use crate::raft::inbound::{self, Implausible};
@@ -85,17 +88,55 @@ fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, EncodeFailed
     Ok(Response::new(RaftPayload { data }))
 }
 
-#[tonic::async_trait]
-impl RaftService for PeerApi {
-    async fn append_entries(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
-        let rpc: AppendEntriesRequest<TypeConfig> = decode(req)?;
+impl PeerApi {
+    /// One AppendEntries, whether it came as a call of its own or on a
+    /// stream: checked, handed to raft, and raft's answer encoded.
+    async fn append_one(&self, payload: RaftPayload) -> Result<RaftPayload, Status> {
+        let rpc: AppendEntriesRequest<TypeConfig> =
+            bincode::deserialize(&payload.data).map_err(BadPayload)?;
         inbound::append_entries(&rpc)?;
         let start = std::time::Instant::now();
         let answer = self.raft.append_entries(rpc).await;
         self.metrics
             .append_handle_seconds
             .observe(start.elapsed().as_secs_f64());
-        Ok(encode(&answer)?)
+        let data = bincode::serialize(&answer).map_err(EncodeFailed)?;
+        Ok(RaftPayload { data })
+    }
+}
+
+/// The answers on an AppendEntries stream, in the order of its requests.
+type AppendAnswers = Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl RaftService for PeerApi {
+    async fn append_entries(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
+        Ok(Response::new(self.append_one(req.into_inner()).await?))
+    }
+
+    type AppendEntriesStreamStream = AppendAnswers;
+
+    /// Answers each request before reading the next, on the task that
+    /// sends the answers: no task of its own, no channel between. The first
+    /// refused message (or a broken stream) is the last answer.
+    async fn append_entries_stream(
+        &self,
+        req: Request<Streaming<RaftPayload>>,
+    ) -> Reply<AppendAnswers> {
+        let requests = req.into_inner();
+        let answers = futures::stream::unfold(Some((requests, self.clone())), |state| async move {
+            let (mut requests, api) = state?;
+            let payload = match requests.message().await {
+                Ok(Some(payload)) => payload,
+                Ok(None) => return None,
+                Err(status) => return Some((Err(status), None)),
+            };
+            match api.append_one(payload).await {
+                Ok(answer) => Some((Ok(answer), Some((requests, api)))),
+                Err(status) => Some((Err(status), None)),
+            }
+        });
+        Ok(Response::new(Box::pin(answers)))
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {

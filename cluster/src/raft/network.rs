@@ -17,7 +17,10 @@ use openraft::BasicNode;
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::RaftPayload;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
+use tonic::Streaming;
 
 use crate::raft::metrics::Metrics;
 use crate::raft::{NodeId, TypeConfig};
@@ -151,6 +154,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             client: self.channels.raft_client(target, &node.addr),
             metrics: self.metrics.clone(),
+            appends: None,
+            unary_appends: false,
         }
     }
 }
@@ -159,6 +164,24 @@ pub struct PeerConnection {
     target: NodeId,
     client: RaftServiceClient<Channel>,
     metrics: Arc<Metrics>,
+    /// The open AppendEntries stream to this peer. Each call takes it and
+    /// puts it back only once its answer came, so a call abandoned midway
+    /// (timed out, or dropped by openraft) closes the stream instead of
+    /// leaving its late answer for the next call to read.
+    appends: Option<AppendStream>,
+    /// The peer does not serve the stream (a build from before it): one
+    /// call per AppendEntries, as before.
+    unary_appends: bool,
+}
+
+/// One long-lived `AppendEntriesStream` call: requests go in, answers come
+/// back in the same order, one at a time.
+struct AppendStream {
+    requests: mpsc::Sender<RaftPayload>,
+    /// Never locked (`get_mut` on the owned value): the mutex only makes
+    /// the connection `Sync`, as openraft requires, which tonic's decoder
+    /// is not.
+    answers: Mutex<Streaming<RaftPayload>>,
 }
 
 /// Observes how long an AppendEntries took when dropped, so that calls
@@ -197,15 +220,7 @@ impl PeerConnection {
         let payload = RaftPayload {
             data: bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&*e)))?,
         };
-        let mut client = self.client.clone();
-        let call = async move {
-            match method {
-                Method::AppendEntries => client.append_entries(payload).await,
-                Method::Vote => client.vote(payload).await,
-                Method::InstallSnapshot => client.install_snapshot(payload).await,
-            }
-        };
-        let reply = match tokio::time::timeout(ttl, call).await {
+        let reply = match tokio::time::timeout(ttl, self.exchange(method, payload)).await {
             Err(_) => {
                 let e = std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
@@ -217,11 +232,78 @@ impl PeerConnection {
                 return Err(RPCError::Unreachable(Unreachable::new(&status)));
             }
             Ok(Err(status)) => return Err(RPCError::Network(NetworkError::new(&status))),
-            Ok(Ok(reply)) => reply.into_inner(),
+            Ok(Ok(reply)) => reply,
         };
         let result: Result<Resp, RaftError<NodeId, E>> = bincode::deserialize(&reply.data)
             .map_err(|e| RPCError::Network(NetworkError::new(&*e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+impl PeerConnection {
+    /// Sends one raft message and returns the peer's answer.
+    async fn exchange(
+        &mut self,
+        method: Method,
+        payload: RaftPayload,
+    ) -> Result<RaftPayload, tonic::Status> {
+        let mut client = self.client.clone();
+        let reply = match method {
+            Method::AppendEntries if !self.unary_appends => {
+                match self.append_streamed(payload.clone()).await {
+                    Err(status) if status.code() == tonic::Code::Unimplemented => {
+                        tracing::info!(
+                            peer = self.target,
+                            "the peer has no AppendEntries stream; one call per message"
+                        );
+                        self.unary_appends = true;
+                        client.append_entries(payload).await
+                    }
+                    streamed => return streamed,
+                }
+            }
+            Method::AppendEntries => client.append_entries(payload).await,
+            Method::Vote => client.vote(payload).await,
+            Method::InstallSnapshot => client.install_snapshot(payload).await,
+        };
+        reply.map(tonic::Response::into_inner)
+    }
+
+    /// One AppendEntries on the open stream, opening it first if need be.
+    async fn append_streamed(
+        &mut self,
+        payload: RaftPayload,
+    ) -> Result<RaftPayload, tonic::Status> {
+        let closed = || tonic::Status::unavailable("the AppendEntries stream to the peer closed");
+        let mut stream = match self.appends.take() {
+            Some(stream) => {
+                stream.requests.send(payload).await.map_err(|_| closed())?;
+                stream
+            }
+            None => {
+                // The first request goes with the call that opens the
+                // stream, not a round trip after it.
+                let (requests, pending) = mpsc::channel(1);
+                requests.try_send(payload).map_err(|_| closed())?;
+                let answers = self
+                    .client
+                    .clone()
+                    .append_entries_stream(ReceiverStream::new(pending))
+                    .await?
+                    .into_inner();
+                AppendStream {
+                    requests,
+                    answers: Mutex::new(answers),
+                }
+            }
+        };
+        let answers = stream
+            .answers
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let answer = answers.message().await?.ok_or_else(closed)?;
+        self.appends = Some(stream);
+        Ok(answer)
     }
 }
 
@@ -269,7 +351,137 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
 
 #[cfg(test)]
 mod tests {
-    use super::fitting;
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::{Stream, StreamExt};
+    use stampede_proto::raft_service_server::{RaftService, RaftServiceServer};
+    use stampede_proto::{ForwardReply, ForwardRequest};
+    use tonic::{Request, Response, Status};
+
+    use super::*;
+
+    /// A stand-in peer for the client's side of the wire only: it answers
+    /// each AppendEntries with its own bytes, the message `slow` after a
+    /// pause, and serves the stream or (as a build from before it) not.
+    #[derive(Clone)]
+    struct EchoPeer {
+        streams: bool,
+        unary_calls: Arc<AtomicUsize>,
+    }
+
+    async fn echo(payload: RaftPayload) -> RaftPayload {
+        if payload.data == b"slow" {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        payload
+    }
+
+    type Answers = Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send>>;
+
+    #[tonic::async_trait]
+    impl RaftService for EchoPeer {
+        async fn append_entries(
+            &self,
+            req: Request<RaftPayload>,
+        ) -> Result<Response<RaftPayload>, Status> {
+            self.unary_calls.fetch_add(1, Ordering::SeqCst);
+            Ok(Response::new(echo(req.into_inner()).await))
+        }
+        type AppendEntriesStreamStream = Answers;
+        async fn append_entries_stream(
+            &self,
+            req: Request<tonic::Streaming<RaftPayload>>,
+        ) -> Result<Response<Answers>, Status> {
+            if !self.streams {
+                return Err(Status::unimplemented("no such method"));
+            }
+            let answers = req.into_inner().then(|m| async move { Ok(echo(m?).await) });
+            Ok(Response::new(Box::pin(answers)))
+        }
+        async fn vote(&self, _: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+            Err(Status::unimplemented("vote"))
+        }
+        async fn install_snapshot(
+            &self,
+            _: Request<RaftPayload>,
+        ) -> Result<Response<RaftPayload>, Status> {
+            Err(Status::unimplemented("install_snapshot"))
+        }
+        async fn forward(
+            &self,
+            _: Request<ForwardRequest>,
+        ) -> Result<Response<ForwardReply>, Status> {
+            Err(Status::unimplemented("forward"))
+        }
+    }
+
+    /// A connection to a fresh stand-in peer on 127.0.0.1.
+    async fn connect(peer: EchoPeer) -> PeerConnection {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RaftServiceServer::new(peer))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let mut factory = NetworkFactory {
+            channels: PeerChannels::new(HashMap::new(), None),
+            metrics: Arc::new(Metrics::default()),
+        };
+        factory.new_client(2, &BasicNode::new(addr)).await
+    }
+
+    fn msg(data: &[u8]) -> RaftPayload {
+        RaftPayload {
+            data: data.to_vec(),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_append_never_answers_the_next_one() {
+        let unary_calls = Arc::new(AtomicUsize::new(0));
+        let mut conn = connect(EchoPeer {
+            streams: true,
+            unary_calls: unary_calls.clone(),
+        })
+        .await;
+        let first = conn.exchange(Method::AppendEntries, msg(b"one")).await;
+        assert_eq!(first.unwrap().data, b"one");
+        assert!(conn.appends.is_some(), "the stream stays open");
+        let slow = conn.exchange(Method::AppendEntries, msg(b"slow"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), slow)
+                .await
+                .is_err(),
+            "the slow answer is not awaited"
+        );
+        assert!(
+            conn.appends.is_none(),
+            "the abandoned call closed the stream"
+        );
+        for data in [&b"two"[..], b"three"] {
+            let answer = conn.exchange(Method::AppendEntries, msg(data)).await;
+            assert_eq!(answer.unwrap().data, data, "each call gets its own answer");
+        }
+        assert_eq!(unary_calls.load(Ordering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_peer_without_the_stream_gets_one_call_per_append() {
+        let unary_calls = Arc::new(AtomicUsize::new(0));
+        let mut conn = connect(EchoPeer {
+            streams: false,
+            unary_calls: unary_calls.clone(),
+        })
+        .await;
+        for data in [&b"one"[..], b"two"] {
+            let answer = conn.exchange(Method::AppendEntries, msg(data)).await;
+            assert_eq!(answer.unwrap().data, data);
+        }
+        assert_eq!(unary_calls.load(Ordering::SeqCst), 2);
+        assert!(conn.unary_appends && conn.appends.is_none());
+    }
 
     #[test]
     fn a_batch_is_cut_at_the_byte_budget_but_never_empty() {
