@@ -38,6 +38,10 @@ pub const APPEND_BUDGET_BYTES: u64 = 256 * 1024;
 /// How many of `entries` fit in `budget` bytes; at least one, so that any
 /// single entry, however large, is sent.
 fn fitting<T: Serialize>(entries: &[T], budget: u64) -> usize {
+    // One entry always goes: no need to walk it for its size.
+    if entries.len() <= 1 {
+        return entries.len();
+    }
     let mut used = 0;
     for (i, e) in entries.iter().enumerate() {
         used += bincode::serialized_size(e).unwrap_or(u64::MAX / 2);
