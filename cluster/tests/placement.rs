@@ -11,6 +11,7 @@ use common::{heartbeat, live, register_nodes, wait_live};
 use stampede_launch::testing::{eventually, register_job, service_job, Harness, CATCH_UP};
 use stampede_proto::{
     AllocDesiredStatus, EvalGetRequest, EvalStatus, JobDeregisterRequest, JobSummaryRequest,
+    QueryOptions,
 };
 
 #[tokio::test(flavor = "multi_thread")]
@@ -33,12 +34,19 @@ async fn a_service_job_is_placed_within_node_resources_and_deregistering_stops_i
         per_node.values().all(|cpu| *cpu <= 300),
         "a node is over capacity: {per_node:?}"
     );
-    // The job's summary counts what the allocations list shows.
+    // The job's summary counts what the allocations list shows. It comes
+    // from the next server in turn, which may be a follower not yet caught
+    // up: ask for at least the index the allocations were read at.
+    let latest = placed.iter().map(|a| a.modify_index).max().unwrap();
     let summary = client
         .jobs()
         .summary(JobSummaryRequest {
             job_id: "web".into(),
-            query: None,
+            query: Some(QueryOptions {
+                min_index: latest - 1,
+                max_wait_ms: 10_000,
+                ..Default::default()
+            }),
         })
         .await
         .unwrap()
@@ -58,7 +66,7 @@ async fn a_service_job_is_placed_within_node_resources_and_deregistering_stops_i
     }
     assert!(summary.index > 0);
     assert_eq!(counted.values().sum::<u64>(), 50, "{summary:?}");
-    if summary.index == placed.iter().map(|a| a.modify_index).max().unwrap() {
+    if summary.index == latest {
         assert_eq!(counted, listed);
     }
     let unknown = client
