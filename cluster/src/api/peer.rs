@@ -13,7 +13,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use futures::Stream;
-
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_server::RaftService;

@@ -251,21 +251,11 @@ impl PeerConnection {
         method: Method,
         payload: RaftPayload,
     ) -> Result<RaftPayload, tonic::Status> {
+        if matches!(method, Method::AppendEntries) && !self.unary_appends {
+            return self.append_streamed(payload).await;
+        }
         let mut client = self.client.clone();
         let reply = match method {
-            Method::AppendEntries if !self.unary_appends => {
-                match self.append_streamed(payload.clone()).await {
-                    Err(status) if status.code() == tonic::Code::Unimplemented => {
-                        tracing::info!(
-                            peer = self.target,
-                            "the peer has no AppendEntries stream; one call per message"
-                        );
-                        self.unary_appends = true;
-                        client.append_entries(payload).await
-                    }
-                    streamed => return streamed,
-                }
-            }
             Method::AppendEntries => client.append_entries(payload).await,
             Method::Vote => client.vote(payload).await,
             Method::InstallSnapshot => client.install_snapshot(payload).await,
@@ -286,18 +276,30 @@ impl PeerConnection {
             }
             None => {
                 // The first request goes with the call that opens the
-                // stream, not a round trip after it.
+                // stream, not a round trip after it. A copy is kept for a
+                // peer without the stream, which refuses it unread.
                 let (requests, pending) = mpsc::channel(1);
-                requests.try_send(payload).map_err(|_| closed())?;
-                let answers = self
+                requests.try_send(payload.clone()).map_err(|_| closed())?;
+                let opened = self
                     .client
                     .clone()
                     .append_entries_stream(ReceiverStream::new(pending))
-                    .await?
-                    .into_inner();
-                AppendStream {
-                    requests,
-                    answers: Mutex::new(answers),
+                    .await;
+                match opened {
+                    Ok(answers) => AppendStream {
+                        requests,
+                        answers: Mutex::new(answers.into_inner()),
+                    },
+                    Err(status) if status.code() == tonic::Code::Unimplemented => {
+                        tracing::info!(
+                            peer = self.target,
+                            "the peer has no AppendEntries stream; one call per message"
+                        );
+                        self.unary_appends = true;
+                        let reply = self.client.clone().append_entries(payload).await?;
+                        return Ok(reply.into_inner());
+                    }
+                    Err(status) => return Err(status),
                 }
             }
         };
