@@ -66,8 +66,8 @@ impl From<ChunkRefused> for Status {
 /// Decodes a raft message. bincode reads a length before each list and
 /// string, and reads no more than the payload holds, so a forged length
 /// fails here rather than allocating.
-fn decode<T: DeserializeOwned>(req: Request<RaftPayload>) -> Result<T, BadPayload> {
-    bincode::deserialize(&req.into_inner().data).map_err(BadPayload)
+fn decode<T: DeserializeOwned>(payload: &RaftPayload) -> Result<T, BadPayload> {
+    bincode::deserialize(&payload.data).map_err(BadPayload)
 }
 
 /// Raft's answer that could not be encoded: our own types always encode, so
@@ -82,25 +82,23 @@ impl From<EncodeFailed> for Status {
     }
 }
 
-fn encode<T: Serialize>(value: &T) -> Result<Response<RaftPayload>, EncodeFailed> {
+fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, EncodeFailed> {
     let data = bincode::serialize(value).map_err(EncodeFailed)?;
-    Ok(Response::new(RaftPayload { data }))
+    Ok(RaftPayload { data })
 }
 
 impl PeerApi {
     /// One AppendEntries, whether it came as a call of its own or on a
     /// stream: checked, handed to raft, and raft's answer encoded.
     async fn append_one(&self, payload: RaftPayload) -> Result<RaftPayload, Status> {
-        let rpc: AppendEntriesRequest<TypeConfig> =
-            bincode::deserialize(&payload.data).map_err(BadPayload)?;
+        let rpc: AppendEntriesRequest<TypeConfig> = decode(&payload)?;
         inbound::append_entries(&rpc)?;
         let start = std::time::Instant::now();
         let answer = self.raft.append_entries(rpc).await;
         self.metrics
             .append_handle_seconds
             .observe(start.elapsed().as_secs_f64());
-        let data = bincode::serialize(&answer).map_err(EncodeFailed)?;
-        Ok(RaftPayload { data })
+        Ok(encode(&answer)?)
     }
 }
 
@@ -139,15 +137,16 @@ impl RaftService for PeerApi {
     }
 
     async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
-        let rpc: VoteRequest<NodeId> = decode(req)?;
+        let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
         inbound::vote_request(&rpc)?;
-        Ok(encode(&self.raft.vote(rpc).await)?)
+        Ok(Response::new(encode(&self.raft.vote(rpc).await)?))
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
-        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req)?;
+        let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref())?;
         inbound::install_snapshot(&rpc)?;
-        Ok(encode(&self.snapshots.receive(&self.raft, rpc).await?)?)
+        let answer = self.snapshots.receive(&self.raft, rpc).await?;
+        Ok(Response::new(encode(&answer)?))
     }
 
     /// A client's write a follower sent on, as the client sent it: validated
