@@ -242,9 +242,7 @@ impl PeerConnection {
             .map_err(|e| RPCError::Network(NetworkError::new(&*e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
-}
 
-impl PeerConnection {
     /// Sends one raft message and returns the peer's answer.
     async fn exchange(
         &mut self,
@@ -422,8 +420,14 @@ mod tests {
         }
     }
 
-    /// A connection to a fresh stand-in peer on 127.0.0.1.
-    async fn connect(peer: EchoPeer) -> PeerConnection {
+    /// A connection to a fresh stand-in peer on 127.0.0.1 that serves the
+    /// stream or not, and the count of its one-message calls.
+    async fn connect(streams: bool) -> (PeerConnection, Arc<AtomicUsize>) {
+        let unary_calls = Arc::new(AtomicUsize::new(0));
+        let peer = EchoPeer {
+            streams,
+            unary_calls: unary_calls.clone(),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         tokio::spawn(
@@ -435,7 +439,10 @@ mod tests {
             channels: PeerChannels::new(HashMap::new(), None),
             metrics: Arc::new(Metrics::default()),
         };
-        factory.new_client(2, &BasicNode::new(addr)).await
+        (
+            factory.new_client(2, &BasicNode::new(addr)).await,
+            unary_calls,
+        )
     }
 
     fn msg(data: &[u8]) -> RaftPayload {
@@ -446,12 +453,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_abandoned_append_never_answers_the_next_one() {
-        let unary_calls = Arc::new(AtomicUsize::new(0));
-        let mut conn = connect(EchoPeer {
-            streams: true,
-            unary_calls: unary_calls.clone(),
-        })
-        .await;
+        let (mut conn, unary_calls) = connect(true).await;
         let first = conn.exchange(Method::AppendEntries, msg(b"one")).await;
         assert_eq!(first.unwrap().data, b"one");
         assert!(conn.appends.is_some(), "the stream stays open");
@@ -475,12 +477,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_without_the_stream_gets_one_call_per_append() {
-        let unary_calls = Arc::new(AtomicUsize::new(0));
-        let mut conn = connect(EchoPeer {
-            streams: false,
-            unary_calls: unary_calls.clone(),
-        })
-        .await;
+        let (mut conn, unary_calls) = connect(false).await;
         for data in [&b"one"[..], b"two"] {
             let answer = conn.exchange(Method::AppendEntries, msg(data)).await;
             assert_eq!(answer.unwrap().data, data);
