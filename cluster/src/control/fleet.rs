@@ -3,6 +3,7 @@
 //! read (not on every write). Followers export none, so a sum over servers
 //! counts the fleet once.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use prometheus::{IntGaugeVec, Registry};
@@ -54,33 +55,44 @@ impl FleetGauges {
             return;
         }
         let state = self.store.snapshot();
-        for s in [
+        // Counted by status value first: a gauge looked up by its label for
+        // each of 100,000 allocations was a few percent of the leader's CPU
+        // at every scrape.
+        let mut nodes: BTreeMap<i32, i64> = [
             NodeStatus::Initializing,
             NodeStatus::Ready,
             NodeStatus::Down,
-        ] {
-            self.nodes.with_label_values(&[s.label()]).set(0);
-        }
+        ]
+        .into_iter()
+        .map(|s| (s as i32, 0))
+        .collect();
         for n in state.nodes() {
+            *nodes.entry(n.status).or_default() += 1;
+        }
+        for (status, count) in nodes {
             self.nodes
-                .with_label_values(&[NodeStatus::label_of(n.status)])
-                .inc();
+                .with_label_values(&[NodeStatus::label_of(status)])
+                .add(count);
         }
         // Every status has a series from the start, so a dashboard shows 0
         // rather than "No data" before the first allocation.
-        for s in [
+        let mut allocs: BTreeMap<i32, i64> = [
             AllocClientStatus::Pending,
             AllocClientStatus::Running,
             AllocClientStatus::Complete,
             AllocClientStatus::Failed,
             AllocClientStatus::Lost,
-        ] {
-            self.allocs.with_label_values(&[s.label()]).set(0);
-        }
+        ]
+        .into_iter()
+        .map(|s| (s as i32, 0))
+        .collect();
         for a in state.allocs() {
+            *allocs.entry(a.client_status).or_default() += 1;
+        }
+        for (status, count) in allocs {
             self.allocs
-                .with_label_values(&[AllocClientStatus::label_of(a.client_status)])
-                .inc();
+                .with_label_values(&[AllocClientStatus::label_of(status)])
+                .add(count);
         }
     }
 }

@@ -16,7 +16,7 @@ use stampede_proto::{
     NodeStatus,
 };
 
-use super::{Changes, State, WatchKey};
+use super::{Changes, Id, State, WatchKey};
 use crate::model::{alloc_collectable, alloc_terminal, deployment_done, eval_terminal, is_core};
 
 /// Raft index cutoffs, one per kind of collection: an object last changed
@@ -208,7 +208,7 @@ impl State {
         for id in &e.eval_ids {
             if self
                 .evals
-                .get(id)
+                .get(id.as_str())
                 .is_some_and(|e| eval_terminal(e) && !is_core(e))
             {
                 self.remove_eval(index, id, changes);
@@ -217,7 +217,7 @@ impl State {
         for id in &e.alloc_ids {
             let removable = self
                 .allocs
-                .get(id)
+                .get(id.as_str())
                 .is_some_and(|a| alloc_collectable(a) && !self.batch_job_live(&a.job_id));
             if removable {
                 self.remove_alloc(index, id, changes);
@@ -227,7 +227,7 @@ impl State {
 
     pub(super) fn gc_jobs(&mut self, index: u64, e: &GcJobsEntry, changes: &mut Changes) {
         for id in &e.job_ids {
-            let Some(job) = self.jobs.get(id).cloned() else {
+            let Some(job) = self.jobs.get(id.as_str()).cloned() else {
                 continue;
             };
             if !self.job_finished(&job) {
@@ -242,8 +242,8 @@ impl State {
             for d in self.job_deployments(id) {
                 self.remove_deployment(index, &d.id, changes);
             }
-            self.jobs.remove(id);
-            self.job_alloc_index.remove(id);
+            self.jobs.remove(id.as_str());
+            self.job_alloc_index.remove(id.as_str());
             self.indexes.jobs = index;
             changes.collected.jobs += 1;
             changes.keys.push(WatchKey::Jobs);
@@ -267,9 +267,9 @@ impl State {
     pub(super) fn gc_nodes(&mut self, index: u64, e: &GcNodesEntry, changes: &mut Changes) {
         for id in &e.node_ids {
             if self.node_collectable(id) {
-                self.nodes.remove(id);
-                if !self.allocs_by_node.contains_key(id) {
-                    self.node_alloc_index.remove(id);
+                self.nodes.remove(id.as_str());
+                if !self.allocs_by_node.contains_key(id.as_str()) {
+                    self.node_alloc_index.remove(id.as_str());
                 }
                 self.indexes.nodes = index;
                 changes.collected.nodes += 1;
@@ -299,24 +299,30 @@ impl State {
         let Allocation {
             node_id, job_id, ..
         } = Arc::unwrap_or_clone(alloc);
-        if let Some(on_node) = self.allocs_by_node.get_mut(&node_id) {
+        if let Some(on_node) = self.allocs_by_node.get_mut(node_id.as_str()) {
             on_node.remove(id);
             if on_node.is_empty() {
-                self.allocs_by_node.remove(&node_id);
+                self.allocs_by_node.remove(node_id.as_str());
             }
         }
         remove_from(&mut self.allocs_by_job, &job_id, id);
         // The indexes move so that blocking queries see the change; they
         // go only with the node or job itself.
-        if self.nodes.contains_key(&node_id) || self.allocs_by_node.contains_key(&node_id) {
-            self.node_alloc_index.insert(node_id.clone(), index);
+        if self.nodes.contains_key(node_id.as_str())
+            || self.allocs_by_node.contains_key(node_id.as_str())
+        {
+            self.node_alloc_index
+                .insert(Id::from(node_id.as_str()), index);
         } else {
-            self.node_alloc_index.remove(&node_id);
+            self.node_alloc_index.remove(node_id.as_str());
         }
-        if self.jobs.contains_key(&job_id) || self.allocs_by_job.contains_key(&job_id) {
-            self.job_alloc_index.insert(job_id.clone(), index);
+        if self.jobs.contains_key(job_id.as_str())
+            || self.allocs_by_job.contains_key(job_id.as_str())
+        {
+            self.job_alloc_index
+                .insert(Id::from(job_id.as_str()), index);
         } else {
-            self.job_alloc_index.remove(&job_id);
+            self.job_alloc_index.remove(job_id.as_str());
         }
         self.indexes.allocs = index;
         changes.collected.allocs += 1;
@@ -341,7 +347,7 @@ impl State {
 
 /// Drops `id` from the secondary index set of `key`, and the set once empty,
 /// so collected jobs and nodes leave nothing behind.
-fn remove_from(index: &mut imbl::OrdMap<String, imbl::OrdSet<String>>, key: &str, id: &str) {
+fn remove_from(index: &mut imbl::OrdMap<Id, imbl::OrdSet<Id>>, key: &str, id: &str) {
     if let Some(set) = index.get_mut(key) {
         set.remove(id);
         if set.is_empty() {

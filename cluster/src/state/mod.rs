@@ -135,28 +135,35 @@ fn summary_key(a: &Allocation) -> (u64, i32, i32) {
     (a.job_version, a.desired_status, a.client_status)
 }
 
+/// A row's id as the tables key it. Writing a row copies the tree nodes on
+/// its path that a snapshot still shares, each with up to 64 keys: with
+/// `String` keys every copy allocated and copied each key, and dropping the
+/// old copy freed each one (a fifth of a server's CPU under load); an
+/// `Arc<str>` is copied and dropped with a count.
+pub type Id = Arc<str>;
+
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
 pub struct State {
-    nodes: OrdMap<String, Arc<Node>>,
-    jobs: OrdMap<String, Arc<Job>>,
-    evals: OrdMap<String, Arc<Evaluation>>,
-    allocs: OrdMap<String, Arc<Allocation>>,
-    deployments: OrdMap<String, Arc<Deployment>>,
+    nodes: OrdMap<Id, Arc<Node>>,
+    jobs: OrdMap<Id, Arc<Job>>,
+    evals: OrdMap<Id, Arc<Evaluation>>,
+    allocs: OrdMap<Id, Arc<Allocation>>,
+    deployments: OrdMap<Id, Arc<Deployment>>,
     /// Each node's allocations themselves, by id, not only their ids: the
     /// node's query, the scheduler and the plan applier read a node's
     /// allocations all the time, and looking each id up in `allocs` (a
     /// hundred thousand string keys) cost more than the reading itself.
-    allocs_by_node: OrdMap<String, OrdMap<String, Arc<Allocation>>>,
-    allocs_by_job: OrdMap<String, OrdSet<String>>,
-    evals_by_job: OrdMap<String, OrdSet<String>>,
-    deployments_by_job: OrdMap<String, OrdSet<String>>,
-    node_alloc_index: OrdMap<String, u64>,
-    job_alloc_index: OrdMap<String, u64>,
+    allocs_by_node: OrdMap<Id, OrdMap<Id, Arc<Allocation>>>,
+    allocs_by_job: OrdMap<Id, OrdSet<Id>>,
+    evals_by_job: OrdMap<Id, OrdSet<Id>>,
+    deployments_by_job: OrdMap<Id, OrdSet<Id>>,
+    node_alloc_index: OrdMap<Id, u64>,
+    job_alloc_index: OrdMap<Id, u64>,
     /// Each job's allocations counted by version and status, kept as they
     /// change (Nomad's job summaries), so `JobService.Summary` reads a few
     /// counts instead of every allocation of the job.
-    job_summaries: OrdMap<String, Arc<AllocCounts>>,
+    job_summaries: OrdMap<Id, Arc<AllocCounts>>,
     indexes: TableIndexes,
     /// The raft index of the last entry applied.
     index: u64,
@@ -259,7 +266,7 @@ impl State {
     }
 
     fn upsert_node(&mut self, index: u64, mut node: Node, changes: &mut Changes) {
-        let old = self.nodes.get(&node.id).cloned();
+        let old = self.nodes.get(node.id.as_str()).cloned();
         node.create_index = old.as_ref().map_or(index, |o| o.create_index);
         node.modify_index = index;
         if node.status == NodeStatus::Unspecified as i32 {
@@ -272,7 +279,7 @@ impl State {
         let node = Arc::new(node);
         changes.keys.push(WatchKey::Nodes);
         changes.nodes.push(node.clone());
-        self.nodes.insert(node.id.clone(), node);
+        self.nodes.insert(Id::from(node.id.as_str()), node);
         self.indexes.nodes = index;
     }
 
@@ -287,32 +294,35 @@ impl State {
         });
         changes.keys.push(WatchKey::Nodes);
         changes.nodes.push(node.clone());
-        self.nodes.insert(node_id.to_string(), node);
+        self.nodes.insert(Id::from(node_id), node);
         self.indexes.nodes = index;
         if status == NodeStatus::Ready as i32 && old.status != status {
             changes.capacity(class_key(&old));
         }
         if status == NodeStatus::Down as i32 {
             // Everything still running there is lost.
-            let lost: Vec<Arc<Allocation>> = self
-                .node_allocs(node_id)
+            let lost: Vec<(Id, Arc<Allocation>)> = self
+                .allocs_by_node
+                .get(node_id)
                 .into_iter()
-                .filter(|a| !alloc_terminal(a))
+                .flat_map(|on_node| on_node.iter())
+                .filter(|(_, a)| !alloc_terminal(a))
+                .map(|(id, a)| (id.clone(), a.clone()))
                 .collect();
-            for a in lost {
+            for (id, a) in lost {
                 let updated = Allocation {
                     client_status: AllocClientStatus::Lost as i32,
                     client_description: "node is down".into(),
                     alloc_modify_index: index,
                     ..Allocation::clone(&a)
                 };
-                self.put_alloc(index, updated, Some(a), changes);
+                self.put_alloc(index, updated, Some((id, a)), changes);
             }
         }
     }
 
     fn upsert_job(&mut self, index: u64, mut job: Job, changes: &mut Changes) {
-        let old = self.jobs.get(&job.id).cloned();
+        let old = self.jobs.get(job.id.as_str()).cloned();
         match &old {
             Some(o) if !o.stop && same_spec(o, &job) => {
                 job.version = o.version;
@@ -344,7 +354,7 @@ impl State {
         job.modify_index = index;
         changes.keys.push(WatchKey::Jobs);
         changes.keys.push(WatchKey::Job(job.id.clone()));
-        self.jobs.insert(job.id.clone(), Arc::new(job));
+        self.jobs.insert(Id::from(job.id.as_str()), Arc::new(job));
         self.indexes.jobs = index;
     }
 
@@ -362,7 +372,7 @@ impl State {
                 job_modify_index: index,
                 ..Job::clone(&old)
             };
-            self.jobs.insert(job_id.to_string(), Arc::new(job));
+            self.jobs.insert(Id::from(job_id), Arc::new(job));
         }
         changes.keys.push(WatchKey::Jobs);
         changes.keys.push(WatchKey::Job(job_id.to_string()));
@@ -372,7 +382,10 @@ impl State {
     fn upsert_evals(&mut self, index: u64, evals: &[Evaluation], changes: &mut Changes) {
         for e in evals {
             let mut eval = e.clone();
-            eval.create_index = self.evals.get(&eval.id).map_or(index, |o| o.create_index);
+            eval.create_index = self
+                .evals
+                .get(eval.id.as_str())
+                .map_or(index, |o| o.create_index);
             eval.modify_index = index;
             let eval = Arc::new(eval);
             if eval.status == EvalStatus::Pending as i32
@@ -382,11 +395,12 @@ impl State {
             }
             changes.keys.push(WatchKey::Eval(eval.id.clone()));
             changes.keys.push(WatchKey::JobEvals(eval.job_id.clone()));
+            let id = Id::from(eval.id.as_str());
             self.evals_by_job
-                .entry(eval.job_id.clone())
+                .entry(Id::from(eval.job_id.as_str()))
                 .or_default()
-                .insert(eval.id.clone());
-            self.evals.insert(eval.id.clone(), eval);
+                .insert(id.clone());
+            self.evals.insert(id, eval);
             self.indexes.evals = index;
         }
     }
@@ -396,8 +410,11 @@ impl State {
     fn upsert_alloc_from_plan(&mut self, index: u64, alloc: &Allocation, changes: &mut Changes) {
         let mut new = alloc.clone();
         new.alloc_modify_index = index;
-        let old = self.allocs.get(&alloc.id).cloned();
-        if let Some(old) = &old {
+        let old = self
+            .allocs
+            .get_key_value(alloc.id.as_str())
+            .map(|(id, a)| (id.clone(), a.clone()));
+        if let Some((_, old)) = &old {
             new.create_index = old.create_index;
             new.create_time_ms = old.create_time_ms;
             new.client_status = old.client_status;
@@ -412,13 +429,13 @@ impl State {
             if new.client_status == AllocClientStatus::Unspecified as i32 {
                 new.client_status = AllocClientStatus::Pending as i32;
             }
-            if let Some(job) = self.jobs.get(&new.job_id) {
+            if let Some((id, job)) = self.jobs.get_key_value(new.job_id.as_str()) {
                 if job.status == JobStatus::Pending as i32 {
                     let job = Job {
                         status: JobStatus::Running as i32,
                         ..Job::clone(job)
                     };
-                    self.jobs.insert(job.id.clone(), Arc::new(job));
+                    self.jobs.insert(id.clone(), Arc::new(job));
                     changes.keys.push(WatchKey::Job(new.job_id.clone()));
                 }
             }
@@ -433,7 +450,11 @@ impl State {
         at_ms: u64,
         changes: &mut Changes,
     ) {
-        let Some(old) = self.allocs.get(&update.id).cloned() else {
+        let Some((id, old)) = self
+            .allocs
+            .get_key_value(update.id.as_str())
+            .map(|(id, a)| (id.clone(), a.clone()))
+        else {
             return;
         };
         let new = Allocation {
@@ -447,30 +468,33 @@ impl State {
         if !alloc_terminal(&old) && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
         }
-        self.put_alloc(index, new, Some(old), changes);
+        self.put_alloc(index, new, Some((id, old)), changes);
     }
 
     /// Stores `alloc` at `index` in place of `old`, the version stored now
-    /// (which every caller has looked up already).
+    /// with its key (which every caller has looked up already).
     fn put_alloc(
         &mut self,
         index: u64,
         mut alloc: Allocation,
-        old: Option<Arc<Allocation>>,
+        old: Option<(Id, Arc<Allocation>)>,
         changes: &mut Changes,
     ) {
         alloc.modify_index = index;
-        let (id, node, job) = (
-            alloc.id.clone(),
-            alloc.node_id.clone(),
-            alloc.job_id.clone(),
+        let (id, old) = match old {
+            Some((id, old)) => (id, Some(old)),
+            None => (Id::from(alloc.id.as_str()), None),
+        };
+        let (node, job) = (
+            Id::from(alloc.node_id.as_str()),
+            Id::from(alloc.job_id.as_str()),
         );
         // An update of an allocation already indexed under its node and job
         // (the common case: a client reporting) leaves the job's id set
         // alone; the node's index holds the allocation, so it takes the new one.
         let indexed = old
             .as_ref()
-            .is_some_and(|o| o.node_id == node && o.job_id == job);
+            .is_some_and(|o| o.node_id == alloc.node_id && o.job_id == alloc.job_id);
         if !indexed {
             self.allocs_by_job
                 .entry(job.clone())
@@ -491,9 +515,12 @@ impl State {
                 .is_some_and(|o| o.alloc_modify_index != alloc.alloc_modify_index);
         if node_sees {
             self.node_alloc_index.insert(node.clone(), index);
-            changes.keys.push(WatchKey::NodeAllocs(node.clone()));
+            changes
+                .keys
+                .push(WatchKey::NodeAllocs(alloc.node_id.clone()));
         }
-        self.job_alloc_index.insert(job.clone(), index);
+        self.job_alloc_index.insert(job, index);
+        changes.keys.push(WatchKey::JobAllocs(alloc.job_id.clone()));
         let alloc = Arc::new(alloc);
         self.allocs_by_node
             .entry(node)
@@ -501,18 +528,20 @@ impl State {
             .insert(id.clone(), alloc.clone());
         self.allocs.insert(id, alloc);
         self.indexes.allocs = index;
-        changes.keys.push(WatchKey::JobAllocs(job));
     }
 
     /// Counts `alloc` in its job's summary.
     fn count(&mut self, alloc: &Allocation) {
-        let counts = self.job_summaries.entry(alloc.job_id.clone()).or_default();
+        let counts = self
+            .job_summaries
+            .entry(Id::from(alloc.job_id.as_str()))
+            .or_default();
         *Arc::make_mut(counts).entry(summary_key(alloc)).or_default() += 1;
     }
 
     /// Takes `alloc` out of its job's summary.
     fn uncount(&mut self, alloc: &Allocation) {
-        let Some(counts) = self.job_summaries.get_mut(&alloc.job_id) else {
+        let Some(counts) = self.job_summaries.get_mut(alloc.job_id.as_str()) else {
             return;
         };
         let counts = Arc::make_mut(counts);
@@ -524,12 +553,12 @@ impl State {
             }
         }
         if counts.is_empty() {
-            self.job_summaries.remove(&alloc.job_id);
+            self.job_summaries.remove(alloc.job_id.as_str());
         }
     }
 
     fn upsert_deployment(&mut self, index: u64, mut d: Deployment, changes: &mut Changes) {
-        let old = self.deployments.get(&d.id).cloned();
+        let old = self.deployments.get(d.id.as_str()).cloned();
         if old.as_ref().is_some_and(|o| deployment_done(o)) {
             // A finished deployment stays finished: a late write (a plan
             // built before it ended) does not bring it back.
@@ -562,11 +591,12 @@ impl State {
         changes
             .keys
             .push(WatchKey::JobDeployments(d.job_id.clone()));
+        let id = Id::from(d.id.as_str());
         self.deployments_by_job
-            .entry(d.job_id.clone())
+            .entry(Id::from(d.job_id.as_str()))
             .or_default()
-            .insert(d.id.clone());
-        self.deployments.insert(d.id.clone(), Arc::new(d));
+            .insert(id.clone());
+        self.deployments.insert(id, Arc::new(d));
         self.indexes.deployments = index;
     }
 
@@ -686,13 +716,17 @@ impl State {
 
     fn lookup<T: Clone>(
         &self,
-        index: &OrdMap<String, OrdSet<String>>,
+        index: &OrdMap<Id, OrdSet<Id>>,
         key: &str,
-        table: &OrdMap<String, T>,
+        table: &OrdMap<Id, T>,
     ) -> Vec<T> {
         index
             .get(key)
-            .map(|ids| ids.iter().filter_map(|id| table.get(id).cloned()).collect())
+            .map(|ids| {
+                ids.iter()
+                    .filter_map(|id| table.get(id.as_ref()).cloned())
+                    .collect()
+            })
             .unwrap_or_default()
     }
 
@@ -719,41 +753,48 @@ impl State {
             ..Default::default()
         };
         for n in snap.nodes {
-            s.nodes.insert(n.id.clone(), Arc::new(n));
+            s.nodes.insert(Id::from(n.id.as_str()), Arc::new(n));
         }
         for j in snap.jobs {
-            s.jobs.insert(j.id.clone(), Arc::new(j));
+            s.jobs.insert(Id::from(j.id.as_str()), Arc::new(j));
         }
         for e in snap.evals {
+            let id = Id::from(e.id.as_str());
             s.evals_by_job
-                .entry(e.job_id.clone())
+                .entry(Id::from(e.job_id.as_str()))
                 .or_default()
-                .insert(e.id.clone());
-            s.evals.insert(e.id.clone(), Arc::new(e));
+                .insert(id.clone());
+            s.evals.insert(id, Arc::new(e));
         }
         for a in snap.allocs {
+            let (id, node, job) = (
+                Id::from(a.id.as_str()),
+                Id::from(a.node_id.as_str()),
+                Id::from(a.job_id.as_str()),
+            );
             s.allocs_by_job
-                .entry(a.job_id.clone())
+                .entry(job.clone())
                 .or_default()
-                .insert(a.id.clone());
-            let n = s.node_alloc_index.entry(a.node_id.clone()).or_insert(0);
+                .insert(id.clone());
+            let n = s.node_alloc_index.entry(node.clone()).or_insert(0);
             *n = (*n).max(a.alloc_modify_index);
-            let j = s.job_alloc_index.entry(a.job_id.clone()).or_insert(0);
+            let j = s.job_alloc_index.entry(job).or_insert(0);
             *j = (*j).max(a.modify_index);
             s.count(&a);
             let a = Arc::new(a);
             s.allocs_by_node
-                .entry(a.node_id.clone())
+                .entry(node)
                 .or_default()
-                .insert(a.id.clone(), a.clone());
-            s.allocs.insert(a.id.clone(), a);
+                .insert(id.clone(), a.clone());
+            s.allocs.insert(id, a);
         }
         for d in snap.deployments {
+            let id = Id::from(d.id.as_str());
             s.deployments_by_job
-                .entry(d.job_id.clone())
+                .entry(Id::from(d.job_id.as_str()))
                 .or_default()
-                .insert(d.id.clone());
-            s.deployments.insert(d.id.clone(), Arc::new(d));
+                .insert(id.clone());
+            s.deployments.insert(id, Arc::new(d));
         }
         s
     }
