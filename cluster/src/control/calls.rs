@@ -276,14 +276,19 @@ impl LeaderCalls {
                 "allocs: give at least one allocation update".into(),
             ));
         }
-        let state = self.0.ctx.store.snapshot();
-        for (i, a) in req.allocs.iter().enumerate() {
-            validate::alloc_update(&format!("allocs[{i}]"), a)?;
-            if state.alloc(&a.id).is_none() {
-                return Err(ControlError::NotFound(format!(
-                    "allocs[{i}].id: no allocation {:?}",
-                    a.id
-                )));
+        {
+            // Dropped before the wait below: a copy of the state held while
+            // the update is batched and committed would make the apply copy
+            // every tree node it touches (and this call free the old ones).
+            let state = self.0.ctx.store.snapshot();
+            for (i, a) in req.allocs.iter().enumerate() {
+                validate::alloc_update(&format!("allocs[{i}]"), a)?;
+                if state.alloc(&a.id).is_none() {
+                    return Err(ControlError::NotFound(format!(
+                        "allocs[{i}].id: no allocation {:?}",
+                        a.id
+                    )));
+                }
             }
         }
         match self.0.router.route(fwd)? {
