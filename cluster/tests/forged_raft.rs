@@ -35,7 +35,7 @@ fn log_id(term: u64, index: u64) -> LogId {
 fn entry(term: u64, index: u64) -> Entry {
     Entry {
         log_id: log_id(term, index),
-        payload: EntryPayload::Normal(Command(LogEntry::default())),
+        payload: EntryPayload::Normal(Command::new(LogEntry::default())),
     }
 }
 
@@ -154,6 +154,19 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
             r,
             Code::InvalidArgument,
             "entries[0].log_id.leader_id.term",
+        );
+        let junk = Entry {
+            log_id: log_id(1, 0),
+            payload: EntryPayload::Normal(Command::from_bytes(vec![0xff, 0xff, 0xff])),
+        };
+        let r = raft
+            .append_entries(append(Vote::new_committed(1, 7), None, vec![junk]))
+            .await;
+        assert_refused(
+            &on("append of bytes that are not a log entry"),
+            r,
+            Code::InvalidArgument,
+            "entries[0].payload",
         );
 
         let r = raft

@@ -126,7 +126,7 @@ async fn run(raft: Raft, mut rx: mpsc::UnboundedReceiver<Pending>, batching: boo
         // Handed to raft here, in the order the writes came: entries are
         // appended in that order, and only waiting for them is concurrent.
         let (entry, replies) = combine(group);
-        let committed = raft.client_write_ff(Command(entry)).await;
+        let committed = raft.client_write_ff(Command::new(entry)).await;
         tokio::spawn(async move {
             let outcome = match committed {
                 Err(_) => Err(Failed::ShuttingDown),

@@ -5,11 +5,12 @@
 //! (and again on every restart, as the vote is stored), and entries that
 //! are not consecutive break its assertions. A buggy or restarted member
 //! must not brick the cluster, so terms and indexes that no genuine cluster
-//! reaches are refused here, and so are entries out of order. The API turns
-//! the error into `InvalidArgument` naming the field.
+//! reaches are refused here, and so are entries out of order and entries
+//! whose bytes are not a log entry. The API turns the error into
+//! `InvalidArgument` naming the field.
 
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::Vote;
+use openraft::{EntryPayload, Vote};
 
 use crate::raft::{LogId, NodeId, TypeConfig};
 
@@ -24,6 +25,8 @@ pub enum Implausible {
     Overflowing { field: String, value: u64 },
     #[error("{field}: {detail}")]
     OutOfOrder { field: String, detail: String },
+    #[error("{field}: not a log entry: {detail}")]
+    Undecodable { field: String, detail: String },
 }
 
 fn bounded(field: impl FnOnce() -> String, value: u64) -> Result<(), Implausible> {
@@ -79,6 +82,15 @@ pub fn append_entries(rpc: &AppendEntriesRequest<TypeConfig>) -> Result<(), Impl
             });
         }
         term = t;
+        // Decoded here, so bytes that are not a LogEntry never reach the
+        // log (where applying them would stop raft); the log and the wire
+        // carry the bytes, so this is the one decode before the apply.
+        if let EntryPayload::Normal(cmd) = &e.payload {
+            cmd.entry().map_err(|err| Implausible::Undecodable {
+                field: format!("entries[{i}].payload"),
+                detail: err.to_string(),
+            })?;
+        }
     }
     Ok(())
 }
@@ -105,7 +117,7 @@ pub fn install_snapshot(rpc: &InstallSnapshotRequest<TypeConfig>) -> Result<(), 
 mod tests {
     use super::*;
     use crate::raft::{Command, Entry};
-    use openraft::{CommittedLeaderId, EntryPayload};
+    use openraft::CommittedLeaderId;
     use stampede_proto::LogEntry;
 
     fn id(term: u64, index: u64) -> LogId {
@@ -115,7 +127,7 @@ mod tests {
     fn entry(term: u64, index: u64) -> Entry {
         Entry {
             log_id: id(term, index),
-            payload: EntryPayload::Normal(Command(LogEntry::default())),
+            payload: EntryPayload::Normal(Command::new(LogEntry::default())),
         }
     }
 
@@ -181,5 +193,19 @@ mod tests {
         );
         let ahead = append(3, None, vec![entry(4, 0)]);
         assert!(append_entries(&ahead).is_err());
+    }
+
+    #[test]
+    fn entries_that_do_not_decode_are_refused() {
+        let junk = Entry {
+            log_id: id(1, 6),
+            payload: EntryPayload::Normal(Command::from_bytes(vec![0xff, 0xff, 0xff])),
+        };
+        let rpc = append(1, Some(id(1, 4)), vec![entry(1, 5), junk]);
+        let err = append_entries(&rpc).unwrap_err().to_string();
+        assert!(
+            err.starts_with("entries[1].payload: not a log entry: "),
+            "{err}"
+        );
     }
 }

@@ -47,15 +47,74 @@ pub type StorageError = openraft::StorageError<NodeId>;
 pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, BasicNode>;
 pub type StoredMembership = openraft::StoredMembership<NodeId, BasicNode>;
 
-/// A replicated command: our protobuf `LogEntry`. It travels through openraft's
-/// serde as its protobuf encoding, so the raft log holds exactly the wire bytes.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Command(pub LogEntry);
+/// A replicated command: our protobuf `LogEntry`, carried as its protobuf
+/// encoding, which is what the raft log and the wire hold. openraft moves
+/// an entry through serde many times: on the leader it is appended, read
+/// back from the log for each follower's replication and again to apply,
+/// and sent to each follower. With the bytes at hand each of those is a
+/// copy; the entry is decoded once, where it is applied (and where a peer's
+/// message is checked, see [`inbound`]), and a proposal is encoded once.
+#[derive(Clone)]
+pub struct Command {
+    bytes: bytes::Bytes,
+    decoded: std::sync::OnceLock<std::sync::Arc<LogEntry>>,
+}
 
 impl Command {
+    /// The command for `entry`, encoded once here.
+    pub fn new(entry: LogEntry) -> Self {
+        let decoded = std::sync::OnceLock::new();
+        let bytes = entry.encode_to_vec().into();
+        let _ = decoded.set(std::sync::Arc::new(entry));
+        Self { bytes, decoded }
+    }
+
+    /// The command whose encoding is `bytes`, decoded when first asked for.
+    pub fn from_bytes(bytes: impl Into<bytes::Bytes>) -> Self {
+        Self {
+            bytes: bytes.into(),
+            decoded: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The entry, decoded from its bytes the first time; an error when the
+    /// bytes are not a `LogEntry`.
+    pub fn entry(&self) -> Result<&LogEntry, prost::DecodeError> {
+        if let Some(entry) = self.decoded.get() {
+            return Ok(entry);
+        }
+        let entry = LogEntry::decode(&self.bytes[..])?;
+        Ok(self.decoded.get_or_init(|| std::sync::Arc::new(entry)))
+    }
+
+    /// The protobuf encoding.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// The message type, the `type` label of raft entry metrics.
     pub fn type_name(&self) -> &'static str {
-        self.0.msg.as_ref().map_or("empty", |m| m.type_name())
+        match self.entry() {
+            Ok(e) => e.msg.as_ref().map_or("empty", |m| m.type_name()),
+            Err(_) => "undecodable",
+        }
+    }
+}
+
+impl PartialEq for Command {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl fmt::Debug for Command {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Command({}, {} bytes)",
+            self.type_name(),
+            self.bytes.len()
+        )
     }
 }
 
@@ -67,7 +126,7 @@ impl fmt::Display for Command {
 
 impl Serialize for Command {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(&self.0.encode_to_vec())
+        s.serialize_bytes(&self.bytes)
     }
 }
 
@@ -80,10 +139,10 @@ impl<'de> Deserialize<'de> for Command {
                 f.write_str("a protobuf-encoded LogEntry")
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Command, E> {
-                LogEntry::decode(v).map(Command).map_err(E::custom)
+                Ok(Command::from_bytes(bytes::Bytes::copy_from_slice(v)))
             }
             fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Command, E> {
-                self.visit_bytes(&v)
+                Ok(Command::from_bytes(v))
             }
             fn visit_seq<A: serde::de::SeqAccess<'de>>(
                 self,
@@ -93,7 +152,7 @@ impl<'de> Deserialize<'de> for Command {
                 while let Some(b) = seq.next_element::<u8>()? {
                     bytes.push(b);
                 }
-                self.visit_bytes(&bytes)
+                Ok(Command::from_bytes(bytes))
             }
         }
         d.deserialize_byte_buf(BytesVisitor)
@@ -150,7 +209,7 @@ mod tests {
 
     #[test]
     fn command_round_trips_through_bincode_as_protobuf_bytes() {
-        let cmd = Command(LogEntry {
+        let cmd = Command::new(LogEntry {
             msg: Some(Msg::NodeRegister(NodeRegisterEntry {
                 node: Some(Node {
                     id: "n1".into(),
@@ -162,16 +221,21 @@ mod tests {
         });
         let bytes = bincode::serialize(&cmd).unwrap();
         // bincode frames the bytes with a u64 length: the rest is the protobuf encoding.
-        assert_eq!(&bytes[8..], cmd.0.encode_to_vec().as_slice());
+        assert_eq!(&bytes[8..], cmd.entry().unwrap().encode_to_vec().as_slice());
         let back: Command = bincode::deserialize(&bytes).unwrap();
         assert_eq!(back, cmd);
+        assert_eq!(back.entry().unwrap(), cmd.entry().unwrap());
         assert_eq!(back.type_name(), "node_register");
     }
 
     #[test]
-    fn command_rejects_bytes_that_are_not_a_log_entry() {
+    fn command_refuses_bytes_that_are_not_a_log_entry_when_read() {
         let junk = bincode::serialize(&serde_bytes_like(&[0xff, 0xff, 0xff])).unwrap();
-        assert!(bincode::deserialize::<Command>(&junk).is_err());
+        // Carried as it came (a log read for replication does not decode);
+        // reading the entry says what is wrong.
+        let cmd = bincode::deserialize::<Command>(&junk).unwrap();
+        assert!(cmd.entry().is_err());
+        assert_eq!(cmd.type_name(), "undecodable");
     }
 
     fn serde_bytes_like(b: &[u8]) -> Vec<u8> {

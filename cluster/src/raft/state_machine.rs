@@ -140,22 +140,36 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         if !self.apply_delay.is_zero() {
             tokio::time::sleep(self.apply_delay).await;
         }
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        // Every command is decoded before anything is applied: bytes in the
+        // log that are not a LogEntry (a damaged disk; a peer's entries are
+        // checked as they arrive) stop raft with a storage error, never
+        // after half a batch.
+        let mut commands = Vec::with_capacity(entries.len());
+        for entry in &entries {
+            commands.push(match &entry.payload {
+                EntryPayload::Normal(cmd) => Some(cmd.entry().map_err(|e| {
+                    StorageIOError::read_log_at_index(entry.log_id.index, AnyError::new(&e))
+                })?),
+                _ => None,
+            });
+        }
         let store = self.store.clone();
         let mut changes = Changes::default();
         let replies = store.write(|state| {
             let mut replies = Vec::new();
-            for entry in entries {
+            for (entry, command) in entries.iter().zip(commands) {
                 let index = entry.log_id.index;
-                let commands = match &entry.payload {
-                    EntryPayload::Blank => {
+                let commands = match (command, &entry.payload) {
+                    (Some(command), _) => {
+                        state.apply(index, command, &mut changes);
+                        count_commands(&self.metrics, command)
+                    }
+                    (None, EntryPayload::Blank | EntryPayload::Normal(_)) => {
                         self.metrics.entry_applied("blank", 0);
                         1
                     }
-                    EntryPayload::Normal(cmd) => {
-                        state.apply(index, &cmd.0, &mut changes);
-                        count_commands(&self.metrics, &cmd.0)
-                    }
-                    EntryPayload::Membership(m) => {
+                    (None, EntryPayload::Membership(m)) => {
                         self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                         self.metrics.entry_applied("membership", 0);
                         1
