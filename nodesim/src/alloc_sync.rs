@@ -63,9 +63,32 @@ pub type SendBatch = Arc<
         + Sync,
 >;
 
+/// One allocation's latest report, as its runner made it: it becomes the
+/// update on the wire only when it is sent. A runner reports several times
+/// per allocation and most reports are replaced before a send, so building
+/// each one's message (and dropping it when replaced) was wasted; a failed
+/// send keeps these, not a copy of the messages.
+struct Pending {
+    alloc_id: Arc<str>,
+    report: AllocReport,
+}
+
+impl Pending {
+    fn to_update(&self) -> Allocation {
+        Allocation {
+            id: self.alloc_id.to_string(),
+            client_status: self.report.client_status as i32,
+            client_description: self.report.description.clone(),
+            task_states: task_states(&self.report),
+            healthy: self.report.healthy,
+            ..Default::default()
+        }
+    }
+}
+
 #[derive(Default)]
 struct Buffer {
-    updates: Vec<Allocation>,
+    updates: Vec<Pending>,
     /// Holds a `ClientStatus` change.
     urgent: bool,
     /// On the dirty list already.
@@ -107,7 +130,7 @@ impl AllocSync {
         })
     }
 
-    fn push(&self, slot: u32, update: Allocation, urgent: bool) {
+    fn push(&self, slot: u32, update: Pending, urgent: bool) {
         let mut b = self.buffers[slot as usize].lock().unwrap();
         merge(&mut b.updates, update);
         b.urgent |= urgent;
@@ -165,14 +188,15 @@ impl AllocSync {
         sends
     }
 
-    async fn send_batch(self: Arc<Self>, slot: u32, batch: Vec<Allocation>, urgent: bool) {
+    async fn send_batch(self: Arc<Self>, slot: u32, batch: Vec<Pending>, urgent: bool) {
         let priority = if urgent { "urgent" } else { "typical" };
         self.metrics
             .update_rpcs
             .with_label_values(&[priority])
             .inc();
         self.metrics.updates_per_rpc.observe(batch.len() as f64);
-        let result = (self.send)(slot, batch.clone()).await;
+        let updates = batch.iter().map(Pending::to_update).collect();
+        let result = (self.send)(slot, updates).await;
         let mut b = self.buffers[slot as usize].lock().unwrap();
         b.in_flight = false;
         if let Err(e) = result {
@@ -213,11 +237,11 @@ impl AllocSync {
 }
 
 /// The latest report of an allocation wins; health, once known, is kept.
-fn merge(updates: &mut Vec<Allocation>, update: Allocation) {
-    match updates.iter_mut().find(|u| u.id == update.id) {
+fn merge(updates: &mut Vec<Pending>, mut update: Pending) {
+    match updates.iter_mut().find(|u| u.alloc_id == update.alloc_id) {
         Some(old) => {
-            let healthy = update.healthy.or(old.healthy);
-            *old = Allocation { healthy, ..update };
+            update.report.healthy = update.report.healthy.or(old.report.healthy);
+            *old = update;
         }
         None => updates.push(update),
     }
@@ -232,13 +256,9 @@ impl ReportSink for NodeSink {
     fn report(&self, alloc_id: &str, report: AllocReport, previous: AllocClientStatus) {
         let changed = report.client_status != previous;
         self.sync.metrics.move_alloc(previous, report.client_status);
-        let update = Allocation {
-            id: alloc_id.to_string(),
-            client_status: report.client_status as i32,
-            client_description: report.description.clone(),
-            task_states: task_states(&report),
-            healthy: report.healthy,
-            ..Default::default()
+        let update = Pending {
+            alloc_id: alloc_id.into(),
+            report,
         };
         self.sync.push(self.slot, update, changed);
     }
