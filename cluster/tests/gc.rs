@@ -43,9 +43,11 @@ const SHORT_GC: &[&str] = &[
 /// round trips on a busy machine.
 const COLLECTED: Duration = Duration::from_secs(60);
 
-/// Reports allocations as the client would.
+/// Reports allocations as the client would. The allocations were read from
+/// one server and the report may go to another: one that has not applied
+/// the plan yet answers NotFound, so that is "not yet"; anything else fails.
 async fn report(client: &ClusterClient, ids: &[&str], status: AllocClientStatus) {
-    let allocs = ids
+    let allocs: Vec<Allocation> = ids
         .iter()
         .map(|id| Allocation {
             id: id.to_string(),
@@ -53,11 +55,17 @@ async fn report(client: &ClusterClient, ids: &[&str], status: AllocClientStatus)
             ..Default::default()
         })
         .collect();
-    client
-        .nodes()
-        .update_alloc(NodeUpdateAllocRequest { allocs })
-        .await
-        .unwrap();
+    eventually_ok("the allocations' report is taken", CATCH_UP, || async {
+        let req = NodeUpdateAllocRequest {
+            allocs: allocs.clone(),
+        };
+        match client.nodes().update_alloc(req).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Err(s.message().to_string()),
+            Err(s) => panic!("NodeService.UpdateAlloc: {s:?}"),
+        }
+    })
+    .await
 }
 
 async fn job_exists(client: &ClusterClient, id: &str) -> bool {
