@@ -23,7 +23,7 @@ const LOG_LEN: u64 = 10_000;
 fn entry(index: u64) -> Entry {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(Command(node_register(index as usize))),
+        payload: EntryPayload::Normal(Command::new(node_register(index as usize))),
     }
 }
 
