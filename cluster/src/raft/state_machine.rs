@@ -165,6 +165,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                         state.apply(index, command, &mut changes);
                         count_commands(&self.metrics, command)
                     }
+                    // A command always has its decoded entry (above).
                     (None, EntryPayload::Blank | EntryPayload::Normal(_)) => {
                         self.metrics.entry_applied("blank", 0);
                         1
