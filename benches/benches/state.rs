@@ -16,8 +16,8 @@ use stampede_benches::{register, scheduled_plan, service_job, state_with_nodes};
 use stampede_proto::{
     log_entry::Msg, AllocClientStatus, AllocClientUpdateEntry, Allocation, Deployment,
     DeploymentGroupState, DeploymentStatus, DeploymentUpdateEntry, EvalStatus, EvalUpdateEntry,
-    Evaluation, JobDeregisterEntry, LogEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry,
-    TaskState, MESSAGE_TYPES,
+    Evaluation, GcDeploymentsEntry, GcEvalsEntry, GcJobsEntry, GcNodesEntry, JobDeregisterEntry,
+    JobType, LogEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry, TaskState, MESSAGE_TYPES,
 };
 
 const NODES: usize = 1_000;
@@ -27,6 +27,11 @@ const ALLOCS_PER_JOB: u32 = 10;
 /// 50 ms of `Node.UpdateAlloc` calls into one entry, which under load holds
 /// many allocations.
 const CLIENT_UPDATES: usize = 100;
+/// The finished batch job, the finished deployment and the node that went
+/// down, which the `gc_*` benches collect.
+const DONE_JOB: &str = "done";
+const DONE_DEPLOYMENT: &str = "deployment-done";
+const DOWN_NODE: usize = NODES + 1;
 
 fn job_id(j: usize) -> String {
     format!("job-{j:03}")
@@ -52,7 +57,64 @@ fn base_state() -> State {
     apply(&mut state, &deployment);
     // Registered but not placed yet: the `plan_apply` bench places it.
     register(&mut state, &service_job("pending", ALLOCS_PER_JOB));
+    add_garbage(&mut state);
     state
+}
+
+/// What the `gc_*` benches collect: a finished batch job (its allocations
+/// complete, its evaluation complete), a finished deployment that no
+/// allocation refers to, and a node that went down with nothing on it.
+fn add_garbage(state: &mut State) {
+    let mut done = service_job(DONE_JOB, ALLOCS_PER_JOB);
+    done.r#type = JobType::Batch as i32;
+    let eval = register(state, &done);
+    let allocs = (0..ALLOCS_PER_JOB)
+        .map(|i| Allocation {
+            client_status: AllocClientStatus::Complete as i32,
+            ..alloc(&done, i, &node_id(i as usize))
+        })
+        .collect();
+    apply(state, &plan_apply(allocs));
+    let finished = EvalUpdateEntry {
+        evals: vec![Evaluation {
+            status: EvalStatus::Complete as i32,
+            ..eval
+        }],
+    };
+    apply(
+        state,
+        &LogEntry {
+            msg: Some(Msg::EvalUpdate(finished)),
+        },
+    );
+    let finished = Deployment {
+        id: DONE_DEPLOYMENT.into(),
+        job_id: job_id(3),
+        status: DeploymentStatus::Successful as i32,
+        ..Default::default()
+    };
+    apply(
+        state,
+        &LogEntry {
+            msg: Some(Msg::PlanApply(PlanApplyEntry {
+                deployment: Some(finished),
+                ..Default::default()
+            })),
+        },
+    );
+    apply(state, &node_register(DOWN_NODE));
+    let down = NodeStatusEntry {
+        node_id: node_id(DOWN_NODE),
+        status: NodeStatus::Down as i32,
+        updated_at_ms: 1,
+        evals: vec![],
+    };
+    apply(
+        state,
+        &LogEntry {
+            msg: Some(Msg::NodeStatus(down)),
+        },
+    );
 }
 
 /// The running deployment of job 0, with `healthy` allocations so far.
@@ -161,6 +223,27 @@ fn entry(name: &str, state: &State) -> Option<LogEntry> {
             deployment: Some(deployment(5)),
             evals: vec![eval(&job_id(0), "deployment_watcher")],
         }),
+        // The garbage collector removes a finished job's evaluations...
+        "gc_evals" => Msg::GcEvals(GcEvalsEntry {
+            eval_ids: state
+                .job_evals(DONE_JOB)
+                .iter()
+                .map(|e| e.id.clone())
+                .collect(),
+            alloc_ids: vec![],
+        }),
+        // ...the finished job with its allocations...
+        "gc_jobs" => Msg::GcJobs(GcJobsEntry {
+            job_ids: vec![DONE_JOB.into()],
+        }),
+        // ...a finished deployment...
+        "gc_deployments" => Msg::GcDeployments(GcDeploymentsEntry {
+            deployment_ids: vec![DONE_DEPLOYMENT.into()],
+        }),
+        // ...and a node long down.
+        "gc_nodes" => Msg::GcNodes(GcNodesEntry {
+            node_ids: vec![node_id(DOWN_NODE)],
+        }),
         _ => return None,
     };
     Some(LogEntry { msg: Some(msg) })
@@ -180,6 +263,12 @@ fn state_apply(c: &mut Criterion) {
             .unwrap_or_else(|| panic!("state_apply has no bench entry for message type {name}"));
         let type_name = entry.msg.as_ref().map(|m| m.type_name());
         assert_eq!(type_name, Some(name), "the bench entry for {name}");
+        if name.starts_with("gc_") {
+            let mut changes = Changes::default();
+            base.clone().apply(index, &entry, &mut changes);
+            let collected: u64 = changes.collected.by_kind().iter().map(|(_, n)| n).sum();
+            assert!(collected > 0, "the {name} bench entry collects nothing");
+        }
         group.bench_function(name, |b| {
             b.iter_batched(
                 || base.clone(),
