@@ -164,18 +164,20 @@ fn batch_entry(ctx: &LeaderContext, batch: &[PendingUpdate]) -> (LogEntry, usize
     let state = ctx.store.snapshot();
     let mut jobs_to_evaluate = HashSet::new();
     for update in latest.values() {
+        // Only an allocation that finishes asks for an evaluation: the
+        // others (most: pending, running, healthy) need no lookup.
+        let finished = update.client_status == AllocClientStatus::Failed as i32
+            || update.client_status == AllocClientStatus::Complete as i32;
+        if !finished {
+            continue;
+        }
         let Some(old) = state.alloc(&update.id) else {
             continue;
         };
         let Some(job) = state.job(&old.job_id) else {
             continue;
         };
-        if job.stop || alloc_terminal(&old) {
-            continue;
-        }
-        let finished = update.client_status == AllocClientStatus::Failed as i32
-            || update.client_status == AllocClientStatus::Complete as i32;
-        if finished {
+        if !job.stop && !alloc_terminal(&old) {
             jobs_to_evaluate.insert(job.id.clone());
         }
     }
