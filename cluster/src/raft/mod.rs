@@ -63,10 +63,10 @@ pub struct Command {
 impl Command {
     /// The command for `entry`, encoded once here.
     pub fn new(entry: LogEntry) -> Self {
-        let decoded = std::sync::OnceLock::new();
-        let bytes = entry.encode_to_vec().into();
-        let _ = decoded.set(std::sync::Arc::new(entry));
-        Self { bytes, decoded }
+        Self {
+            bytes: entry.encode_to_vec().into(),
+            decoded: std::sync::OnceLock::from(std::sync::Arc::new(entry)),
+        }
     }
 
     /// The command whose encoding is `bytes`, decoded when first asked for.
@@ -85,11 +85,6 @@ impl Command {
         }
         let entry = LogEntry::decode(&self.bytes[..])?;
         Ok(self.decoded.get_or_init(|| std::sync::Arc::new(entry)))
-    }
-
-    /// The protobuf encoding.
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
     }
 
     /// The message type, the `type` label of raft entry metrics.
