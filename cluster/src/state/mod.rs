@@ -410,10 +410,7 @@ impl State {
     fn upsert_alloc_from_plan(&mut self, index: u64, alloc: &Allocation, changes: &mut Changes) {
         let mut new = alloc.clone();
         new.alloc_modify_index = index;
-        let old = self
-            .allocs
-            .get_key_value(alloc.id.as_str())
-            .map(|(id, a)| (id.clone(), a.clone()));
+        let old = self.alloc_with_key(&alloc.id);
         if let Some((_, old)) = &old {
             new.create_index = old.create_index;
             new.create_time_ms = old.create_time_ms;
@@ -450,11 +447,7 @@ impl State {
         at_ms: u64,
         changes: &mut Changes,
     ) {
-        let Some((id, old)) = self
-            .allocs
-            .get_key_value(update.id.as_str())
-            .map(|(id, a)| (id.clone(), a.clone()))
-        else {
+        let Some((id, old)) = self.alloc_with_key(&update.id) else {
             return;
         };
         let new = Allocation {
@@ -469,6 +462,14 @@ impl State {
             changes.capacity(self.class_of(&new.node_id));
         }
         self.put_alloc(index, new, Some((id, old)), changes);
+    }
+
+    /// The stored allocation `id` with the table's key for it, which a
+    /// write of the allocation reuses instead of allocating another.
+    fn alloc_with_key(&self, id: &str) -> Option<(Id, Arc<Allocation>)> {
+        self.allocs
+            .get_key_value(id)
+            .map(|(id, a)| (id.clone(), a.clone()))
     }
 
     /// Stores `alloc` at `index` in place of `old`, the version stored now
