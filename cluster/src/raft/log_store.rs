@@ -193,8 +193,10 @@ impl LogStore {
 /// Syncs the WAL on its own thread, so an append is visible (to the
 /// replication that reads it) at once and durable a little later: the
 /// leader sends entries to its followers while its own fsync runs, as etcd
-/// does, instead of after it. Appends that arrive during one fsync share
-/// the next. openraft is told an append is flushed only after its fsync.
+/// does, instead of after it (openraft 0.9's core waits for the flush before
+/// it replicates; our patch of it sends first: vendor/openraft/PATCHES.md).
+/// Appends that arrive during one fsync share the next. openraft is told an
+/// append is flushed only after its fsync.
 struct WalSyncer {
     tx: Option<std::sync::mpsc::Sender<LogFlushed<TypeConfig>>>,
     thread: Option<std::thread::JoinHandle<()>>,
