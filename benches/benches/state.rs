@@ -175,6 +175,7 @@ fn entry(name: &str, state: &State) -> Option<LogEntry> {
         "job_register" => return Some(stampede_benches::job_register(&service_job("new", 10))),
         // A job is stopped (kept for history), with the evaluation that stops its allocations.
         "job_deregister" => Msg::JobDeregister(JobDeregisterEntry {
+            ticket: 0,
             job_id: job_id(1),
             purge: false,
             eval: Some(eval(&job_id(1), "job_deregister")),

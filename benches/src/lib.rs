@@ -50,6 +50,7 @@ pub fn node(i: usize) -> Node {
 pub fn node_register(i: usize) -> LogEntry {
     LogEntry {
         msg: Some(Msg::NodeRegister(NodeRegisterEntry {
+            ticket: 0,
             node: Some(node(i)),
             evals: vec![],
         })),
@@ -91,6 +92,7 @@ pub fn eval_for(job: &Job, id: &str) -> Evaluation {
 pub fn job_register(job: &Job) -> LogEntry {
     LogEntry {
         msg: Some(Msg::JobRegister(JobRegisterEntry {
+            ticket: 0,
             job: Some(job.clone()),
             eval: Some(eval_for(job, &format!("eval-{}", job.id))),
         })),

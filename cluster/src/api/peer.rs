@@ -153,11 +153,11 @@ impl RaftService for PeerApi {
     /// and proposed here only. A server that is not the leader any more
     /// answers `Unavailable` and the sender tries again.
     async fn forward(&self, req: Request<ForwardRequest>) -> Reply<ForwardReply> {
+        let req = req.into_inner();
         let write = req
-            .into_inner()
             .write
             .ok_or_else(|| Status::invalid_argument("write: is required"))?;
-        let written = self.proposer.write_forwarded(write).await?;
+        let written = self.proposer.write_forwarded(write, req.ticket).await?;
         Ok(Response::new(ForwardReply {
             index: written.index,
             eval_id: written.eval_id,

@@ -950,10 +950,12 @@ mod tests {
         };
         let entries = [
             Msg::NodeRegister(NodeRegisterEntry {
+                ticket: 0,
                 node: Some(node),
                 evals: vec![],
             }),
             Msg::JobRegister(JobRegisterEntry {
+                ticket: 0,
                 job: Some(job),
                 eval: Some(eval.clone()),
             }),

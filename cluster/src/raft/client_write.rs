@@ -42,8 +42,10 @@ pub struct Written {
     pub eval_id: String,
 }
 
-/// Validates `write` and turns it into its log entry, on `state`.
-pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> {
+/// Validates `write` and turns it into its log entry, on `state`. `ticket`
+/// is the forwarding follower's name for the write, 0 for a direct call
+/// (see [`crate::raft::tickets`]).
+pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepared, Refused> {
     let (msg, eval_id) = match write {
         ClientWrite::NodeRegister(req) => {
             let node = validate::node(req.node.as_ref())?;
@@ -61,6 +63,7 @@ pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> 
             let entry = NodeRegisterEntry {
                 node: Some(node),
                 evals,
+                ticket,
             };
             (Msg::NodeRegister(entry), String::new())
         }
@@ -85,6 +88,7 @@ pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> 
             let entry = JobRegisterEntry {
                 job: Some(job),
                 eval: Some(eval),
+                ticket,
             };
             (Msg::JobRegister(entry), eval_id)
         }
@@ -102,6 +106,7 @@ pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> 
                 job_id: req.job_id.clone(),
                 purge: req.purge,
                 eval: Some(eval),
+                ticket,
             };
             (Msg::JobDeregister(entry), eval_id)
         }
@@ -110,6 +115,32 @@ pub fn prepare(write: &ClientWrite, state: &State) -> Result<Prepared, Refused> 
         entry: LogEntry { msg: Some(msg) },
         eval_id,
     })
+}
+
+/// Calls `found` with the ticket of each forwarded client write in `entry`
+/// (a batch holds several) and what that write answers, applied at `index`.
+pub fn for_each_ticket(entry: &LogEntry, index: u64, found: &mut impl FnMut(u64, Written)) {
+    let (ticket, eval) = match &entry.msg {
+        Some(Msg::Batch(b)) => {
+            // Never nested: a batch inside a batch is not applied.
+            for e in b
+                .entries
+                .iter()
+                .filter(|e| !matches!(e.msg, Some(Msg::Batch(_))))
+            {
+                for_each_ticket(e, index, found);
+            }
+            return;
+        }
+        Some(Msg::NodeRegister(e)) => (e.ticket, None),
+        Some(Msg::JobRegister(e)) => (e.ticket, e.eval.as_ref()),
+        Some(Msg::JobDeregister(e)) => (e.ticket, e.eval.as_ref()),
+        _ => return,
+    };
+    if ticket != 0 {
+        let eval_id = eval.map(|e| e.id.clone()).unwrap_or_default();
+        found(ticket, Written { index, eval_id });
+    }
 }
 
 #[cfg(test)]
@@ -121,7 +152,7 @@ mod tests {
     fn a_write_is_validated_as_a_direct_call_is() {
         let state = State::default();
         let write = ClientWrite::NodeRegister(NodeRegisterRequest { node: None });
-        let err = prepare(&write, &state).unwrap_err();
+        let err = prepare(&write, 0, &state).unwrap_err();
         assert_eq!(err.to_string(), "node: is required");
         let write = ClientWrite::JobRegister(JobRegisterRequest {
             job: Some(Job {
@@ -129,7 +160,7 @@ mod tests {
                 ..Default::default()
             }),
         });
-        let err = prepare(&write, &state).unwrap_err();
+        let err = prepare(&write, 0, &state).unwrap_err();
         assert_eq!(
             err.to_string(),
             "job.id: is 1048576 bytes long; at most 128 allowed"
@@ -138,7 +169,7 @@ mod tests {
             job_id: "ghost".into(),
             purge: false,
         });
-        let err = prepare(&write, &state).unwrap_err();
+        let err = prepare(&write, 0, &state).unwrap_err();
         assert!(matches!(err, Refused::NotFound(_)), "{err}");
     }
 
@@ -150,7 +181,7 @@ mod tests {
             ..a_job()
         };
         let write = ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) });
-        let prepared = prepare(&write, &State::default()).unwrap();
+        let prepared = prepare(&write, 0, &State::default()).unwrap();
         let Some(Msg::JobRegister(e)) = prepared.entry.msg else {
             panic!("not a job registration");
         };

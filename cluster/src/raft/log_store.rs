@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
@@ -48,6 +49,8 @@ pub struct LogStore {
     db: Arc<DB>,
     /// Syncs the WAL for appends off raft's threads (see [`WalSyncer`]).
     syncer: Arc<WalSyncer>,
+    /// Whether this server leads, as last seen (see [`LogStore::set_leading`]).
+    leading: Arc<AtomicBool>,
 }
 
 impl LogStore {
@@ -70,6 +73,7 @@ impl LogStore {
         let db = Arc::new(db);
         let store = Self {
             syncer: Arc::new(WalSyncer::start(db.clone())),
+            leading: Arc::default(),
             db,
         };
         store.check_identity(dir, identity)?;
@@ -158,6 +162,16 @@ impl LogStore {
 }
 
 impl LogStore {
+    /// Tells the store whether this server leads. A leader's appends are
+    /// synced on the [`WalSyncer`]'s thread, so that it replicates while
+    /// its fsync runs; a follower has nothing to do meanwhile (it answers
+    /// the leader only once the entries are on disk), so it syncs in the
+    /// append itself and spares two handovers between threads. Either way
+    /// is safe: a stale flag around a change of leader costs only time.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading.store(leading, Ordering::Relaxed);
+    }
+
     /// Appends `entries` in one `WriteBatch` and returns once the WAL is synced.
     /// (openraft's error is large, so it comes boxed.)
     pub fn append_synced(
@@ -345,9 +359,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        match self.append_with(entries, false) {
-            Ok(()) => {
+        let leading = self.leading.load(Ordering::Relaxed);
+        match self.append_with(entries, !leading) {
+            Ok(()) if leading => {
                 self.syncer.after_sync(callback);
+                Ok(())
+            }
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
                 Ok(())
             }
             Err(e) => {
@@ -405,6 +424,7 @@ mod tests {
                 Default::default(),
                 Default::default(),
                 std::sync::Arc::new(|_: &crate::state::Changes| {}),
+                Default::default(),
             )
             .unwrap();
             Ok((dir, log, sm))

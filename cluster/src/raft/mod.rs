@@ -17,6 +17,7 @@ pub mod runtime;
 pub mod snapshot_receiver;
 pub mod snapshot_store;
 pub mod state_machine;
+pub mod tickets;
 
 use std::fmt;
 use std::io::Cursor;
@@ -206,6 +207,7 @@ mod tests {
     fn command_round_trips_through_bincode_as_protobuf_bytes() {
         let cmd = Command::new(LogEntry {
             msg: Some(Msg::NodeRegister(NodeRegisterEntry {
+                ticket: 0,
                 node: Some(Node {
                     id: "n1".into(),
                     datacenter: "dc1".into(),

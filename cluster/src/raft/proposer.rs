@@ -15,6 +15,7 @@ use crate::raft::batcher::{Batcher, Failed};
 use crate::raft::client_write::{prepare, ClientWrite, Refused, Written};
 use crate::raft::metrics::Metrics;
 use crate::raft::network::PeerChannels;
+use crate::raft::tickets::Tickets;
 use crate::raft::{leader_view, LeaderView, NodeId, Raft};
 use crate::state::StateStore;
 
@@ -63,6 +64,8 @@ pub struct Proposer {
     /// The state client writes are validated against and made entries on.
     store: Arc<StateStore>,
     channels: PeerChannels,
+    /// The writes this server forwarded, done when it applies them.
+    tickets: Arc<Tickets>,
     metrics: Arc<Metrics>,
     /// How long a write may wait for a leader before it is refused.
     leader_wait: Duration,
@@ -73,6 +76,7 @@ impl Proposer {
         raft: Raft,
         store: Arc<StateStore>,
         channels: PeerChannels,
+        tickets: Arc<Tickets>,
         metrics: Arc<Metrics>,
         leader_wait: Duration,
         batching: bool,
@@ -82,6 +86,7 @@ impl Proposer {
             raft,
             store,
             channels,
+            tickets,
             metrics,
             leader_wait,
         }
@@ -99,10 +104,10 @@ impl Proposer {
                 // Straight to the leader: trying raft here first would only
                 // cost a round through this server's raft core to learn the same.
                 LeaderView::Elsewhere { id, addr } => {
-                    prepare(&write, &self.store.snapshot())?;
+                    prepare(&write, 0, &self.store.snapshot())?;
                     Err(ProposeError::NotLeader { id, addr })
                 }
-                _ => self.write_here_until(&write, deadline).await,
+                _ => self.write_here_until(&write, 0, deadline).await,
             };
             let err = match attempt {
                 Ok(written) => return Ok(written),
@@ -138,11 +143,15 @@ impl Proposer {
     }
 
     /// A client's write that a follower sent on: validated and proposed
-    /// here only, exactly as if the client had called this server. A
-    /// server that no longer leads answers `NotLeader`, and the sender
-    /// tries again.
-    pub async fn write_forwarded(&self, write: ClientWrite) -> Result<Written, ProposeError> {
-        self.write_here_until(&write, Instant::now() + self.leader_wait)
+    /// here only, exactly as if the client had called this server, with the
+    /// sender's `ticket` in its entry. A server that no longer leads answers
+    /// `NotLeader`, and the sender tries again.
+    pub async fn write_forwarded(
+        &self,
+        write: ClientWrite,
+        ticket: u64,
+    ) -> Result<Written, ProposeError> {
+        self.write_here_until(&write, ticket, Instant::now() + self.leader_wait)
             .await
     }
 
@@ -151,9 +160,10 @@ impl Proposer {
     async fn write_here_until(
         &self,
         write: &ClientWrite,
+        ticket: u64,
         deadline: Instant,
     ) -> Result<Written, ProposeError> {
-        let prepared = prepare(write, &self.store.snapshot())?;
+        let prepared = prepare(write, ticket, &self.store.snapshot())?;
         let index = self.write_local_until(prepared.entry, deadline).await?;
         Ok(Written {
             index,
@@ -213,7 +223,10 @@ impl Proposer {
     }
 
     /// Sends the client's write on to server `id`, which leads as far as
-    /// this server knows. Gives up (and lets `write` ask again where the
+    /// this server knows. The write is done when this server applies its
+    /// entry, found by its ticket ([`crate::raft::tickets`]), or when the
+    /// leader answers, whichever comes first; the leader's answer is what
+    /// tells of a refusal. Gives up (and lets `write` ask again where the
     /// leader is) when the deadline passes or this server learns that
     /// leadership moved: a leader that was paused or cut off never answers,
     /// and waiting on it would hold the write past the election of its
@@ -231,24 +244,36 @@ impl Proposer {
             addr: addr.to_string(),
             detail,
         };
-        let mut request = tonic::Request::new(ForwardRequest { write: Some(write) });
+        let mut ticket = self.tickets.issue();
+        let mut request = tonic::Request::new(ForwardRequest {
+            write: Some(write),
+            ticket: ticket.id(),
+        });
         let wait = deadline.saturating_duration_since(Instant::now());
         request.set_timeout(wait);
         let mut client = self.channels.raft_client(id, addr);
+        // The call runs to its end on its own: when the entry is applied
+        // here first, dropping it would only make both ends cancel a stream
+        // whose answer is on its way.
+        let call =
+            tokio::spawn(async move { tokio::time::timeout(wait, client.forward(request)).await });
         // Server metrics change with the leadership only, not with each entry.
         let mut leadership = self.raft.server_metrics();
         let moved = leadership.wait_for(|m| m.current_leader != Some(id));
         tokio::select! {
-            answer = tokio::time::timeout(wait, client.forward(request)) => match answer {
-                Err(_) => Err(unreachable(format!("no answer within {wait:?}"))),
-                Ok(Ok(reply)) => {
+            biased;
+            written = ticket.applied() => Ok(written),
+            answer = call => match answer {
+                Err(e) => Err(unreachable(format!("the call ended: {e}"))),
+                Ok(Err(_)) => Err(unreachable(format!("no answer within {wait:?}"))),
+                Ok(Ok(Ok(reply))) => {
                     let reply = reply.into_inner();
                     Ok(Written { index: reply.index, eval_id: reply.eval_id })
                 }
-                Ok(Err(status)) if stampede_proto::client::retryable(&status) => {
+                Ok(Ok(Err(status))) if stampede_proto::client::retryable(&status) => {
                     Err(unreachable(status.message().to_string()))
                 }
-                Ok(Err(status)) => Err(ProposeError::Rejected(Box::new(status))),
+                Ok(Ok(Err(status))) => Err(ProposeError::Rejected(Box::new(status))),
             },
             _ = moved => Err(unreachable("leadership moved while the write waited".into())),
         }

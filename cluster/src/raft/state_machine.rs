@@ -16,9 +16,11 @@ use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, Storag
 use prost::Message;
 use stampede_proto::{log_entry::Msg, LogEntry, StateSnapshot};
 
+use crate::raft::client_write::{self, Written};
 use crate::raft::error::StoreError;
 use crate::raft::metrics::Metrics;
 use crate::raft::snapshot_store::{SnapshotStore, StoredSnapshot};
+use crate::raft::tickets::Tickets;
 use crate::raft::{
     Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
@@ -30,6 +32,8 @@ pub type Observer = Arc<dyn Fn(&Changes) + Send + Sync>;
 pub struct StateMachine {
     store: Arc<StateStore>,
     observer: Observer,
+    /// Writes this server forwarded, done here once their entries apply.
+    tickets: Arc<Tickets>,
     last_applied: Option<LogId>,
     membership: StoredMembership,
     snapshots: Arc<SnapshotStore>,
@@ -47,11 +51,13 @@ impl StateMachine {
         store: Arc<StateStore>,
         metrics: Arc<Metrics>,
         observer: Observer,
+        tickets: Arc<Tickets>,
     ) -> Result<Self, StoreError> {
         let snapshots = SnapshotStore::open(dir)?;
         let mut sm = Self {
             store,
             observer,
+            tickets,
             last_applied: None,
             membership: StoredMembership::default(),
             snapshots: Arc::new(snapshots),
@@ -156,6 +162,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
         let store = self.store.clone();
         let mut changes = Changes::default();
+        let mut forwarded: Vec<(u64, Written)> = Vec::new();
         let replies = store.write(|state| {
             let mut replies = Vec::new();
             for (entry, command) in entries.iter().zip(commands) {
@@ -163,6 +170,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 let commands = match (command, &entry.payload) {
                     (Some(command), _) => {
                         state.apply(index, command, &mut changes);
+                        client_write::for_each_ticket(command, index, &mut |t, w| {
+                            forwarded.push((t, w))
+                        });
                         count_commands(&self.metrics, command)
                     }
                     // A command always has its decoded entry (above).
@@ -184,6 +194,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             replies
         });
         (self.observer)(&changes);
+        // After the state holds them, so a forwarded write's client reads it here.
+        for (ticket, written) in forwarded {
+            self.tickets.applied(ticket, written);
+        }
         Ok(replies)
     }
 

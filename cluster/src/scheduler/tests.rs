@@ -25,6 +25,7 @@ impl Cluster {
 
     fn add_node(&mut self, node: Node) {
         self.apply(Msg::NodeRegister(NodeRegisterEntry {
+            ticket: 0,
             node: Some(node),
             evals: vec![],
         }));
@@ -47,6 +48,7 @@ impl Cluster {
 
     fn register(&mut self, job: Job) {
         self.apply(Msg::JobRegister(JobRegisterEntry {
+            ticket: 0,
             job: Some(job),
             eval: None,
         }));
@@ -54,6 +56,7 @@ impl Cluster {
 
     fn deregister(&mut self, job_id: &str, purge: bool) {
         self.apply(Msg::JobDeregister(JobDeregisterEntry {
+            ticket: 0,
             job_id: job_id.into(),
             purge,
             eval: None,

@@ -38,6 +38,7 @@ use crate::raft::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER}
 use crate::raft::proposer::Proposer;
 use crate::raft::runtime::RaftRuntime;
 use crate::raft::state_machine::StateMachine;
+use crate::raft::tickets::Tickets;
 use crate::raft::Raft;
 
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
@@ -90,11 +91,13 @@ pub async fn serve(
         let hub = foundations.hub.clone();
         Arc::new(move |c: &crate::state::Changes| hub.applied(c))
     };
+    let tickets = Arc::new(Tickets::default());
     let state_machine = StateMachine::open(
         &opts.data_dir.join("snapshots"),
         foundations.store.clone(),
         metrics.clone(),
         observer,
+        tickets.clone(),
     )?
     .with_apply_delay(opts.apply_delay);
 
@@ -107,6 +110,7 @@ pub async fn serve(
         metrics: metrics.clone(),
     };
     let channels = PeerChannels::new(via, peer_tls);
+    let leadership_to_log = log_store.clone();
     let raft_runtime = RaftRuntime::start().map_err(ServerError::RaftRuntime)?;
     let id = opts.id;
     let raft = raft_runtime
@@ -118,6 +122,7 @@ pub async fn serve(
         raft.clone(),
         foundations.store.clone(),
         channels.clone(),
+        tickets,
         metrics.clone(),
         opts.leader_wait(),
         opts.raft_batching.is_on(),
@@ -172,7 +177,12 @@ pub async fn serve(
         },
         stop_rx.clone(),
     ));
-    tokio::spawn(watch_raft(raft.clone(), metrics.clone(), stop_rx.clone()));
+    tokio::spawn(watch_raft(
+        raft.clone(),
+        metrics.clone(),
+        leadership_to_log,
+        stop_rx.clone(),
+    ));
     tokio::spawn(cp.clone().run_leadership(stop_rx));
 
     // Static membership: every server proposes the same initial membership.
@@ -382,21 +392,27 @@ async fn serve_http(
     Ok(())
 }
 
-/// Mirrors raft's term and leadership into the raft gauges. It follows
+/// Mirrors raft's term and leadership into the raft gauges, and tells the
+/// log store whether this server leads (how it syncs). It follows
 /// openraft's server metrics, which change only with the vote or the
 /// leadership; the log and applied indexes change with every entry, so
 /// they are read when Prometheus scrapes ([`crate::api::http`]) rather
 /// than waking this task for each one.
-async fn watch_raft(raft: Raft, metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
+async fn watch_raft(
+    raft: Raft,
+    metrics: Arc<Metrics>,
+    log_store: LogStore,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut rx = raft.server_metrics();
     let mut leader = None;
     loop {
         {
             let m = rx.borrow_and_update();
             metrics.raft_term.set(m.vote.leader_id().get_term() as i64);
-            metrics
-                .raft_is_leader
-                .set(i64::from(m.current_leader == Some(m.id)));
+            let leading = m.current_leader == Some(m.id);
+            metrics.raft_is_leader.set(i64::from(leading));
+            log_store.set_leading(leading);
             if m.current_leader.is_some() && m.current_leader != leader {
                 metrics.raft_leader_changes.inc();
             }

@@ -416,6 +416,7 @@ mod tests {
             };
             for n in ["n1", "n2"] {
                 log.apply(Msg::NodeRegister(NodeRegisterEntry {
+                    ticket: 0,
                     node: Some(Node {
                         id: n.into(),
                         datacenter: "dc1".into(),
@@ -437,6 +438,7 @@ mod tests {
 
         fn job(&mut self, id: &str, kind: JobType) {
             self.apply(Msg::JobRegister(JobRegisterEntry {
+                ticket: 0,
                 job: Some(Job {
                     id: id.into(),
                     r#type: kind as i32,
@@ -610,6 +612,7 @@ mod tests {
         log.alloc(alloc("a1", "web", "web-e1", AllocClientStatus::Running));
         assert!(log.collect(jobs).is_empty(), "a running service job");
         log.apply(Msg::JobDeregister(JobDeregisterEntry {
+            ticket: 0,
             job_id: "web".into(),
             purge: false,
             eval: Some(eval("web-e2", "web", EvalStatus::Complete)),

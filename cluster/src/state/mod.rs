@@ -906,6 +906,7 @@ mod tests {
     fn node_entry(id: &str) -> LogEntry {
         LogEntry {
             msg: Some(Msg::NodeRegister(NodeRegisterEntry {
+                ticket: 0,
                 node: Some(Node {
                     id: id.into(),
                     datacenter: "dc1".into(),
@@ -1143,6 +1144,7 @@ mod tests {
         };
         let reg = |job: &Job| LogEntry {
             msg: Some(Msg::JobRegister(JobRegisterEntry {
+                ticket: 0,
                 job: Some(job.clone()),
                 eval: None,
             })),
@@ -1174,6 +1176,7 @@ mod tests {
         };
         let reg = |tg| LogEntry {
             msg: Some(Msg::JobRegister(JobRegisterEntry {
+                ticket: 0,
                 job: Some(Job {
                     id: "web".into(),
                     task_groups: vec![tg],
