@@ -293,7 +293,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         );
 
         // Forwarded writes are validated as the direct calls are.
-        let forward = |write| ForwardRequest { write };
+        let forward = |write| ForwardRequest { write, ticket: 0 };
         let r = raft.forward(forward(None)).await;
         assert_refused(
             &on("forward of nothing"),

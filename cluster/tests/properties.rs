@@ -134,16 +134,16 @@ proptest! {
     fn random_bytes_never_panic_decoding_or_checking(bytes in vec(any::<u8>(), 0..2048)) {
         let state = State::default();
         if let Ok(r) = NodeRegisterRequest::decode(&bytes[..]) {
-            let _ = prepare(&ClientWrite::NodeRegister(r), &state);
+            let _ = prepare(&ClientWrite::NodeRegister(r), 0, &state);
         }
         if let Ok(r) = JobRegisterRequest::decode(&bytes[..]) {
-            let _ = prepare(&ClientWrite::JobRegister(r), &state);
+            let _ = prepare(&ClientWrite::JobRegister(r), 0, &state);
         }
         if let Ok(r) = JobDeregisterRequest::decode(&bytes[..]) {
-            let _ = prepare(&ClientWrite::JobDeregister(r), &state);
+            let _ = prepare(&ClientWrite::JobDeregister(r), 0, &state);
         }
-        if let Ok(ForwardRequest { write: Some(w) }) = ForwardRequest::decode(&bytes[..]) {
-            let _ = prepare(&w, &state);
+        if let Ok(ForwardRequest { write: Some(w), ticket }) = ForwardRequest::decode(&bytes[..]) {
+            let _ = prepare(&w, ticket, &state);
         }
         if let Ok(r) = NodeUpdateAllocRequest::decode(&bytes[..]) {
             for a in &r.allocs {
@@ -197,7 +197,7 @@ proptest! {
                 }
                 // What the leader writes for it is made without a panic.
                 let write = ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) });
-                prop_assert!(prepare(&write, &State::default()).is_ok());
+                prop_assert!(prepare(&write, 0, &State::default()).is_ok());
             }
         }
     }

@@ -75,9 +75,12 @@ async fn internal_calls_refused(ch: Channel, code: Code) {
         ),
         (
             "Forward",
-            raft.forward(ForwardRequest { write: None })
-                .await
-                .map(|_| ()),
+            raft.forward(ForwardRequest {
+                write: None,
+                ticket: 0,
+            })
+            .await
+            .map(|_| ()),
         ),
     ];
     let mut evals = EvalServiceClient::new(ch.clone());
