@@ -58,11 +58,48 @@ async fn three_servers_elect_a_leader_and_take_writes_through_any_server() {
             .metric(id, "stampede_raft_writes_forwarded_total")
             .await
             .unwrap();
+        // Each forwarded write was done once: by the follower's own apply
+        // of its entry (its ticket) or by the leader's answer.
+        let mut done = 0.0;
+        for first in ["apply", "answer"] {
+            let name = format!("stampede_raft_writes_forwarded_done_total{{first=\"{first}\"}}");
+            done += c.metric(id, &name).await.unwrap();
+        }
         if id == leader {
-            assert_eq!(forwarded, 0.0);
+            assert_eq!((forwarded, done), (0.0, 0.0));
         } else {
             assert_eq!(forwarded, 10.0, "follower {id} forwarded its writes");
+            assert_eq!(done, 10.0, "follower {id}: each forwarded write done once");
         }
+    }
+    // A job registered through a follower can be read there at once, with
+    // the evaluation its answer names.
+    let follower = c.ids().into_iter().find(|&id| id != leader).unwrap();
+    let client = c.client_of(&[follower]);
+    for j in 0..5 {
+        let job = stampede_launch::testing::service_job(&format!("ryw-{j}"), 1, 100, 64);
+        let reply = client.register_job(job).await.unwrap();
+        assert!(!reply.eval_id.is_empty());
+        let got = client
+            .jobs()
+            .get(stampede_proto::JobGetRequest {
+                job_id: format!("ryw-{j}"),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(got.job.map(|j| j.id), Some(format!("ryw-{j}")));
+        let eval = client
+            .evals()
+            .get(stampede_proto::EvalGetRequest {
+                eval_id: reply.eval_id.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(eval.eval.map(|e| e.id), Some(reply.eval_id));
     }
     let leader_status = c.status(leader).await.unwrap();
     assert_eq!(leader_status.members.len(), 3);

@@ -193,6 +193,60 @@ mod tests {
         assert_eq!(e.eval.unwrap().id, prepared.eval_id);
     }
 
+    #[test]
+    fn a_forwarded_writes_ticket_is_found_alone_and_in_a_batch() {
+        use stampede_proto::BatchEntry;
+        let state = State::default();
+        let job = ClientWrite::JobRegister(JobRegisterRequest { job: Some(a_job()) });
+        let node = ClientWrite::NodeRegister(NodeRegisterRequest {
+            node: Some(Node {
+                id: "n1".into(),
+                datacenter: "dc1".into(),
+                resources: Some(stampede_proto::Resources {
+                    cpu_mhz: 1000,
+                    memory_mb: 1024,
+                }),
+                ..Default::default()
+            }),
+        });
+        let forwarded_job = prepare(&job, 7, &state).unwrap();
+        let forwarded_node = prepare(&node, 9, &state).unwrap();
+        let direct = prepare(&job, 0, &state).unwrap();
+        let mut found = Vec::new();
+        for_each_ticket(&forwarded_job.entry, 5, &mut |t, w| found.push((t, w)));
+        assert_eq!(
+            found,
+            [(
+                7,
+                Written {
+                    index: 5,
+                    eval_id: forwarded_job.eval_id.clone()
+                }
+            )]
+        );
+        found.clear();
+        let batch = LogEntry {
+            msg: Some(Msg::Batch(BatchEntry {
+                entries: vec![
+                    direct.entry,
+                    forwarded_node.entry,
+                    forwarded_job.entry.clone(),
+                ],
+            })),
+        };
+        for_each_ticket(&batch, 6, &mut |t, w| found.push((t, w)));
+        let tickets: Vec<(u64, u64, String)> = found
+            .into_iter()
+            .map(|(t, w)| (t, w.index, w.eval_id))
+            .collect();
+        // The direct write (ticket 0) is no one's; a node registration
+        // creates no evaluation.
+        assert_eq!(
+            tickets,
+            [(9, 6, String::new()), (7, 6, forwarded_job.eval_id)]
+        );
+    }
+
     fn a_job() -> Job {
         use stampede_proto::{JobType, Resources, TaskGroup};
         Job {

@@ -32,6 +32,9 @@ pub struct Metrics {
     pub raft_snapshot_bytes: IntGauge,
     /// Writes this server received as a follower and sent on to the leader.
     pub writes_forwarded: IntCounter,
+    /// Of those, how each was done first: `apply` when this server applied
+    /// its entry (its ticket) before the leader answered, `answer` otherwise.
+    pub writes_forwarded_done: IntCounterVec,
     /// On the leader: one AppendEntries to a follower, sent to answered
     /// (openraft gives up after one heartbeat interval).
     pub append_rpc_seconds: Histogram,
@@ -135,6 +138,13 @@ impl Metrics {
                 &r,
                 "stampede_raft_writes_forwarded_total",
                 "Writes received as a follower and sent on to the leader.",
+            ),
+            writes_forwarded_done: int_counter_vec(
+                &r,
+                "stampede_raft_writes_forwarded_done_total",
+                "Forwarded writes done, by what came first: this server's apply of the entry, or the leader's answer.",
+                "first",
+                &["apply", "answer"],
             ),
             registry: r,
         };

@@ -262,11 +262,15 @@ impl Proposer {
         let moved = leadership.wait_for(|m| m.current_leader != Some(id));
         tokio::select! {
             biased;
-            written = ticket.applied() => Ok(written),
+            written = ticket.applied() => {
+                self.metrics.writes_forwarded_done.with_label_values(&["apply"]).inc();
+                Ok(written)
+            }
             answer = call => match answer {
                 Err(e) => Err(unreachable(format!("the call ended: {e}"))),
                 Ok(Err(_)) => Err(unreachable(format!("no answer within {wait:?}"))),
                 Ok(Ok(Ok(reply))) => {
+                    self.metrics.writes_forwarded_done.with_label_values(&["answer"]).inc();
                     let reply = reply.into_inner();
                     Ok(Written { index: reply.index, eval_id: reply.eval_id })
                 }
