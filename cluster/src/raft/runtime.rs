@@ -11,12 +11,12 @@ use tokio::runtime::{Builder, Runtime};
 
 /// Threads for raft: one. What runs here is short (appends to the
 /// memtable, replication, applying an entry, a follower's fsync); snapshots
-/// are built and saved on the blocking pool. A second thread bought nothing
-/// but handovers: tokio wakes an idle worker to steal each task made ready
-/// while the other is busy, and one write became some ten thread switches
-/// per server. On this 2-core machine one thread made a lone writer's
-/// writes 15% faster and cost `c2m-mini` nothing (BENCHMARKS.md, the
-/// write path, seventh round).
+/// are built and saved on the blocking pool. A second thread bought only
+/// handovers: tokio wakes an idle worker to steal each task made ready
+/// while the other is busy. With followers syncing inline, one thread took
+/// a lone writer straight to the leader from about 920 to 1,060 writes/s
+/// and thread switches from 67 to 45 per write (all processes), and cost
+/// `c2m-mini` nothing (BENCHMARKS.md, the write path, seventh round).
 const RAFT_THREADS: usize = 1;
 
 /// The runtime, shut down in the background when dropped (dropping a tokio
