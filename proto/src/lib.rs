@@ -53,6 +53,25 @@ impl log_entry::Msg {
     }
 }
 
+impl LogEntry {
+    /// The commands this entry carries, in order: the entry itself, or a
+    /// batch's entries. A batch inside a batch is not a command (the leader
+    /// never nests them) and is skipped.
+    pub fn commands(&self) -> impl Iterator<Item = &LogEntry> {
+        let batched = match &self.msg {
+            Some(log_entry::Msg::Batch(b)) => Some(b.entries.iter()),
+            _ => None,
+        };
+        let alone = batched.is_none().then_some(self);
+        alone.into_iter().chain(
+            batched
+                .into_iter()
+                .flatten()
+                .filter(|e| !matches!(e.msg, Some(log_entry::Msg::Batch(_)))),
+        )
+    }
+}
+
 /// Applies [`MAX_MESSAGE_BYTES`] both ways to a generated tonic client or
 /// server: the one place every stampede endpoint gets its message limits.
 #[macro_export]

@@ -120,26 +120,17 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
 /// Calls `found` with the ticket of each forwarded client write in `entry`
 /// (a batch holds several) and what that write answers, applied at `index`.
 pub fn for_each_ticket(entry: &LogEntry, index: u64, found: &mut impl FnMut(u64, Written)) {
-    let (ticket, eval) = match &entry.msg {
-        Some(Msg::Batch(b)) => {
-            // Never nested: a batch inside a batch is not applied.
-            for e in b
-                .entries
-                .iter()
-                .filter(|e| !matches!(e.msg, Some(Msg::Batch(_))))
-            {
-                for_each_ticket(e, index, found);
-            }
-            return;
+    for command in entry.commands() {
+        let (ticket, eval) = match &command.msg {
+            Some(Msg::NodeRegister(e)) => (e.ticket, None),
+            Some(Msg::JobRegister(e)) => (e.ticket, e.eval.as_ref()),
+            Some(Msg::JobDeregister(e)) => (e.ticket, e.eval.as_ref()),
+            _ => continue,
+        };
+        if ticket != 0 {
+            let eval_id = eval.map(|e| e.id.clone()).unwrap_or_default();
+            found(ticket, Written { index, eval_id });
         }
-        Some(Msg::NodeRegister(e)) => (e.ticket, None),
-        Some(Msg::JobRegister(e)) => (e.ticket, e.eval.as_ref()),
-        Some(Msg::JobDeregister(e)) => (e.ticket, e.eval.as_ref()),
-        _ => return,
-    };
-    if ticket != 0 {
-        let eval_id = eval.map(|e| e.id.clone()).unwrap_or_default();
-        found(ticket, Written { index, eval_id });
     }
 }
 

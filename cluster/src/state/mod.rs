@@ -176,15 +176,8 @@ impl State {
     pub fn apply(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
         self.index = index;
         changes.index = index;
-        match &entry.msg {
-            Some(Msg::Batch(b)) => {
-                for e in &b.entries {
-                    if !matches!(e.msg, Some(Msg::Batch(_))) {
-                        self.apply_command(index, e, changes);
-                    }
-                }
-            }
-            _ => self.apply_command(index, entry, changes),
+        for command in entry.commands() {
+            self.apply_command(index, command, changes);
         }
         changes.objects = Some(self.objects());
     }
