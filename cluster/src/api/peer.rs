@@ -9,14 +9,19 @@
 //! naming the field before openraft sees it, and a forwarded write is
 //! validated as if its client had called this server.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use futures::Stream;
+use futures::stream::FuturesUnordered;
+use futures::{Stream, StreamExt};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_server::RaftService;
-use stampede_proto::{ForwardReply, ForwardRequest, RaftPayload};
+use stampede_proto::{
+    forward_answer, ForwardAnswer, ForwardRefusal, ForwardReply, ForwardRequest, RaftPayload,
+};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Reply;
@@ -153,14 +158,101 @@ impl RaftService for PeerApi {
     /// and proposed here only. A server that is not the leader any more
     /// answers `Unavailable` and the sender tries again.
     async fn forward(&self, req: Request<ForwardRequest>) -> Reply<ForwardReply> {
-        let req = req.into_inner();
+        Ok(Response::new(self.forward_one(req.into_inner()).await?))
+    }
+
+    type ForwardStreamStream = ForwardAnswers;
+
+    async fn forward_stream(
+        &self,
+        req: Request<Streaming<ForwardRequest>>,
+    ) -> Reply<ForwardAnswers> {
+        Ok(Response::new(ForwardAnswers {
+            requests: Some(req.into_inner()),
+            writes: FuturesUnordered::new(),
+            api: self.clone(),
+        }))
+    }
+}
+
+impl PeerApi {
+    /// One forwarded write, whether it came as a call of its own or on a
+    /// stream.
+    async fn forward_one(&self, req: ForwardRequest) -> Result<ForwardReply, Status> {
         let write = req
             .write
             .ok_or_else(|| Status::invalid_argument("write: is required"))?;
         let written = self.proposer.write_forwarded(write, req.ticket).await?;
-        Ok(Response::new(ForwardReply {
+        Ok(ForwardReply {
             index: written.index,
             eval_id: written.eval_id,
-        }))
+        })
+    }
+}
+
+/// Most writes of one forward stream in progress at once; past it, the
+/// stream is not read (and HTTP/2 flow control holds the sender back).
+const FORWARD_STREAM_WRITES: usize = 4096;
+
+type ForwardWrite = Pin<Box<dyn Future<Output = ForwardAnswer> + Send>>;
+
+/// The answers on a forward stream: each request is proposed as soon as it
+/// is read, and its answer goes out when it finishes, so the writes of one
+/// stream are gathered into shared entries as concurrent calls would be.
+/// It all runs on the task that sends the answers: no task per write, no
+/// channel between.
+pub struct ForwardAnswers {
+    /// `None` once the sender has closed its side (or broken it): the
+    /// writes in progress are still answered, then the stream ends.
+    requests: Option<Streaming<ForwardRequest>>,
+    writes: FuturesUnordered<ForwardWrite>,
+    api: PeerApi,
+}
+
+impl Stream for ForwardAnswers {
+    type Item = Result<ForwardAnswer, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        while this.writes.len() < FORWARD_STREAM_WRITES {
+            let Some(requests) = this.requests.as_mut() else {
+                break;
+            };
+            match requests.poll_next_unpin(cx) {
+                Poll::Ready(Some(Ok(req))) if req.ticket == 0 => {
+                    this.requests = None;
+                    this.writes.clear();
+                    return Poll::Ready(Some(Err(Status::invalid_argument(
+                        "ticket: is required on a forward stream",
+                    ))));
+                }
+                Poll::Ready(Some(Ok(req))) => {
+                    let api = this.api.clone();
+                    this.writes.push(Box::pin(async move {
+                        let ticket = req.ticket;
+                        let outcome = match api.forward_one(req).await {
+                            Ok(written) => forward_answer::Outcome::Written(written),
+                            Err(status) => forward_answer::Outcome::Refused(ForwardRefusal {
+                                code: status.code() as i32,
+                                message: status.message().to_string(),
+                            }),
+                        };
+                        ForwardAnswer {
+                            ticket,
+                            outcome: Some(outcome),
+                        }
+                    }));
+                }
+                // The sender is gone or its side broke: nothing more to read.
+                Poll::Ready(Some(Err(_)) | None) => this.requests = None,
+                Poll::Pending => break,
+            }
+        }
+        match this.writes.poll_next_unpin(cx) {
+            Poll::Ready(Some(answer)) => Poll::Ready(Some(Ok(answer))),
+            Poll::Ready(None) if this.requests.is_none() => Poll::Ready(None),
+            // No write in progress: the requests' waker is registered.
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
+        }
     }
 }

@@ -8,6 +8,7 @@
 pub mod batcher;
 pub mod client_write;
 pub mod error;
+pub mod forwarder;
 pub mod inbound;
 pub mod log_store;
 pub mod metrics;

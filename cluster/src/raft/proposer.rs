@@ -13,6 +13,7 @@ use tonic::Status;
 
 use crate::raft::batcher::{Batcher, Failed};
 use crate::raft::client_write::{prepare, ClientWrite, Refused, Written};
+use crate::raft::forwarder::Forwarder;
 use crate::raft::metrics::Metrics;
 use crate::raft::network::PeerChannels;
 use crate::raft::tickets::Tickets;
@@ -63,7 +64,8 @@ pub struct Proposer {
     batcher: Batcher,
     /// The state client writes are validated against and made entries on.
     store: Arc<StateStore>,
-    channels: PeerChannels,
+    /// Sends a client's write on to the leader.
+    forwarder: Forwarder,
     /// The writes this server forwarded, done when it applies them.
     tickets: Arc<Tickets>,
     metrics: Arc<Metrics>,
@@ -85,7 +87,7 @@ impl Proposer {
             batcher: Batcher::start(raft.clone(), batching),
             raft,
             store,
-            channels,
+            forwarder: Forwarder::new(channels),
             tickets,
             metrics,
             leader_wait,
@@ -245,18 +247,12 @@ impl Proposer {
             detail,
         };
         let mut ticket = self.tickets.issue();
-        let mut request = tonic::Request::new(ForwardRequest {
+        let request = ForwardRequest {
             write: Some(write),
             ticket: ticket.id(),
-        });
+        };
         let wait = deadline.saturating_duration_since(Instant::now());
-        request.set_timeout(wait);
-        let mut client = self.channels.raft_client(id, addr);
-        // The call runs to its end on its own: when the entry is applied
-        // here first, dropping it would only make both ends cancel a stream
-        // whose answer is on its way.
-        let call =
-            tokio::spawn(async move { tokio::time::timeout(wait, client.forward(request)).await });
+        let call = tokio::time::timeout(wait, self.forwarder.send(id, addr, request));
         // Server metrics change with the leadership only, not with each entry.
         let mut leadership = self.raft.server_metrics();
         let moved = leadership.wait_for(|m| m.current_leader != Some(id));
@@ -267,17 +263,15 @@ impl Proposer {
                 Ok(written)
             }
             answer = call => match answer {
-                Err(e) => Err(unreachable(format!("the call ended: {e}"))),
-                Ok(Err(_)) => Err(unreachable(format!("no answer within {wait:?}"))),
-                Ok(Ok(Ok(reply))) => {
+                Err(_) => Err(unreachable(format!("no answer within {wait:?}"))),
+                Ok(Ok(reply)) => {
                     self.metrics.writes_forwarded_done.with_label_values(&["answer"]).inc();
-                    let reply = reply.into_inner();
                     Ok(Written { index: reply.index, eval_id: reply.eval_id })
                 }
-                Ok(Ok(Err(status))) if stampede_proto::client::retryable(&status) => {
+                Ok(Err(status)) if stampede_proto::client::retryable(&status) => {
                     Err(unreachable(status.message().to_string()))
                 }
-                Ok(Ok(Err(status))) => Err(ProposeError::Rejected(Box::new(status))),
+                Ok(Err(status)) => Err(ProposeError::Rejected(Box::new(status))),
             },
             _ = moved => Err(unreachable("leadership moved while the write waited".into())),
         }

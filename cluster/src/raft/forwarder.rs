@@ -1,0 +1,186 @@
+//! A follower's forwarded writes, on one long-lived `ForwardStream` per
+//! leader: each write goes as one HTTP/2 data frame with its ticket, and
+//! the leader's answer comes back with the same ticket, in whatever order
+//! the writes finish. A call per write costs both servers a new HTTP/2
+//! stream (headers, trailers, a task on the leader), and on a write's
+//! critical path that is the leg from the follower to the leader.
+//!
+//! A stream that breaks fails the writes waiting on it as unreachable, so
+//! the proposer tries them again, and the next write opens a new stream. A
+//! leader that does not serve the stream (a build from before it) is sent
+//! one call per write from then on.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use stampede_proto::{forward_answer, ForwardAnswer, ForwardReply, ForwardRequest};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Code, Status};
+
+use crate::raft::network::PeerChannels;
+use crate::raft::NodeId;
+
+type Answer = Result<ForwardReply, Status>;
+
+/// Sends forwarded writes to the leader. Cheap to clone.
+#[derive(Clone)]
+pub struct Forwarder {
+    channels: PeerChannels,
+    streams: Arc<Mutex<HashMap<NodeId, Arc<Open>>>>,
+    /// Leaders that answered the stream with `Unimplemented`.
+    unary: Arc<Mutex<HashSet<NodeId>>>,
+}
+
+/// One open stream: where requests go, and who waits for which ticket.
+struct Open {
+    requests: mpsc::UnboundedSender<ForwardRequest>,
+    /// `None` once the stream has ended: no one may wait on it any more.
+    waiting: Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>,
+}
+
+impl Open {
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Answer>>>> {
+        stampede_proto::lock(&self.waiting)
+    }
+
+    /// The answer for `ticket` arrived.
+    fn answered(&self, answer: ForwardAnswer) {
+        let Some(tx) = self
+            .waiting()
+            .as_mut()
+            .and_then(|w| w.remove(&answer.ticket))
+        else {
+            // Its writer gave up (timed out, or the write was applied here
+            // and the waiter dropped first).
+            return;
+        };
+        let _ = tx.send(match answer.outcome {
+            Some(forward_answer::Outcome::Written(reply)) => Ok(reply),
+            Some(forward_answer::Outcome::Refused(r)) => Err(Status::new(Code::from(r.code), r.message)),
+            None => Err(Status::internal(
+                "the leader answered a forwarded write with neither an outcome nor a refusal",
+            )),
+        });
+    }
+
+    /// The stream ended with `status`: every write still waiting gets it,
+    /// and no write waits on this stream again.
+    fn end(&self, status: Status) {
+        let waiting = self.waiting().take().unwrap_or_default();
+        for (_, tx) in waiting {
+            let _ = tx.send(Err(status.clone()));
+        }
+    }
+}
+
+/// Removes its ticket from the stream when the write stops waiting, however
+/// it stops.
+struct Waiter {
+    open: Arc<Open>,
+    ticket: u64,
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Some(w) = self.open.waiting().as_mut() {
+            w.remove(&self.ticket);
+        }
+    }
+}
+
+impl Forwarder {
+    pub fn new(channels: PeerChannels) -> Self {
+        Self {
+            channels,
+            streams: Default::default(),
+            unary: Default::default(),
+        }
+    }
+
+    /// Sends `request` (whose ticket must not be 0) to server `id` at
+    /// `addr` and waits for the leader's answer. Errors are the leader's
+    /// refusal, or what the transport made of a broken stream.
+    pub async fn send(&self, id: NodeId, addr: &str, request: ForwardRequest) -> Answer {
+        debug_assert_ne!(request.ticket, 0, "a write on the stream needs a ticket");
+        if stampede_proto::lock(&self.unary).contains(&id) {
+            return self.call(id, addr, request).await;
+        }
+        let ticket = request.ticket;
+        let (tx, rx) = oneshot::channel();
+        let open = self.stream(id, addr);
+        match open.waiting().as_mut() {
+            Some(w) => w.insert(ticket, tx),
+            None => return Err(Status::unavailable("the forward stream to the leader closed")),
+        };
+        let _waiter = Waiter {
+            open: open.clone(),
+            ticket,
+        };
+        let closed = || Status::unavailable("the forward stream to the leader closed");
+        if open.requests.send(request).is_err() {
+            return Err(closed());
+        }
+        match rx.await {
+            Ok(Err(status)) if status.code() == Code::Unimplemented => {
+                // The proposer tries again, with a call this time.
+                stampede_proto::lock(&self.unary).insert(id);
+                tracing::info!(leader = id, "the leader has no forward stream; one call per write");
+                Err(Status::unavailable(
+                    "the leader has no forward stream; the write goes again as a call",
+                ))
+            }
+            Ok(answer) => answer,
+            Err(_) => Err(closed()),
+        }
+    }
+
+    /// One write as a call of its own.
+    async fn call(&self, id: NodeId, addr: &str, request: ForwardRequest) -> Answer {
+        let mut client = self.channels.raft_client(id, addr);
+        Ok(client.forward(request).await?.into_inner())
+    }
+
+    /// The open stream to server `id`, opened now if there is none or the
+    /// last one ended.
+    fn stream(&self, id: NodeId, addr: &str) -> Arc<Open> {
+        let mut streams = stampede_proto::lock(&self.streams);
+        if let Some(open) = streams.get(&id) {
+            if open.waiting().is_some() && !open.requests.is_closed() {
+                return open.clone();
+            }
+        }
+        let (requests, rx) = mpsc::unbounded_channel();
+        let open = Arc::new(Open {
+            requests,
+            waiting: Mutex::new(Some(HashMap::new())),
+        });
+        streams.insert(id, open.clone());
+        let mut client = self.channels.raft_client(id, addr);
+        let reader = open.clone();
+        // Requests sent before the leader's headers arrive wait in the
+        // channel and go out with the call.
+        tokio::spawn(async move {
+            let status = match client
+                .forward_stream(UnboundedReceiverStream::new(rx))
+                .await
+            {
+                Err(status) => status,
+                Ok(answers) => {
+                    let mut answers = answers.into_inner();
+                    loop {
+                        match answers.message().await {
+                            Ok(Some(answer)) => reader.answered(answer),
+                            Ok(None) => {
+                                break Status::unavailable("the leader ended the forward stream")
+                            }
+                            Err(status) => break status,
+                        }
+                    }
+                }
+            };
+            reader.end(status);
+        });
+        open
+    }
+}
