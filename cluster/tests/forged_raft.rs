@@ -16,8 +16,8 @@ use serde::Serialize;
 use stampede_launch::testing::Harness;
 use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::{
-    forward_request::Write, ForwardRequest, Job, JobDeregisterRequest, JobRegisterRequest,
-    LogEntry, NodeRegisterRequest, RaftPayload,
+    forward_answer, forward_request::Write, ForwardRequest, Job, JobDeregisterRequest,
+    JobRegisterRequest, LogEntry, NodeRegisterRequest, RaftPayload,
 };
 use tonic::transport::Channel;
 use tonic::Code;
@@ -340,6 +340,80 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
             r,
             Code::NotFound,
             "job_id",
+        );
+
+        // On the stream, each refusal is the answer to its own ticket, and
+        // the stream goes on; a write without a ticket ends it.
+        let long_id = Job {
+            id: "x".repeat(1 << 20),
+            ..Default::default()
+        };
+        let requests = [
+            ForwardRequest {
+                write: None,
+                ticket: 7,
+            },
+            ForwardRequest {
+                write: Some(Write::JobRegister(JobRegisterRequest {
+                    job: Some(long_id),
+                })),
+                ticket: 8,
+            },
+            ForwardRequest {
+                write: Some(Write::JobDeregister(JobDeregisterRequest {
+                    job_id: "ghost".into(),
+                    purge: true,
+                })),
+                ticket: 9,
+            },
+        ];
+        let mut answers = raft
+            .forward_stream(tokio_stream::iter(requests))
+            .await
+            .expect("the stream opens")
+            .into_inner();
+        let mut refused = std::collections::BTreeMap::new();
+        while let Some(answer) = answers.message().await.expect("refusals are answers") {
+            let Some(forward_answer::Outcome::Refused(r)) = answer.outcome else {
+                panic!(
+                    "{}: {answer:?}",
+                    on("a forged write on the stream was taken")
+                );
+            };
+            refused.insert(answer.ticket, (Code::from(r.code), r.message));
+        }
+        assert_eq!(
+            refused.keys().copied().collect::<Vec<_>>(),
+            [7, 8, 9],
+            "{}",
+            on("stream")
+        );
+        for (ticket, code, field) in [
+            (7, Code::InvalidArgument, "write: is required"),
+            (8, Code::InvalidArgument, "job.id"),
+            (9, Code::NotFound, "job_id"),
+        ] {
+            let (got, message) = &refused[&ticket];
+            assert_eq!(*got, code, "{}: {message}", on("stream refusal"));
+            assert!(
+                message.contains(field),
+                "{}: {message}",
+                on("stream refusal")
+            );
+        }
+        let mut answers = raft
+            .forward_stream(tokio_stream::iter([ForwardRequest {
+                write: None,
+                ticket: 0,
+            }]))
+            .await
+            .expect("the stream opens")
+            .into_inner();
+        assert_refused(
+            &on("a write on the stream without a ticket"),
+            answers.message().await,
+            Code::InvalidArgument,
+            "ticket: is required",
         );
     }
     // The one chunk above too large for any snapshot: 64 MiB and a byte.

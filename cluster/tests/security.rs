@@ -82,6 +82,15 @@ async fn internal_calls_refused(ch: Channel, code: Code) {
             .await
             .map(|_| ()),
         ),
+        (
+            "ForwardStream",
+            raft.forward_stream(tokio_stream::iter([ForwardRequest {
+                write: None,
+                ticket: 1,
+            }]))
+            .await
+            .map(|_| ()),
+        ),
     ];
     let mut evals = EvalServiceClient::new(ch.clone());
     answers.push((

@@ -351,6 +351,7 @@ mod tests {
         for path in [
             "/stampede.v1.RaftService/Vote",
             "/stampede.v1.RaftService/Forward",
+            "/stampede.v1.RaftService/ForwardStream",
             "/stampede.v1.EvalService/Dequeue",
             "/stampede.v1.EvalService/Ack",
             "/stampede.v1.EvalService/Nack",

@@ -57,7 +57,9 @@ impl Open {
         };
         let _ = tx.send(match answer.outcome {
             Some(forward_answer::Outcome::Written(reply)) => Ok(reply),
-            Some(forward_answer::Outcome::Refused(r)) => Err(Status::new(Code::from(r.code), r.message)),
+            Some(forward_answer::Outcome::Refused(r)) => {
+                Err(Status::new(Code::from(r.code), r.message))
+            }
             None => Err(Status::internal(
                 "the leader answered a forwarded write with neither an outcome nor a refusal",
             )),
@@ -111,7 +113,11 @@ impl Forwarder {
         let open = self.stream(id, addr);
         match open.waiting().as_mut() {
             Some(w) => w.insert(ticket, tx),
-            None => return Err(Status::unavailable("the forward stream to the leader closed")),
+            None => {
+                return Err(Status::unavailable(
+                    "the forward stream to the leader closed",
+                ))
+            }
         };
         let _waiter = Waiter {
             open: open.clone(),
@@ -125,7 +131,10 @@ impl Forwarder {
             Ok(Err(status)) if status.code() == Code::Unimplemented => {
                 // The proposer tries again, with a call this time.
                 stampede_proto::lock(&self.unary).insert(id);
-                tracing::info!(leader = id, "the leader has no forward stream; one call per write");
+                tracing::info!(
+                    leader = id,
+                    "the leader has no forward stream; one call per write"
+                );
                 Err(Status::unavailable(
                     "the leader has no forward stream; the write goes again as a call",
                 ))
@@ -182,5 +191,176 @@ impl Forwarder {
             reader.end(status);
         });
         open
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use futures::{Stream, StreamExt};
+    use stampede_proto::raft_service_server::{RaftService, RaftServiceServer};
+    use stampede_proto::{ForwardRefusal, RaftPayload};
+    use tonic::{Request, Response, Streaming};
+
+    use super::*;
+
+    /// A stand-in leader for the follower's side of the wire only. On the
+    /// stream it answers ticket 1 last (after a pause), refuses ticket 2,
+    /// ends the stream at ticket 3, and writes the rest at index = ticket;
+    /// without the stream (a build from before it) it takes calls.
+    #[derive(Clone)]
+    struct StandIn {
+        streams: bool,
+        calls: Arc<AtomicUsize>,
+    }
+
+    type Answers = Pin<Box<dyn Stream<Item = Result<ForwardAnswer, Status>> + Send>>;
+
+    fn written(ticket: u64) -> ForwardAnswer {
+        ForwardAnswer {
+            ticket,
+            outcome: Some(forward_answer::Outcome::Written(ForwardReply {
+                index: ticket,
+                eval_id: String::new(),
+            })),
+        }
+    }
+
+    #[tonic::async_trait]
+    impl RaftService for StandIn {
+        async fn append_entries(
+            &self,
+            _: Request<RaftPayload>,
+        ) -> Result<Response<RaftPayload>, Status> {
+            Err(Status::unimplemented("append_entries"))
+        }
+        type AppendEntriesStreamStream =
+            Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send>>;
+        async fn append_entries_stream(
+            &self,
+            _: Request<Streaming<RaftPayload>>,
+        ) -> Result<Response<Self::AppendEntriesStreamStream>, Status> {
+            Err(Status::unimplemented("append_entries_stream"))
+        }
+        async fn vote(&self, _: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+            Err(Status::unimplemented("vote"))
+        }
+        async fn install_snapshot(
+            &self,
+            _: Request<RaftPayload>,
+        ) -> Result<Response<RaftPayload>, Status> {
+            Err(Status::unimplemented("install_snapshot"))
+        }
+        async fn forward(
+            &self,
+            req: Request<ForwardRequest>,
+        ) -> Result<Response<ForwardReply>, Status> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            Ok(Response::new(ForwardReply {
+                index: req.into_inner().ticket,
+                eval_id: String::new(),
+            }))
+        }
+        type ForwardStreamStream = Answers;
+        async fn forward_stream(
+            &self,
+            req: Request<Streaming<ForwardRequest>>,
+        ) -> Result<Response<Answers>, Status> {
+            if !self.streams {
+                return Err(Status::unimplemented("no such method"));
+            }
+            let answers = req
+                .into_inner()
+                .map(|r| async move {
+                    let ticket = r?.ticket;
+                    match ticket {
+                        1 => {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            Ok(written(1))
+                        }
+                        2 => Ok(ForwardAnswer {
+                            ticket,
+                            outcome: Some(forward_answer::Outcome::Refused(ForwardRefusal {
+                                code: Code::NotFound as i32,
+                                message: "job_id: no such job".into(),
+                            })),
+                        }),
+                        3 => Err(Status::unavailable("the stand-in ends the stream")),
+                        _ => Ok(written(ticket)),
+                    }
+                })
+                .buffer_unordered(16);
+            Ok(Response::new(Box::pin(answers)))
+        }
+    }
+
+    async fn forwarder(streams: bool) -> (Forwarder, String, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let peer = StandIn {
+            streams,
+            calls: calls.clone(),
+        };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RaftServiceServer::new(peer))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let channels = PeerChannels::new(HashMap::new(), None);
+        (Forwarder::new(channels), addr, calls)
+    }
+
+    fn request(ticket: u64) -> ForwardRequest {
+        ForwardRequest {
+            write: None,
+            ticket,
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_reach_their_own_writers_in_any_order() {
+        let (f, addr, calls) = forwarder(true).await;
+        let (slow, fast, refused) = tokio::join!(
+            f.send(9, &addr, request(1)),
+            f.send(9, &addr, request(5)),
+            f.send(9, &addr, request(2)),
+        );
+        assert_eq!(slow.unwrap().index, 1);
+        assert_eq!(fast.unwrap().index, 5);
+        let refused = refused.unwrap_err();
+        assert_eq!(refused.code(), Code::NotFound);
+        assert_eq!(refused.message(), "job_id: no such job");
+        assert_eq!(calls.load(Ordering::SeqCst), 0, "all on the stream");
+    }
+
+    #[tokio::test]
+    async fn a_broken_stream_fails_its_writers_retryably_and_the_next_write_reopens_it() {
+        let (f, addr, _) = forwarder(true).await;
+        // join! polls in order: the slow write is on the stream before the
+        // one that ends it is sent.
+        let (slow, ended) =
+            tokio::join!(f.send(9, &addr, request(1)), f.send(9, &addr, request(3)));
+        for status in [slow.unwrap_err(), ended.unwrap_err()] {
+            assert!(stampede_proto::client::retryable(&status), "{status:?}");
+        }
+        assert_eq!(f.send(9, &addr, request(6)).await.unwrap().index, 6);
+    }
+
+    #[tokio::test]
+    async fn a_leader_without_the_stream_gets_one_call_per_write() {
+        let (f, addr, calls) = forwarder(false).await;
+        let first = f.send(9, &addr, request(4)).await.unwrap_err();
+        assert!(stampede_proto::client::retryable(&first), "{first:?}");
+        for ticket in [4, 5] {
+            assert_eq!(
+                f.send(9, &addr, request(ticket)).await.unwrap().index,
+                ticket
+            );
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
     }
 }

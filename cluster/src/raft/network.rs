@@ -418,6 +418,14 @@ mod tests {
         ) -> Result<Response<ForwardReply>, Status> {
             Err(Status::unimplemented("forward"))
         }
+        type ForwardStreamStream =
+            Pin<Box<dyn Stream<Item = Result<stampede_proto::ForwardAnswer, Status>> + Send>>;
+        async fn forward_stream(
+            &self,
+            _: Request<tonic::Streaming<ForwardRequest>>,
+        ) -> Result<Response<Self::ForwardStreamStream>, Status> {
+            Err(Status::unimplemented("forward_stream"))
+        }
     }
 
     /// A connection to a fresh stand-in peer on 127.0.0.1 that serves the
