@@ -196,122 +196,17 @@ impl Forwarder {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
-
-    use futures::{Stream, StreamExt};
-    use stampede_proto::raft_service_server::{RaftService, RaftServiceServer};
-    use stampede_proto::{ForwardRefusal, RaftPayload};
-    use tonic::{Request, Response, Streaming};
 
     use super::*;
+    use crate::raft::stand_in::StandIn;
 
-    /// A stand-in leader for the follower's side of the wire only. On the
-    /// stream it answers ticket 1 last (after a pause), refuses ticket 2,
-    /// ends the stream at ticket 3, and writes the rest at index = ticket;
-    /// without the stream (a build from before it) it takes calls.
-    #[derive(Clone)]
-    struct StandIn {
-        streams: bool,
-        calls: Arc<AtomicUsize>,
-    }
-
-    type Answers = Pin<Box<dyn Stream<Item = Result<ForwardAnswer, Status>> + Send>>;
-
-    fn written(ticket: u64) -> ForwardAnswer {
-        ForwardAnswer {
-            ticket,
-            outcome: Some(forward_answer::Outcome::Written(ForwardReply {
-                index: ticket,
-                eval_id: String::new(),
-            })),
-        }
-    }
-
-    #[tonic::async_trait]
-    impl RaftService for StandIn {
-        async fn append_entries(
-            &self,
-            _: Request<RaftPayload>,
-        ) -> Result<Response<RaftPayload>, Status> {
-            Err(Status::unimplemented("append_entries"))
-        }
-        type AppendEntriesStreamStream =
-            Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send>>;
-        async fn append_entries_stream(
-            &self,
-            _: Request<Streaming<RaftPayload>>,
-        ) -> Result<Response<Self::AppendEntriesStreamStream>, Status> {
-            Err(Status::unimplemented("append_entries_stream"))
-        }
-        async fn vote(&self, _: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-            Err(Status::unimplemented("vote"))
-        }
-        async fn install_snapshot(
-            &self,
-            _: Request<RaftPayload>,
-        ) -> Result<Response<RaftPayload>, Status> {
-            Err(Status::unimplemented("install_snapshot"))
-        }
-        async fn forward(
-            &self,
-            req: Request<ForwardRequest>,
-        ) -> Result<Response<ForwardReply>, Status> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            Ok(Response::new(ForwardReply {
-                index: req.into_inner().ticket,
-                eval_id: String::new(),
-            }))
-        }
-        type ForwardStreamStream = Answers;
-        async fn forward_stream(
-            &self,
-            req: Request<Streaming<ForwardRequest>>,
-        ) -> Result<Response<Answers>, Status> {
-            if !self.streams {
-                return Err(Status::unimplemented("no such method"));
-            }
-            let answers = req
-                .into_inner()
-                .map(|r| async move {
-                    let ticket = r?.ticket;
-                    match ticket {
-                        1 => {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                            Ok(written(1))
-                        }
-                        2 => Ok(ForwardAnswer {
-                            ticket,
-                            outcome: Some(forward_answer::Outcome::Refused(ForwardRefusal {
-                                code: Code::NotFound as i32,
-                                message: "job_id: no such job".into(),
-                            })),
-                        }),
-                        3 => Err(Status::unavailable("the stand-in ends the stream")),
-                        _ => Ok(written(ticket)),
-                    }
-                })
-                .buffer_unordered(16);
-            Ok(Response::new(Box::pin(answers)))
-        }
-    }
-
+    /// A forwarder, and the address and one-write call count of a fresh
+    /// stand-in leader (see [`crate::raft::stand_in`] for its answers).
     async fn forwarder(streams: bool) -> (Forwarder, String, Arc<AtomicUsize>) {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let peer = StandIn {
-            streams,
-            calls: calls.clone(),
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(RaftServiceServer::new(peer))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
+        let (peer, addr) = StandIn::serve(streams).await;
         let channels = PeerChannels::new(HashMap::new(), None);
-        (Forwarder::new(channels), addr, calls)
+        (Forwarder::new(channels), addr, peer.forward_calls)
     }
 
     fn request(ticket: u64) -> ForwardRequest {

@@ -17,6 +17,8 @@ pub mod proposer;
 pub mod runtime;
 pub mod snapshot_receiver;
 pub mod snapshot_store;
+#[cfg(test)]
+mod stand_in;
 pub mod state_machine;
 pub mod tickets;
 

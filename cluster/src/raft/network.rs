@@ -355,101 +355,22 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
 
 #[cfg(test)]
 mod tests {
-    use std::pin::Pin;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    use futures::{Stream, StreamExt};
-    use stampede_proto::raft_service_server::{RaftService, RaftServiceServer};
-    use stampede_proto::{ForwardReply, ForwardRequest};
-    use tonic::{Request, Response, Status};
-
     use super::*;
-
-    /// A stand-in peer for the client's side of the wire only: it answers
-    /// each AppendEntries with its own bytes, the message `slow` after a
-    /// pause, and serves the stream or (as a build from before it) not.
-    #[derive(Clone)]
-    struct EchoPeer {
-        streams: bool,
-        unary_calls: Arc<AtomicUsize>,
-    }
-
-    async fn echo(payload: RaftPayload) -> RaftPayload {
-        if payload.data == b"slow" {
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
-        payload
-    }
-
-    type Answers = Pin<Box<dyn Stream<Item = Result<RaftPayload, Status>> + Send>>;
-
-    #[tonic::async_trait]
-    impl RaftService for EchoPeer {
-        async fn append_entries(
-            &self,
-            req: Request<RaftPayload>,
-        ) -> Result<Response<RaftPayload>, Status> {
-            self.unary_calls.fetch_add(1, Ordering::SeqCst);
-            Ok(Response::new(echo(req.into_inner()).await))
-        }
-        type AppendEntriesStreamStream = Answers;
-        async fn append_entries_stream(
-            &self,
-            req: Request<tonic::Streaming<RaftPayload>>,
-        ) -> Result<Response<Answers>, Status> {
-            if !self.streams {
-                return Err(Status::unimplemented("no such method"));
-            }
-            let answers = req.into_inner().then(|m| async move { Ok(echo(m?).await) });
-            Ok(Response::new(Box::pin(answers)))
-        }
-        async fn vote(&self, _: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
-            Err(Status::unimplemented("vote"))
-        }
-        async fn install_snapshot(
-            &self,
-            _: Request<RaftPayload>,
-        ) -> Result<Response<RaftPayload>, Status> {
-            Err(Status::unimplemented("install_snapshot"))
-        }
-        async fn forward(
-            &self,
-            _: Request<ForwardRequest>,
-        ) -> Result<Response<ForwardReply>, Status> {
-            Err(Status::unimplemented("forward"))
-        }
-        type ForwardStreamStream =
-            Pin<Box<dyn Stream<Item = Result<stampede_proto::ForwardAnswer, Status>> + Send>>;
-        async fn forward_stream(
-            &self,
-            _: Request<tonic::Streaming<ForwardRequest>>,
-        ) -> Result<Response<Self::ForwardStreamStream>, Status> {
-            Err(Status::unimplemented("forward_stream"))
-        }
-    }
+    use crate::raft::stand_in::StandIn;
 
     /// A connection to a fresh stand-in peer on 127.0.0.1 that serves the
     /// stream or not, and the count of its one-message calls.
     async fn connect(streams: bool) -> (PeerConnection, Arc<AtomicUsize>) {
-        let unary_calls = Arc::new(AtomicUsize::new(0));
-        let peer = EchoPeer {
-            streams,
-            unary_calls: unary_calls.clone(),
-        };
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(RaftServiceServer::new(peer))
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
+        let (peer, addr) = StandIn::serve(streams).await;
         let mut factory = NetworkFactory {
             channels: PeerChannels::new(HashMap::new(), None),
             metrics: Arc::new(Metrics::default()),
         };
         (
             factory.new_client(2, &BasicNode::new(addr)).await,
-            unary_calls,
+            peer.append_calls,
         )
     }
 
