@@ -11,7 +11,7 @@ use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{AnyError, OptionalSend, RaftLogReader, StorageIOError, Vote};
@@ -21,6 +21,7 @@ use rocksdb::{
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::raft::error::StoreError;
+use crate::raft::log_tail::LogTail;
 use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 const CF_LOGS: &str = "logs";
@@ -51,6 +52,8 @@ pub struct LogStore {
     syncer: Arc<WalSyncer>,
     /// Whether this server leads, as last seen (see [`LogStore::set_leading`]).
     leading: Arc<AtomicBool>,
+    /// The newest entries, read without the disk.
+    tail: Arc<Mutex<LogTail>>,
 }
 
 impl LogStore {
@@ -74,6 +77,7 @@ impl LogStore {
         let store = Self {
             syncer: Arc::new(WalSyncer::start(db.clone())),
             leading: Arc::default(),
+            tail: Arc::default(),
             db,
         };
         store.check_identity(dir, identity)?;
@@ -187,9 +191,10 @@ impl LogStore {
         entries: impl IntoIterator<Item = Entry>,
         sync: bool,
     ) -> Result<(), Box<StorageIOError<NodeId>>> {
+        let entries: Vec<Entry> = entries.into_iter().collect();
         let mut batch = WriteBatch::default();
         let cf = self.cf(CF_LOGS);
-        for entry in entries {
+        for entry in &entries {
             let bytes = bincode::serialize(&entry).map_err(|e| {
                 Box::new(StorageIOError::write_log_entry(
                     entry.log_id,
@@ -200,7 +205,9 @@ impl LogStore {
         }
         self.db
             .write_opt(batch, &write_options(sync))
-            .map_err(|e| Box::new(StorageIOError::write_logs(AnyError::new(&e))))
+            .map_err(|e| Box::new(StorageIOError::write_logs(AnyError::new(&e))))?;
+        stampede_proto::lock(&self.tail).appended(entries);
+        Ok(())
     }
 }
 
@@ -288,6 +295,14 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => i + 1,
             Bound::Unbounded => 0,
         };
+        let end = match range.end_bound() {
+            Bound::Included(i) => Some(i.saturating_add(1)),
+            Bound::Excluded(i) => Some(*i),
+            Bound::Unbounded => None,
+        };
+        if let Some(entries) = stampede_proto::lock(&self.tail).get(start, end) {
+            return Ok(entries);
+        }
         let mut entries = Vec::new();
         let iter = self.db.iterator_cf(
             self.cf(CF_LOGS),
@@ -382,6 +397,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.db
             .write_opt(batch, &write_options(true))
             .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
+        stampede_proto::lock(&self.tail).truncated(log_id.index);
         Ok(())
     }
 
@@ -395,6 +411,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.db
             .write_opt(batch, &write_options(false))
             .map_err(|e| StorageIOError::write_logs(AnyError::new(&e)))?;
+        stampede_proto::lock(&self.tail).purged(log_id.index);
         Ok(())
     }
 }

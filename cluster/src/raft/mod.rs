@@ -11,6 +11,7 @@ pub mod error;
 pub mod forwarder;
 pub mod inbound;
 pub mod log_store;
+pub mod log_tail;
 pub mod metrics;
 pub mod network;
 pub mod proposer;
@@ -89,6 +90,11 @@ impl Command {
         }
         let entry = LogEntry::decode(&self.bytes[..])?;
         Ok(self.decoded.get_or_init(|| std::sync::Arc::new(entry)))
+    }
+
+    /// The length of its encoding.
+    pub fn encoded_len(&self) -> usize {
+        self.bytes.len()
     }
 
     /// The message type, the `type` label of raft entry metrics.
