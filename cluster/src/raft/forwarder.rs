@@ -108,22 +108,18 @@ impl Forwarder {
         if stampede_proto::lock(&self.unary).contains(&id) {
             return self.call(id, addr, request).await;
         }
+        let closed = || Status::unavailable("the forward stream to the leader closed");
         let ticket = request.ticket;
         let (tx, rx) = oneshot::channel();
         let open = self.stream(id, addr);
         match open.waiting().as_mut() {
             Some(w) => w.insert(ticket, tx),
-            None => {
-                return Err(Status::unavailable(
-                    "the forward stream to the leader closed",
-                ))
-            }
+            None => return Err(closed()),
         };
         let _waiter = Waiter {
             open: open.clone(),
             ticket,
         };
-        let closed = || Status::unavailable("the forward stream to the leader closed");
         if open.requests.send(request).is_err() {
             return Err(closed());
         }
