@@ -13,6 +13,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod alloc_sync;
+mod calls;
 pub mod metrics;
 mod node;
 pub mod profile;
@@ -152,6 +153,8 @@ pub enum Error {
 /// What every node of the fleet shares.
 pub(crate) struct Shared {
     client: ClusterClient,
+    /// The nodes' calls, on one stream per channel of `client`.
+    calls: Arc<calls::Calls>,
     profile: NodeProfile,
     metrics: Metrics,
     sync: Arc<AllocSync>,
@@ -214,11 +217,12 @@ impl Fleet {
                 .map(|slot| AtomicU32::new((slot % client.channel_count()) as u32))
                 .collect(),
         );
+        let calls = Arc::new(calls::Calls::new(client.clone()));
         let sync = AllocSync::new(
             opts.update_mode,
             indexes.len(),
             metrics.clone(),
-            update_sender(client.clone(), channels.clone()),
+            update_sender(calls.clone(), channels.clone()),
         );
         let id_prefix = opts.id_prefix.clone().unwrap_or_else(|| {
             let run: u32 = rand::random();
@@ -226,6 +230,7 @@ impl Fleet {
         });
         let shared = Arc::new(Shared {
             client,
+            calls,
             profile: NodeProfile {
                 id_prefix,
                 datacenters: opts.datacenters.clone(),
@@ -306,12 +311,12 @@ impl Fleet {
 }
 
 /// Sends one node's batch on that node's current channel.
-fn update_sender(client: ClusterClient, channels: Arc<Vec<AtomicU32>>) -> SendBatch {
+fn update_sender(calls: Arc<calls::Calls>, channels: Arc<Vec<AtomicU32>>) -> SendBatch {
     Arc::new(move |slot, allocs| {
         let channel = channels[slot as usize].load(Ordering::Relaxed) as usize;
-        let mut nodes = client.nodes_on(channel);
+        let calls = calls.clone();
         Box::pin(async move {
-            let call = nodes.update_alloc(NodeUpdateAllocRequest { allocs });
+            let call = calls.update_alloc(channel, NodeUpdateAllocRequest { allocs });
             match tokio::time::timeout(node::RPC_TIMEOUT, call).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(s)) => Err(s.message().to_string()),

@@ -11,8 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use stampede_proto::client::{retryable, Transport};
-use stampede_proto::node_service_client::NodeServiceClient;
+use stampede_proto::client::retryable;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, AllocsGetRequest, NodeClientAllocsRequest,
     NodeRegisterRequest, NodeStatus, NodeUpdateStatusRequest, QueryOptions,
@@ -77,10 +76,9 @@ impl SimNode {
         }
     }
 
-    fn client(&self) -> NodeServiceClient<Transport> {
-        self.shared
-            .client
-            .nodes_on(self.shared.channel_of(self.slot))
+    /// The channel this node's calls go on.
+    fn channel(&self) -> usize {
+        self.shared.channel_of(self.slot)
     }
 
     /// Moves this node to the next server (another connection).
@@ -107,8 +105,8 @@ impl SimNode {
             let req = NodeRegisterRequest {
                 node: Some(self.shared.profile.node(self.index)),
             };
-            let mut client = self.client();
-            let result = timed(Box::pin(client.register(req))).await;
+            let calls = &self.shared.calls;
+            let result = timed(Box::pin(calls.register(self.channel(), req))).await;
             drop(permit);
             match result {
                 Ok(_) => {
@@ -138,8 +136,8 @@ impl SimNode {
                 status: NodeStatus::Ready as i32,
             };
             let started = Instant::now();
-            let mut client = self.client();
-            match timed(Box::pin(client.update_status(req))).await {
+            let calls = &self.shared.calls;
+            match timed(Box::pin(calls.update_status(self.channel(), req))).await {
                 Ok(reply) => {
                     m.heartbeat_seconds.observe(started.elapsed().as_secs_f64());
                     m.set_node_state(Some(*state), NodeState::Ready);
@@ -147,8 +145,8 @@ impl SimNode {
                     backoff = Backoff(0);
                     // Somewhere in the first half to three quarters of the
                     // TTL, so the fleet's heartbeats spread out.
-                    let ttl = Duration::from_millis(reply.into_inner().heartbeat_ttl_ms)
-                        .max(Duration::from_secs(1));
+                    let ttl =
+                        Duration::from_millis(reply.heartbeat_ttl_ms).max(Duration::from_secs(1));
                     let at = rand::thread_rng().gen_range(0.5..0.75);
                     tokio::time::sleep(ttl.mul_f64(at)).await;
                 }
@@ -189,10 +187,11 @@ impl SimNode {
                 with_changed: true,
             };
             let started = Instant::now();
-            let mut client = self.client();
-            let call = Box::pin(client.get_client_allocs(req));
+            let channel = self.channel();
+            let calls = &self.shared.calls;
+            let call = Box::pin(calls.get_client_allocs(channel, req));
             let reply = match tokio::time::timeout(wait + RPC_TIMEOUT, call).await {
-                Ok(Ok(r)) => r.into_inner(),
+                Ok(Ok(r)) => r,
                 failed => {
                     observe(m, "error", started);
                     m.error("allocs_query");
@@ -246,9 +245,9 @@ impl SimNode {
                         source: SOURCE.label().into(),
                     }),
                 };
-                match timed(Box::pin(client.get_allocs(req))).await {
+                match timed(Box::pin(calls.get_allocs(channel, req))).await {
                     Ok(r) => {
-                        for a in r.into_inner().allocs {
+                        for a in r.allocs {
                             self.apply(&mut known, a);
                         }
                     }

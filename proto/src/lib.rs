@@ -84,6 +84,7 @@ macro_rules! sized {
 }
 
 pub mod acl;
+pub mod call_stream;
 pub mod client;
 pub mod codec;
 mod labels;

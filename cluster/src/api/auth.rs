@@ -5,7 +5,7 @@
 //! | calls | roles | token scope |
 //! | --- | --- | --- |
 //! | raft, `Forward`, evaluation dequeue/ack/nack/update, plans | server | – |
-//! | node agent calls (register, status, allocations) | client, server | write (read for `GetClientAllocs`) |
+//! | node agent calls (register, status, allocations, `CallStream`) | client, server | write (read for `GetClientAllocs`) |
 //! | jobs, nodes, evaluations, deployments: reads | any | read |
 //! | jobs: register, deregister | any | write |
 //! | HTTP `/metrics`, `/v1/status` | any | – |
@@ -78,7 +78,9 @@ pub fn grpc_need(path: &str) -> Need {
         ("JobService", "Get" | "List" | "Allocations" | "Evaluations" | "Summary") => {
             Need::Anyone(Scope::Read)
         }
-        ("NodeService", "Register" | "UpdateStatus" | "UpdateAlloc") => Need::Agents(Scope::Write),
+        ("NodeService", "Register" | "UpdateStatus" | "UpdateAlloc" | "CallStream") => {
+            Need::Agents(Scope::Write)
+        }
         ("NodeService", "GetClientAllocs") => Need::Agents(Scope::Read),
         ("NodeService", "Get" | "List" | "GetAllocs") => Need::Anyone(Scope::Read),
         ("EvalService", "Get") => Need::Anyone(Scope::Read),

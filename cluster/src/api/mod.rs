@@ -11,6 +11,7 @@
 //! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
 
 pub mod auth;
+pub mod call_stream;
 pub mod http;
 pub mod peer;
 pub mod public;

@@ -9,21 +9,19 @@
 //! naming the field before openraft sees it, and a forwarded write is
 //! validated as if its client had called this server.
 
-use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use futures::stream::FuturesUnordered;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_server::RaftService;
 use stampede_proto::{
-    forward_answer, ForwardAnswer, ForwardRefusal, ForwardReply, ForwardRequest, RaftPayload,
+    forward_answer, ForwardAnswer, ForwardReply, ForwardRequest, RaftPayload, Refusal,
 };
 use tonic::{Request, Response, Status, Streaming};
 
+use super::call_stream::{Answers, Call};
 use super::Reply;
 use crate::raft::inbound::{self, Implausible};
 use crate::raft::metrics::Metrics;
@@ -163,15 +161,37 @@ impl RaftService for PeerApi {
 
     type ForwardStreamStream = ForwardAnswers;
 
+    /// Each write is proposed as soon as it is read, so the writes of one
+    /// stream are gathered into shared entries as concurrent calls would be.
     async fn forward_stream(
         &self,
         req: Request<Streaming<ForwardRequest>>,
     ) -> Reply<ForwardAnswers> {
-        Ok(Response::new(ForwardAnswers {
-            requests: Some(req.into_inner()),
-            writes: FuturesUnordered::new(),
-            api: self.clone(),
-        }))
+        let api = self.clone();
+        let start = move |req: ForwardRequest| -> Result<Call<ForwardAnswer>, Status> {
+            if req.ticket == 0 {
+                return Err(Status::invalid_argument(
+                    "ticket: is required on a forward stream",
+                ));
+            }
+            let api = api.clone();
+            Ok(Box::pin(async move {
+                let ticket = req.ticket;
+                let outcome = match api.forward_one(req).await {
+                    Ok(written) => forward_answer::Outcome::Written(written),
+                    Err(status) => forward_answer::Outcome::Refused(Refusal::from(&status)),
+                };
+                ForwardAnswer {
+                    ticket,
+                    outcome: Some(outcome),
+                }
+            }))
+        };
+        Ok(Response::new(Answers::new(
+            req.into_inner(),
+            FORWARD_STREAM_WRITES,
+            Box::new(start),
+        )))
     }
 }
 
@@ -194,65 +214,5 @@ impl PeerApi {
 /// stream is not read (and HTTP/2 flow control holds the sender back).
 const FORWARD_STREAM_WRITES: usize = 4096;
 
-type ForwardWrite = Pin<Box<dyn Future<Output = ForwardAnswer> + Send>>;
-
-/// The answers on a forward stream: each request is proposed as soon as it
-/// is read, and its answer goes out when it finishes, so the writes of one
-/// stream are gathered into shared entries as concurrent calls would be.
-/// It all runs on the task that sends the answers: no task per write, no
-/// channel between.
-pub struct ForwardAnswers {
-    /// `None` once the sender has closed its side (or broken it): the
-    /// writes in progress are still answered, then the stream ends.
-    requests: Option<Streaming<ForwardRequest>>,
-    writes: FuturesUnordered<ForwardWrite>,
-    api: PeerApi,
-}
-
-impl Stream for ForwardAnswers {
-    type Item = Result<ForwardAnswer, Status>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = &mut *self;
-        while this.writes.len() < FORWARD_STREAM_WRITES {
-            let Some(requests) = this.requests.as_mut() else {
-                break;
-            };
-            match requests.poll_next_unpin(cx) {
-                Poll::Ready(Some(Ok(req))) if req.ticket == 0 => {
-                    this.requests = None;
-                    this.writes.clear();
-                    return Poll::Ready(Some(Err(Status::invalid_argument(
-                        "ticket: is required on a forward stream",
-                    ))));
-                }
-                Poll::Ready(Some(Ok(req))) => {
-                    let api = this.api.clone();
-                    this.writes.push(Box::pin(async move {
-                        let ticket = req.ticket;
-                        let outcome = match api.forward_one(req).await {
-                            Ok(written) => forward_answer::Outcome::Written(written),
-                            Err(status) => forward_answer::Outcome::Refused(ForwardRefusal {
-                                code: status.code() as i32,
-                                message: status.message().to_string(),
-                            }),
-                        };
-                        ForwardAnswer {
-                            ticket,
-                            outcome: Some(outcome),
-                        }
-                    }));
-                }
-                // The sender is gone or its side broke: nothing more to read.
-                Poll::Ready(Some(Err(_)) | None) => this.requests = None,
-                Poll::Pending => break,
-            }
-        }
-        match this.writes.poll_next_unpin(cx) {
-            Poll::Ready(Some(answer)) => Poll::Ready(Some(Ok(answer))),
-            Poll::Ready(None) if this.requests.is_none() => Poll::Ready(None),
-            // No write in progress: the requests' waker is registered.
-            Poll::Ready(None) | Poll::Pending => Poll::Pending,
-        }
-    }
-}
+/// The answers on a forward stream.
+pub type ForwardAnswers = Answers<ForwardRequest, ForwardAnswer>;

@@ -7,8 +7,9 @@ use stampede_proto::deployment_service_server::DeploymentService;
 use stampede_proto::job_service_server::JobService;
 use stampede_proto::node_service_server::NodeService;
 use stampede_proto::*;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
+use super::call_stream::{Answers, Call};
 use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
 use crate::model::validate::{self, quote};
@@ -19,12 +20,7 @@ use crate::state::{State, WatchKey};
 #[tonic::async_trait]
 impl NodeService for Api {
     async fn register(&self, req: Request<NodeRegisterRequest>) -> Reply<WriteReply> {
-        let written = self
-            .write(ClientWrite::NodeRegister(req.into_inner()))
-            .await?;
-        Ok(Response::new(WriteReply {
-            index: written.index,
-        }))
+        Ok(Response::new(self.register_node(req.into_inner()).await?))
     }
 
     async fn get(&self, req: Request<NodeGetRequest>) -> Reply<NodeGetReply> {
@@ -69,7 +65,93 @@ impl NodeService for Api {
         &self,
         req: Request<NodeClientAllocsRequest>,
     ) -> Reply<NodeClientAllocsReply> {
-        let req = req.into_inner();
+        Ok(Response::new(self.client_allocs(req.into_inner()).await?))
+    }
+
+    async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
+        Ok(Response::new(self.allocs(req.into_inner()).await?))
+    }
+
+    async fn update_alloc(&self, req: Request<NodeUpdateAllocRequest>) -> Reply<WriteReply> {
+        let fwd = is_forwarded(&req);
+        let index = self.calls.update_alloc(req.into_inner(), fwd).await?;
+        Ok(Response::new(WriteReply { index }))
+    }
+
+    type CallStreamStream = Answers<NodeCall, NodeAnswer>;
+
+    /// Each call is started as soon as it is read and served as the call of
+    /// its own would be; a refused one is answered and the stream goes on.
+    async fn call_stream(
+        &self,
+        req: Request<Streaming<NodeCall>>,
+    ) -> Reply<Answers<NodeCall, NodeAnswer>> {
+        let api = self.clone();
+        let start = move |call: NodeCall| -> Result<Call<NodeAnswer>, Status> {
+            if call.ticket == 0 {
+                return Err(Status::invalid_argument(
+                    "ticket: is required on a call stream",
+                ));
+            }
+            let api = api.clone();
+            Ok(Box::pin(async move {
+                let reply = match api.node_call(call.request).await {
+                    Ok(reply) => reply,
+                    Err(status) => node_answer::Reply::Refused(Refusal::from(&status)),
+                };
+                NodeAnswer {
+                    ticket: call.ticket,
+                    reply: Some(reply),
+                }
+            }))
+        };
+        Ok(Response::new(Answers::new(
+            req.into_inner(),
+            NODE_STREAM_CALLS,
+            Box::new(start),
+        )))
+    }
+}
+
+/// Most calls of one node call stream in progress at once. Every node keeps
+/// a blocking query in flight, so this is a fleet's worth of nodes on one
+/// stream (nodesim spreads its nodes over a few streams per server).
+const NODE_STREAM_CALLS: usize = 65_536;
+
+impl Api {
+    /// A node's call on a call stream, served as the call of its own is.
+    async fn node_call(
+        &self,
+        request: Option<node_call::Request>,
+    ) -> Result<node_answer::Reply, Status> {
+        use node_answer::Reply as R;
+        use node_call::Request as Q;
+        Ok(match request {
+            Some(Q::Register(req)) => R::Written(self.register_node(req).await?),
+            Some(Q::UpdateStatus(req)) => {
+                R::UpdateStatus(self.calls.update_status(req, false).await?)
+            }
+            Some(Q::GetClientAllocs(req)) => R::GetClientAllocs(self.client_allocs(req).await?),
+            Some(Q::GetAllocs(req)) => R::GetAllocs(self.allocs(req).await?),
+            Some(Q::UpdateAlloc(req)) => R::Written(WriteReply {
+                index: self.calls.update_alloc(req, false).await?,
+            }),
+            None => return Err(Status::invalid_argument("request: is required")),
+        })
+    }
+
+    async fn register_node(&self, req: NodeRegisterRequest) -> Result<WriteReply, Status> {
+        let written = self.write(ClientWrite::NodeRegister(req)).await?;
+        Ok(WriteReply {
+            index: written.index,
+        })
+    }
+
+    /// `GetClientAllocs`: a blocking query on one node's allocations.
+    async fn client_allocs(
+        &self,
+        req: NodeClientAllocsRequest,
+    ) -> Result<NodeClientAllocsReply, Status> {
         validate::id("node_id", &req.node_id)?;
         if self.store.snapshot().node(&req.node_id).is_none() {
             return Err(Status::not_found(format!(
@@ -103,15 +185,16 @@ impl NodeService for Api {
                 },
             )
             .await;
-        Ok(Response::new(NodeClientAllocsReply {
+        Ok(NodeClientAllocsReply {
             allocs,
             index,
             changed,
-        }))
+        })
     }
 
-    async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
-        let req = req.into_inner();
+    /// `GetAllocs`: allocations by id, once this server has caught up with
+    /// the index the caller saw.
+    async fn allocs(&self, req: AllocsGetRequest) -> Result<AllocationsReply, Status> {
         for (i, id) in req.alloc_ids.iter().enumerate() {
             validate::id(&format!("alloc_ids[{i}]"), id)?;
         }
@@ -131,16 +214,10 @@ impl NodeService for Api {
             .filter_map(|id| state.alloc(id))
             .map(|a| Allocation::clone(&a))
             .collect();
-        Ok(Response::new(AllocationsReply {
+        Ok(AllocationsReply {
             allocs,
             index: state.indexes().allocs,
-        }))
-    }
-
-    async fn update_alloc(&self, req: Request<NodeUpdateAllocRequest>) -> Reply<WriteReply> {
-        let fwd = is_forwarded(&req);
-        let index = self.calls.update_alloc(req.into_inner(), fwd).await?;
-        Ok(Response::new(WriteReply { index }))
+        })
     }
 }
 

@@ -13,9 +13,8 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use stampede_proto::call_stream::CallStream;
 use stampede_proto::{forward_answer, ForwardAnswer, ForwardReply, ForwardRequest};
-use tokio::sync::{mpsc, oneshot};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status};
 
 use crate::raft::network::PeerChannels;
@@ -23,72 +22,15 @@ use crate::raft::NodeId;
 
 type Answer = Result<ForwardReply, Status>;
 
+type ForwardStream = CallStream<ForwardRequest, ForwardAnswer>;
+
 /// Sends forwarded writes to the leader. Cheap to clone.
 #[derive(Clone)]
 pub struct Forwarder {
     channels: PeerChannels,
-    streams: Arc<Mutex<HashMap<NodeId, Arc<Open>>>>,
+    streams: Arc<Mutex<HashMap<NodeId, Arc<ForwardStream>>>>,
     /// Leaders that answered the stream with `Unimplemented`.
     unary: Arc<Mutex<HashSet<NodeId>>>,
-}
-
-/// One open stream: where requests go, and who waits for which ticket.
-struct Open {
-    requests: mpsc::UnboundedSender<ForwardRequest>,
-    /// `None` once the stream has ended: no one may wait on it any more.
-    waiting: Mutex<Option<HashMap<u64, oneshot::Sender<Answer>>>>,
-}
-
-impl Open {
-    fn waiting(&self) -> std::sync::MutexGuard<'_, Option<HashMap<u64, oneshot::Sender<Answer>>>> {
-        stampede_proto::lock(&self.waiting)
-    }
-
-    /// The answer for `ticket` arrived.
-    fn answered(&self, answer: ForwardAnswer) {
-        let Some(tx) = self
-            .waiting()
-            .as_mut()
-            .and_then(|w| w.remove(&answer.ticket))
-        else {
-            // Its writer gave up (timed out, or the write was applied here
-            // and the waiter dropped first).
-            return;
-        };
-        let _ = tx.send(match answer.outcome {
-            Some(forward_answer::Outcome::Written(reply)) => Ok(reply),
-            Some(forward_answer::Outcome::Refused(r)) => {
-                Err(Status::new(Code::from(r.code), r.message))
-            }
-            None => Err(Status::internal(
-                "the leader answered a forwarded write with neither an outcome nor a refusal",
-            )),
-        });
-    }
-
-    /// The stream ended with `status`: every write still waiting gets it,
-    /// and no write waits on this stream again.
-    fn end(&self, status: Status) {
-        let waiting = self.waiting().take().unwrap_or_default();
-        for (_, tx) in waiting {
-            let _ = tx.send(Err(status.clone()));
-        }
-    }
-}
-
-/// Removes its ticket from the stream when the write stops waiting, however
-/// it stops.
-struct Waiter {
-    open: Arc<Open>,
-    ticket: u64,
-}
-
-impl Drop for Waiter {
-    fn drop(&mut self) {
-        if let Some(w) = self.open.waiting().as_mut() {
-            w.remove(&self.ticket);
-        }
-    }
 }
 
 impl Forwarder {
@@ -108,23 +50,9 @@ impl Forwarder {
         if stampede_proto::lock(&self.unary).contains(&id) {
             return self.call(id, addr, request).await;
         }
-        let closed = || Status::unavailable("the forward stream to the leader closed");
-        let ticket = request.ticket;
-        let (tx, rx) = oneshot::channel();
-        let open = self.stream(id, addr);
-        match open.waiting().as_mut() {
-            Some(w) => w.insert(ticket, tx),
-            None => return Err(closed()),
-        };
-        let _waiter = Waiter {
-            open: open.clone(),
-            ticket,
-        };
-        if open.requests.send(request).is_err() {
-            return Err(closed());
-        }
-        match rx.await {
-            Ok(Err(status)) if status.code() == Code::Unimplemented => {
+        let stream = self.stream(id, addr);
+        match stream.call(request.ticket, request).await {
+            Err(status) if status.code() == Code::Unimplemented => {
                 // The proposer tries again, with a call this time.
                 stampede_proto::lock(&self.unary).insert(id);
                 tracing::info!(
@@ -135,8 +63,14 @@ impl Forwarder {
                     "the leader has no forward stream; the write goes again as a call",
                 ))
             }
-            Ok(answer) => answer,
-            Err(_) => Err(closed()),
+            Err(status) => Err(status),
+            Ok(answer) => match answer.outcome {
+                Some(forward_answer::Outcome::Written(reply)) => Ok(reply),
+                Some(forward_answer::Outcome::Refused(r)) => Err(r.into()),
+                None => Err(Status::internal(
+                    "the leader answered a forwarded write with neither an outcome nor a refusal",
+                )),
+            },
         }
     }
 
@@ -148,44 +82,16 @@ impl Forwarder {
 
     /// The open stream to server `id`, opened now if there is none or the
     /// last one ended.
-    fn stream(&self, id: NodeId, addr: &str) -> Arc<Open> {
+    fn stream(&self, id: NodeId, addr: &str) -> Arc<ForwardStream> {
         let mut streams = stampede_proto::lock(&self.streams);
-        if let Some(open) = streams.get(&id) {
-            if open.waiting().is_some() && !open.requests.is_closed() {
-                return open.clone();
-            }
+        if let Some(open) = streams.get(&id).filter(|s| s.is_open()) {
+            return open.clone();
         }
-        let (requests, rx) = mpsc::unbounded_channel();
-        let open = Arc::new(Open {
-            requests,
-            waiting: Mutex::new(Some(HashMap::new())),
+        let mut client = self.channels.raft_client(id, addr);
+        let open = CallStream::open("the forward stream to the leader", |requests| async move {
+            client.forward_stream(requests).await
         });
         streams.insert(id, open.clone());
-        let mut client = self.channels.raft_client(id, addr);
-        let reader = open.clone();
-        // Requests sent before the leader's headers arrive wait in the
-        // channel and go out with the call.
-        tokio::spawn(async move {
-            let status = match client
-                .forward_stream(UnboundedReceiverStream::new(rx))
-                .await
-            {
-                Err(status) => status,
-                Ok(answers) => {
-                    let mut answers = answers.into_inner();
-                    loop {
-                        match answers.message().await {
-                            Ok(Some(answer)) => reader.answered(answer),
-                            Ok(None) => {
-                                break Status::unavailable("the leader ended the forward stream")
-                            }
-                            Err(status) => break status,
-                        }
-                    }
-                }
-            };
-            reader.end(status);
-        });
         open
     }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use stampede_proto::raft_service_server::{RaftService, RaftServiceServer};
 use stampede_proto::{
-    forward_answer, ForwardAnswer, ForwardRefusal, ForwardReply, ForwardRequest, RaftPayload,
+    forward_answer, ForwardAnswer, ForwardReply, ForwardRequest, RaftPayload, Refusal,
 };
 use tonic::{Code, Request, Response, Status, Streaming};
 
@@ -76,7 +76,7 @@ async fn answer(request: Result<ForwardRequest, Status>) -> Result<ForwardAnswer
         }
         2 => Ok(ForwardAnswer {
             ticket,
-            outcome: Some(forward_answer::Outcome::Refused(ForwardRefusal {
+            outcome: Some(forward_answer::Outcome::Refused(Refusal {
                 code: Code::NotFound as i32,
                 message: "job_id: no such job".into(),
             })),
