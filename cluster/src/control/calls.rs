@@ -282,7 +282,10 @@ impl LeaderCalls {
             // every tree node it touches (and this call free the old ones).
             let state = self.0.ctx.store.snapshot();
             for (i, a) in req.allocs.iter().enumerate() {
-                validate::alloc_update(&format!("allocs[{i}]"), a)?;
+                // The position is written out only for an error.
+                if validate::alloc_update("allocs", a).is_err() {
+                    validate::alloc_update(&format!("allocs[{i}]"), a)?;
+                }
                 if state.alloc(&a.id).is_none() {
                     return Err(ControlError::NotFound(format!(
                         "allocs[{i}].id: no allocation {:?}",

@@ -96,10 +96,11 @@ pub fn id(field: &str, value: &str) -> Result<(), InvalidField> {
             ),
         ));
     }
-    if let Some(c) = value
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || "-_.:".contains(*c)))
-    {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':');
+    if value.bytes().all(|b| allowed(b as char)) {
+        return Ok(());
+    }
+    if let Some(c) = value.chars().find(|c| !allowed(*c)) {
         return Err(InvalidField::new(
             field,
             format!("contains {c:?}; only letters, digits and -_.: are allowed"),
@@ -441,30 +442,26 @@ fn update_strategy(path: &str, update: &UpdateStrategy, count: u32) -> Result<()
 /// A client's update of one allocation (`NodeService.UpdateAlloc`): its id
 /// and the client-side fields, the only ones the server takes from it.
 pub fn alloc_update(path: &str, a: &Allocation) -> Result<(), InvalidField> {
-    id(&format!("{path}.id"), &a.id)?;
+    // Every update a client sends passes here: a field's name is only
+    // written out for the error that names it.
+    let at = |field: &'static str| {
+        move |e: InvalidField| InvalidField::new(format!("{path}.{field}"), e.reason)
+    };
+    id("", &a.id).map_err(at("id"))?;
     one_of(
-        &format!("{path}.client_status"),
+        "",
         a.client_status,
         &CLIENT_STATUSES[1..],
         "PENDING, RUNNING, COMPLETE, FAILED or LOST",
-    )?;
-    text(
-        &format!("{path}.client_description"),
-        &a.client_description,
-        MAX_TEXT_LEN,
-    )?;
-    at_most(
-        &format!("{path}.task_states"),
-        a.task_states.len(),
-        MAX_MAP_ENTRIES,
-    )?;
+    )
+    .map_err(at("client_status"))?;
+    text("", &a.client_description, MAX_TEXT_LEN).map_err(at("client_description"))?;
+    at_most("", a.task_states.len(), MAX_MAP_ENTRIES).map_err(at("task_states"))?;
     for (name, state) in &a.task_states {
-        id(&format!("{path}.task_states key"), name)?;
-        text(
-            &format!("{path}.task_states[{name}].state"),
-            &state.state,
-            MAX_ID_LEN,
-        )?;
+        id("", name).map_err(at("task_states key"))?;
+        text("", &state.state, MAX_ID_LEN).map_err(|e| {
+            InvalidField::new(format!("{path}.task_states[{name}].state"), e.reason)
+        })?;
     }
     Ok(())
 }

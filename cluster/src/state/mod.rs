@@ -135,6 +135,16 @@ fn summary_key(a: &Allocation) -> (u64, i32, i32) {
     (a.job_version, a.desired_status, a.client_status)
 }
 
+/// Sets `key`'s value in `map`, making a key only for a new row.
+fn set_or_insert(map: &mut OrdMap<Id, u64>, key: &str, value: u64) {
+    match map.get_mut(key) {
+        Some(v) => *v = value,
+        None => {
+            map.insert(Id::from(key), value);
+        }
+    }
+}
+
 /// A row's id as the tables key it. Writing a row copies the tree nodes on
 /// its path that a snapshot still shares, each with up to 64 keys: with
 /// `String` keys every copy allocated and copied each key, and dropping the
@@ -440,21 +450,27 @@ impl State {
         at_ms: u64,
         changes: &mut Changes,
     ) {
-        let Some((id, old)) = self.alloc_with_key(&update.id) else {
+        // Found and replaced in one walk down the table: most writes are
+        // clients' reports.
+        let Some((id, slot)) = self.allocs.get_key_value_mut(update.id.as_str()) else {
             return;
         };
-        let new = Allocation {
+        let old = slot.clone();
+        let new = Arc::new(Allocation {
             client_status: update.client_status,
             client_description: update.client_description.clone(),
             task_states: update.task_states.clone(),
             healthy: update.healthy.or(old.healthy),
             modify_time_ms: at_ms,
+            modify_index: index,
             ..Allocation::clone(&old)
-        };
+        });
+        *slot = new.clone();
+        let id = id.clone();
         if !alloc_terminal(&old) && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
         }
-        self.put_alloc(index, new, Some((id, old)), changes);
+        self.index_alloc(index, id, &new, Some(&old), changes);
     }
 
     /// The stored allocation `id` with the table's key for it, which a
@@ -479,58 +495,84 @@ impl State {
             Some((id, old)) => (id, Some(old)),
             None => (Id::from(alloc.id.as_str()), None),
         };
-        let (node, job) = (
-            Id::from(alloc.node_id.as_str()),
-            Id::from(alloc.job_id.as_str()),
-        );
+        let alloc = Arc::new(alloc);
+        self.allocs.insert(id.clone(), alloc.clone());
+        self.index_alloc(index, id, &alloc, old.as_deref(), changes);
+    }
+
+    /// Brings the tables kept beside `allocs` up to `alloc`, just stored
+    /// there at `index` in place of `old`. Keys are made only for rows
+    /// that are new: looking one up costs less than allocating it.
+    fn index_alloc(
+        &mut self,
+        index: u64,
+        id: Id,
+        alloc: &Arc<Allocation>,
+        old: Option<&Allocation>,
+        changes: &mut Changes,
+    ) {
         // An update of an allocation already indexed under its node and job
         // (the common case: a client reporting) leaves the job's id set
         // alone; the node's index holds the allocation, so it takes the new one.
-        let indexed = old
-            .as_ref()
-            .is_some_and(|o| o.node_id == alloc.node_id && o.job_id == alloc.job_id);
+        let indexed = old.is_some_and(|o| o.node_id == alloc.node_id && o.job_id == alloc.job_id);
         if !indexed {
             self.allocs_by_job
-                .entry(job.clone())
+                .entry(Id::from(alloc.job_id.as_str()))
                 .or_default()
                 .insert(id.clone());
         }
-        if let Some(o) = &old {
-            self.uncount(o);
-        }
-        self.count(&alloc);
+        self.recount(old, alloc);
         // A node's query answers with its allocations' ids and server-side
         // versions only, so a client's own report (which changes neither)
         // does not wake it: Nomad's clients wake on it and find nothing to
         // fetch, one round trip per update for nothing.
-        let node_sees = !indexed
-            || old
-                .as_ref()
-                .is_some_and(|o| o.alloc_modify_index != alloc.alloc_modify_index);
+        let node_sees =
+            !indexed || old.is_some_and(|o| o.alloc_modify_index != alloc.alloc_modify_index);
         if node_sees {
-            self.node_alloc_index.insert(node.clone(), index);
+            set_or_insert(&mut self.node_alloc_index, &alloc.node_id, index);
             changes
                 .keys
                 .push(WatchKey::NodeAllocs(alloc.node_id.clone()));
         }
-        self.job_alloc_index.insert(job, index);
+        set_or_insert(&mut self.job_alloc_index, &alloc.job_id, index);
         changes.keys.push(WatchKey::JobAllocs(alloc.job_id.clone()));
-        let alloc = Arc::new(alloc);
-        self.allocs_by_node
-            .entry(node)
-            .or_default()
-            .insert(id.clone(), alloc.clone());
-        self.allocs.insert(id, alloc);
+        match self.allocs_by_node.get_mut(alloc.node_id.as_str()) {
+            Some(on_node) => {
+                on_node.insert(id, alloc.clone());
+            }
+            None => {
+                self.allocs_by_node.insert(
+                    Id::from(alloc.node_id.as_str()),
+                    OrdMap::unit(id, alloc.clone()),
+                );
+            }
+        }
         self.indexes.allocs = index;
+    }
+
+    /// Moves `new` from where `old` was counted in its job's summary; a
+    /// report that changes neither version nor status moves nothing.
+    fn recount(&mut self, old: Option<&Allocation>, new: &Allocation) {
+        if let Some(o) = old {
+            if o.job_id == new.job_id && summary_key(o) == summary_key(new) {
+                return;
+            }
+            self.uncount(o);
+        }
+        self.count(new);
     }
 
     /// Counts `alloc` in its job's summary.
     fn count(&mut self, alloc: &Allocation) {
-        let counts = self
-            .job_summaries
-            .entry(Id::from(alloc.job_id.as_str()))
-            .or_default();
-        *Arc::make_mut(counts).entry(summary_key(alloc)).or_default() += 1;
+        let key = summary_key(alloc);
+        match self.job_summaries.get_mut(alloc.job_id.as_str()) {
+            Some(counts) => *Arc::make_mut(counts).entry(key).or_default() += 1,
+            None => {
+                let counts = Arc::new(AllocCounts::from([(key, 1)]));
+                self.job_summaries
+                    .insert(Id::from(alloc.job_id.as_str()), counts);
+            }
+        }
     }
 
     /// Takes `alloc` out of its job's summary.
