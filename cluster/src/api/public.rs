@@ -166,25 +166,27 @@ impl Api {
         } else {
             u64::MAX
         };
-        let ((allocs, changed), index) = self
+        // The query keeps the state it answers from (a copy costs a few
+        // counts), and the answer is built from it once: a query parked
+        // and woken looks at the state two or three times.
+        let (state, index) = self
             .query(
                 req.query.as_ref(),
                 &[WatchKey::NodeAllocs(node.clone())],
-                |s| {
-                    let mine = s.node_allocs(&node);
-                    let allocs = mine
-                        .iter()
-                        .map(|a| (a.id.clone(), a.alloc_modify_index))
-                        .collect();
-                    let changed = mine
-                        .iter()
-                        .filter(|a| a.alloc_modify_index > since)
-                        .map(|a| Allocation::clone(a))
-                        .collect();
-                    ((allocs, changed), s.node_alloc_index(&node).max(1))
-                },
+                |s| (s.clone(), s.node_alloc_index(&node).max(1)),
             )
             .await;
+        let mine = state.node_allocs(&node);
+        drop(state);
+        let allocs = mine
+            .iter()
+            .map(|a| (a.id.clone(), a.alloc_modify_index))
+            .collect();
+        let changed = mine
+            .iter()
+            .filter(|a| a.alloc_modify_index > since)
+            .map(|a| Allocation::clone(a))
+            .collect();
         Ok(NodeClientAllocsReply {
             allocs,
             index,
