@@ -414,6 +414,17 @@ mod tests {
             .is_ok());
         let server = peer(Some(Role::Server));
         assert!(g.check(hb, grpc_need(hb), Some(&server), None).is_ok());
+        // The stream of node calls needs what the writes among them need.
+        let calls = "/stampede.v1.NodeService/CallStream";
+        assert_eq!(grpc_need(calls), Need::Agents(Scope::Write));
+        let e = g
+            .check(calls, grpc_need(calls), Some(&client), Some(&read))
+            .unwrap_err();
+        assert!(e.to_string().contains("write scope"), "{e}");
+        let e = g
+            .check(calls, grpc_need(calls), Some(&op), Some(&write))
+            .unwrap_err();
+        assert!(matches!(e, Denied::Role { .. }));
 
         // HTTP admin calls need a server certificate and the management token.
         let put = http_need(&axum::http::Method::PUT, "/v1/workers");
