@@ -10,6 +10,9 @@
 //! it ended with, or `Unavailable` when it just closed; its owner opens a
 //! new one for the next call ([`CallStream::is_open`]).
 
+// tonic calls return `Result<_, tonic::Status>`, a large error type.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -18,7 +18,7 @@ pub type Call<A> = Pin<Box<dyn Future<Output = A> + Send>>;
 
 /// Starts a call from its request, or refuses the request with the status
 /// that ends the stream (a request whose answer could not be named).
-pub type Start<R, A> = Box<dyn FnMut(R) -> Result<Call<A>, Status> + Send>;
+pub type Start<R, A> = Box<dyn FnMut(R) -> Result<Call<A>, Box<Status>> + Send>;
 
 /// The answers on one stream of calls.
 pub struct Answers<R, A> {
@@ -58,7 +58,7 @@ impl<R, A> Stream for Answers<R, A> {
                     Err(status) => {
                         this.requests = None;
                         this.calls.clear();
-                        return Poll::Ready(Some(Err(status)));
+                        return Poll::Ready(Some(Err(*status)));
                     }
                 },
                 // The caller is gone or its side broke: nothing more to read.

@@ -168,11 +168,11 @@ impl RaftService for PeerApi {
         req: Request<Streaming<ForwardRequest>>,
     ) -> Reply<ForwardAnswers> {
         let api = self.clone();
-        let start = move |req: ForwardRequest| -> Result<Call<ForwardAnswer>, Status> {
+        let start = move |req: ForwardRequest| -> Result<Call<ForwardAnswer>, Box<Status>> {
             if req.ticket == 0 {
-                return Err(Status::invalid_argument(
+                return Err(Box::new(Status::invalid_argument(
                     "ticket: is required on a forward stream",
-                ));
+                )));
             }
             let api = api.clone();
             Ok(Box::pin(async move {

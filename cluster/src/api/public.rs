@@ -87,11 +87,11 @@ impl NodeService for Api {
         req: Request<Streaming<NodeCall>>,
     ) -> Reply<Answers<NodeCall, NodeAnswer>> {
         let api = self.clone();
-        let start = move |call: NodeCall| -> Result<Call<NodeAnswer>, Status> {
+        let start = move |call: NodeCall| -> Result<Call<NodeAnswer>, Box<Status>> {
             if call.ticket == 0 {
-                return Err(Status::invalid_argument(
+                return Err(Box::new(Status::invalid_argument(
                     "ticket: is required on a call stream",
-                ));
+                )));
             }
             let api = api.clone();
             Ok(Box::pin(async move {
