@@ -6,6 +6,7 @@ bash scripts/setup-debian.sh --tests
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
 # Every profile links Debian's RocksDB; nothing compiles its C++.
 . scripts/rocksdb-env.sh
+bash scripts/prune-target.sh
 # The Kubernetes manifests against the API schemas, offline, and proof that
 # a broken manifest is refused.
 bash scripts/validate-deploy.sh --self-test
