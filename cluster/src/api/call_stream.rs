@@ -14,37 +14,74 @@ use futures::{Stream, StreamExt};
 use tonic::{Status, Streaming};
 
 /// One call in progress, to its answer.
-pub type Call<A> = Pin<Box<dyn Future<Output = A> + Send>>;
+type Call<A> = Pin<Box<dyn Future<Output = A> + Send>>;
 
 /// Starts a call from its request, or refuses the request with the status
-/// that ends the stream (a request whose answer could not be named).
-pub type Start<R, A> = Box<dyn FnMut(R) -> Result<Call<A>, Box<Status>> + Send>;
+/// that ends the stream.
+type Start<R, A> = Box<dyn FnMut(R) -> Result<Call<A>, Box<Status>> + Send>;
+
+/// A request on a stream of calls: its ticket, what it asks, and how its
+/// outcome is answered under that ticket. What every stream does alike
+/// (a ticketless request ends the stream; a refusal is an answer, and the
+/// stream goes on) is done by [`Answers`], so a service supplies only how
+/// it serves one call.
+pub trait Ticketed: Sized {
+    /// The request without its ticket.
+    type Ask: Send + 'static;
+    /// What a call that was served returns.
+    type Reply: Send + 'static;
+    /// The answer on the stream.
+    type Answer: Send + 'static;
+    /// The stream, as named in the status of a request without a ticket
+    /// ("a forward stream").
+    const STREAM: &'static str;
+
+    fn split(self) -> (u64, Self::Ask);
+    /// The answer for `ticket`: the reply, or the refusal of the call.
+    fn answer(ticket: u64, outcome: Result<Self::Reply, Status>) -> Self::Answer;
+}
 
 /// The answers on one stream of calls.
-pub struct Answers<R, A> {
+pub struct Answers<R: Ticketed> {
     /// `None` once the caller has closed its side (or broken it): the calls
     /// in progress are still answered, then the stream ends.
     requests: Option<Streaming<R>>,
-    calls: FuturesUnordered<Call<A>>,
+    calls: FuturesUnordered<Call<R::Answer>>,
     /// Most calls in progress at once; past it the stream is not read, and
     /// HTTP/2 flow control holds the caller back.
     limit: usize,
-    start: Start<R, A>,
+    start: Start<R, R::Answer>,
 }
 
-impl<R, A> Answers<R, A> {
-    pub fn new(requests: Streaming<R>, limit: usize, start: Start<R, A>) -> Self {
+impl<R: Ticketed + 'static> Answers<R> {
+    /// Answers `requests`, each served by `serve`, at most `limit` at once.
+    pub fn new<F, Fut>(requests: Streaming<R>, limit: usize, mut serve: F) -> Self
+    where
+        F: FnMut(R::Ask) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<R::Reply, Status>> + Send + 'static,
+    {
+        let start = move |request: R| -> Result<Call<R::Answer>, Box<Status>> {
+            let (ticket, ask) = request.split();
+            if ticket == 0 {
+                return Err(Box::new(Status::invalid_argument(format!(
+                    "ticket: is required on {}",
+                    R::STREAM
+                ))));
+            }
+            let call = serve(ask);
+            Ok(Box::pin(async move { R::answer(ticket, call.await) }))
+        };
         Self {
             requests: Some(requests),
             calls: FuturesUnordered::new(),
             limit,
-            start,
+            start: Box::new(start),
         }
     }
 }
 
-impl<R, A> Stream for Answers<R, A> {
-    type Item = Result<A, Status>;
+impl<R: Ticketed> Stream for Answers<R> {
+    type Item = Result<R::Answer, Status>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;

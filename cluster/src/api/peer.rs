@@ -21,7 +21,7 @@ use stampede_proto::{
 };
 use tonic::{Request, Response, Status, Streaming};
 
-use super::call_stream::{Answers, Call};
+use super::call_stream::{Answers, Ticketed};
 use super::Reply;
 use crate::raft::inbound::{self, Implausible};
 use crate::raft::metrics::Metrics;
@@ -168,29 +168,13 @@ impl RaftService for PeerApi {
         req: Request<Streaming<ForwardRequest>>,
     ) -> Reply<ForwardAnswers> {
         let api = self.clone();
-        let start = move |req: ForwardRequest| -> Result<Call<ForwardAnswer>, Box<Status>> {
-            if req.ticket == 0 {
-                return Err(Box::new(Status::invalid_argument(
-                    "ticket: is required on a forward stream",
-                )));
-            }
-            let api = api.clone();
-            Ok(Box::pin(async move {
-                let ticket = req.ticket;
-                let outcome = match api.forward_one(req).await {
-                    Ok(written) => forward_answer::Outcome::Written(written),
-                    Err(status) => forward_answer::Outcome::Refused(Refusal::from(&status)),
-                };
-                ForwardAnswer {
-                    ticket,
-                    outcome: Some(outcome),
-                }
-            }))
-        };
         Ok(Response::new(Answers::new(
             req.into_inner(),
             FORWARD_STREAM_WRITES,
-            Box::new(start),
+            move |ask| {
+                let api = api.clone();
+                async move { api.forward_one(ask).await }
+            },
         )))
     }
 }
@@ -215,4 +199,28 @@ impl PeerApi {
 const FORWARD_STREAM_WRITES: usize = 4096;
 
 /// The answers on a forward stream.
-pub type ForwardAnswers = Answers<ForwardRequest, ForwardAnswer>;
+pub type ForwardAnswers = Answers<ForwardRequest>;
+
+impl Ticketed for ForwardRequest {
+    /// The whole request: the leader deduplicates a forwarded write by
+    /// its ticket.
+    type Ask = ForwardRequest;
+    type Reply = ForwardReply;
+    type Answer = ForwardAnswer;
+    const STREAM: &'static str = "a forward stream";
+
+    fn split(self) -> (u64, ForwardRequest) {
+        (self.ticket, self)
+    }
+
+    fn answer(ticket: u64, outcome: Result<ForwardReply, Status>) -> ForwardAnswer {
+        let outcome = match outcome {
+            Ok(written) => forward_answer::Outcome::Written(written),
+            Err(status) => forward_answer::Outcome::Refused(Refusal::from(&status)),
+        };
+        ForwardAnswer {
+            ticket,
+            outcome: Some(outcome),
+        }
+    }
+}

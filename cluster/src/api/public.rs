@@ -9,7 +9,7 @@ use stampede_proto::node_service_server::NodeService;
 use stampede_proto::*;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::call_stream::{Answers, Call};
+use super::call_stream::{Answers, Ticketed};
 use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
 use crate::model::validate::{self, quote};
@@ -78,37 +78,19 @@ impl NodeService for Api {
         Ok(Response::new(WriteReply { index }))
     }
 
-    type CallStreamStream = Answers<NodeCall, NodeAnswer>;
+    type CallStreamStream = Answers<NodeCall>;
 
     /// Each call is started as soon as it is read and served as the call of
     /// its own would be; a refused one is answered and the stream goes on.
-    async fn call_stream(
-        &self,
-        req: Request<Streaming<NodeCall>>,
-    ) -> Reply<Answers<NodeCall, NodeAnswer>> {
+    async fn call_stream(&self, req: Request<Streaming<NodeCall>>) -> Reply<Answers<NodeCall>> {
         let api = self.clone();
-        let start = move |call: NodeCall| -> Result<Call<NodeAnswer>, Box<Status>> {
-            if call.ticket == 0 {
-                return Err(Box::new(Status::invalid_argument(
-                    "ticket: is required on a call stream",
-                )));
-            }
-            let api = api.clone();
-            Ok(Box::pin(async move {
-                let reply = match api.node_call(call.request).await {
-                    Ok(reply) => reply,
-                    Err(status) => node_answer::Reply::Refused(Refusal::from(&status)),
-                };
-                NodeAnswer {
-                    ticket: call.ticket,
-                    reply: Some(reply),
-                }
-            }))
-        };
         Ok(Response::new(Answers::new(
             req.into_inner(),
             NODE_STREAM_CALLS,
-            Box::new(start),
+            move |request| {
+                let api = api.clone();
+                async move { api.node_call(request).await }
+            },
         )))
     }
 }
@@ -117,6 +99,26 @@ impl NodeService for Api {
 /// a blocking query in flight, so this is a fleet's worth of nodes on one
 /// stream (nodesim spreads its nodes over a few streams per server).
 const NODE_STREAM_CALLS: usize = 65_536;
+
+impl Ticketed for NodeCall {
+    type Ask = Option<node_call::Request>;
+    type Reply = node_answer::Reply;
+    type Answer = NodeAnswer;
+    const STREAM: &'static str = "a call stream";
+
+    fn split(self) -> (u64, Self::Ask) {
+        (self.ticket, self.request)
+    }
+
+    fn answer(ticket: u64, outcome: Result<node_answer::Reply, Status>) -> NodeAnswer {
+        let reply =
+            outcome.unwrap_or_else(|status| node_answer::Reply::Refused(Refusal::from(&status)));
+        NodeAnswer {
+            ticket,
+            reply: Some(reply),
+        }
+    }
+}
 
 impl Api {
     /// A node's call on a call stream, served as the call of its own is.
