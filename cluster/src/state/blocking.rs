@@ -148,6 +148,10 @@ impl Blocking {
         if index > opts.min_index {
             return (answer, index);
         }
+        // Not kept while parked: an answer may hold a copy of the state
+        // (see `Api::client_allocs`), and while any copy lives, every write
+        // to the state copies the paths it touches instead of changing them.
+        drop(answer);
         self.metrics.inflight.with_label_values(&[source]).inc();
         let _inflight = Inflight(&self.metrics, source);
 
@@ -171,6 +175,7 @@ impl Blocking {
             if index > opts.min_index {
                 break (answer, index);
             }
+            drop(answer);
             tokio::select! {
                 _ = futures::future::select_all(notified) => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
