@@ -92,6 +92,30 @@ pub const TABLES: [&str; 5] = ["nodes", "jobs", "evals", "allocs", "deployments"
 pub const ANY_CLASS: &str = "*";
 
 impl Changes {
+    /// The allocations of job `job_id` changed. A plan's allocations all
+    /// belong to one job: its key is kept once, not cloned for each of them
+    /// and looked up again for each when the batch wakes its watchers.
+    fn watch_job_allocs(&mut self, job_id: &str) {
+        if !self.recently(|k| matches!(k, WatchKey::JobAllocs(j) if j == job_id)) {
+            self.keys.push(WatchKey::JobAllocs(job_id.to_string()));
+        }
+    }
+
+    /// The allocations on node `node_id` changed (kept once for a run of
+    /// them, as the job's).
+    fn watch_node_allocs(&mut self, node_id: &str) {
+        if !self.recently(|k| matches!(k, WatchKey::NodeAllocs(n) if n == node_id)) {
+            self.keys.push(WatchKey::NodeAllocs(node_id.to_string()));
+        }
+    }
+
+    /// Whether one of the last few keys is `is`: each allocation written
+    /// pushes its node's and its job's keys in turn, so a look a few keys
+    /// back finds the same job's key again without searching them all.
+    fn recently(&self, is: impl Fn(&WatchKey) -> bool) -> bool {
+        self.keys.iter().rev().take(4).any(is)
+    }
+
     /// Capacity freed up or appeared on a node of `class`.
     fn capacity(&mut self, class: String) {
         self.capacity_changed = true;
@@ -142,6 +166,66 @@ fn set_or_insert(map: &mut OrdMap<Id, u64>, key: &str, value: u64) {
         None => {
             map.insert(Id::from(key), value);
         }
+    }
+}
+
+/// `old` as a client reports it at `index`: what the client owns
+/// (statuses, task states, health) comes from `update`, the rest from
+/// `old`. Built field by field so that `old`'s own task states and
+/// description, which the report replaces, are never copied; a new field
+/// of `Allocation` does not compile here until it is placed.
+fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Allocation {
+    let Allocation {
+        id,
+        eval_id,
+        job_id,
+        task_group,
+        node_id,
+        name,
+        index: slot,
+        resources,
+        desired_status,
+        desired_description,
+        client_status: _,
+        client_description: _,
+        task_states: _,
+        job_version,
+        deployment_id,
+        healthy,
+        canary,
+        create_index,
+        modify_index: _,
+        create_time_ms,
+        modify_time_ms: _,
+        job_type,
+        alloc_modify_index,
+        min_healthy_time_ms,
+    } = old;
+    Allocation {
+        id: id.clone(),
+        eval_id: eval_id.clone(),
+        job_id: job_id.clone(),
+        task_group: task_group.clone(),
+        node_id: node_id.clone(),
+        name: name.clone(),
+        index: *slot,
+        resources: *resources,
+        desired_status: *desired_status,
+        desired_description: desired_description.clone(),
+        client_status: update.client_status,
+        client_description: update.client_description.clone(),
+        task_states: update.task_states.clone(),
+        job_version: *job_version,
+        deployment_id: deployment_id.clone(),
+        healthy: update.healthy.or(*healthy),
+        canary: *canary,
+        create_index: *create_index,
+        modify_index: index,
+        create_time_ms: *create_time_ms,
+        modify_time_ms: at_ms,
+        job_type: *job_type,
+        alloc_modify_index: *alloc_modify_index,
+        min_healthy_time_ms: *min_healthy_time_ms,
     }
 }
 
@@ -456,15 +540,7 @@ impl State {
             return;
         };
         let old = slot.clone();
-        let new = Arc::new(Allocation {
-            client_status: update.client_status,
-            client_description: update.client_description.clone(),
-            task_states: update.task_states.clone(),
-            healthy: update.healthy.or(old.healthy),
-            modify_time_ms: at_ms,
-            modify_index: index,
-            ..Allocation::clone(&old)
-        });
+        let new = Arc::new(reported(&old, update, at_ms, index));
         *slot = new.clone();
         let id = id.clone();
         if !alloc_terminal(&old) && alloc_terminal(&new) {
@@ -516,10 +592,15 @@ impl State {
         // alone; the node's index holds the allocation, so it takes the new one.
         let indexed = old.is_some_and(|o| o.node_id == alloc.node_id && o.job_id == alloc.job_id);
         if !indexed {
-            self.allocs_by_job
-                .entry(Id::from(alloc.job_id.as_str()))
-                .or_default()
-                .insert(id.clone());
+            match self.allocs_by_job.get_mut(alloc.job_id.as_str()) {
+                Some(ids) => {
+                    ids.insert(id.clone());
+                }
+                None => {
+                    self.allocs_by_job
+                        .insert(Id::from(alloc.job_id.as_str()), OrdSet::unit(id.clone()));
+                }
+            }
         }
         self.recount(old, alloc);
         // A node's query answers with its allocations' ids and server-side
@@ -530,12 +611,10 @@ impl State {
             !indexed || old.is_some_and(|o| o.alloc_modify_index != alloc.alloc_modify_index);
         if node_sees {
             set_or_insert(&mut self.node_alloc_index, &alloc.node_id, index);
-            changes
-                .keys
-                .push(WatchKey::NodeAllocs(alloc.node_id.clone()));
+            changes.watch_node_allocs(&alloc.node_id);
         }
         set_or_insert(&mut self.job_alloc_index, &alloc.job_id, index);
-        changes.keys.push(WatchKey::JobAllocs(alloc.job_id.clone()));
+        changes.watch_job_allocs(&alloc.job_id);
         match self.allocs_by_node.get_mut(alloc.node_id.as_str()) {
             Some(on_node) => {
                 on_node.insert(id, alloc.clone());
@@ -1027,6 +1106,74 @@ mod tests {
         }
         assert!(s.node("hidden").is_none(), "a nested batch is not applied");
         assert_eq!(s.index(), 7);
+    }
+
+    #[test]
+    fn a_plan_wakes_its_job_once_and_each_of_its_nodes() {
+        let mut s = State::default();
+        for n in ["n1", "n2"] {
+            apply(&mut s, 1, node_entry(n));
+        }
+        let plan = plan_entry(vec![
+            alloc("a1", "n1", "web"),
+            alloc("a2", "n1", "web"),
+            alloc("a3", "n2", "web"),
+            alloc("a4", "n2", "db"),
+        ]);
+        let c = apply(&mut s, 2, plan);
+        let count = |k: WatchKey| c.keys.iter().filter(|x| **x == k).count();
+        assert_eq!(count(WatchKey::JobAllocs("web".into())), 1);
+        assert_eq!(count(WatchKey::JobAllocs("db".into())), 1);
+        assert_eq!(count(WatchKey::NodeAllocs("n1".into())), 1);
+        assert_eq!(count(WatchKey::NodeAllocs("n2".into())), 1);
+        assert_eq!(s.job_allocs("web").len(), 3);
+        assert_eq!(s.job_allocs("db").len(), 1);
+    }
+
+    #[test]
+    fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
+        let mut s = State::default();
+        apply(&mut s, 1, node_entry("n1"));
+        let placed = Allocation {
+            name: "web.web[0]".into(),
+            eval_id: "e1".into(),
+            deployment_id: "d1".into(),
+            client_description: "placed".into(),
+            task_states: [("old".to_string(), Default::default())].into(),
+            healthy: Some(true),
+            job_version: 3,
+            ..alloc("a1", "n1", "web")
+        };
+        apply(&mut s, 2, plan_entry(vec![placed]));
+        let before = s.alloc("a1").unwrap();
+        let report = Allocation {
+            id: "a1".into(),
+            client_status: AllocClientStatus::Running as i32,
+            client_description: "running".into(),
+            task_states: [("web".to_string(), Default::default())].into(),
+            healthy: None,
+            ..Default::default()
+        };
+        let update = LogEntry {
+            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs: vec![report],
+                updated_at_ms: 42,
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 3, update);
+        let after = s.alloc("a1").unwrap();
+        let expected = Allocation {
+            client_status: AllocClientStatus::Running as i32,
+            client_description: "running".into(),
+            task_states: [("web".to_string(), Default::default())].into(),
+            // Health, once known, stays known when a report leaves it out.
+            healthy: Some(true),
+            modify_index: 3,
+            modify_time_ms: 42,
+            ..Allocation::clone(&before)
+        };
+        assert_eq!(*after, expected);
     }
 
     #[test]
