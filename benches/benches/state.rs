@@ -281,6 +281,26 @@ fn state_apply(c: &mut Criterion) {
             )
         });
     }
+    // The plan applier's copy: what it keeps of a checked plan while the
+    // plan commits (the allocations on their nodes only), against the full
+    // apply above that every server does when it commits.
+    let pending = base
+        .eval("eval-pending")
+        .expect("the base state has a pending job");
+    let plan = plan_apply(placed(&scheduled_plan(&base, &pending)));
+    let Some(Msg::PlanApply(checked)) = plan.msg else {
+        unreachable!("plan_apply makes a plan entry")
+    };
+    group.bench_function("plan_apply_for_check", |b| {
+        b.iter_batched(
+            || base.clone(),
+            |mut state| {
+                state.place_for_check(&checked);
+                state
+            },
+            BatchSize::SmallInput,
+        )
+    });
     group.finish();
 }
 

@@ -289,6 +289,44 @@ impl State {
         self.upsert_evals(index, &e.evals, changes);
     }
 
+    /// What the leader's plan applier keeps of a plan it has checked and
+    /// not yet committed, on its own copy of the state: each allocation on
+    /// its node, with the client status `apply_plan` would keep, so that
+    /// the next plans are checked against that node's usage with it. Only
+    /// the node index is written, because a plan's check reads nothing else
+    /// that a plan changes (the node, the job's stop flag, the node's
+    /// allocations); the full apply cost the leader a second copy of every
+    /// index write per placement. The copy is never served or applied to.
+    pub fn place_for_check(&mut self, e: &PlanApplyEntry) {
+        for alloc in &e.allocs {
+            let mut new = alloc.clone();
+            let old_status = self
+                .allocs_by_node
+                .get(alloc.node_id.as_str())
+                .and_then(|on_node| on_node.get(alloc.id.as_str()))
+                .map(|old| old.client_status);
+            match old_status {
+                Some(status) => new.client_status = status,
+                None if new.client_status == AllocClientStatus::Unspecified as i32 => {
+                    new.client_status = AllocClientStatus::Pending as i32;
+                }
+                None => {}
+            }
+            let new = Arc::new(new);
+            match self.allocs_by_node.get_mut(alloc.node_id.as_str()) {
+                Some(on_node) => {
+                    on_node.insert(Id::from(alloc.id.as_str()), new);
+                }
+                None => {
+                    self.allocs_by_node.insert(
+                        Id::from(alloc.node_id.as_str()),
+                        OrdMap::unit(Id::from(alloc.id.as_str()), new),
+                    );
+                }
+            }
+        }
+    }
+
     /// Applies one command (never a batch) at `index`.
     fn apply_command(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
         match &entry.msg {

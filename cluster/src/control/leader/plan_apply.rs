@@ -232,10 +232,10 @@ fn state_after(ctx: &LeaderContext, in_flight: Option<&InFlight>) -> State {
     }
 }
 
-/// Applies a checked plan's entry to the applier's copy of the state.
+/// Puts a checked plan's allocations in the applier's copy of the state,
+/// where the next plans are checked (see [`State::place_for_check`]).
 fn apply_checked(state: &mut State, entry: &PlanApplyEntry) {
-    let index = state.index();
-    state.apply_plan(index, entry, &mut Default::default());
+    state.place_for_check(entry);
 }
 
 /// Checks one plan on `state` and, when something is left to write,
@@ -463,5 +463,96 @@ fn add(total: &mut Resources, r: Option<&Resources>) {
     if let Some(r) = r {
         total.cpu_mhz += r.cpu_mhz;
         total.memory_mb += r.memory_mb;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Changes;
+    use stampede_proto::{
+        log_entry::Msg, AllocDesiredStatus, AllocList, Job, JobRegisterEntry, LogEntry, Node,
+        NodeRegisterEntry,
+    };
+
+    fn state_with_node(cpu_mhz: u64) -> State {
+        let mut s = State::default();
+        let node = Node {
+            id: "n1".into(),
+            status: NodeStatus::Ready as i32,
+            resources: Some(Resources {
+                cpu_mhz,
+                memory_mb: 1024,
+            }),
+            ..Default::default()
+        };
+        let job = Job {
+            id: "web".into(),
+            ..Default::default()
+        };
+        for (index, msg) in [
+            Msg::NodeRegister(NodeRegisterEntry {
+                node: Some(node),
+                ..Default::default()
+            }),
+            Msg::JobRegister(JobRegisterEntry {
+                job: Some(job),
+                ..Default::default()
+            }),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let entry = LogEntry { msg: Some(msg) };
+            s.apply(index as u64 + 1, &entry, &mut Changes::default());
+        }
+        s
+    }
+
+    fn plan(alloc_id: &str, cpu_mhz: u64) -> Plan {
+        let alloc = Allocation {
+            id: alloc_id.into(),
+            node_id: "n1".into(),
+            job_id: "web".into(),
+            desired_status: AllocDesiredStatus::Run as i32,
+            resources: Some(Resources {
+                cpu_mhz,
+                memory_mb: 10,
+            }),
+            ..Default::default()
+        };
+        Plan {
+            job_id: "web".into(),
+            node_allocation: [(
+                "n1".to_string(),
+                AllocList {
+                    allocs: vec![alloc],
+                },
+            )]
+            .into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_checked_plan_counts_against_its_node_for_the_next_plans() {
+        let mut state = state_with_node(1000);
+        let (first, second) = (plan("a1", 600), plan("a2", 600));
+        assert!(
+            evaluate(&state, &second).rejected.is_empty(),
+            "each fits alone"
+        );
+        let (_, entry, _) = evaluate_plan(&state, &first);
+        apply_checked(&mut state, &entry.expect("the first plan places"));
+        assert_eq!(evaluate(&state, &second).rejected, vec!["n1".to_string()]);
+        // A plan that stops the first allocation makes room again.
+        let mut stop = plan("a1", 600);
+        stop.node_update = std::mem::take(&mut stop.node_allocation);
+        for a in &mut stop.node_update.get_mut("n1").unwrap().allocs {
+            a.desired_status = AllocDesiredStatus::Stop as i32;
+        }
+        let (_, entry, _) = evaluate_plan(&state, &stop);
+        apply_checked(&mut state, &entry.expect("the stop is written"));
+        assert!(evaluate(&state, &second).rejected.is_empty());
     }
 }
