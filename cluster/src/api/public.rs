@@ -155,7 +155,7 @@ impl Api {
         req: NodeClientAllocsRequest,
     ) -> Result<NodeClientAllocsReply, Status> {
         validate::id("node_id", &req.node_id)?;
-        if self.store.snapshot().node(&req.node_id).is_none() {
+        if self.store.read(|s| s.node(&req.node_id).is_none()) {
             return Err(Status::not_found(format!(
                 "node_id: no node {} is registered",
                 quote(&req.node_id)
@@ -168,24 +168,23 @@ impl Api {
         } else {
             u64::MAX
         };
-        // The query keeps the state it answers from (a copy costs a few
-        // counts), and the answer is built from it once: a query parked
-        // and woken looks at the state two or three times.
-        let (state, index) = self
+        // The query keeps the node's allocations it answers from (a copy
+        // costs a count, and shares nothing the other nodes' writes touch),
+        // and the answer is built from them once: a query parked and woken
+        // looks at the state two or three times.
+        let (mine, index) = self
             .query(
                 req.query.as_ref(),
                 &[WatchKey::NodeAllocs(node.clone())],
-                |s| (s.clone(), s.node_alloc_index(&node).max(1)),
+                |s| (s.node_alloc_map(&node), s.node_alloc_index(&node).max(1)),
             )
             .await;
-        let mine = state.node_allocs(&node);
-        drop(state);
         let allocs = mine
-            .iter()
+            .values()
             .map(|a| (a.id.clone(), a.alloc_modify_index))
             .collect();
         let changed = mine
-            .iter()
+            .values()
             .filter(|a| a.alloc_modify_index > since)
             .map(|a| Allocation::clone(a))
             .collect();

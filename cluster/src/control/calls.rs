@@ -276,23 +276,24 @@ impl LeaderCalls {
                 "allocs: give at least one allocation update".into(),
             ));
         }
-        {
-            // Dropped before the wait below: a copy of the state held while
-            // the update is batched and committed would make the apply copy
-            // every tree node it touches (and this call free the old ones).
-            let state = self.0.ctx.store.snapshot();
-            for (i, a) in req.allocs.iter().enumerate() {
-                // The position is written out only for an error.
-                if validate::alloc_update("allocs", a).is_err() {
-                    validate::alloc_update(&format!("allocs[{i}]"), a)?;
-                }
-                if state.alloc(&a.id).is_none() {
-                    return Err(ControlError::NotFound(format!(
-                        "allocs[{i}].id: no allocation {:?}",
-                        a.id
-                    )));
-                }
+        for (i, a) in req.allocs.iter().enumerate() {
+            // The position is written out only for an error.
+            if validate::alloc_update("allocs", a).is_err() {
+                validate::alloc_update(&format!("allocs[{i}]"), a)?;
             }
+        }
+        // Read under the lock, not from a copy: a copy of the state alive
+        // while entries apply makes each apply copy what it touches.
+        let unknown = self
+            .0
+            .ctx
+            .store
+            .read(|state| req.allocs.iter().position(|a| state.alloc(&a.id).is_none()));
+        if let Some(i) = unknown {
+            return Err(ControlError::NotFound(format!(
+                "allocs[{i}].id: no allocation {:?}",
+                req.allocs[i].id
+            )));
         }
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs).await?),

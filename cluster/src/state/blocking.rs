@@ -138,19 +138,20 @@ impl Blocking {
         let opts = opts.unwrap_or(&default);
         if opts.min_index == 0 {
             // A plain read.
-            return run(&self.store.snapshot());
+            return self.store.read(&run);
         }
         // Every blocking query counts, also one answered at once: each is a
         // request the caller made in its watch loop.
         let source = QuerySource::parse(&opts.source).label();
         self.metrics.started.with_label_values(&[source]).inc();
-        let (answer, index) = run(&self.store.snapshot());
+        // Each look is a read under the state's lock (see `StateStore::read`).
+        let (answer, index) = self.store.read(&run);
         if index > opts.min_index {
             return (answer, index);
         }
-        // Not kept while parked: an answer may hold a copy of the state
-        // (see `Api::client_allocs`), and while any copy lives, every write
-        // to the state copies the paths it touches instead of changing them.
+        // Not kept while parked: an answer may share parts of the state, and
+        // while anything shares them, a write copies them instead of
+        // changing them.
         drop(answer);
         self.metrics.inflight.with_label_values(&[source]).inc();
         let _inflight = Inflight(&self.metrics, source);
@@ -171,7 +172,7 @@ impl Blocking {
                 n.as_mut().enable();
             }
             // Read after registering, so a change in between is not missed.
-            let (answer, index) = run(&self.store.snapshot());
+            let (answer, index) = self.store.read(&run);
             if index > opts.min_index {
                 break (answer, index);
             }
@@ -180,7 +181,7 @@ impl Blocking {
                 _ = futures::future::select_all(notified) => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
                 }
-                _ = tokio::time::sleep_until(deadline) => break run(&self.store.snapshot()),
+                _ = tokio::time::sleep_until(deadline) => break self.store.read(&run),
             }
         };
         for (k, n) in registered {

@@ -811,6 +811,15 @@ impl State {
         self.allocs.values()
     }
 
+    /// Node `node_id`'s allocations by id, as the state holds them (a
+    /// copy costs a count): what a node's query answers from.
+    pub fn node_alloc_map(&self, node_id: &str) -> OrdMap<Id, Arc<Allocation>> {
+        self.allocs_by_node
+            .get(node_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     pub fn node_allocs(&self, node_id: &str) -> Vec<Arc<Allocation>> {
         self.allocs_by_node
             .get(node_id)
@@ -1005,6 +1014,15 @@ impl StateStore {
     /// A consistent copy of the current state; cheap, see the module docs.
     pub fn snapshot(&self) -> State {
         stampede_proto::read(&self.state).clone()
+    }
+
+    /// Runs `f` on the current state under the read lock, without a copy.
+    /// For short reads (a lookup, a node's allocations): a copy of the state
+    /// that is alive when an entry applies makes the apply copy every tree
+    /// node it touches instead of changing it, and nodes' queries and
+    /// reports read all the time.
+    pub fn read<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&stampede_proto::read(&self.state))
     }
 
     /// Runs `f` with the state locked for writing, then publishes the new index.
