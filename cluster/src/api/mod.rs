@@ -29,7 +29,7 @@ use crate::control::leader::broker::BrokerError;
 use crate::model::validate::InvalidField;
 use crate::raft::client_write::{ClientWrite, Refused, Written};
 use crate::raft::proposer::{ProposeError, Proposer};
-use crate::state::blocking::Blocking;
+use crate::state::blocking::{Blocking, Look};
 use crate::state::{State, StateStore, WatchKey};
 
 /// gRPC metadata key carrying the leader's address on `Unavailable` answers.
@@ -71,6 +71,17 @@ impl Api {
         run: impl Fn(&State) -> (T, u64),
     ) -> (T, u64) {
         self.blocking.query(opts, keys, run).await
+    }
+
+    /// [`Api::query`] for a short read, under the state's lock instead of
+    /// on a copy (see [`Look::Locked`]).
+    async fn query_short<T>(
+        &self,
+        opts: Option<&QueryOptions>,
+        keys: &[WatchKey],
+        run: impl Fn(&State) -> (T, u64),
+    ) -> (T, u64) {
+        self.blocking.query_as(Look::Locked, opts, keys, run).await
     }
 }
 

@@ -173,7 +173,7 @@ impl Api {
         // and the answer is built from them once: a query parked and woken
         // looks at the state two or three times.
         let (mine, index) = self
-            .query(
+            .query_short(
                 req.query.as_ref(),
                 &[WatchKey::NodeAllocs(node.clone())],
                 |s| (s.node_alloc_map(&node), s.node_alloc_index(&node).max(1)),

@@ -124,6 +124,19 @@ impl Drop for Inflight<'_> {
     }
 }
 
+/// How a query looks at the state each time it asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// On a copy: for a read long enough (a list of every node, a job's
+    /// allocations) that holding the lock through it would hold up the
+    /// entries waiting to apply, and raft's thread with them.
+    Copy,
+    /// Under the state's read lock, with no copy (`StateStore::read`): for
+    /// a short read asked all the time (a node's allocations). A copy alive
+    /// while an entry applies makes the apply copy what it touches.
+    Locked,
+}
+
 impl Blocking {
     /// Answers `run` on the current state; if its index is not above
     /// `opts.min_index`, waits for a change to `keys` and asks again, until
@@ -134,18 +147,35 @@ impl Blocking {
         keys: &[WatchKey],
         run: impl Fn(&State) -> (T, u64),
     ) -> (T, u64) {
+        self.query_as(Look::Copy, opts, keys, run).await
+    }
+
+    fn look<T>(&self, how: Look, run: &impl Fn(&State) -> T) -> T {
+        match how {
+            Look::Copy => run(&self.store.snapshot()),
+            Look::Locked => self.store.read(run),
+        }
+    }
+
+    /// [`Blocking::query`], looking at the state as `how` says.
+    pub async fn query_as<T>(
+        &self,
+        how: Look,
+        opts: Option<&QueryOptions>,
+        keys: &[WatchKey],
+        run: impl Fn(&State) -> (T, u64),
+    ) -> (T, u64) {
         let default = QueryOptions::default();
         let opts = opts.unwrap_or(&default);
         if opts.min_index == 0 {
             // A plain read.
-            return self.store.read(&run);
+            return self.look(how, &run);
         }
         // Every blocking query counts, also one answered at once: each is a
         // request the caller made in its watch loop.
         let source = QuerySource::parse(&opts.source).label();
         self.metrics.started.with_label_values(&[source]).inc();
-        // Each look is a read under the state's lock (see `StateStore::read`).
-        let (answer, index) = self.store.read(&run);
+        let (answer, index) = self.look(how, &run);
         if index > opts.min_index {
             return (answer, index);
         }
@@ -172,7 +202,7 @@ impl Blocking {
                 n.as_mut().enable();
             }
             // Read after registering, so a change in between is not missed.
-            let (answer, index) = self.store.read(&run);
+            let (answer, index) = self.look(how, &run);
             if index > opts.min_index {
                 break (answer, index);
             }
@@ -181,7 +211,7 @@ impl Blocking {
                 _ = futures::future::select_all(notified) => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
                 }
-                _ = tokio::time::sleep_until(deadline) => break self.store.read(&run),
+                _ = tokio::time::sleep_until(deadline) => break self.look(how, &run),
             }
         };
         for (k, n) in registered {
@@ -265,12 +295,22 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn wakes_on_its_node_only_and_times_out_otherwise() {
+        wakes_on_its_node_only(Look::Copy).await;
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_query_under_the_lock_wakes_and_times_out_the_same() {
+        wakes_on_its_node_only(Look::Locked).await;
+    }
+
+    async fn wakes_on_its_node_only(how: Look) {
         let b = Arc::new(blocking());
         place(&b, 1, "n1");
         place(&b, 2, "n2");
         let b2 = b.clone();
         let parked = tokio::spawn(async move {
-            b2.query(
+            b2.query_as(
+                how,
                 Some(&opts(1, 60_000)),
                 &[WatchKey::NodeAllocs("n1".into())],
                 client_allocs("n1"),
@@ -327,7 +367,8 @@ mod tests {
 
         // Nothing changes: the wait ends and returns the same index.
         let (_, index) = b
-            .query(
+            .query_as(
+                how,
                 Some(&opts(200, 1_000)),
                 &[WatchKey::NodeAllocs("n1".into())],
                 client_allocs("n1"),
