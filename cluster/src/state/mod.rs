@@ -159,13 +159,37 @@ fn summary_key(a: &Allocation) -> (u64, i32, i32) {
     (a.job_version, a.desired_status, a.client_status)
 }
 
-/// Sets `key`'s value in `map`, making a key only for a new row.
-fn set_or_insert(map: &mut OrdMap<Id, u64>, key: &str, value: u64) {
+/// Changes `key`'s row in `map` with `change`, or adds the row `new`
+/// makes: a key is allocated only for a new row (looking one up costs less
+/// than allocating it).
+fn change_or_insert<V: Clone>(
+    map: &mut OrdMap<Id, V>,
+    key: &str,
+    change: impl FnOnce(&mut V),
+    new: impl FnOnce() -> V,
+) {
     match map.get_mut(key) {
-        Some(v) => *v = value,
+        Some(v) => change(v),
         None => {
-            map.insert(Id::from(key), value);
+            map.insert(Id::from(key), new());
         }
+    }
+}
+
+/// Sets `key`'s value in `map`.
+fn set_or_insert(map: &mut OrdMap<Id, u64>, key: &str, value: u64) {
+    change_or_insert(map, key, |v| *v = value, || value);
+}
+
+/// The client status a planned allocation is stored with: the stored
+/// one's, which the client owns, or pending for a new one that gives none.
+fn planned_client_status(planned: &Allocation, old: Option<&Allocation>) -> i32 {
+    match old {
+        Some(old) => old.client_status,
+        None if planned.client_status == AllocClientStatus::Unspecified as i32 => {
+            AllocClientStatus::Pending as i32
+        }
+        None => planned.client_status,
     }
 }
 
@@ -299,31 +323,15 @@ impl State {
     /// index write per placement. The copy is never served or applied to.
     pub fn place_for_check(&mut self, e: &PlanApplyEntry) {
         for alloc in &e.allocs {
-            let mut new = alloc.clone();
-            let old_status = self
+            let old = self
                 .allocs_by_node
                 .get(alloc.node_id.as_str())
-                .and_then(|on_node| on_node.get(alloc.id.as_str()))
-                .map(|old| old.client_status);
-            match old_status {
-                Some(status) => new.client_status = status,
-                None if new.client_status == AllocClientStatus::Unspecified as i32 => {
-                    new.client_status = AllocClientStatus::Pending as i32;
-                }
-                None => {}
-            }
-            let new = Arc::new(new);
-            match self.allocs_by_node.get_mut(alloc.node_id.as_str()) {
-                Some(on_node) => {
-                    on_node.insert(Id::from(alloc.id.as_str()), new);
-                }
-                None => {
-                    self.allocs_by_node.insert(
-                        Id::from(alloc.node_id.as_str()),
-                        OrdMap::unit(Id::from(alloc.id.as_str()), new),
-                    );
-                }
-            }
+                .and_then(|on_node| on_node.get(alloc.id.as_str()));
+            let new = Allocation {
+                client_status: planned_client_status(alloc, old.map(|o| &**o)),
+                ..alloc.clone()
+            };
+            self.put_on_node(Id::from(alloc.id.as_str()), Arc::new(new));
         }
     }
 
@@ -536,10 +544,10 @@ impl State {
         let mut new = alloc.clone();
         new.alloc_modify_index = index;
         let old = self.alloc_with_key(&alloc.id);
+        new.client_status = planned_client_status(alloc, old.as_ref().map(|(_, o)| &**o));
         if let Some((_, old)) = &old {
             new.create_index = old.create_index;
             new.create_time_ms = old.create_time_ms;
-            new.client_status = old.client_status;
             new.client_description = old.client_description.clone();
             new.task_states = old.task_states.clone();
             new.healthy = old.healthy;
@@ -548,9 +556,6 @@ impl State {
             }
         } else {
             new.create_index = index;
-            if new.client_status == AllocClientStatus::Unspecified as i32 {
-                new.client_status = AllocClientStatus::Pending as i32;
-            }
             if let Some((id, job)) = self.jobs.get_key_value(new.job_id.as_str()) {
                 if job.status == JobStatus::Pending as i32 {
                     let job = Job {
@@ -630,15 +635,14 @@ impl State {
         // alone; the node's index holds the allocation, so it takes the new one.
         let indexed = old.is_some_and(|o| o.node_id == alloc.node_id && o.job_id == alloc.job_id);
         if !indexed {
-            match self.allocs_by_job.get_mut(alloc.job_id.as_str()) {
-                Some(ids) => {
+            change_or_insert(
+                &mut self.allocs_by_job,
+                &alloc.job_id,
+                |ids| {
                     ids.insert(id.clone());
-                }
-                None => {
-                    self.allocs_by_job
-                        .insert(Id::from(alloc.job_id.as_str()), OrdSet::unit(id.clone()));
-                }
-            }
+                },
+                || OrdSet::unit(id.clone()),
+            );
         }
         self.recount(old, alloc);
         // A node's query answers with its allocations' ids and server-side
@@ -653,18 +657,20 @@ impl State {
         }
         set_or_insert(&mut self.job_alloc_index, &alloc.job_id, index);
         changes.watch_job_allocs(&alloc.job_id);
-        match self.allocs_by_node.get_mut(alloc.node_id.as_str()) {
-            Some(on_node) => {
-                on_node.insert(id, alloc.clone());
-            }
-            None => {
-                self.allocs_by_node.insert(
-                    Id::from(alloc.node_id.as_str()),
-                    OrdMap::unit(id, alloc.clone()),
-                );
-            }
-        }
+        self.put_on_node(id, alloc.clone());
         self.indexes.allocs = index;
+    }
+
+    /// Stores `alloc` under `id` in its node's allocations.
+    fn put_on_node(&mut self, id: Id, alloc: Arc<Allocation>) {
+        change_or_insert(
+            &mut self.allocs_by_node,
+            &alloc.node_id,
+            |on_node| {
+                on_node.insert(id.clone(), alloc.clone());
+            },
+            || OrdMap::unit(id.clone(), alloc.clone()),
+        );
     }
 
     /// Moves `new` from where `old` was counted in its job's summary; a
@@ -682,14 +688,12 @@ impl State {
     /// Counts `alloc` in its job's summary.
     fn count(&mut self, alloc: &Allocation) {
         let key = summary_key(alloc);
-        match self.job_summaries.get_mut(alloc.job_id.as_str()) {
-            Some(counts) => *Arc::make_mut(counts).entry(key).or_default() += 1,
-            None => {
-                let counts = Arc::new(AllocCounts::from([(key, 1)]));
-                self.job_summaries
-                    .insert(Id::from(alloc.job_id.as_str()), counts);
-            }
-        }
+        change_or_insert(
+            &mut self.job_summaries,
+            &alloc.job_id,
+            |counts| *Arc::make_mut(counts).entry(key).or_default() += 1,
+            || Arc::new(AllocCounts::from([(key, 1)])),
+        );
     }
 
     /// Takes `alloc` out of its job's summary.
