@@ -128,10 +128,13 @@ impl Api {
     ) -> Result<node_answer::Reply, Status> {
         use node_answer::Reply as R;
         use node_call::Request as Q;
+        // A registration or a heartbeat is rare beside a node's queries and
+        // reports, but its future is ten times their size: boxed, it is not
+        // the size of every call's future, which is moved twice per call.
         Ok(match request {
-            Some(Q::Register(req)) => R::Written(self.register_node(req).await?),
+            Some(Q::Register(req)) => R::Written(Box::pin(self.register_node(req)).await?),
             Some(Q::UpdateStatus(req)) => {
-                R::UpdateStatus(self.calls.update_status(req, false).await?)
+                R::UpdateStatus(Box::pin(self.calls.update_status(req, false)).await?)
             }
             Some(Q::GetClientAllocs(req)) => R::GetClientAllocs(self.client_allocs(req).await?),
             Some(Q::GetAllocs(req)) => R::GetAllocs(self.allocs(req).await?),

@@ -537,10 +537,17 @@ pub fn plan(plan: &Plan) -> Result<(), InvalidField> {
         ("plan.node_allocation", &plan.node_allocation),
         ("plan.node_update", &plan.node_update),
     ] {
+        // A plan lists a thousand allocations: a field's path is only
+        // written out for the error that names it.
         for (node_id, list) in by_node {
-            id(&format!("{field} key"), node_id)?;
+            id("", node_id).map_err(|e| InvalidField::new(format!("{field} key"), e.reason))?;
             for (i, a) in list.allocs.iter().enumerate() {
-                planned_alloc(&format!("{field}[{node_id}].allocs[{i}]"), a, node_id, plan)?;
+                planned_alloc(a, node_id, plan).map_err(|e| {
+                    InvalidField::new(
+                        format!("{field}[{node_id}].allocs[{i}].{}", e.field),
+                        e.reason,
+                    )
+                })?;
             }
         }
     }
@@ -573,17 +580,13 @@ pub fn plan(plan: &Plan) -> Result<(), InvalidField> {
     Ok(())
 }
 
-fn planned_alloc(
-    path: &str,
-    a: &Allocation,
-    node_id: &str,
-    plan: &Plan,
-) -> Result<(), InvalidField> {
-    id(&format!("{path}.id"), &a.id)?;
-    id(&format!("{path}.task_group"), &a.task_group)?;
+/// One allocation of a plan; a field is named from the allocation on.
+fn planned_alloc(a: &Allocation, node_id: &str, plan: &Plan) -> Result<(), InvalidField> {
+    id("id", &a.id)?;
+    id("task_group", &a.task_group)?;
     if a.job_id != plan.job_id {
         return Err(InvalidField::new(
-            format!("{path}.job_id"),
+            "job_id",
             format!(
                 "is {}; a plan places only its own job, {:?}",
                 quote(&a.job_id),
@@ -593,32 +596,28 @@ fn planned_alloc(
     }
     if a.node_id != node_id {
         return Err(InvalidField::new(
-            format!("{path}.node_id"),
+            "node_id",
             format!(
                 "is {}; the allocation is listed under node {node_id:?}",
                 quote(&a.node_id)
             ),
         ));
     }
-    resources(&format!("{path}.resources"), a.resources.as_ref())?;
+    resources("resources", a.resources.as_ref())?;
     one_of(
-        &format!("{path}.desired_status"),
+        "desired_status",
         a.desired_status,
         &[AllocDesiredStatus::Run, AllocDesiredStatus::Stop],
         "RUN or STOP",
     )?;
     one_of(
-        &format!("{path}.client_status"),
+        "client_status",
         a.client_status,
         &CLIENT_STATUSES,
         "PENDING, RUNNING, COMPLETE, FAILED or LOST",
     )?;
-    text(&format!("{path}.name"), &a.name, MAX_TEXT_LEN)?;
-    text(
-        &format!("{path}.desired_description"),
-        &a.desired_description,
-        MAX_TEXT_LEN,
-    )
+    text("name", &a.name, MAX_TEXT_LEN)?;
+    text("desired_description", &a.desired_description, MAX_TEXT_LEN)
 }
 
 #[cfg(test)]
@@ -914,5 +913,77 @@ mod tests {
             assert!(err.starts_with(want), "{err:?} should start with {want:?}");
         }
         assert_eq!(node(None).unwrap_err().to_string(), "node: is required");
+    }
+
+    #[test]
+    fn a_plan_names_the_field_of_the_allocation_that_is_wrong() {
+        let alloc = Allocation {
+            id: "a1".into(),
+            job_id: "web".into(),
+            node_id: "node-1".into(),
+            task_group: "web".into(),
+            resources: Some(Resources {
+                cpu_mhz: 100,
+                memory_mb: 64,
+            }),
+            desired_status: AllocDesiredStatus::Run as i32,
+            ..Default::default()
+        };
+        let plan_with = |a: Allocation, node: &str| Plan {
+            eval_id: "e1".into(),
+            job_id: "web".into(),
+            node_allocation: [(
+                node.to_string(),
+                stampede_proto::AllocList {
+                    allocs: vec![alloc.clone(), a],
+                },
+            )]
+            .into(),
+            ..Default::default()
+        };
+        assert_eq!(plan(&plan_with(alloc.clone(), "node-1")), Ok(()));
+        let cases: Vec<(Allocation, &str, &str)> = vec![
+            (
+                Allocation {
+                    id: String::new(),
+                    ..alloc.clone()
+                },
+                "node-1",
+                "plan.node_allocation[node-1].allocs[1].id: must not be empty",
+            ),
+            (
+                Allocation {
+                    name: "x\0".into(),
+                    ..alloc.clone()
+                },
+                "node-1",
+                "plan.node_allocation[node-1].allocs[1].name: contains",
+            ),
+            (
+                Allocation {
+                    resources: None,
+                    ..alloc.clone()
+                },
+                "node-1",
+                "plan.node_allocation[node-1].allocs[1].resources: is required",
+            ),
+            (
+                Allocation {
+                    desired_description: "d".repeat(MAX_TEXT_LEN + 1),
+                    ..alloc.clone()
+                },
+                "node-1",
+                "plan.node_allocation[node-1].allocs[1].desired_description: is 1025 bytes long",
+            ),
+            (
+                alloc.clone(),
+                "",
+                "plan.node_allocation key: must not be empty",
+            ),
+        ];
+        for (a, node, want) in cases {
+            let err = plan(&plan_with(a, node)).unwrap_err().to_string();
+            assert!(err.starts_with(want), "{err:?} should start with {want:?}");
+        }
     }
 }

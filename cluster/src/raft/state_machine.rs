@@ -22,7 +22,7 @@ use crate::raft::metrics::Metrics;
 use crate::raft::snapshot_store::{SnapshotStore, StoredSnapshot};
 use crate::raft::tickets::Tickets;
 use crate::raft::{
-    Applied, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+    Applied, Command, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 use crate::state::{Changes, State, StateStore};
 
@@ -98,17 +98,19 @@ impl StateMachine {
 
 /// Counts an applied entry's commands by type (each command of a batch
 /// on its own, so type shares read the same with batching on or off) and
-/// returns how many there were.
-fn count_commands(metrics: &Metrics, entry: &LogEntry) -> usize {
+/// returns how many there were. Sizes come from the bytes in the log.
+fn count_commands(metrics: &Metrics, entry: &LogEntry, cmd: &Command) -> usize {
     match &entry.msg {
         Some(Msg::Batch(b)) => {
-            for e in &b.entries {
-                metrics.entry_applied(command_type(e), e.encoded_len() as u64);
+            let lengths = cmd.batch_lengths().filter(|l| l.len() == b.entries.len());
+            for (i, e) in b.entries.iter().enumerate() {
+                let len = lengths.as_ref().map_or_else(|| e.encoded_len(), |l| l[i]);
+                metrics.entry_applied(command_type(e), len as u64);
             }
             b.entries.len()
         }
         _ => {
-            metrics.entry_applied(command_type(entry), entry.encoded_len() as u64);
+            metrics.entry_applied(command_type(entry), cmd.encoded_len() as u64);
             1
         }
     }
@@ -168,19 +170,19 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             for (entry, command) in entries.iter().zip(commands) {
                 let index = entry.log_id.index;
                 let commands = match (command, &entry.payload) {
-                    (Some(command), _) => {
+                    (Some(command), EntryPayload::Normal(cmd)) => {
                         state.apply(index, command, &mut changes);
                         client_write::for_each_ticket(command, index, &mut |t, w| {
                             forwarded.push((t, w))
                         });
-                        count_commands(&self.metrics, command)
+                        count_commands(&self.metrics, command, cmd)
                     }
                     // A command always has its decoded entry (above).
-                    (None, EntryPayload::Blank | EntryPayload::Normal(_)) => {
+                    (_, EntryPayload::Blank | EntryPayload::Normal(_)) => {
                         self.metrics.entry_applied("blank", 0);
                         1
                     }
-                    (None, EntryPayload::Membership(m)) => {
+                    (_, EntryPayload::Membership(m)) => {
                         self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
                         self.metrics.entry_applied("membership", 0);
                         1

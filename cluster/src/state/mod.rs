@@ -852,6 +852,18 @@ impl State {
         self.job_summaries.get(job_id).cloned().unwrap_or_default()
     }
 
+    /// Every allocation counted by client status, from the job summaries
+    /// (a hundred jobs' counts, not a hundred thousand allocations).
+    pub fn alloc_client_statuses(&self) -> BTreeMap<i32, u64> {
+        let mut by_status = BTreeMap::new();
+        for counts in self.job_summaries.values() {
+            for (&(_, _, client_status), n) in counts.iter() {
+                *by_status.entry(client_status).or_default() += n;
+            }
+        }
+        by_status
+    }
+
     pub fn deployment(&self, id: &str) -> Option<Arc<Deployment>> {
         self.deployments.get(id).cloned()
     }
@@ -1234,6 +1246,46 @@ mod tests {
             ..Allocation::clone(&before)
         };
         assert_eq!(*after, expected);
+    }
+
+    #[test]
+    fn allocations_are_counted_by_client_status_across_jobs() {
+        let mut s = State::default();
+        apply(&mut s, 1, node_entry("n1"));
+        let plan = plan_entry(vec![
+            alloc("a1", "n1", "web"),
+            alloc("a2", "n1", "web"),
+            alloc("a3", "n1", "db"),
+        ]);
+        apply(&mut s, 2, plan);
+        let report = |id: &str, status: AllocClientStatus| Allocation {
+            id: id.into(),
+            client_status: status as i32,
+            ..Default::default()
+        };
+        let update = LogEntry {
+            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs: vec![
+                    report("a1", AllocClientStatus::Running),
+                    report("a3", AllocClientStatus::Failed),
+                ],
+                ..Default::default()
+            })),
+        };
+        apply(&mut s, 3, update);
+        let counted = s.alloc_client_statuses();
+        let expected = BTreeMap::from([
+            (AllocClientStatus::Pending as i32, 1),
+            (AllocClientStatus::Running as i32, 1),
+            (AllocClientStatus::Failed as i32, 1),
+        ]);
+        assert_eq!(counted, expected);
+        // The same as counting every allocation one by one.
+        let mut by_one = BTreeMap::new();
+        for a in s.allocs() {
+            *by_one.entry(a.client_status).or_insert(0u64) += 1;
+        }
+        assert_eq!(counted, by_one);
     }
 
     #[test]

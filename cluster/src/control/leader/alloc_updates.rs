@@ -4,7 +4,7 @@
 //! that fails or completes gets an evaluation for its job in the same entry
 //! (the scheduler decides whether it is replaced).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -134,7 +134,7 @@ pub(super) async fn run(
                 },
             }
         }
-        let (entry, n) = batch_entry(&ctx, &batch);
+        let (entry, n) = batch_entry(&ctx, &mut batch);
         // Submitted here, so batches are logged in the order they closed:
         // a later update of an allocation never lands before an earlier one.
         let written = ctx.proposer.submit(entry);
@@ -152,18 +152,36 @@ pub(super) async fn run(
     }
 }
 
-/// The entry for one batch, and how many allocation updates it carries.
-fn batch_entry(ctx: &LeaderContext, batch: &[PendingUpdate]) -> (LogEntry, usize) {
-    // The latest update of each allocation wins.
-    let mut latest: BTreeMap<&str, &Allocation> = BTreeMap::new();
-    for p in batch {
-        for a in &p.allocs {
-            latest.insert(&a.id, a);
+/// The updates of a batch's callers, moved out of them: the latest of each
+/// allocation, in the order they came. Moved, not copied: every update
+/// the cluster takes passes here, each with its task states.
+fn latest_of_each(batch: &mut [PendingUpdate]) -> Vec<Allocation> {
+    let all: Vec<Allocation> = batch
+        .iter_mut()
+        .flat_map(|p| std::mem::take(&mut p.allocs))
+        .collect();
+    let keep: Vec<bool> = {
+        let mut last: HashMap<&str, usize> = HashMap::with_capacity(all.len());
+        for (i, a) in all.iter().enumerate() {
+            last.insert(&a.id, i);
         }
-    }
+        all.iter()
+            .enumerate()
+            .map(|(i, a)| last[a.id.as_str()] == i)
+            .collect()
+    };
+    all.into_iter()
+        .zip(keep)
+        .filter_map(|(a, keep)| keep.then_some(a))
+        .collect()
+}
+
+/// The entry for one batch, and how many allocation updates it carries.
+fn batch_entry(ctx: &LeaderContext, batch: &mut [PendingUpdate]) -> (LogEntry, usize) {
+    let allocs = latest_of_each(batch);
     let state = ctx.store.snapshot();
     let mut jobs_to_evaluate = HashSet::new();
-    for update in latest.values() {
+    for update in &allocs {
         // Only an allocation that finishes asks for an evaluation: the
         // others (most: pending, running, healthy) need no lookup.
         let finished = update.client_status == AllocClientStatus::Failed as i32
@@ -186,7 +204,6 @@ fn batch_entry(ctx: &LeaderContext, batch: &[PendingUpdate]) -> (LogEntry, usize
         .filter_map(|j| state.job(j))
         .map(|job| new_eval(&job, "alloc_failed", None))
         .collect();
-    let allocs: Vec<Allocation> = latest.into_values().cloned().collect();
     let n = allocs.len();
     let entry = LogEntry {
         msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
@@ -196,4 +213,44 @@ fn batch_entry(ctx: &LeaderContext, batch: &[PendingUpdate]) -> (LogEntry, usize
         })),
     };
     (entry, n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(id: &str, description: &str) -> Allocation {
+        Allocation {
+            id: id.into(),
+            client_description: description.into(),
+            ..Default::default()
+        }
+    }
+
+    fn pending(allocs: Vec<Allocation>) -> PendingUpdate {
+        PendingUpdate {
+            allocs,
+            reply: oneshot::channel().0,
+        }
+    }
+
+    #[test]
+    fn a_batch_keeps_the_latest_update_of_each_allocation_in_arrival_order() {
+        let mut batch = vec![
+            pending(vec![update("b", "b1"), update("a", "a1")]),
+            pending(vec![update("c", "c1"), update("b", "b2")]),
+            pending(vec![update("a", "a2")]),
+        ];
+        let kept: Vec<(String, String)> = latest_of_each(&mut batch)
+            .into_iter()
+            .map(|a| (a.id, a.client_description))
+            .collect();
+        let want =
+            [("c", "c1"), ("b", "b2"), ("a", "a2")].map(|(id, d)| (id.to_string(), d.to_string()));
+        assert_eq!(kept, want);
+        assert!(
+            batch.iter().all(|p| p.allocs.is_empty()),
+            "moved, not copied"
+        );
+    }
 }
