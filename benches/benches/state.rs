@@ -301,6 +301,15 @@ fn state_apply(c: &mut Criterion) {
             BatchSize::SmallInput,
         )
     });
+    // Clients' reports on a state that no copy shares, as on a follower
+    // that no reader holds up: each report changes its allocation where it
+    // is. The `alloc_client_update` bench above applies to a copy of the
+    // base state, so every report there copies its allocation.
+    let reports = entry("alloc_client_update", &base).expect("the reports' entry");
+    let mut alone = State::from_snapshot(base.to_snapshot(), base.index());
+    group.bench_function("alloc_client_update_in_place", |b| {
+        b.iter(|| alone.apply(index, &reports, &mut Changes::default()))
+    });
     group.finish();
 }
 

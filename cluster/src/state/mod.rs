@@ -193,11 +193,24 @@ fn planned_client_status(planned: &Allocation, old: Option<&Allocation>) -> i32 
     }
 }
 
-/// `old` as a client reports it at `index`: what the client owns
-/// (statuses, task states, health) comes from `update`, the rest from
-/// `old`. Built field by field so that `old`'s own task states and
-/// description, which the report replaces, are never copied; a new field
-/// of `Allocation` does not compile here until it is placed.
+/// Writes into `alloc` what a client owns of it (statuses, task states,
+/// health) from `update`, as reported at `index`.
+fn take_report(alloc: &mut Allocation, update: &Allocation, at_ms: u64, index: u64) {
+    alloc.client_status = update.client_status;
+    alloc
+        .client_description
+        .clone_from(&update.client_description);
+    alloc.task_states.clone_from(&update.task_states);
+    alloc.healthy = update.healthy.or(alloc.healthy);
+    alloc.modify_index = index;
+    alloc.modify_time_ms = at_ms;
+}
+
+/// `old` as a client reports it at `index`: what the client owns comes
+/// from `update` ([`take_report`]), the rest from `old`. Built field by
+/// field so that `old`'s own task states and description, which the
+/// report replaces, are never copied; a new field of `Allocation` does not
+/// compile here until it is placed.
 fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Allocation {
     let Allocation {
         id,
@@ -210,7 +223,7 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
         resources,
         desired_status,
         desired_description,
-        client_status: _,
+        client_status,
         client_description: _,
         task_states: _,
         job_version,
@@ -218,14 +231,14 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
         healthy,
         canary,
         create_index,
-        modify_index: _,
+        modify_index,
         create_time_ms,
-        modify_time_ms: _,
+        modify_time_ms,
         job_type,
         alloc_modify_index,
         min_healthy_time_ms,
     } = old;
-    Allocation {
+    let mut new = Allocation {
         id: id.clone(),
         eval_id: eval_id.clone(),
         job_id: job_id.clone(),
@@ -236,21 +249,23 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
         resources: *resources,
         desired_status: *desired_status,
         desired_description: desired_description.clone(),
-        client_status: update.client_status,
-        client_description: update.client_description.clone(),
-        task_states: update.task_states.clone(),
+        client_status: *client_status,
+        client_description: String::new(),
+        task_states: Default::default(),
         job_version: *job_version,
         deployment_id: deployment_id.clone(),
-        healthy: update.healthy.or(*healthy),
+        healthy: *healthy,
         canary: *canary,
         create_index: *create_index,
-        modify_index: index,
+        modify_index: *modify_index,
         create_time_ms: *create_time_ms,
-        modify_time_ms: at_ms,
+        modify_time_ms: *modify_time_ms,
         job_type: *job_type,
         alloc_modify_index: *alloc_modify_index,
         min_healthy_time_ms: *min_healthy_time_ms,
-    }
+    };
+    take_report(&mut new, update, at_ms, index);
+    new
 }
 
 /// A row's id as the tables key it. Writing a row copies the tree nodes on
@@ -582,14 +597,54 @@ impl State {
         let Some((id, slot)) = self.allocs.get_key_value_mut(update.id.as_str()) else {
             return;
         };
-        let old = slot.clone();
-        let new = Arc::new(reported(&old, update, at_ms, index));
-        *slot = new.clone();
         let id = id.clone();
-        if !alloc_terminal(&old) && alloc_terminal(&new) {
+        // The node's allocations hold the other reference to it: let go of
+        // that one (the report is put back there below), and unless a
+        // reader or a copy of the state holds it too, the allocation is
+        // changed where it is, instead of copying its ten strings into a
+        // new one and freeing the old.
+        let mut on_node = self.allocs_by_node.get_mut(slot.node_id.as_str());
+        if let Some(on_node) = on_node.as_mut() {
+            on_node.remove(&id);
+        }
+        let was = (summary_key(slot), alloc_terminal(slot));
+        match Arc::get_mut(slot) {
+            Some(alloc) => take_report(alloc, update, at_ms, index),
+            None => *slot = Arc::new(reported(slot, update, at_ms, index)),
+        }
+        let new = slot.clone();
+        match on_node {
+            Some(on_node) => {
+                on_node.insert(id, new.clone());
+            }
+            None => self.put_on_node(id, new.clone()),
+        }
+        if !was.1 && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
         }
-        self.index_alloc(index, id, &new, Some(&old), changes);
+        self.index_report(index, &new, was.0, changes);
+    }
+
+    /// Brings the job's tables up to a client's report of `alloc`, just
+    /// stored at `index` (and on its node), which was counted under `was`.
+    /// A report changes neither the allocation's node, job nor server-side
+    /// version, so the node's query is not woken (Nomad's clients wake on
+    /// their own reports and find nothing to fetch, one round trip per
+    /// update for nothing).
+    fn index_report(
+        &mut self,
+        index: u64,
+        alloc: &Allocation,
+        was: (u64, i32, i32),
+        changes: &mut Changes,
+    ) {
+        if was != summary_key(alloc) {
+            self.uncount_key(&alloc.job_id, was);
+            self.count(alloc);
+        }
+        set_or_insert(&mut self.job_alloc_index, &alloc.job_id, index);
+        changes.watch_job_allocs(&alloc.job_id);
+        self.indexes.allocs = index;
     }
 
     /// The stored allocation `id` with the table's key for it, which a
@@ -630,9 +685,10 @@ impl State {
         old: Option<&Allocation>,
         changes: &mut Changes,
     ) {
-        // An update of an allocation already indexed under its node and job
-        // (the common case: a client reporting) leaves the job's id set
-        // alone; the node's index holds the allocation, so it takes the new one.
+        // A plan's change of an allocation already indexed under its node
+        // and job leaves the job's id set alone; the node's index holds the
+        // allocation, so it takes the new one. (Clients' reports are
+        // indexed by `index_report`.)
         let indexed = old.is_some_and(|o| o.node_id == alloc.node_id && o.job_id == alloc.job_id);
         if !indexed {
             change_or_insert(
@@ -646,9 +702,7 @@ impl State {
         }
         self.recount(old, alloc);
         // A node's query answers with its allocations' ids and server-side
-        // versions only, so a client's own report (which changes neither)
-        // does not wake it: Nomad's clients wake on it and find nothing to
-        // fetch, one round trip per update for nothing.
+        // versions only: it wakes for a new allocation or a new version.
         let node_sees =
             !indexed || old.is_some_and(|o| o.alloc_modify_index != alloc.alloc_modify_index);
         if node_sees {
@@ -698,11 +752,15 @@ impl State {
 
     /// Takes `alloc` out of its job's summary.
     fn uncount(&mut self, alloc: &Allocation) {
-        let Some(counts) = self.job_summaries.get_mut(alloc.job_id.as_str()) else {
+        self.uncount_key(&alloc.job_id, summary_key(alloc));
+    }
+
+    /// Takes one allocation counted under `key` out of job `job_id`'s summary.
+    fn uncount_key(&mut self, job_id: &str, key: (u64, i32, i32)) {
+        let Some(counts) = self.job_summaries.get_mut(job_id) else {
             return;
         };
         let counts = Arc::make_mut(counts);
-        let key = summary_key(alloc);
         if let Some(n) = counts.get_mut(&key) {
             *n -= 1;
             if *n == 0 {
@@ -710,7 +768,7 @@ impl State {
             }
         }
         if counts.is_empty() {
-            self.job_summaries.remove(alloc.job_id.as_str());
+            self.job_summaries.remove(job_id);
         }
     }
 
@@ -1286,6 +1344,94 @@ mod tests {
             *by_one.entry(a.client_status).or_insert(0u64) += 1;
         }
         assert_eq!(counted, by_one);
+    }
+
+    #[test]
+    fn a_report_changed_in_place_leaves_every_copy_as_it_was_and_the_tables_as_a_copy_would() {
+        // One state reported to while nothing else holds the allocation
+        // (changed where it is), one while a copy of the state is alive
+        // (copied): both must end the same, and the copy must not move.
+        let placed = |s: &mut State| {
+            apply(s, 1, node_entry("n1"));
+            let plan = plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]);
+            apply(s, 2, plan);
+        };
+        let report = |status: AllocClientStatus, healthy: Option<bool>| LogEntry {
+            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs: vec![Allocation {
+                    id: "a1".into(),
+                    client_status: status as i32,
+                    client_description: format!("{status:?}"),
+                    task_states: [("web".to_string(), Default::default())].into(),
+                    healthy,
+                    ..Default::default()
+                }],
+                updated_at_ms: 42,
+                ..Default::default()
+            })),
+        };
+        let mut alone = State::default();
+        let mut copied = State::default();
+        placed(&mut alone);
+        placed(&mut copied);
+        let mut copies = Vec::new();
+        for (i, (status, healthy)) in [
+            (AllocClientStatus::Running, None),
+            (AllocClientStatus::Running, Some(true)),
+            (AllocClientStatus::Complete, None),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let index = 3 + i as u64;
+            copies.push(copied.clone());
+            let at = |s: &State| Arc::as_ptr(&s.alloc("a1").unwrap());
+            let (alone_at, copied_at) = (at(&alone), at(&copied));
+            let c1 = apply(&mut alone, index, report(status, healthy));
+            let c2 = apply(&mut copied, index, report(status, healthy));
+            assert_eq!(at(&alone), alone_at, "changed where it is");
+            assert_ne!(at(&copied), copied_at, "a copy holds it: copied");
+            assert_eq!(
+                (c1.keys, c1.capacity_changed),
+                (c2.keys, c2.capacity_changed)
+            );
+            let a = alone.alloc("a1").unwrap();
+            assert_eq!(a.client_status, status as i32);
+            assert_eq!((a.modify_index, a.modify_time_ms), (index, 42));
+            assert_eq!(a.create_index, 2, "what the server wrote stays");
+        }
+        assert_eq!(
+            alone.alloc("a1").unwrap().healthy,
+            Some(true),
+            "health stays known"
+        );
+        assert_eq!(alone.to_snapshot(), copied.to_snapshot());
+        assert_eq!(alone.node_alloc_map("n1"), copied.node_alloc_map("n1"));
+        assert_eq!(alone.job_summary("web"), copied.job_summary("web"));
+        assert_eq!(alone.job_alloc_index("web"), 5);
+        assert_eq!(
+            alone.node_alloc_index("n1"),
+            2,
+            "a report does not wake the node"
+        );
+        assert_eq!(
+            alone.node_usage("n1").cpu_mhz,
+            100,
+            "the complete one frees its share"
+        );
+        // Each copy still sees the allocation as it was when it was taken.
+        let seen: Vec<i32> = copies
+            .iter()
+            .map(|c| c.node_alloc_map("n1")["a1"].client_status)
+            .collect();
+        let expected = [
+            AllocClientStatus::Pending,
+            AllocClientStatus::Running,
+            AllocClientStatus::Running,
+        ]
+        .map(|s| s as i32);
+        assert_eq!(seen, expected);
+        assert_eq!(copies[0].alloc("a1").unwrap().modify_index, 2);
     }
 
     #[test]
