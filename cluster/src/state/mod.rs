@@ -1194,6 +1194,24 @@ mod tests {
         }
     }
 
+    /// Clients' reports of only a status each, in one entry.
+    fn statuses(reports: &[(&str, AllocClientStatus)]) -> LogEntry {
+        let allocs = reports
+            .iter()
+            .map(|&(id, status)| Allocation {
+                id: id.into(),
+                client_status: status as i32,
+                ..Default::default()
+            })
+            .collect();
+        LogEntry {
+            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+                allocs,
+                ..Default::default()
+            })),
+        }
+    }
+
     fn apply(s: &mut State, index: u64, e: LogEntry) -> Changes {
         let mut c = Changes::default();
         s.apply(index, &e, &mut c);
@@ -1316,20 +1334,10 @@ mod tests {
             alloc("a3", "n1", "db"),
         ]);
         apply(&mut s, 2, plan);
-        let report = |id: &str, status: AllocClientStatus| Allocation {
-            id: id.into(),
-            client_status: status as i32,
-            ..Default::default()
-        };
-        let update = LogEntry {
-            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
-                allocs: vec![
-                    report("a1", AllocClientStatus::Running),
-                    report("a3", AllocClientStatus::Failed),
-                ],
-                ..Default::default()
-            })),
-        };
+        let update = statuses(&[
+            ("a1", AllocClientStatus::Running),
+            ("a3", AllocClientStatus::Failed),
+        ]);
         apply(&mut s, 3, update);
         let counted = s.alloc_client_statuses();
         let expected = BTreeMap::from([
@@ -1520,21 +1528,11 @@ mod tests {
         assert_eq!(*s.job_summary("web"), AllocCounts::from([(pending, 3)]));
         let before = s.clone();
 
-        let report = |id: &str, status: AllocClientStatus| Allocation {
-            id: id.into(),
-            client_status: status as i32,
-            ..Default::default()
-        };
-        let update = LogEntry {
-            msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
-                allocs: vec![
-                    report("a1", AllocClientStatus::Running),
-                    report("a2", AllocClientStatus::Running),
-                    report("a2", AllocClientStatus::Failed),
-                ],
-                ..Default::default()
-            })),
-        };
+        let update = statuses(&[
+            ("a1", AllocClientStatus::Running),
+            ("a2", AllocClientStatus::Running),
+            ("a2", AllocClientStatus::Failed),
+        ]);
         apply(&mut s, 4, update);
         let down = node_down_entry("n2");
         apply(&mut s, 5, down);
