@@ -120,7 +120,12 @@ async fn relay(batch: Vec<Pending>) {
         let _ = p.reply.send(result);
         return;
     }
-    let allocs: Vec<Allocation> = batch.iter().flat_map(|p| p.allocs.clone()).collect();
+    // Copied, because a refusal that blames the request sends each
+    // caller's updates again on their own; sized once, not grown by doubling.
+    let mut allocs = Vec::with_capacity(batch.iter().map(|p| p.allocs.len()).sum());
+    for p in &batch {
+        allocs.extend_from_slice(&p.allocs);
+    }
     match forward(batch[0].leader.clone(), allocs).await {
         Err(s) if blames_request(&s) => {
             let mut alone = JoinSet::new();

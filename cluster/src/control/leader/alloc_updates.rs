@@ -156,10 +156,12 @@ pub(super) async fn run(
 /// allocation, in the order they came. Moved, not copied: every update
 /// the cluster takes passes here, each with its task states.
 fn latest_of_each(batch: &mut [PendingUpdate]) -> Vec<Allocation> {
-    let all: Vec<Allocation> = batch
-        .iter_mut()
-        .flat_map(|p| std::mem::take(&mut p.allocs))
-        .collect();
+    // Sized once: growing a vector of a thousand allocations by doubling
+    // copies them over and over into pages the kernel has to zero first.
+    let mut all = Vec::with_capacity(batch.iter().map(|p| p.allocs.len()).sum());
+    for p in batch.iter_mut() {
+        all.append(&mut p.allocs);
+    }
     let keep: Vec<bool> = {
         let mut last: HashMap<&str, usize> = HashMap::with_capacity(all.len());
         for (i, a) in all.iter().enumerate() {
@@ -170,10 +172,12 @@ fn latest_of_each(batch: &mut [PendingUpdate]) -> Vec<Allocation> {
             .map(|(i, a)| last[a.id.as_str()] == i)
             .collect()
     };
-    all.into_iter()
-        .zip(keep)
-        .filter_map(|(a, keep)| keep.then_some(a))
-        .collect()
+    let mut at = 0;
+    all.retain(|_| {
+        at += 1;
+        keep[at - 1]
+    });
+    all
 }
 
 /// The entry for one batch, and how many allocation updates it carries.
