@@ -99,9 +99,29 @@ impl Command {
 
     /// For a batch, the encoded length of each of its commands, read off
     /// the bytes instead of measuring every allocation of the decoded
-    /// entries again; `None` for a single command.
+    /// entries again: `LogEntry.batch` (field 13) holding
+    /// `BatchEntry.entries` (field 1), each length-delimited. `None` for a
+    /// single command, or bytes that are not a batch.
     pub fn batch_lengths(&self) -> Option<Vec<usize>> {
-        batch_lengths(&self.bytes)
+        use prost::encoding::{decode_key, decode_varint, WireType};
+        let mut bytes = &self.bytes[..];
+        let (field, wire) = decode_key(&mut bytes).ok()?;
+        if field != 13 || wire != WireType::LengthDelimited {
+            return None;
+        }
+        let len = usize::try_from(decode_varint(&mut bytes).ok()?).ok()?;
+        let mut batch = bytes.get(..len)?;
+        let mut lengths = Vec::new();
+        while !batch.is_empty() {
+            let (field, wire) = decode_key(&mut batch).ok()?;
+            if field != 1 || wire != WireType::LengthDelimited {
+                return None;
+            }
+            let len = usize::try_from(decode_varint(&mut batch).ok()?).ok()?;
+            batch = batch.get(len..)?;
+            lengths.push(len);
+        }
+        Some(lengths)
     }
 
     /// The message type, the `type` label of raft entry metrics.
@@ -111,30 +131,6 @@ impl Command {
             Err(_) => "undecodable",
         }
     }
-}
-
-/// The lengths of a batch entry's commands, read from its encoding:
-/// `LogEntry.batch` (field 13) holding `BatchEntry.entries` (field 1), each
-/// length-delimited. `None` for anything else.
-fn batch_lengths(mut bytes: &[u8]) -> Option<Vec<usize>> {
-    use prost::encoding::{decode_key, decode_varint, WireType};
-    let (field, wire) = decode_key(&mut bytes).ok()?;
-    if field != 13 || wire != WireType::LengthDelimited {
-        return None;
-    }
-    let len = usize::try_from(decode_varint(&mut bytes).ok()?).ok()?;
-    let mut batch = bytes.get(..len)?;
-    let mut lengths = Vec::new();
-    while !batch.is_empty() {
-        let (field, wire) = decode_key(&mut batch).ok()?;
-        if field != 1 || wire != WireType::LengthDelimited {
-            return None;
-        }
-        let len = usize::try_from(decode_varint(&mut batch).ok()?).ok()?;
-        batch = batch.get(len..)?;
-        lengths.push(len);
-    }
-    Some(lengths)
 }
 
 impl PartialEq for Command {

@@ -607,7 +607,7 @@ impl State {
         if let Some(on_node) = on_node.as_mut() {
             on_node.remove(&id);
         }
-        let was = (summary_key(slot), alloc_terminal(slot));
+        let (was_counted, was_terminal) = (summary_key(slot), alloc_terminal(slot));
         match Arc::get_mut(slot) {
             Some(alloc) => take_report(alloc, update, at_ms, index),
             None => *slot = Arc::new(reported(slot, update, at_ms, index)),
@@ -619,10 +619,10 @@ impl State {
             }
             None => self.put_on_node(id, new.clone()),
         }
-        if !was.1 && alloc_terminal(&new) {
+        if !was_terminal && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
         }
-        self.index_report(index, &new, was.0, changes);
+        self.index_report(index, &new, was_counted, changes);
     }
 
     /// Brings the job's tables up to a client's report of `alloc`, just

@@ -172,11 +172,8 @@ fn latest_of_each(batch: &mut [PendingUpdate]) -> Vec<Allocation> {
             .map(|(i, a)| last[a.id.as_str()] == i)
             .collect()
     };
-    let mut at = 0;
-    all.retain(|_| {
-        at += 1;
-        keep[at - 1]
-    });
+    let mut keep = keep.into_iter();
+    all.retain(|_| keep.next().unwrap_or(true));
     all
 }
 
