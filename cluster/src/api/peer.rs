@@ -167,7 +167,9 @@ impl RaftService for PeerApi {
         &self,
         req: Request<Streaming<ForwardRequest>>,
     ) -> Reply<ForwardAnswers> {
-        let api = self.clone();
+        // One shared handle for the stream's calls: a call clones a count,
+        // not every handle the service holds.
+        let api = std::sync::Arc::new(self.clone());
         Ok(Response::new(Answers::new(
             req.into_inner(),
             FORWARD_STREAM_WRITES,

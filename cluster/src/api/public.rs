@@ -83,7 +83,9 @@ impl NodeService for Api {
     /// Each call is started as soon as it is read and served as the call of
     /// its own would be; a refused one is answered and the stream goes on.
     async fn call_stream(&self, req: Request<Streaming<NodeCall>>) -> Reply<Answers<NodeCall>> {
-        let api = self.clone();
+        // One shared handle for the stream's calls: a call clones a count,
+        // not every handle the service holds.
+        let api = std::sync::Arc::new(self.clone());
         Ok(Response::new(Answers::new(
             req.into_inner(),
             NODE_STREAM_CALLS,

@@ -589,14 +589,22 @@ impl<L: Leader> WorkerRun<L> {
         if let Some(job) = CoreJob::of(eval) {
             return self.collect_garbage(job, eval, token).await;
         }
-        let mut failed = Default::default();
-        let mut state = self.store.snapshot();
+        // How the evaluation ends if nothing more is written: the outcome
+        // on the last state scheduled on.
+        let mut evals = Vec::new();
         for attempt in 1..=self.config.max_plan_attempts {
             let start = Instant::now();
-            state = self.store.snapshot();
-            let outcome = scheduler::schedule(&state, eval, rng);
+            // The copy lives only while the scheduler reads it: a copy alive
+            // while entries apply makes each apply copy what it touches, and
+            // a plan waits for its commit for longer than it takes to make.
+            let (outcome, outcome_evals) = {
+                let state = self.store.snapshot();
+                let outcome = scheduler::schedule(&state, eval, rng);
+                let evals = self.outcome(eval, &state, outcome.failed.clone());
+                (outcome, evals)
+            };
             self.observe("invoke_scheduler", start);
-            failed = outcome.failed;
+            evals = outcome_evals;
             if scheduler::plan_is_empty(&outcome.plan) {
                 break;
             }
@@ -604,7 +612,7 @@ impl<L: Leader> WorkerRun<L> {
             plan.eval_token = token.to_string();
             // How the evaluation ends if the plan is made in full: the
             // leader writes it in the plan's entry (with raft batching on).
-            plan.evals = self.outcome(eval, &state, failed.clone());
+            plan.evals = evals.clone();
             let start = Instant::now();
             let result = self
                 .leader
@@ -626,7 +634,6 @@ impl<L: Leader> WorkerRun<L> {
             }
             self.wait_for_index(result.refresh_index).await?;
         }
-        let evals = self.outcome(eval, &state, failed);
         self.leader
             .update_evals(EvalUpdateRequest {
                 token: token.to_string(),

@@ -298,7 +298,7 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, mut waiting: Next) -> Option<
     let mut waiters = Vec::new();
     // Everything sent before is committed and applied here now: a worker
     // told to plan again waits for at least this.
-    let committed = ctx.store.snapshot().index();
+    let committed = ctx.store.read(State::index);
     for mut a in std::mem::take(&mut waiting.plans) {
         match a.entry {
             None => {
