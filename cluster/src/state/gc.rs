@@ -9,6 +9,7 @@
 //! server removes the same rows, and an entry that arrives after the object
 //! came back to life (a stopped job registered again) removes nothing live.
 
+use std::borrow::Borrow;
 use std::sync::Arc;
 
 use stampede_proto::{
@@ -16,7 +17,7 @@ use stampede_proto::{
     NodeStatus,
 };
 
-use super::{Changes, Id, State, WatchKey};
+use super::{AllocKey, Changes, Id, State, WatchKey};
 use crate::model::{alloc_collectable, alloc_terminal, deployment_done, eval_terminal, is_core};
 
 /// Raft index cutoffs, one per kind of collection: an object last changed
@@ -217,7 +218,7 @@ impl State {
         for id in &e.alloc_ids {
             let removable = self
                 .allocs
-                .get(id.as_str())
+                .get(&AllocKey::new(id))
                 .is_some_and(|a| alloc_collectable(a) && !self.batch_job_live(&a.job_id));
             if removable {
                 self.remove_alloc(index, id, changes);
@@ -292,6 +293,7 @@ impl State {
     /// Removes an allocation; its node's and job's allocation indexes move,
     /// so the node's blocking query wakes and its client forgets it.
     fn remove_alloc(&mut self, index: u64, id: &str, changes: &mut Changes) {
+        let id = &AllocKey::new(id);
         let Some(alloc) = self.allocs.remove(id) else {
             return;
         };
@@ -347,7 +349,11 @@ impl State {
 
 /// Drops `id` from the secondary index set of `key`, and the set once empty,
 /// so collected jobs and nodes leave nothing behind.
-fn remove_from(index: &mut imbl::OrdMap<Id, imbl::OrdSet<Id>>, key: &str, id: &str) {
+fn remove_from<K: Ord + Clone + Borrow<Q>, Q: Ord + ?Sized>(
+    index: &mut imbl::OrdMap<Id, imbl::OrdSet<K>>,
+    key: &str,
+    id: &Q,
+) {
     if let Some(set) = index.get_mut(key) {
         set.remove(id);
         if set.is_empty() {

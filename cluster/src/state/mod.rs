@@ -9,8 +9,11 @@
 //! allocations keep the latest index that touched them, which is what
 //! blocking queries compare against.
 
+mod alloc_key;
 pub mod blocking;
 pub mod gc;
+
+pub use alloc_key::AllocKey;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -281,14 +284,14 @@ pub struct State {
     nodes: OrdMap<Id, Arc<Node>>,
     jobs: OrdMap<Id, Arc<Job>>,
     evals: OrdMap<Id, Arc<Evaluation>>,
-    allocs: OrdMap<Id, Arc<Allocation>>,
+    allocs: OrdMap<AllocKey, Arc<Allocation>>,
     deployments: OrdMap<Id, Arc<Deployment>>,
     /// Each node's allocations themselves, by id, not only their ids: the
     /// node's query, the scheduler and the plan applier read a node's
     /// allocations all the time, and looking each id up in `allocs` (a
     /// hundred thousand string keys) cost more than the reading itself.
-    allocs_by_node: OrdMap<Id, OrdMap<Id, Arc<Allocation>>>,
-    allocs_by_job: OrdMap<Id, OrdSet<Id>>,
+    allocs_by_node: OrdMap<Id, OrdMap<AllocKey, Arc<Allocation>>>,
+    allocs_by_job: OrdMap<Id, OrdSet<AllocKey>>,
     evals_by_job: OrdMap<Id, OrdSet<Id>>,
     deployments_by_job: OrdMap<Id, OrdSet<Id>>,
     node_alloc_index: OrdMap<Id, u64>,
@@ -338,15 +341,16 @@ impl State {
     /// index write per placement. The copy is never served or applied to.
     pub fn place_for_check(&mut self, e: &PlanApplyEntry) {
         for alloc in &e.allocs {
+            let id = AllocKey::new(&alloc.id);
             let old = self
                 .allocs_by_node
                 .get(alloc.node_id.as_str())
-                .and_then(|on_node| on_node.get(alloc.id.as_str()));
+                .and_then(|on_node| on_node.get(&id));
             let new = Allocation {
                 client_status: planned_client_status(alloc, old.map(|o| &**o)),
                 ..alloc.clone()
             };
-            self.put_on_node(Id::from(alloc.id.as_str()), Arc::new(new));
+            self.put_on_node(id, Arc::new(new));
         }
     }
 
@@ -449,7 +453,7 @@ impl State {
         }
         if status == NodeStatus::Down as i32 {
             // Everything still running there is lost.
-            let lost: Vec<(Id, Arc<Allocation>)> = self
+            let lost: Vec<(AllocKey, Arc<Allocation>)> = self
                 .allocs_by_node
                 .get(node_id)
                 .into_iter()
@@ -594,7 +598,7 @@ impl State {
     ) {
         // Found and replaced in one walk down the table: most writes are
         // clients' reports.
-        let Some((id, slot)) = self.allocs.get_key_value_mut(update.id.as_str()) else {
+        let Some((id, slot)) = self.allocs.get_key_value_mut(&AllocKey::new(&update.id)) else {
             return;
         };
         let id = id.clone();
@@ -649,9 +653,9 @@ impl State {
 
     /// The stored allocation `id` with the table's key for it, which a
     /// write of the allocation reuses instead of allocating another.
-    fn alloc_with_key(&self, id: &str) -> Option<(Id, Arc<Allocation>)> {
+    fn alloc_with_key(&self, id: &str) -> Option<(AllocKey, Arc<Allocation>)> {
         self.allocs
-            .get_key_value(id)
+            .get_key_value(&AllocKey::new(id))
             .map(|(id, a)| (id.clone(), a.clone()))
     }
 
@@ -661,13 +665,13 @@ impl State {
         &mut self,
         index: u64,
         mut alloc: Allocation,
-        old: Option<(Id, Arc<Allocation>)>,
+        old: Option<(AllocKey, Arc<Allocation>)>,
         changes: &mut Changes,
     ) {
         alloc.modify_index = index;
         let (id, old) = match old {
             Some((id, old)) => (id, Some(old)),
-            None => (Id::from(alloc.id.as_str()), None),
+            None => (AllocKey::new(&alloc.id), None),
         };
         let alloc = Arc::new(alloc);
         self.allocs.insert(id.clone(), alloc.clone());
@@ -680,7 +684,7 @@ impl State {
     fn index_alloc(
         &mut self,
         index: u64,
-        id: Id,
+        id: AllocKey,
         alloc: &Arc<Allocation>,
         old: Option<&Allocation>,
         changes: &mut Changes,
@@ -716,7 +720,7 @@ impl State {
     }
 
     /// Stores `alloc` under `id` in its node's allocations.
-    fn put_on_node(&mut self, id: Id, alloc: Arc<Allocation>) {
+    fn put_on_node(&mut self, id: AllocKey, alloc: Arc<Allocation>) {
         change_or_insert(
             &mut self.allocs_by_node,
             &alloc.node_id,
@@ -866,7 +870,7 @@ impl State {
     }
 
     pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
-        self.allocs.get(id).cloned()
+        self.allocs.get(&AllocKey::new(id)).cloned()
     }
 
     pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> {
@@ -875,7 +879,7 @@ impl State {
 
     /// Node `node_id`'s allocations by id, as the state holds them (a
     /// copy costs a count): what a node's query answers from.
-    pub fn node_alloc_map(&self, node_id: &str) -> OrdMap<Id, Arc<Allocation>> {
+    pub fn node_alloc_map(&self, node_id: &str) -> OrdMap<AllocKey, Arc<Allocation>> {
         self.allocs_by_node
             .get(node_id)
             .cloned()
@@ -950,19 +954,15 @@ impl State {
         used
     }
 
-    fn lookup<T: Clone>(
+    fn lookup<K: Ord + Clone, T: Clone>(
         &self,
-        index: &OrdMap<Id, OrdSet<Id>>,
+        index: &OrdMap<Id, OrdSet<K>>,
         key: &str,
-        table: &OrdMap<Id, T>,
+        table: &OrdMap<K, T>,
     ) -> Vec<T> {
         index
             .get(key)
-            .map(|ids| {
-                ids.iter()
-                    .filter_map(|id| table.get(id.as_ref()).cloned())
-                    .collect()
-            })
+            .map(|ids| ids.iter().filter_map(|id| table.get(id).cloned()).collect())
             .unwrap_or_default()
     }
 
@@ -1004,7 +1004,7 @@ impl State {
         }
         for a in snap.allocs {
             let (id, node, job) = (
-                Id::from(a.id.as_str()),
+                AllocKey::new(&a.id),
                 Id::from(a.node_id.as_str()),
                 Id::from(a.job_id.as_str()),
             );
@@ -1430,7 +1430,7 @@ mod tests {
         // Each copy still sees the allocation as it was when it was taken.
         let seen: Vec<i32> = copies
             .iter()
-            .map(|c| c.node_alloc_map("n1")["a1"].client_status)
+            .map(|c| c.node_alloc_map("n1")[&AllocKey::new("a1")].client_status)
             .collect();
         let expected = [
             AllocClientStatus::Pending,
