@@ -281,26 +281,6 @@ fn state_apply(c: &mut Criterion) {
             )
         });
     }
-    // The plan applier's copy: what it keeps of a checked plan while the
-    // plan commits (the allocations on their nodes only), against the full
-    // apply above that every server does when it commits.
-    let pending = base
-        .eval("eval-pending")
-        .expect("the base state has a pending job");
-    let plan = plan_apply(placed(&scheduled_plan(&base, &pending)));
-    let Some(Msg::PlanApply(checked)) = plan.msg else {
-        unreachable!("plan_apply makes a plan entry")
-    };
-    group.bench_function("plan_apply_for_check", |b| {
-        b.iter_batched(
-            || base.clone(),
-            |mut state| {
-                state.place_for_check(&checked);
-                state
-            },
-            BatchSize::SmallInput,
-        )
-    });
     // Clients' reports on a state that no copy shares, as on a follower
     // that no reader holds up: each report changes its allocation where it
     // is. The `alloc_client_update` bench above applies to a copy of the
@@ -313,9 +293,47 @@ fn state_apply(c: &mut Criterion) {
     group.finish();
 }
 
+/// A state of 100 jobs of 1,000 allocations on 10,000 nodes (`c2m-mini`'s
+/// size), each allocation named by `name(job, index)`.
+fn state_of_100k(name: impl Fn(usize, u32) -> String) -> State {
+    let mut state = state_with_nodes(10_000);
+    for j in 0..100 {
+        let job = service_job(&job_id(j), 1_000);
+        register(&mut state, &job);
+        let allocs = (0..1_000)
+            .map(|i| Allocation {
+                id: name(j, i),
+                ..alloc(&job, i, &node_id((j * 1_000 + i as usize) % 10_000))
+            })
+            .collect();
+        apply(&mut state, &plan_apply(allocs));
+    }
+    state
+}
+
+/// Looking up 1,000 allocations by id among 100,000, as every server does
+/// for each client's report: ids as the scheduler writes them (UUIDs, kept
+/// in the table as their bits) against ids of any other form (kept as
+/// text, as every id was before).
+fn alloc_lookup(c: &mut Criterion) {
+    let mut group = c.benchmark_group("alloc_lookup_100k");
+    group.throughput(Throughput::Elements(1_000));
+    let uuids = state_of_100k(|_, _| uuid::Uuid::new_v4().to_string());
+    let texts = state_of_100k(|j, i| format!("{}-{i:04}", job_id(j)));
+    for (name, state) in [("uuid_ids", uuids), ("text_ids", texts)] {
+        // Every 100th allocation, in table order: spread over the table.
+        let ids: Vec<String> = state.allocs().step_by(100).map(|a| a.id.clone()).collect();
+        assert_eq!(ids.len(), 1_000);
+        group.bench_function(name, |b| {
+            b.iter(|| ids.iter().filter(|id| state.alloc(id).is_some()).count())
+        });
+    }
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = stampede_benches::criterion();
-    targets = state_apply
+    targets = state_apply, alloc_lookup
 }
 criterion_main!(benches);

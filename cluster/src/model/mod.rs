@@ -47,9 +47,15 @@ pub fn system_job_evals<'a, J: AsRef<Job> + 'a>(
 /// Whether an allocation no longer holds resources on its node: stopped by
 /// the scheduler, or complete, failed or lost on the client.
 pub fn alloc_terminal(a: &Allocation) -> bool {
-    a.desired_status == AllocDesiredStatus::Stop as i32
+    statuses_terminal(a.desired_status, a.client_status)
+}
+
+/// Whether an allocation with these desired and client statuses is
+/// terminal (see [`alloc_terminal`]).
+pub fn statuses_terminal(desired_status: i32, client_status: i32) -> bool {
+    desired_status == AllocDesiredStatus::Stop as i32
         || matches!(
-            AllocClientStatus::try_from(a.client_status),
+            AllocClientStatus::try_from(client_status),
             Ok(AllocClientStatus::Complete | AllocClientStatus::Failed | AllocClientStatus::Lost)
         )
 }

@@ -331,29 +331,6 @@ impl State {
         self.upsert_evals(index, &e.evals, changes);
     }
 
-    /// What the leader's plan applier keeps of a plan it has checked and
-    /// not yet committed, on its own copy of the state: each allocation on
-    /// its node, with the client status `apply_plan` would keep, so that
-    /// the next plans are checked against that node's usage with it. Only
-    /// the node index is written, because a plan's check reads nothing else
-    /// that a plan changes (the node, the job's stop flag, the node's
-    /// allocations); the full apply cost the leader a second copy of every
-    /// index write per placement. The copy is never served or applied to.
-    pub fn place_for_check(&mut self, e: &PlanApplyEntry) {
-        for alloc in &e.allocs {
-            let id = AllocKey::new(&alloc.id);
-            let old = self
-                .allocs_by_node
-                .get(alloc.node_id.as_str())
-                .and_then(|on_node| on_node.get(&id));
-            let new = Allocation {
-                client_status: planned_client_status(alloc, old.map(|o| &**o)),
-                ..alloc.clone()
-            };
-            self.put_on_node(id, Arc::new(new));
-        }
-    }
-
     /// Applies one command (never a batch) at `index`.
     fn apply_command(&mut self, index: u64, entry: &LogEntry, changes: &mut Changes) {
         match &entry.msg {

@@ -18,6 +18,7 @@ pub mod gc;
 pub mod heartbeat;
 pub mod plan_apply;
 mod timers;
+mod unapplied;
 
 use std::sync::{Arc, Mutex};
 

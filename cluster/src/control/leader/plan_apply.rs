@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::broker::{BrokerError, EvalBroker};
 use super::context::LeaderContext;
-use crate::model::alloc_terminal;
+use super::unapplied::{add_placed, Unapplied};
 use crate::raft::proposer::ProposeError;
 use crate::scheduler::fits;
 use crate::state::State;
@@ -134,14 +134,18 @@ impl PlanQueue {
     }
 }
 
+/// How long a committed entry may take to be applied here before the
+/// applier gives up on it as if it failed (it never has to wait: a write is
+/// answered once applied).
+const APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Most plans written in one raft entry (with raft batching on).
 const MAX_PLANS_PER_ENTRY: usize = 256;
 
 /// Plans checked and waiting for the entry in flight, all to be written
-/// together in the next one; `state` is the state they were checked on,
-/// with each of them applied.
+/// together in the next one: batch `batch` of [`Unapplied`].
 struct Next {
-    state: State,
+    batch: u64,
     plans: Vec<Accepted>,
 }
 
@@ -155,11 +159,10 @@ struct Accepted {
     reply: oneshot::Sender<Result<PlanResult, PlanError>>,
 }
 
-/// The entry in flight: the state its plans were checked on with them
-/// applied (where the next plans are checked until it is committed), and
-/// whether it committed.
+/// The entry in flight: its batch of [`Unapplied`], and whether it
+/// committed (and is applied here).
 struct InFlight {
-    state: State,
+    batch: u64,
     done: tokio::task::JoinHandle<bool>,
 }
 
@@ -181,18 +184,26 @@ pub(super) async fn run(
     };
     let mut next: Option<Next> = None;
     let mut in_flight: Option<InFlight> = None;
+    let mut unapplied = Unapplied::default();
+    let mut batches = 0u64;
     loop {
         let room = next.as_ref().map_or(0, |n| n.plans.len()) < per_entry;
         tokio::select! {
             committed = async { (&mut in_flight.as_mut().expect("guarded").done).await },
                 if in_flight.is_some() =>
             {
-                in_flight = None;
+                let batch = in_flight.take().expect("guarded").batch;
+                let committed = committed.unwrap_or(false);
+                if committed {
+                    unapplied.applied(batch);
+                } else {
+                    unapplied.clear();
+                }
                 if let Some(mut waiting) = next.take() {
-                    if !committed.unwrap_or(false) {
+                    if !committed {
                         // Checked against stops that were never written:
                         // check again on what is committed.
-                        waiting = recheck(&ctx, &metrics, waiting);
+                        waiting = recheck(&ctx, &metrics, &mut unapplied, waiting);
                     }
                     in_flight = send(&ctx, &metrics, waiting);
                 }
@@ -204,11 +215,15 @@ pub(super) async fn run(
                     // One message per entry: the outcome is written on its own.
                     p.plan.evals.clear();
                 }
-                let waiting = next.get_or_insert_with(|| Next {
-                    state: state_after(&ctx, in_flight.as_ref()),
-                    plans: Vec::new(),
+                let waiting = next.get_or_insert_with(|| {
+                    batches += 1;
+                    Next {
+                        batch: batches,
+                        plans: Vec::new(),
+                    }
                 });
-                if let Some(accepted) = check(&broker, &metrics, &mut waiting.state, p) {
+                let checked = check(&ctx, &broker, &metrics, &mut unapplied, waiting.batch, p);
+                if let Some(accepted) = checked {
                     waiting.plans.push(accepted);
                 }
                 if in_flight.is_none() {
@@ -222,29 +237,16 @@ pub(super) async fn run(
     }
 }
 
-/// Where the next plans are checked: the state the entry in flight was
-/// checked on, with its plans applied (Nomad's snapshot plus the pending
-/// plan's results), or the latest state when nothing is in flight.
-fn state_after(ctx: &LeaderContext, in_flight: Option<&InFlight>) -> State {
-    match in_flight {
-        Some(f) => f.state.clone(),
-        None => ctx.store.snapshot(),
-    }
-}
-
-/// Puts a checked plan's allocations in the applier's copy of the state,
-/// where the next plans are checked (see [`State::place_for_check`]).
-fn apply_checked(state: &mut State, entry: &PlanApplyEntry) {
-    state.place_for_check(entry);
-}
-
-/// Checks one plan on `state` and, when something is left to write,
-/// applies it there, so the plans after it see it. `None` when the plan's
-/// delivery is no longer valid (its caller was answered).
+/// Checks one plan on the committed state with what is accepted and not
+/// yet applied on top, and adds what it writes there as part of batch
+/// `batch`, so the plans after it see it. `None` when the plan's delivery
+/// is no longer valid (its caller was answered).
 fn check(
+    ctx: &LeaderContext,
     broker: &EvalBroker,
     m: &PlanMetrics,
-    state: &mut State,
+    unapplied: &mut Unapplied,
+    batch: u64,
     p: PendingPlan,
 ) -> Option<Accepted> {
     if let Err(e) = broker.check_token(&p.plan.eval_id, &p.plan.eval_token) {
@@ -252,11 +254,13 @@ fn check(
         return None;
     }
     let start = Instant::now();
-    let (result, entry, counts) = evaluate_plan(state, &p.plan);
+    let (result, entry, counts) = ctx
+        .store
+        .read(|state| evaluate_plan(state, unapplied, &p.plan));
     m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
     m.nodes_rejected.inc_by(result.rejected_nodes.len() as u64);
     if let Some(e) = &entry {
-        apply_checked(state, e);
+        unapplied.add(batch, e);
     }
     Some(Accepted {
         plan: p.plan,
@@ -268,16 +272,17 @@ fn check(
 }
 
 /// Checks the plans again on the committed state, after the entry they were
-/// checked against failed.
-fn recheck(ctx: &LeaderContext, m: &PlanMetrics, waiting: Next) -> Next {
-    let mut state = ctx.store.snapshot();
+/// checked against failed (and `unapplied` was cleared).
+fn recheck(ctx: &LeaderContext, m: &PlanMetrics, unapplied: &mut Unapplied, waiting: Next) -> Next {
     let mut plans = Vec::with_capacity(waiting.plans.len());
     for a in waiting.plans {
         let start = Instant::now();
-        let (result, entry, counts) = evaluate_plan(&state, &a.plan);
+        let (result, entry, counts) = ctx
+            .store
+            .read(|state| evaluate_plan(state, unapplied, &a.plan));
         m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
         if let Some(e) = &entry {
-            apply_checked(&mut state, e);
+            unapplied.add(waiting.batch, e);
         }
         plans.push(Accepted {
             plan: a.plan,
@@ -287,7 +292,10 @@ fn recheck(ctx: &LeaderContext, m: &PlanMetrics, waiting: Next) -> Next {
             reply: a.reply,
         });
     }
-    Next { state, plans }
+    Next {
+        batch: waiting.batch,
+        plans,
+    }
 }
 
 /// Writes the waiting plans' entries as one raft entry (a batch when there
@@ -331,12 +339,18 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, mut waiting: Next) -> Option<
             })),
         }
     };
-    let (proposer, m) = (ctx.proposer.clone(), m.clone());
+    let (proposer, store, m) = (ctx.proposer.clone(), ctx.store.clone(), m.clone());
     let done = tokio::spawn(async move {
         let start = Instant::now();
         let written = proposer.write(entry).await;
         m.apply_seconds.observe(start.elapsed().as_secs_f64());
-        let ok = written.is_ok();
+        // The batch leaves what is checked on top of the state only once
+        // the state holds it (a write is answered once it is applied here,
+        // so this does not wait).
+        let ok = match &written {
+            Ok(index) => store.wait_for_index(*index, APPLIED_WAIT).await,
+            Err(_) => false,
+        };
         for (mut result, (placed, stopped), reply) in waiters {
             let answer = match &written {
                 Ok(index) => {
@@ -356,7 +370,7 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, mut waiting: Next) -> Option<
         ok
     });
     Some(InFlight {
-        state: waiting.state,
+        batch: waiting.batch,
         done,
     })
 }
@@ -365,8 +379,12 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, mut waiting: Next) -> Option<
 /// nothing is left to do) and how many allocations it places and stops.
 /// The evaluation's outcome goes into the entry only when every placement
 /// was accepted; the answer says whether it did.
-fn evaluate_plan(state: &State, plan: &Plan) -> (PlanResult, Option<PlanApplyEntry>, (u64, u64)) {
-    let checked = evaluate(state, plan);
+fn evaluate_plan(
+    state: &State,
+    unapplied: &Unapplied,
+    plan: &Plan,
+) -> (PlanResult, Option<PlanApplyEntry>, (u64, u64)) {
+    let checked = evaluate(state, unapplied, plan);
     let in_full = checked.rejected.is_empty();
     let mut result = PlanResult {
         refresh_index: if in_full { 0 } else { state.index() },
@@ -403,9 +421,10 @@ pub struct Checked {
     pub rejected: Vec<String>,
 }
 
-/// Checks a plan against the latest state. Stops are always accepted; a
-/// node's placements are accepted all together or not at all.
-pub fn evaluate(state: &State, plan: &Plan) -> Checked {
+/// Checks a plan against the latest state with what is accepted and not
+/// yet applied on top. Stops are always accepted; a node's placements are
+/// accepted all together or not at all.
+pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
     let stopped: Vec<Allocation> = plan
         .node_update
         .values()
@@ -422,7 +441,7 @@ pub fn evaluate(state: &State, plan: &Plan) -> Checked {
         let ok = job_live
             && state.node(node_id).is_some_and(|node| {
                 node.status == NodeStatus::Ready as i32 && !node.ineligible && {
-                    let used = usage_after(state, node_id, &stopped_ids, list);
+                    let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
                     fits(&node, &Resources::default(), &used)
                 }
             });
@@ -443,27 +462,15 @@ pub fn evaluate(state: &State, plan: &Plan) -> Checked {
 /// those the plan stops or replaces, plus the plan's placements.
 fn usage_after(
     state: &State,
+    unapplied: &Unapplied,
     node_id: &str,
     stopped: &HashSet<&str>,
     placed: &[Allocation],
 ) -> Resources {
     let gone = |id: &str| stopped.contains(id) || placed.iter().any(|a| a.id == id);
-    let mut used = Resources::default();
-    let live = state.node_allocs(node_id);
-    for a in live.iter().filter(|a| !alloc_terminal(a) && !gone(&a.id)) {
-        add(&mut used, a.resources.as_ref());
-    }
-    for a in placed.iter().filter(|a| !alloc_terminal(a)) {
-        add(&mut used, a.resources.as_ref());
-    }
+    let mut used = unapplied.usage(state, node_id, gone);
+    add_placed(&mut used, placed);
     used
-}
-
-fn add(total: &mut Resources, r: Option<&Resources>) {
-    if let Some(r) = r {
-        total.cpu_mhz += r.cpu_mhz;
-        total.memory_mb += r.memory_mb;
-    }
 }
 
 #[cfg(test)]
@@ -537,22 +544,64 @@ mod tests {
     #[test]
     fn a_checked_plan_counts_against_its_node_for_the_next_plans() {
         let mut state = state_with_node(1000);
+        let mut unapplied = Unapplied::default();
         let (first, second) = (plan("a1", 600), plan("a2", 600));
         assert!(
-            evaluate(&state, &second).rejected.is_empty(),
+            evaluate(&state, &unapplied, &second).rejected.is_empty(),
             "each fits alone"
         );
-        let (_, entry, _) = evaluate_plan(&state, &first);
-        apply_checked(&mut state, &entry.expect("the first plan places"));
-        assert_eq!(evaluate(&state, &second).rejected, vec!["n1".to_string()]);
-        // A plan that stops the first allocation makes room again.
+        let (_, entry, _) = evaluate_plan(&state, &unapplied, &first);
+        let first_entry = entry.expect("the first plan places");
+        unapplied.add(1, &first_entry);
+        let refused = vec!["n1".to_string()];
+        assert_eq!(evaluate(&state, &unapplied, &second).rejected, refused);
+        // Committed and applied: the state holds it, and it still counts
+        // once, not twice, whether or not its batch has left yet.
+        state.apply(
+            3,
+            &LogEntry {
+                msg: Some(Msg::PlanApply(first_entry)),
+            },
+            &mut Changes::default(),
+        );
+        assert_eq!(evaluate(&state, &unapplied, &second).rejected, refused);
+        assert!(
+            evaluate(&state, &unapplied, &plan("a1", 600))
+                .rejected
+                .is_empty(),
+            "a plan that replaces a1 does not count it twice"
+        );
+        unapplied.applied(1);
+        assert_eq!(evaluate(&state, &unapplied, &second).rejected, refused);
+        // A plan that stops the first allocation makes room again, before
+        // its entry is applied.
         let mut stop = plan("a1", 600);
         stop.node_update = std::mem::take(&mut stop.node_allocation);
         for a in &mut stop.node_update.get_mut("n1").unwrap().allocs {
             a.desired_status = AllocDesiredStatus::Stop as i32;
         }
-        let (_, entry, _) = evaluate_plan(&state, &stop);
-        apply_checked(&mut state, &entry.expect("the stop is written"));
-        assert!(evaluate(&state, &second).rejected.is_empty());
+        let (_, entry, _) = evaluate_plan(&state, &unapplied, &stop);
+        unapplied.add(2, &entry.expect("the stop is written"));
+        assert!(evaluate(&state, &unapplied, &second).rejected.is_empty());
+        // The stop's entry failed: it is forgotten, and a1 holds the node.
+        unapplied.clear();
+        assert_eq!(evaluate(&state, &unapplied, &second).rejected, refused);
+    }
+
+    #[test]
+    fn a_later_batch_keeps_an_allocation_when_an_earlier_one_is_applied() {
+        let state = state_with_node(1000);
+        let mut unapplied = Unapplied::default();
+        let (_, placed, _) = evaluate_plan(&state, &unapplied, &plan("a1", 600));
+        unapplied.add(1, &placed.expect("places"));
+        // Batch 2 changes a1 again (a new version in place) before batch 1
+        // is applied; batch 1's leaving must not take batch 2's with it.
+        let (_, again, _) = evaluate_plan(&state, &unapplied, &plan("a1", 600));
+        unapplied.add(2, &again.expect("replaces"));
+        unapplied.applied(1);
+        assert_eq!(
+            evaluate(&state, &unapplied, &plan("a2", 600)).rejected,
+            vec!["n1".to_string()]
+        );
     }
 }
