@@ -238,7 +238,10 @@ impl AllocSync {
 
 /// The latest report of an allocation wins; health, once known, is kept.
 fn merge(updates: &mut Vec<Pending>, mut update: Pending) {
-    match updates.iter_mut().find(|u| u.alloc_id == update.alloc_id) {
+    // A runner's reports share its id: most are found by address.
+    let same =
+        |u: &Pending| Arc::ptr_eq(&u.alloc_id, &update.alloc_id) || u.alloc_id == update.alloc_id;
+    match updates.iter_mut().find(|u| same(u)) {
         Some(old) => {
             update.report.healthy = update.report.healthy.or(old.report.healthy);
             *old = update;
@@ -253,11 +256,11 @@ struct NodeSink {
 }
 
 impl ReportSink for NodeSink {
-    fn report(&self, alloc_id: &str, report: AllocReport, previous: AllocClientStatus) {
+    fn report(&self, alloc_id: &Arc<str>, report: AllocReport, previous: AllocClientStatus) {
         let changed = report.client_status != previous;
         self.sync.metrics.move_alloc(previous, report.client_status);
         let update = Pending {
-            alloc_id: alloc_id.into(),
+            alloc_id: alloc_id.clone(),
             report,
         };
         self.sync.push(self.slot, update, changed);
@@ -310,7 +313,7 @@ mod tests {
         ];
         let mut previous = AllocClientStatus::Pending;
         for (tick, (status, what)) in steps.into_iter().enumerate() {
-            sink.report("a1", report(status, what), previous);
+            sink.report(&"a1".into(), report(status, what), previous);
             previous = status;
             for send in sync.clone().tick(tick as u64 + 1, false) {
                 send.await.unwrap();
@@ -358,12 +361,12 @@ mod tests {
         let sync = AllocSync::new(UpdateMode::Legacy, 1, Metrics::new(), send);
         let sink = sync.sink(0);
         sink.report(
-            "a1",
+            &"a1".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
         );
         sink.report(
-            "a2",
+            &"a2".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
         );
@@ -372,7 +375,7 @@ mod tests {
         }
         assert_eq!(sync.pending(), 2, "a failed batch is kept");
         sink.report(
-            "a1",
+            &"a1".into(),
             report(AllocClientStatus::Complete, "done"),
             AllocClientStatus::Running,
         );

@@ -29,7 +29,8 @@ pub struct AllocReport {
 /// waits on the network (seed 001: no back-pressure on runners).
 pub trait ReportSink: Send + Sync {
     /// `previous` is the client status the allocation had before this report.
-    fn report(&self, alloc_id: &str, report: AllocReport, previous: AllocClientStatus);
+    /// The id is the runner's own, shared: a report allocates no copy of it.
+    fn report(&self, alloc_id: &Arc<str>, report: AllocReport, previous: AllocClientStatus);
 }
 
 /// A runner's handle for reporting its allocation's state. It remembers the
@@ -282,7 +283,7 @@ mod tests {
     struct Recorder(Mutex<Vec<(String, AllocReport)>>);
 
     impl ReportSink for Recorder {
-        fn report(&self, alloc_id: &str, report: AllocReport, _: AllocClientStatus) {
+        fn report(&self, alloc_id: &Arc<str>, report: AllocReport, _: AllocClientStatus) {
             self.0.lock().unwrap().push((alloc_id.to_string(), report));
         }
     }

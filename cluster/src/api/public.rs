@@ -160,7 +160,7 @@ impl Api {
         req: NodeClientAllocsRequest,
     ) -> Result<NodeClientAllocsReply, Status> {
         validate::id("node_id", &req.node_id)?;
-        if self.store.read(|s| s.node(&req.node_id).is_none()) {
+        if self.store.read(|s| !s.has_node(&req.node_id)) {
             return Err(Status::not_found(format!(
                 "node_id: no node {} is registered",
                 quote(&req.node_id)

@@ -288,7 +288,7 @@ impl LeaderCalls {
             .0
             .ctx
             .store
-            .read(|state| req.allocs.iter().position(|a| state.alloc(&a.id).is_none()));
+            .read(|state| req.allocs.iter().position(|a| !state.has_alloc(&a.id)));
         if let Some(i) = unknown {
             return Err(ControlError::NotFound(format!(
                 "allocs[{i}].id: no allocation {:?}",

@@ -817,6 +817,11 @@ impl State {
         self.nodes.get(id).cloned()
     }
 
+    /// Whether node `id` is registered (checked at each node's query).
+    pub fn has_node(&self, id: &str) -> bool {
+        self.nodes.contains_key(id)
+    }
+
     /// Every node, in id order.
     pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
         self.nodes.values()
@@ -848,6 +853,12 @@ impl State {
 
     pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
         self.allocs.get(&AllocKey::new(id)).cloned()
+    }
+
+    /// Whether allocation `id` exists: a check of every client's report,
+    /// which need not touch the allocation itself (its count).
+    pub fn has_alloc(&self, id: &str) -> bool {
+        self.allocs.contains_key(&AllocKey::new(id))
     }
 
     pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> {
