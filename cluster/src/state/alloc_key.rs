@@ -47,26 +47,40 @@ impl AllocKey {
     }
 }
 
+/// The value of each byte as a lower-case hex digit; `NOT_HEX` if it is not one.
+const HEX: [u8; 256] = {
+    let mut table = [NOT_HEX; 256];
+    let mut i = 0;
+    while i < 10 {
+        table[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        table[b'a' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    table
+};
+const NOT_HEX: u8 = 0xff;
+
 /// The bits of `id` if it is a lower-case hyphenated UUID (the only form
-/// whose text orders as its bits do), else `None`.
+/// whose text orders as its bits do), else `None`. Every lookup parses its
+/// id, so this is a table lookup per digit.
 fn parse_uuid(id: &str) -> Option<[u64; 2]> {
     let bytes = id.as_bytes();
-    if bytes.len() != UUID_LEN {
+    if bytes.len() != UUID_LEN || HYPHENS.iter().any(|&i| bytes[i] != b'-') {
         return None;
     }
     let mut bits: u128 = 0;
     for (i, &b) in bytes.iter().enumerate() {
         if HYPHENS.contains(&i) {
-            if b != b'-' {
-                return None;
-            }
             continue;
         }
-        let digit = match b {
-            b'0'..=b'9' => b - b'0',
-            b'a'..=b'f' => b - b'a' + 10,
-            _ => return None,
-        };
+        let digit = HEX[b as usize];
+        if digit == NOT_HEX {
+            return None;
+        }
         bits = bits << 4 | u128::from(digit);
     }
     Some([(bits >> 64) as u64, bits as u64])
