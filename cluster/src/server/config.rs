@@ -21,6 +21,16 @@ use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
 
 /// Every member of the cluster: server id to the address its peers dial.
+
+/// Scheduler workers per core when `--workers` is not given. Nomad runs one
+/// per core; here a worker spends nearly all of an evaluation waiting for
+/// its plan's commit (an fsync on two servers, several times the
+/// scheduling), and the plans that wait together share one raft entry, so
+/// a second worker per core doubles what small jobs get placed per second
+/// for no more CPU per placement (BENCHMARKS.md, the write path, twelfth
+/// round).
+pub const WORKERS_PER_CORE: usize = 2;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peers(pub BTreeMap<NodeId, PeerAddr>);
 
@@ -217,7 +227,7 @@ pub struct ServeOpts {
     /// plan's entry); `off`: one message per entry, as Nomad writes them.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub raft_batching: Switch,
-    /// Scheduler workers on this server (default: one per core).
+    /// Scheduler workers on this server (default: two per core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
     pub workers: Option<u64>,
     /// Shortest heartbeat TTL given to a node.
@@ -417,7 +427,10 @@ impl ServeOpts {
                 ..Default::default()
             },
             workers: self.workers.map_or_else(
-                || std::thread::available_parallelism().map_or(1, |n| n.get()),
+                || {
+                    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    (WORKERS_PER_CORE * cores).min(MAX_WORKERS)
+                },
                 |n| n as usize,
             ),
         }
