@@ -20,17 +20,15 @@ use crate::control::ControlConfig;
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
 
-/// Every member of the cluster: server id to the address its peers dial.
-
 /// Scheduler workers per core when `--workers` is not given. Nomad runs one
 /// per core; here a worker spends nearly all of an evaluation waiting for
 /// its plan's commit (an fsync on two servers, several times the
-/// scheduling), and the plans that wait together share one raft entry, so
-/// a second worker per core doubles what small jobs get placed per second
-/// for no more CPU per placement (BENCHMARKS.md, the write path, twelfth
-/// round).
+/// scheduling), and the plans that wait together share one raft entry. A
+/// second worker per core placed small jobs a third faster here, for no
+/// more CPU per placement (BENCHMARKS.md, the write path, twelfth round).
 pub const WORKERS_PER_CORE: usize = 2;
 
+/// Every member of the cluster: server id to the address its peers dial.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peers(pub BTreeMap<NodeId, PeerAddr>);
 
