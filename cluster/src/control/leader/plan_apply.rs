@@ -237,10 +237,9 @@ pub(super) async fn run(
     }
 }
 
-/// Checks one plan on the committed state with what is accepted and not
-/// yet applied on top, and adds what it writes there as part of batch
-/// `batch`, so the plans after it see it. `None` when the plan's delivery
-/// is no longer valid (its caller was answered).
+/// Checks one plan, after its delivery's token, and accepts it (see
+/// [`accept`]). `None` when the delivery is no longer valid (its caller was
+/// answered).
 fn check(
     ctx: &LeaderContext,
     broker: &EvalBroker,
@@ -253,48 +252,51 @@ fn check(
         let _ = p.reply.send(Err(e.into()));
         return None;
     }
-    let start = Instant::now();
-    let (result, entry, counts) = ctx
-        .store
-        .read(|state| evaluate_plan(state, unapplied, &p.plan));
-    m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
-    m.nodes_rejected.inc_by(result.rejected_nodes.len() as u64);
-    if let Some(e) = &entry {
-        unapplied.add(batch, e);
-    }
-    Some(Accepted {
-        plan: p.plan,
-        result,
-        entry,
-        counts,
-        reply: p.reply,
-    })
+    let accepted = accept(ctx, m, unapplied, batch, p.plan, p.reply);
+    m.nodes_rejected
+        .inc_by(accepted.result.rejected_nodes.len() as u64);
+    Some(accepted)
 }
 
 /// Checks the plans again on the committed state, after the entry they were
 /// checked against failed (and `unapplied` was cleared).
 fn recheck(ctx: &LeaderContext, m: &PlanMetrics, unapplied: &mut Unapplied, waiting: Next) -> Next {
-    let mut plans = Vec::with_capacity(waiting.plans.len());
-    for a in waiting.plans {
-        let start = Instant::now();
-        let (result, entry, counts) = ctx
-            .store
-            .read(|state| evaluate_plan(state, unapplied, &a.plan));
-        m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
-        if let Some(e) = &entry {
-            unapplied.add(waiting.batch, e);
-        }
-        plans.push(Accepted {
-            plan: a.plan,
-            result,
-            entry,
-            counts,
-            reply: a.reply,
-        });
-    }
+    let plans = waiting
+        .plans
+        .into_iter()
+        .map(|a| accept(ctx, m, unapplied, waiting.batch, a.plan, a.reply))
+        .collect();
     Next {
         batch: waiting.batch,
         plans,
+    }
+}
+
+/// Checks `plan` on the committed state with what is accepted and not yet
+/// applied on top, and adds what it writes there as part of batch `batch`,
+/// so the plans after it see it.
+fn accept(
+    ctx: &LeaderContext,
+    m: &PlanMetrics,
+    unapplied: &mut Unapplied,
+    batch: u64,
+    plan: Plan,
+    reply: oneshot::Sender<Result<PlanResult, PlanError>>,
+) -> Accepted {
+    let start = Instant::now();
+    let (result, entry, counts) = ctx
+        .store
+        .read(|state| evaluate_plan(state, unapplied, &plan));
+    m.evaluate_seconds.observe(start.elapsed().as_secs_f64());
+    if let Some(e) = &entry {
+        unapplied.add(batch, e);
+    }
+    Accepted {
+        plan,
+        result,
+        entry,
+        counts,
+        reply,
     }
 }
 

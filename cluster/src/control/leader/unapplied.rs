@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use stampede_proto::{Allocation, PlanApplyEntry, Resources};
 
 use crate::model::statuses_terminal;
-use crate::state::State;
+use crate::state::{AllocKey, State};
 
 /// What a node's usage needs of one accepted allocation.
 struct Accepted {
@@ -79,7 +79,7 @@ impl Unapplied {
         for (id, a) in mine.into_iter().flatten() {
             // A stored allocation keeps the status its client reported.
             let client_status = live
-                .get(&crate::state::AllocKey::new(id))
+                .get(&AllocKey::new(id))
                 .map_or(a.client_status, |stored| stored.client_status);
             if !gone(id) && !statuses_terminal(a.desired_status, client_status) {
                 add(&mut used, a.resources.as_ref());
