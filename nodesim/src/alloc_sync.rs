@@ -238,10 +238,9 @@ impl AllocSync {
 
 /// The latest report of an allocation wins; health, once known, is kept.
 fn merge(updates: &mut Vec<Pending>, mut update: Pending) {
-    // A runner's reports share its id: most are found by address.
-    let same =
-        |u: &Pending| Arc::ptr_eq(&u.alloc_id, &update.alloc_id) || u.alloc_id == update.alloc_id;
-    match updates.iter_mut().find(|u| same(u)) {
+    // A runner's reports share its id, and `Arc<str>`'s equality looks at
+    // the address first: most are found without comparing the text.
+    match updates.iter_mut().find(|u| u.alloc_id == update.alloc_id) {
         Some(old) => {
             update.report.healthy = update.report.healthy.or(old.report.healthy);
             *old = update;
