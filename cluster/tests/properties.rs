@@ -8,7 +8,7 @@ use cluster::raft::client_write::{prepare, ClientWrite};
 use cluster::raft::{inbound, NodeId, TypeConfig};
 use cluster::state::State;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use proptest::collection::{hash_map, vec};
+use proptest::collection::{btree_map, vec};
 use proptest::prelude::*;
 use prost::Message;
 use stampede_proto::*;
@@ -46,7 +46,7 @@ fn group() -> impl Strategy<Value = TaskGroup> {
         resources(),
         vec((enum_value(), enum_value(), text()), 0..3),
         proptest::option::of((0..3u32, 0..3u32, number(), number())),
-        hash_map(text(), text(), 0..3),
+        btree_map(text(), text(), 0..3),
     )
         .prop_map(
             |(name, count, resources, constraints, update, meta)| TaskGroup {
@@ -98,7 +98,7 @@ fn node() -> impl Strategy<Value = Node> {
         text(),
         text(),
         resources(),
-        hash_map(text(), text(), 0..3),
+        btree_map(text(), text(), 0..3),
         enum_value(),
     )
         .prop_map(

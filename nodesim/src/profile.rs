@@ -2,7 +2,7 @@
 //! and attributes, drawn from weighted lists. A node's draw depends only on
 //! its index, so the same fleet comes back on every run and in every shard.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -139,7 +139,7 @@ impl NodeProfile {
 
     pub fn node(&self, index: u64) -> Node {
         let id = self.id(index);
-        let attributes: HashMap<String, String> = [
+        let attributes: BTreeMap<String, String> = [
             ("kernel.name", "linux".to_string()),
             ("cpu.arch", "amd64".to_string()),
             ("driver.mock", "1".to_string()),

@@ -260,7 +260,7 @@ pub fn is_terminal(s: AllocClientStatus) -> bool {
 }
 
 /// The task state map a report turns into on the wire.
-pub fn task_states(report: &AllocReport) -> std::collections::HashMap<String, TaskState> {
+pub fn task_states(report: &AllocReport) -> std::collections::BTreeMap<String, TaskState> {
     [(
         "main".to_string(),
         TaskState {

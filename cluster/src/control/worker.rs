@@ -700,7 +700,7 @@ pub fn outcome_evals(
     eval: &Evaluation,
     failed: std::collections::BTreeMap<String, u32>,
     snapshot_index: u64,
-    class_eligibility: std::collections::HashMap<String, bool>,
+    class_eligibility: std::collections::BTreeMap<String, bool>,
 ) -> Vec<Evaluation> {
     let mut done = Evaluation {
         snapshot_index,

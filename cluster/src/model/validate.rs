@@ -8,7 +8,7 @@
 //! prefix: echoing a 1 MiB id back would overflow the gRPC status metadata
 //! a client accepts. Each check is linear in the size of what it checks.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use stampede_proto::eval_reap_request::Collect;
 use stampede_proto::{
@@ -139,7 +139,7 @@ fn at_most(field: &str, len: usize, max: usize) -> Result<(), InvalidField> {
 }
 
 /// A map of ids to free text (meta, attributes).
-fn labels(field: &str, map: &HashMap<String, String>) -> Result<(), InvalidField> {
+fn labels(field: &str, map: &BTreeMap<String, String>) -> Result<(), InvalidField> {
     at_most(field, map.len(), MAX_MAP_ENTRIES)?;
     for (k, v) in map {
         id(&format!("{field} key"), k)?;

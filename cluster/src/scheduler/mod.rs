@@ -110,8 +110,8 @@ pub fn class_eligibility<'a>(
     state: &State,
     job: &Job,
     groups: impl Iterator<Item = &'a str> + Clone,
-) -> HashMap<String, bool> {
-    let mut out = HashMap::new();
+) -> BTreeMap<String, bool> {
+    let mut out = BTreeMap::new();
     for node in state.nodes() {
         let key = crate::model::class_key(node);
         if out.contains_key(&key) {
@@ -276,7 +276,7 @@ impl<'a> Planner<'a> {
         {
             return Some(d);
         }
-        let mut groups = HashMap::new();
+        let mut groups = BTreeMap::new();
         let mut work = false;
         for tg in rolling {
             let u = tg.update.unwrap_or_default();

@@ -196,6 +196,10 @@ fn planned_client_status(planned: &Allocation, old: Option<&Allocation>) -> i32 
     }
 }
 
+/// Holds an allocation's place on its node for the moment its report is
+/// taken (see [`State::update_alloc_from_client`]); never stored.
+static VACANT: std::sync::LazyLock<Arc<Allocation>> = std::sync::LazyLock::new(Default::default);
+
 /// Writes into `alloc` what a client owns of it (statuses, task states,
 /// health) from `update`, as reported at `index`.
 fn take_report(alloc: &mut Allocation, update: &Allocation, at_ms: u64, index: u64) {
@@ -275,8 +279,11 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
 /// its path that a snapshot still shares, each with up to 64 keys: with
 /// `String` keys every copy allocated and copied each key, and dropping the
 /// old copy freed each one (a fifth of a server's CPU under load); an
-/// `Arc<str>` is copied and dropped with a count.
-pub type Id = Arc<str>;
+/// `Arc<str>` is copied and dropped with a count. An id of up to 23 bytes
+/// (a node's or a job's, as nodesim and loadgen name them) is kept inside
+/// the key itself, so a lookup compares the bytes in the tree node instead
+/// of following a pointer to them for each key it passes.
+pub type Id = smol_str::SmolStr;
 
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
@@ -578,15 +585,18 @@ impl State {
         let Some((id, slot)) = self.allocs.get_key_value_mut(&AllocKey::new(&update.id)) else {
             return;
         };
-        let id = id.clone();
         // The node's allocations hold the other reference to it: let go of
-        // that one (the report is put back there below), and unless a
-        // reader or a copy of the state holds it too, the allocation is
-        // changed where it is, instead of copying its ten strings into a
-        // new one and freeing the old.
-        let mut on_node = self.allocs_by_node.get_mut(slot.node_id.as_str());
-        if let Some(on_node) = on_node.as_mut() {
-            on_node.remove(&id);
+        // that one while the report is taken (it is put back below), and
+        // unless a reader or a copy of the state holds it too, the
+        // allocation is changed where it is, instead of copying its ten
+        // strings into a new one and freeing the old. Its place on the node
+        // is found once and kept, not removed and inserted again.
+        let mut on_node = self
+            .allocs_by_node
+            .get_mut(slot.node_id.as_str())
+            .and_then(|on_node| on_node.get_mut(id));
+        if let Some(held) = on_node.as_mut() {
+            drop(std::mem::replace(*held, VACANT.clone()));
         }
         let (was_counted, was_terminal) = (summary_key(slot), alloc_terminal(slot));
         match Arc::get_mut(slot) {
@@ -595,10 +605,11 @@ impl State {
         }
         let new = slot.clone();
         match on_node {
-            Some(on_node) => {
-                on_node.insert(id, new.clone());
+            Some(held) => *held = new.clone(),
+            None => {
+                let id = id.clone();
+                self.put_on_node(id, new.clone())
             }
-            None => self.put_on_node(id, new.clone()),
         }
         if !was_terminal && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
@@ -1204,6 +1215,33 @@ mod tests {
         let mut c = Changes::default();
         s.apply(index, &e, &mut c);
         c
+    }
+
+    #[test]
+    fn ids_kept_in_the_key_and_beside_it_order_and_look_up_as_their_texts() {
+        // 23 bytes fit inside an `Id`; longer ones are kept beside it.
+        let ids = [
+            "sim-0000abcd-10",
+            "sim-0000abcd-9",
+            "sim-0000abcd-1000000000",  // 23 bytes
+            "sim-0000abcd-10000000000", // 24 bytes
+            "sim-0000abcd-100000000000000000000",
+            "",
+            "d41d8cd9-8f00-3204-a980-0998ecf8427e",
+            "\u{e9}",
+        ];
+        let mut s = State::default();
+        for (i, id) in ids.iter().enumerate() {
+            apply(&mut s, i as u64 + 1, node_entry(id));
+        }
+        let mut sorted = ids.to_vec();
+        sorted.sort();
+        let stored: Vec<&str> = s.nodes().map(|n| n.id.as_str()).collect();
+        assert_eq!(stored, sorted);
+        for id in ids {
+            assert_eq!(s.node(id).map(|n| n.id.clone()), Some(id.to_string()));
+        }
+        assert!(s.node("sim-0000abcd-1000000000x").is_none());
     }
 
     #[test]
