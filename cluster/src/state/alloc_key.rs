@@ -10,6 +10,7 @@
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// An allocation's id as the tables key it: its UUID's bits when the id
@@ -125,6 +126,18 @@ impl PartialEq for AllocKey {
 }
 
 impl Eq for AllocKey {}
+
+/// A UUID hashes as its bits (random already, for the ids the scheduler
+/// makes), other ids as their text. The two forms never hold equal ids: an
+/// id in UUID form is always kept as its bits.
+impl Hash for AllocKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        match self {
+            Self::Uuid([high, low]) => state.write_u64(high ^ low),
+            Self::Text(text) => text.hash(state),
+        }
+    }
+}
 
 impl fmt::Display for AllocKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -285,13 +285,25 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
 /// of following a pointer to them for each key it passes.
 pub type Id = smol_str::SmolStr;
 
+/// Every allocation by id. A hash trie, not a tree like the other tables:
+/// under load each client's report looks its allocation up among a hundred
+/// thousand, and a tree's walk compared keys spread over several cache lines
+/// at each of its levels. Nothing reads it in id order (the tables beside
+/// it are trees, ordered, for that).
+type AllocTable = imbl::GenericHashMap<
+    AllocKey,
+    Arc<Allocation>,
+    rustc_hash::FxBuildHasher,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
+
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
 pub struct State {
     nodes: OrdMap<Id, Arc<Node>>,
     jobs: OrdMap<Id, Arc<Job>>,
     evals: OrdMap<Id, Arc<Evaluation>>,
-    allocs: OrdMap<AllocKey, Arc<Allocation>>,
+    allocs: AllocTable,
     deployments: OrdMap<Id, Arc<Deployment>>,
     /// Each node's allocations themselves, by id, not only their ids: the
     /// node's query, the scheduler and the plan applier read a node's
@@ -859,7 +871,7 @@ impl State {
     }
 
     pub fn job_evals(&self, job_id: &str) -> Vec<Arc<Evaluation>> {
-        self.lookup(&self.evals_by_job, job_id, &self.evals)
+        Self::lookup(&self.evals_by_job, job_id, |id| self.evals.get(id))
     }
 
     pub fn alloc(&self, id: &str) -> Option<Arc<Allocation>> {
@@ -872,8 +884,17 @@ impl State {
         self.allocs.contains_key(&AllocKey::new(id))
     }
 
+    /// Every allocation, in no particular order.
     pub fn allocs(&self) -> impl Iterator<Item = &Arc<Allocation>> {
         self.allocs.values()
+    }
+
+    /// Every allocation in id order, as a snapshot lists them (the table
+    /// itself is in hash order).
+    fn allocs_by_id(&self) -> impl Iterator<Item = &Arc<Allocation>> {
+        let mut all: Vec<(&AllocKey, &Arc<Allocation>)> = self.allocs.iter().collect();
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        all.into_iter().map(|(_, a)| a)
     }
 
     /// Node `node_id`'s allocations by id, as the state holds them (a
@@ -893,7 +914,7 @@ impl State {
     }
 
     pub fn job_allocs(&self, job_id: &str) -> Vec<Arc<Allocation>> {
-        self.lookup(&self.allocs_by_job, job_id, &self.allocs)
+        Self::lookup(&self.allocs_by_job, job_id, |id| self.allocs.get(id))
     }
 
     /// The last index at which the server changed what `node_id`'s query
@@ -935,7 +956,9 @@ impl State {
     }
 
     pub fn job_deployments(&self, job_id: &str) -> Vec<Arc<Deployment>> {
-        self.lookup(&self.deployments_by_job, job_id, &self.deployments)
+        Self::lookup(&self.deployments_by_job, job_id, |id| {
+            self.deployments.get(id)
+        })
     }
 
     /// What the live allocations on a node hold.
@@ -953,15 +976,15 @@ impl State {
         used
     }
 
-    fn lookup<K: Ord + Clone, T: Clone>(
-        &self,
+    /// The rows of `key` in `index`, each found by `get`.
+    fn lookup<'a, K: Ord + Clone, T: Clone + 'a>(
         index: &OrdMap<Id, OrdSet<K>>,
         key: &str,
-        table: &OrdMap<K, T>,
+        get: impl Fn(&K) -> Option<&'a T>,
     ) -> Vec<T> {
         index
             .get(key)
-            .map(|ids| ids.iter().filter_map(|id| table.get(id).cloned()).collect())
+            .map(|ids| ids.iter().filter_map(|id| get(id).cloned()).collect())
             .unwrap_or_default()
     }
 
@@ -971,7 +994,7 @@ impl State {
             indexes: Some(self.indexes),
             jobs: self.jobs.values().map(|j| Job::clone(j)).collect(),
             evals: self.evals.values().map(|e| Evaluation::clone(e)).collect(),
-            allocs: self.allocs.values().map(|a| Allocation::clone(a)).collect(),
+            allocs: self.allocs_by_id().map(|a| Allocation::clone(a)).collect(),
             deployments: self
                 .deployments
                 .values()
