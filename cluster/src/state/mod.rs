@@ -165,23 +165,47 @@ fn summary_key(a: &Allocation) -> (u64, i32, i32) {
 /// Changes `key`'s row in `map` with `change`, or adds the row `new`
 /// makes: a key is allocated only for a new row (looking one up costs less
 /// than allocating it).
-fn change_or_insert<V: Clone>(
-    map: &mut OrdMap<Id, V>,
+fn change_or_insert<V>(
+    map: &mut impl IdTable<V>,
     key: &str,
     change: impl FnOnce(&mut V),
     new: impl FnOnce() -> V,
 ) {
-    match map.get_mut(key) {
+    match map.row_mut(key) {
         Some(v) => change(v),
-        None => {
-            map.insert(Id::from(key), new());
-        }
+        None => map.add(Id::from(key), new()),
     }
 }
 
 /// Sets `key`'s value in `map`.
-fn set_or_insert(map: &mut OrdMap<Id, u64>, key: &str, value: u64) {
+fn set_or_insert(map: &mut impl IdTable<u64>, key: &str, value: u64) {
     change_or_insert(map, key, |v| *v = value, || value);
+}
+
+/// A table keyed by [`Id`], ordered or hashed.
+trait IdTable<V> {
+    fn row_mut(&mut self, key: &str) -> Option<&mut V>;
+    fn add(&mut self, key: Id, value: V);
+}
+
+impl<V: Clone> IdTable<V> for OrdMap<Id, V> {
+    fn row_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.get_mut(key)
+    }
+
+    fn add(&mut self, key: Id, value: V) {
+        self.insert(key, value);
+    }
+}
+
+impl<V: Clone> IdTable<V> for NodeTable<V> {
+    fn row_mut(&mut self, key: &str) -> Option<&mut V> {
+        self.get_mut(key)
+    }
+
+    fn add(&mut self, key: Id, value: V) {
+        self.insert(key, value);
+    }
 }
 
 /// The client status a planned allocation is stored with: the stored
@@ -297,6 +321,12 @@ type AllocTable = imbl::GenericHashMap<
     imbl::shared_ptr::DefaultSharedPtr,
 >;
 
+/// Rows by node id, for the tables only ever read one node at a time: a
+/// hash trie, as [`AllocTable`], since each report, placement and node
+/// query looks up its node among ten thousand.
+type NodeTable<V> =
+    imbl::GenericHashMap<Id, V, rustc_hash::FxBuildHasher, imbl::shared_ptr::DefaultSharedPtr>;
+
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
 pub struct State {
@@ -309,11 +339,11 @@ pub struct State {
     /// node's query, the scheduler and the plan applier read a node's
     /// allocations all the time, and looking each id up in `allocs` (a
     /// hundred thousand string keys) cost more than the reading itself.
-    allocs_by_node: OrdMap<Id, OrdMap<AllocKey, Arc<Allocation>>>,
+    allocs_by_node: NodeTable<OrdMap<AllocKey, Arc<Allocation>>>,
     allocs_by_job: OrdMap<Id, OrdSet<AllocKey>>,
     evals_by_job: OrdMap<Id, OrdSet<Id>>,
     deployments_by_job: OrdMap<Id, OrdSet<Id>>,
-    node_alloc_index: OrdMap<Id, u64>,
+    node_alloc_index: NodeTable<u64>,
     job_alloc_index: OrdMap<Id, u64>,
     /// Each job's allocations counted by version and status, kept as they
     /// change (Nomad's job summaries), so `JobService.Summary` reads a few
