@@ -37,6 +37,18 @@ use crate::metrics::{Metrics, NodeState, ERROR_KINDS, PRIORITIES};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
 
+/// The runtime a fleet of `threads` threads runs on (`Opts::threads`).
+pub fn runtime(threads: u64) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(threads as usize);
+        b
+    };
+    builder.enable_all().build()
+}
+
 /// Simulates a fleet of client nodes against a stampede cluster.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "nodesim", version, about)]
@@ -66,6 +78,13 @@ pub struct Opts {
     /// HTTP/2 connections to each server, shared by all nodes.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub connections: u64,
+    /// Threads the fleet runs on. One by default: a fleet is many small
+    /// tasks waking each other, and on one thread they do so without
+    /// cross-thread wake-ups (a fifth less of nodesim's CPU in `c2m-mini`,
+    /// BENCHMARKS.md). Give more if nodesim's CPU nears one core; for more
+    /// than that, `--shard` the fleet over processes or machines.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: u64,
     /// Nodes joining per second while the fleet ramps up.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub ramp_rate: u64,

@@ -7,14 +7,18 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     stampede_proto::init_logging();
-    stampede_proto::exit_with(run().await)
+    let opts = nodesim::Opts::parse();
+    stampede_proto::exit_with(
+        nodesim::runtime(opts.threads)
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| runtime.block_on(run(opts))),
+    )
 }
 
-async fn run() -> anyhow::Result<()> {
-    let summary = nodesim::run(nodesim::Opts::parse()).await?;
+async fn run(opts: nodesim::Opts) -> anyhow::Result<()> {
+    let summary = nodesim::run(opts).await?;
     println!("{summary}");
     if summary.registrations == 0 {
         anyhow::bail!("no node registered: is the cluster at --servers up?");

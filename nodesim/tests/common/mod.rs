@@ -15,8 +15,15 @@ use stampede_proto::{AllocClientStatus, Allocation, Job};
 /// certificate and a write token, as a capacity run gives them), with flags
 /// `extra` added.
 pub fn opts(h: &Harness, extra: &[&str]) -> Opts {
+    let mut all = vec!["nodesim".to_string()];
+    all.extend(args(h, extra));
+    Opts::parse_from(all)
+}
+
+/// The command-line arguments of [`opts`], as the `nodesim` binary takes them.
+pub fn args(h: &Harness, extra: &[&str]) -> Vec<String> {
     let servers = h.rpc_addrs().join(",");
-    let mut args: Vec<String> = vec!["nodesim".into(), "--servers".into(), servers];
+    let mut args: Vec<String> = vec!["--servers".into(), servers];
     if let Some(dir) = h.tls_dir() {
         args.extend(TlsArgs::in_dir(dir, Role::Client).to_args());
     }
@@ -24,7 +31,7 @@ pub fn opts(h: &Harness, extra: &[&str]) -> Opts {
         args.extend(["--token".into(), token]);
     }
     args.extend(extra.iter().map(|a| a.to_string()));
-    Opts::parse_from(args)
+    args
 }
 
 /// A fleet with the default mock runner, nodesim flags `args` added.
