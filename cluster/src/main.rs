@@ -37,10 +37,22 @@ enum Cmd {
     Health(cluster::cli::health::HealthOpts),
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     stampede_proto::init_logging();
-    stampede_proto::exit_with(run(Cli::parse()).await)
+    let cli = Cli::parse();
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Cmd::Serve(opts) = &cli.command {
+        if let Some(n) = opts.threads {
+            runtime.worker_threads(n as usize);
+        }
+    }
+    stampede_proto::exit_with(
+        runtime
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rt.block_on(run(cli))),
+    )
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {

@@ -152,7 +152,7 @@ impl LocalCluster {
     }
 
     fn launch(opts: LaunchOptions, with_links: bool) -> Result<Self, LaunchError> {
-        if with_links && !serves_peer_via(&opts.bin)? {
+        if with_links && !serves_flag(&opts.bin, "--peer-via")? {
             return Err(LaunchError::NoPeerVia(opts.bin));
         }
         let (root, tmp) = match opts.root {
@@ -188,6 +188,10 @@ impl LocalCluster {
             None
         };
         let mut server_args = opts.server_args;
+        if !server_args.iter().any(|a| a == "--threads") && serves_flag(&opts.bin, "--threads")? {
+            let threads = colocated_threads(servers.len());
+            server_args.extend(["--threads".to_string(), threads.to_string()]);
+        }
         let tls_dir = if opts.insecure {
             server_args.push("--insecure".into());
             None
@@ -729,8 +733,9 @@ pub fn http_client(security: &Security, timeout: Duration) -> Result<reqwest::Cl
     builder.build().map_err(|e| tls_err(e.to_string()))
 }
 
-/// Whether `bin serve` takes `--peer-via` (a server built before it did not).
-fn serves_peer_via(bin: &Path) -> Result<bool, LaunchError> {
+/// Whether `bin serve` takes `flag`: a server built before `--peer-via` or
+/// `--threads` does not take them.
+fn serves_flag(bin: &Path, flag: &str) -> Result<bool, LaunchError> {
     let help = Command::new(bin)
         .args(["serve", "--help"])
         .stdin(Stdio::null())
@@ -739,7 +744,7 @@ fn serves_peer_via(bin: &Path) -> Result<bool, LaunchError> {
             bin: bin.to_path_buf(),
             source,
         })?;
-    Ok(String::from_utf8_lossy(&help.stdout).contains("--peer-via"))
+    Ok(String::from_utf8_lossy(&help.stdout).contains(flag))
 }
 
 /// A binary of this workspace built beside the running executable: in the
@@ -775,9 +780,32 @@ pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// API threads (`cluster serve --threads`) for each of `servers` servers
+/// sharing this machine: their share of its cores, at least one. Each
+/// taking every core put more threads than cores on the machine, and their
+/// wake-ups and handovers cost CPU for no work (BENCHMARKS.md, the write
+/// path, thirteenth round).
+pub fn colocated_threads(servers: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / servers.max(1)).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colocated_servers_share_the_cores_and_each_keeps_one() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(colocated_threads(1), cores);
+        assert_eq!(colocated_threads(0), cores);
+        assert_eq!(colocated_threads(cores * 2 + 1), 1);
+        for servers in 1..=8 {
+            let each = colocated_threads(servers);
+            assert!(each >= 1);
+            assert!(each * servers <= cores.max(servers), "{servers} servers: {each} each");
+        }
+    }
 
     #[test]
     fn reads_a_series_by_its_exact_name() {

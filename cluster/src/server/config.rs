@@ -228,6 +228,11 @@ pub struct ServeOpts {
     /// Scheduler workers on this server (default: two per core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
     pub workers: Option<u64>,
+    /// Threads serving the API and the control plane (raft has its own
+    /// one). Default: one per core. Servers that share a machine each take
+    /// their share of its cores (`cluster dev` and capacity runs give it).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub threads: Option<u64>,
     /// Shortest heartbeat TTL given to a node.
     #[arg(long, default_value_t = HeartbeatConfig::default().min_ttl.into())]
     pub heartbeat_min_ttl: humantime::Duration,
