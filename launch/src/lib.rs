@@ -803,7 +803,10 @@ mod tests {
         for servers in 1..=8 {
             let each = colocated_threads(servers);
             assert!(each >= 1);
-            assert!(each * servers <= cores.max(servers), "{servers} servers: {each} each");
+            assert!(
+                each * servers <= cores.max(servers),
+                "{servers} servers: {each} each"
+            );
         }
     }
 
