@@ -17,7 +17,8 @@ use stampede_proto::{
     log_entry::Msg, AllocClientStatus, AllocClientUpdateEntry, Allocation, Deployment,
     DeploymentGroupState, DeploymentStatus, DeploymentUpdateEntry, EvalStatus, EvalUpdateEntry,
     Evaluation, GcDeploymentsEntry, GcEvalsEntry, GcJobsEntry, GcNodesEntry, JobDeregisterEntry,
-    JobType, LogEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry, TaskState, MESSAGE_TYPES,
+    JobType, LogEntry, NamedTaskState, NodeStatus, NodeStatusEntry, PlanApplyEntry, TaskState,
+    MESSAGE_TYPES,
 };
 
 const NODES: usize = 1_000;
@@ -203,15 +204,14 @@ fn entry(name: &str, state: &State) -> Option<LogEntry> {
                     id: a.id.clone(),
                     client_status: AllocClientStatus::Running as i32,
                     client_description: "healthy".into(),
-                    task_states: [(
-                        "web".to_string(),
+                    task_states: vec![NamedTaskState::new(
+                        "web",
                         TaskState {
                             state: "running".into(),
                             started_at_ms: 1,
                             ..Default::default()
                         },
-                    )]
-                    .into(),
+                    )],
                     healthy: Some(true),
                     ..Default::default()
                 })

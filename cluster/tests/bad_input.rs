@@ -410,11 +410,21 @@ fn cases() -> Vec<Case> {
         case!(
             "65 task states",
             nodes.update_alloc(alloc_update(|a| a.task_states =
-                many(65, |i| (format!("t{i}"), TaskState::default()))
-                    .into_iter()
-                    .collect())),
+                many(65, |i| NamedTaskState::new(
+                    format!("t{i}"),
+                    TaskState::default()
+                )))),
             InvalidArgument,
             "allocs[0].task_states"
+        ),
+        case!(
+            "a task named twice",
+            nodes.update_alloc(alloc_update(|a| a.task_states = vec![
+                NamedTaskState::new("web", TaskState::default()),
+                NamedTaskState::new("web", TaskState::default()),
+            ])),
+            InvalidArgument,
+            "allocs[0].task_states[web]"
         ),
         case!(
             "unknown alloc",

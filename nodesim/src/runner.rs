@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rand::Rng;
-use stampede_proto::{AllocClientStatus, Allocation, JobType, TaskState};
+use stampede_proto::{AllocClientStatus, Allocation, JobType, NamedTaskState, TaskState};
 
 /// The client-side state of one allocation, as a runner reports it.
 #[derive(Debug, Clone, PartialEq)]
@@ -259,17 +259,16 @@ pub fn is_terminal(s: AllocClientStatus) -> bool {
     )
 }
 
-/// The task state map a report turns into on the wire.
-pub fn task_states(report: &AllocReport) -> std::collections::BTreeMap<String, TaskState> {
-    [(
-        "main".to_string(),
-        TaskState {
+/// The task states a report turns into on the wire: its one task's.
+pub fn task_states(report: &AllocReport) -> Vec<NamedTaskState> {
+    vec![NamedTaskState {
+        task: "main".to_string(),
+        state: Some(TaskState {
             state: report.task_state.clone(),
             failed: report.client_status == AllocClientStatus::Failed,
             ..Default::default()
-        },
-    )]
-    .into()
+        }),
+    }]
 }
 
 #[cfg(test)]

@@ -53,6 +53,15 @@ impl log_entry::Msg {
     }
 }
 
+impl NamedTaskState {
+    pub fn new(task: impl Into<String>, state: TaskState) -> Self {
+        Self {
+            task: task.into(),
+            state: Some(state),
+        }
+    }
+}
+
 impl LogEntry {
     /// The commands this entry carries, in order: the entry itself, or a
     /// batch's entries. A batch inside a batch is not a command (the leader
@@ -150,5 +159,52 @@ pub async fn shutdown_signal() {
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = term.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use prost::Message;
+
+    /// `Allocation` as it was when `task_states` was a protobuf map: log
+    /// entries and snapshots written then are on disk.
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct MapAllocation {
+        #[prost(string, tag = "1")]
+        id: String,
+        #[prost(btree_map = "string, message", tag = "13")]
+        task_states: std::collections::BTreeMap<String, TaskState>,
+    }
+
+    fn state(s: &str) -> TaskState {
+        TaskState {
+            state: s.into(),
+            restarts: 2,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn task_states_read_and_write_as_the_map_they_were() {
+        let as_map = MapAllocation {
+            id: "a1".into(),
+            task_states: [
+                ("db".into(), state("dead")),
+                ("web".into(), state("running")),
+            ]
+            .into(),
+        };
+        let read = Allocation::decode(&as_map.encode_to_vec()[..]).unwrap();
+        assert_eq!(read.id, "a1");
+        assert_eq!(
+            read.task_states,
+            vec![
+                NamedTaskState::new("db", state("dead")),
+                NamedTaskState::new("web", state("running")),
+            ]
+        );
+        let back = MapAllocation::decode(&read.encode_to_vec()[..]).unwrap();
+        assert_eq!(back, as_map);
     }
 }

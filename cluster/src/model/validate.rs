@@ -457,9 +457,21 @@ pub fn alloc_update(path: &str, a: &Allocation) -> Result<(), InvalidField> {
     .map_err(at("client_status"))?;
     text("", &a.client_description, MAX_TEXT_LEN).map_err(at("client_description"))?;
     at_most("", a.task_states.len(), MAX_MAP_ENTRIES).map_err(at("task_states"))?;
-    for (name, state) in &a.task_states {
-        id("", name).map_err(at("task_states key"))?;
-        text("", &state.state, MAX_ID_LEN).map_err(|e| {
+    for (i, named) in a.task_states.iter().enumerate() {
+        let name = &named.task;
+        id("", name)
+            .map_err(|e| InvalidField::new(format!("{path}.task_states[{i}].task"), e.reason))?;
+        if a.task_states[..i]
+            .iter()
+            .any(|earlier| earlier.task == *name)
+        {
+            return Err(InvalidField::new(
+                format!("{path}.task_states[{name}]"),
+                "names a task a second time",
+            ));
+        }
+        let state = named.state.as_ref().map_or("", |s| s.state.as_str());
+        text("", state, MAX_ID_LEN).map_err(|e| {
             InvalidField::new(format!("{path}.task_states[{name}].state"), e.reason)
         })?;
     }

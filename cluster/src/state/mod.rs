@@ -1195,8 +1195,8 @@ impl StateStore {
 mod tests {
     use super::*;
     use stampede_proto::{
-        AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, NodeRegisterEntry,
-        NodeStatusEntry, PlanApplyEntry,
+        AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, NamedTaskState,
+        NodeRegisterEntry, NodeStatusEntry, PlanApplyEntry,
     };
 
     fn node_entry(id: &str) -> LogEntry {
@@ -1366,7 +1366,7 @@ mod tests {
             eval_id: "e1".into(),
             deployment_id: "d1".into(),
             client_description: "placed".into(),
-            task_states: [("old".to_string(), Default::default())].into(),
+            task_states: vec![NamedTaskState::new("old", Default::default())],
             healthy: Some(true),
             job_version: 3,
             ..alloc("a1", "n1", "web")
@@ -1377,7 +1377,7 @@ mod tests {
             id: "a1".into(),
             client_status: AllocClientStatus::Running as i32,
             client_description: "running".into(),
-            task_states: [("web".to_string(), Default::default())].into(),
+            task_states: vec![NamedTaskState::new("web", Default::default())],
             healthy: None,
             ..Default::default()
         };
@@ -1393,7 +1393,7 @@ mod tests {
         let expected = Allocation {
             client_status: AllocClientStatus::Running as i32,
             client_description: "running".into(),
-            task_states: [("web".to_string(), Default::default())].into(),
+            task_states: vec![NamedTaskState::new("web", Default::default())],
             // Health, once known, stays known when a report leaves it out.
             healthy: Some(true),
             modify_index: 3,
@@ -1449,7 +1449,7 @@ mod tests {
                     id: "a1".into(),
                     client_status: status as i32,
                     client_description: format!("{status:?}"),
-                    task_states: [("web".to_string(), Default::default())].into(),
+                    task_states: vec![NamedTaskState::new("web", Default::default())],
                     healthy,
                     ..Default::default()
                 }],
