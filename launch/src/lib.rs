@@ -152,7 +152,10 @@ impl LocalCluster {
     }
 
     fn launch(opts: LaunchOptions, with_links: bool) -> Result<Self, LaunchError> {
-        if with_links && !serves_flag(&opts.bin, "--peer-via")? {
+        // What `serve` takes: a server built before `--peer-via` or
+        // `--threads` does not take them.
+        let serve_help = serve_help(&opts.bin)?;
+        if with_links && !serve_help.contains("--peer-via") {
             return Err(LaunchError::NoPeerVia(opts.bin));
         }
         let (root, tmp) = match opts.root {
@@ -188,7 +191,7 @@ impl LocalCluster {
             None
         };
         let mut server_args = opts.server_args;
-        if !server_args.iter().any(|a| a == "--threads") && serves_flag(&opts.bin, "--threads")? {
+        if !server_args.iter().any(|a| a == "--threads") && serve_help.contains("--threads") {
             let threads = colocated_threads(servers.len());
             server_args.extend(["--threads".to_string(), threads.to_string()]);
         }
@@ -733,9 +736,8 @@ pub fn http_client(security: &Security, timeout: Duration) -> Result<reqwest::Cl
     builder.build().map_err(|e| tls_err(e.to_string()))
 }
 
-/// Whether `bin serve` takes `flag`: a server built before `--peer-via` or
-/// `--threads` does not take them.
-fn serves_flag(bin: &Path, flag: &str) -> Result<bool, LaunchError> {
+/// What `bin serve --help` prints: the flags that server takes.
+fn serve_help(bin: &Path) -> Result<String, LaunchError> {
     let help = Command::new(bin)
         .args(["serve", "--help"])
         .stdin(Stdio::null())
@@ -744,7 +746,7 @@ fn serves_flag(bin: &Path, flag: &str) -> Result<bool, LaunchError> {
             bin: bin.to_path_buf(),
             source,
         })?;
-    Ok(String::from_utf8_lossy(&help.stdout).contains(flag))
+    Ok(String::from_utf8_lossy(&help.stdout).into_owned())
 }
 
 /// A binary of this workspace built beside the running executable: in the

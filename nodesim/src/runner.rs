@@ -261,14 +261,14 @@ pub fn is_terminal(s: AllocClientStatus) -> bool {
 
 /// The task states a report turns into on the wire: its one task's.
 pub fn task_states(report: &AllocReport) -> Vec<NamedTaskState> {
-    vec![NamedTaskState {
-        task: "main".to_string(),
-        state: Some(TaskState {
+    vec![NamedTaskState::new(
+        "main",
+        TaskState {
             state: report.task_state.clone(),
             failed: report.client_status == AllocClientStatus::Failed,
             ..Default::default()
-        }),
-    }]
+        },
+    )]
 }
 
 #[cfg(test)]

@@ -54,6 +54,7 @@ impl log_entry::Msg {
 }
 
 impl NamedTaskState {
+    /// Task `task` in state `state`.
     pub fn new(task: impl Into<String>, state: TaskState) -> Self {
         Self {
             task: task.into(),
