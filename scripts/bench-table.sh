@@ -3,7 +3,7 @@
 # benchmark id, median time per iteration, and the throughput at that median
 # (elements/s, or MiB/s for benches that count bytes).
 #
-# Reads criterion's $CARGO_TARGET_DIR/criterion/GROUP/FUNCTION/new/benchmark.json
+# Reads criterion's target/criterion (or $CARGO_TARGET_DIR/criterion)/GROUP/FUNCTION/new/benchmark.json
 # (id and throughput) and estimates.json (times, in ns). An optional argument
 # keeps only the ids matching that regular expression, e.g.
 #   scripts/bench-table.sh '^state_apply/'
@@ -11,7 +11,7 @@
 # before a run whose table should hold nothing else.
 set -euo pipefail
 
-dir="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}/criterion"
+dir="${CARGO_TARGET_DIR:-target}/criterion"
 filter="${1:-}"
 
 if ! command -v jq >/dev/null; then

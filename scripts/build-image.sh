@@ -17,12 +17,10 @@ if ! command -v buildah >/dev/null; then
   $SUDO apt-get install -y --no-install-recommends buildah >/dev/null
 fi
 
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}
 if [[ -z "${STAMPEDE_BIN:-}" ]]; then
-  . scripts/rocksdb-env.sh
   cargo build --release --bin cluster --bin nodesim --bin loadgen
 fi
-BIN=${STAMPEDE_BIN:-$CARGO_TARGET_DIR/release}
+BIN=${STAMPEDE_BIN:-${CARGO_TARGET_DIR:-target}/release}
 
 ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT

@@ -82,11 +82,8 @@ bash scripts/setup-debian.sh --etcd >&2
 if [ -n "${STAMPEDE_BIN:-}" ]; then
   bin=$STAMPEDE_BIN
 else
-  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
-  # Every profile links Debian's RocksDB; nothing compiles its C++.
-  . scripts/rocksdb-env.sh
   cargo build --release --bin cluster --bin loadgen >&2
-  bin="$CARGO_TARGET_DIR/release"
+  bin="${CARGO_TARGET_DIR:-target}/release"
 fi
 for b in cluster loadgen; do
   [ -x "$bin/$b" ] || die "no $b binary in $bin"

@@ -60,10 +60,8 @@ nodes=$(sed -n 's/^nodes *= *\([0-9_]*\).*/\1/p' "$file" | head -1 | tr -d _)
 if grep -q '^\[\[faults\]\]' "$file"; then die "$file has [[faults]], which need servers loadgen starts itself"; fi
 
 # The binaries: STAMPEDE_BIN, else the release build.
-BIN=${STAMPEDE_BIN:-${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}/release}
+BIN=${STAMPEDE_BIN:-${CARGO_TARGET_DIR:-target}/release}
 if [[ -z "${STAMPEDE_BIN:-}" ]]; then
-  export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}
-  . scripts/rocksdb-env.sh
   cargo build --release --bin cluster --bin nodesim --bin loadgen
 fi
 for b in cluster nodesim loadgen; do

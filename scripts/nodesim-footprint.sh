@@ -18,9 +18,8 @@ if [ -n "${STAMPEDE_BIN:-}" ]; then
   bin=$STAMPEDE_BIN
 else
   bash scripts/setup-debian.sh
-  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
   cargo build --release -q --bin cluster --bin nodesim
-  bin="$CARGO_TARGET_DIR/release"
+  bin="${CARGO_TARGET_DIR:-target}/release"
 fi
 work=$(mktemp -d)
 pids=()

@@ -7,9 +7,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/stampede-target}"
-# Every profile links Debian's RocksDB; nothing compiles its C++.
-. scripts/rocksdb-env.sh
 bash scripts/prune-target.sh
 cargo build --release --bin cluster --bin nodesim --bin loadgen
-exec "$CARGO_TARGET_DIR/release/loadgen" capacity "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/loadgen" capacity "$@"
