@@ -1,6 +1,7 @@
 //! loadgen: drives load at a running stampede cluster and measures it.
 
 pub mod capacity;
+pub mod compare;
 pub mod faults;
 pub mod inventory;
 pub mod metrics;
@@ -11,6 +12,7 @@ pub mod report;
 pub mod sampler;
 pub mod scenario;
 pub mod search;
+pub mod stats;
 pub mod stream;
 pub mod summary;
 pub mod writes;

@@ -1,3 +1,5 @@
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// Drives load at a stampede cluster and measures what it costs.
@@ -17,6 +19,10 @@ enum Cmd {
     /// A capacity-planning run: a local cluster and fleet (or given ones), a
     /// scenario's job stream, and a report of what it cost.
     Capacity(Box<loadgen::capacity::CapacityOpts>),
+    /// Compare two capacity runs: each measure's ratio B/A with a 95%
+    /// interval and a verdict (better, worse, inconclusive). Exits 1 when a
+    /// gated measure is worse, 2 when the runs cannot be compared.
+    Compare(loadgen::compare::CompareOpts),
     /// TCP proxies that delay every byte each way: link latency without
     /// netem (scripts/multihost.sh). Runs until killed.
     Link(LinkOpts),
@@ -29,13 +35,39 @@ struct LinkOpts {
     links: Vec<stampede_launch::delay::DelayLink>,
 }
 
+/// `loadgen compare`'s exit code when the runs cannot be compared (1 is a
+/// gated measure judged worse).
+const CANNOT_COMPARE: u8 = 2;
+
 #[tokio::main]
-async fn main() -> std::process::ExitCode {
+async fn main() -> ExitCode {
     stampede_proto::init_logging();
-    stampede_proto::exit_with(run(Cli::parse()).await)
+    match run(Cli::parse()).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+/// `loadgen compare`: 0 when no gated measure is worse, 1 when one is, 2
+/// when the runs cannot be compared.
+fn compare(opts: &loadgen::compare::CompareOpts) -> ExitCode {
+    match loadgen::compare::run(opts) {
+        Ok(c) if c.worse.is_empty() => ExitCode::SUCCESS,
+        Ok(c) => {
+            eprintln!("error: worse than A: {}", c.worse.join("; "));
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: the runs cannot be compared: {e}");
+            ExitCode::from(CANNOT_COMPARE)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Cmd::Writes(opts) => {
             let json = opts.json;
@@ -76,6 +108,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 return Err(e);
             }
         }
+        Cmd::Compare(opts) => return Ok(compare(&opts)),
         Cmd::Capacity(opts) => {
             let summary = loadgen::capacity::run(*opts).await?;
             if !summary.regressions.is_empty() {
@@ -93,7 +126,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

@@ -1,0 +1,220 @@
+//! A comparison as the terminal table and as `compare.html`: the verdicts,
+//! then each variant's latency distributions and its windows over the
+//! stream, A and B overlaid. The page is self-contained (inline SVG, no
+//! script), so it opens from anywhere.
+
+use std::fmt::Write;
+
+use serde_json::Value;
+
+use super::{by_name, Comparison, Verdict};
+
+/// The table for the terminal.
+pub fn table(c: &Comparison) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "compare {} -> {} ({})", c.a, c.b, c.scenario);
+    for v in &c.variants {
+        let _ = writeln!(out, "\nvariant {}", v.name);
+        let _ = writeln!(
+            out,
+            "  {:<34} {:>12} {:>12} {:>8} {:>17}  {:<12} samples",
+            "measure", "A", "B", "B/A", "95% interval", "verdict"
+        );
+        for m in &v.measures {
+            let label = by_name(m.measure).map_or(m.measure, |x| x.label);
+            let gate = if m.gated { "*" } else { " " };
+            let _ = writeln!(
+                out,
+                "  {gate}{label:<33} {:>12} {:>12} {:>8.3} {:>17}  {:<12} {} ({}/{})",
+                number(m.a),
+                number(m.b),
+                m.ratio,
+                format!("[{:.3}, {:.3}]", m.lo, m.hi),
+                verdict(m.verdict),
+                serde_json::to_value(m.samples)
+                    .ok()
+                    .and_then(|s| s.as_str().map(str::to_owned))
+                    .unwrap_or_default(),
+                m.n_a,
+                m.n_b,
+            );
+        }
+    }
+    let _ = writeln!(out, "\n* gated measure");
+    match c.worse.is_empty() {
+        true => {
+            let _ = writeln!(out, "no gated measure is worse");
+        }
+        false => {
+            let _ = writeln!(out, "worse: {}", c.worse.join("; "));
+        }
+    }
+    out
+}
+
+fn verdict(v: Verdict) -> &'static str {
+    match v {
+        Verdict::Better => "better",
+        Verdict::Worse => "WORSE",
+        Verdict::Inconclusive => "inconclusive",
+    }
+}
+
+fn number(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.3}")
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}\
+table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}\
+td:first-child,th:first-child{text-align:left}.better{color:#17803d;font-weight:600}\
+.worse{color:#c0262d;font-weight:600}.inconclusive{color:#777}.charts{display:flex;flex-wrap:wrap;gap:1em}\
+svg{background:#fafafa;border:1px solid #ddd}.a{stroke:#1f6fb2}.b{stroke:#d9651f}";
+
+/// The page: the verdict tables, then per variant the two runs' latency
+/// distributions and windows overlaid.
+pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
+    let mut out = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>compare: {}</title><style>{STYLE}</style></head><body>",
+        escape(&c.scenario)
+    );
+    let _ = write!(
+        out,
+        "<h1>{} compared</h1><p>A: <code>{}</code> (blue)<br>B: <code>{}</code> (orange)</p>",
+        escape(&c.scenario),
+        escape(&c.a),
+        escape(&c.b)
+    );
+    match c.worse.is_empty() {
+        true => out.push_str("<p class=\"better\">No gated measure is worse.</p>"),
+        false => {
+            let _ = write!(
+                out,
+                "<p class=\"worse\">Worse: {}</p>",
+                escape(&c.worse.join("; "))
+            );
+        }
+    }
+    for (i, v) in c.variants.iter().enumerate() {
+        let _ = write!(out, "<h2>Variant {}</h2><table><tr><th>measure</th><th>A</th><th>B</th><th>B/A</th><th>95% interval</th><th>confidence</th><th>verdict</th><th>samples</th></tr>", escape(&v.name));
+        for m in &v.measures {
+            let label = by_name(m.measure).map_or(m.measure, |x| x.label);
+            let class = verdict(m.verdict).to_lowercase();
+            let _ = write!(
+                out,
+                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>[{:.3}, {:.3}]</td><td>{:.0}%</td><td class=\"{class}\" title=\"{}\">{class}</td><td>{:?} ({}/{})</td></tr>",
+                escape(label),
+                if m.gated { " *" } else { "" },
+                number(m.a),
+                number(m.b),
+                m.ratio,
+                m.lo,
+                m.hi,
+                m.confidence * 100.0,
+                escape(m.why.as_deref().unwrap_or("")),
+                m.samples,
+                m.n_a,
+                m.n_b
+            );
+        }
+        out.push_str("</table><div class=\"charts\">");
+        let (va, vb) = (&a["variants"][i], &b["variants"][i]);
+        for (title, key) in [
+            ("Time to placement", "placement_ms"),
+            ("Time to running", "time_to_running_ms"),
+        ] {
+            let pick = |v: &Value| cdf_points(v, key);
+            out.push_str(&svg(title, "ms", "fraction of jobs", &pick(va), &pick(vb)));
+        }
+        let windows = |v: &Value, f: fn(&Value) -> Option<f64>| -> Vec<(f64, f64)> {
+            let list = v
+                .pointer("/stream/running_windows")
+                .and_then(Value::as_array);
+            let pts = list.into_iter().flatten();
+            pts.filter_map(|w| Some((w["from_s"].as_f64()?, f(w)?)))
+                .collect()
+        };
+        let jobs = |w: &Value| w["jobs"].as_f64();
+        let p99 = |w: &Value| w["time_to_running_p99_ms"].as_f64();
+        out.push_str(&svg(
+            "Jobs running, per window",
+            "s",
+            "jobs",
+            &windows(va, jobs),
+            &windows(vb, jobs),
+        ));
+        out.push_str(&svg(
+            "p99 time to running, per window",
+            "s",
+            "ms",
+            &windows(va, p99),
+            &windows(vb, p99),
+        ));
+        out.push_str("</div>");
+    }
+    out.push_str("<p>* gated measure. A verdict needs the 95% interval of B/A to exclude 1, reach 90% confidence and leave the measure's noise floor.</p></body></html>\n");
+    out
+}
+
+/// A variant's latency distribution: (latency, fraction at or below it).
+fn cdf_points(v: &Value, key: &str) -> Vec<(f64, f64)> {
+    let lq = &v["stream"]["latency_quantiles"];
+    let (Some(q), Some(ms)) = (lq["q"].as_array(), lq[key].as_array()) else {
+        return Vec::new();
+    };
+    q.iter()
+        .zip(ms)
+        .filter_map(|(q, ms)| Some((ms.as_f64()?, q.as_f64()?)))
+        .collect()
+}
+
+/// One small line chart of A (blue) and B (orange).
+fn svg(title: &str, x_unit: &str, y_unit: &str, a: &[(f64, f64)], b: &[(f64, f64)]) -> String {
+    let (w, h, pad) = (420.0, 240.0, 40.0);
+    let all = a.iter().chain(b);
+    let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
+    for &(x, y) in all {
+        (x0, x1, y1) = (x0.min(x), x1.max(x), y1.max(y));
+    }
+    if x0 > x1 {
+        return String::new();
+    }
+    let xs = if x1 > x0 { x1 - x0 } else { 1.0 };
+    let ys = if y1 > 0.0 { y1 } else { 1.0 };
+    let path = |pts: &[(f64, f64)]| -> String {
+        pts.iter()
+            .map(|(x, y)| {
+                format!(
+                    "{:.1},{:.1}",
+                    pad + (x - x0) / xs * (w - 2.0 * pad),
+                    h - pad - y / ys * (h - 2.0 * pad)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    format!(
+        "<svg width=\"{w}\" height=\"{h}\" role=\"img\"><title>{t}</title>\
+<text x=\"{pad}\" y=\"18\" font-weight=\"600\">{t}</text>\
+<text x=\"{pad}\" y=\"{yl}\" font-size=\"11\">{x0:.0}</text><text x=\"{xr}\" y=\"{yl}\" font-size=\"11\" text-anchor=\"end\">{x1:.0} {xu}</text>\
+<text x=\"4\" y=\"{pad}\" font-size=\"11\">{y1:.2} {yu}</text>\
+<polyline class=\"a\" fill=\"none\" stroke-width=\"2\" points=\"{pa}\"/>\
+<polyline class=\"b\" fill=\"none\" stroke-width=\"2\" points=\"{pb}\"/></svg>",
+        t = escape(title),
+        yl = h - pad + 16.0,
+        xr = w - pad,
+        xu = escape(x_unit),
+        yu = escape(y_unit),
+        pa = path(a),
+        pb = path(b),
+    )
+}

@@ -1,0 +1,190 @@
+use serde_json::{json, Value};
+
+use super::*;
+
+/// A summary of one variant whose repetitions have these placements/s and
+/// p99 times to running.
+fn run(scenario: &str, rates: &[f64], p99s: &[f64]) -> Value {
+    let reps: Vec<Value> = rates
+        .iter()
+        .zip(p99s)
+        .map(|(r, p)| json!({"placements_per_s": r, "p99_time_to_running_ms": p}))
+        .collect();
+    json!({
+        "schema_version": crate::summary::SCHEMA_VERSION,
+        "scenario": {"name": scenario},
+        "variants": [{
+            "name": "only",
+            "stream": {"placements_per_second": rates[0], "time_to_running_ms": {"p99": p99s[0]}},
+            "repetitions": reps,
+        }],
+    })
+}
+
+fn verdict_of(c: &Comparison, measure: &str) -> Verdict {
+    c.variants[0]
+        .measures
+        .iter()
+        .find(|m| m.measure == measure)
+        .unwrap()
+        .verdict
+}
+
+#[test]
+fn the_same_build_twice_is_inconclusive() {
+    let a = run(
+        "s",
+        &[100.0, 104.0, 97.0, 101.0, 99.0],
+        &[900.0, 950.0, 870.0, 910.0, 990.0],
+    );
+    let b = run(
+        "s",
+        &[102.0, 98.0, 100.0, 103.0, 96.0],
+        &[920.0, 880.0, 960.0, 900.0, 940.0],
+    );
+    let c = compare(&a, &b, &[], ("a", "b")).unwrap();
+    assert_eq!(verdict_of(&c, "placements_per_s"), Verdict::Inconclusive);
+    assert_eq!(
+        verdict_of(&c, "p99_time_to_running_ms"),
+        Verdict::Inconclusive
+    );
+    assert!(c.worse.is_empty());
+    let m = &c.variants[0].measures[0];
+    assert_eq!((m.samples, m.n_a, m.n_b), (Samples::Repetitions, 5, 5));
+}
+
+#[test]
+fn a_clear_slowdown_is_worse_and_a_clear_speedup_better() {
+    let a = run(
+        "s",
+        &[100.0, 104.0, 97.0, 101.0, 99.0],
+        &[900.0, 950.0, 870.0, 910.0, 990.0],
+    );
+    let slow = run(
+        "s",
+        &[70.0, 72.0, 69.0, 74.0, 71.0],
+        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
+    );
+    let c = compare(&a, &slow, &[], ("a", "b")).unwrap();
+    assert_eq!(verdict_of(&c, "placements_per_s"), Verdict::Worse);
+    assert_eq!(verdict_of(&c, "p99_time_to_running_ms"), Verdict::Worse);
+    assert_eq!(
+        c.worse,
+        ["only: placements_per_s", "only: p99_time_to_running_ms"]
+    );
+    let m = &c.variants[0].measures[0];
+    assert!(m.hi < 1.0 && m.lo > 0.6, "{m:?}");
+
+    let back = compare(&slow, &a, &[], ("b", "a")).unwrap();
+    assert_eq!(verdict_of(&back, "placements_per_s"), Verdict::Better);
+    assert!(back.worse.is_empty());
+}
+
+#[test]
+fn only_the_named_gates_fail_a_comparison() {
+    let a = run(
+        "s",
+        &[100.0, 104.0, 97.0, 101.0, 99.0],
+        &[900.0, 950.0, 870.0, 910.0, 990.0],
+    );
+    let slow = run(
+        "s",
+        &[70.0, 72.0, 69.0, 74.0, 71.0],
+        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
+    );
+    let gates = ["p99_time_to_running_ms".to_string()];
+    let c = compare(&a, &slow, &gates, ("a", "b")).unwrap();
+    assert_eq!(c.worse, ["only: p99_time_to_running_ms"]);
+    let err = compare(&a, &slow, &["speed".to_string()], ("a", "b")).unwrap_err();
+    assert!(
+        err.to_string().contains("--gate speed: no such measure"),
+        "{err}"
+    );
+}
+
+#[test]
+fn one_figure_each_gives_no_verdict() {
+    let a = run("s", &[100.0], &[900.0]);
+    let b = run("s", &[50.0], &[2000.0]);
+    let c = compare(&a, &b, &[], ("a", "b")).unwrap();
+    let m = &c.variants[0].measures[0];
+    assert_eq!(
+        (m.verdict, m.samples),
+        (Verdict::Inconclusive, Samples::Single)
+    );
+    assert!(
+        m.why.as_deref().unwrap().contains("too few samples"),
+        "{m:?}"
+    );
+    assert!((m.ratio - 0.5).abs() < 1e-9);
+}
+
+#[test]
+fn a_single_run_is_judged_on_its_windows() {
+    let windows = |xs: &[f64]| json!({"method": "batch-means", "samples": xs});
+    let mut a = run("s", &[100.0], &[900.0]);
+    let mut b = run("s", &[60.0], &[900.0]);
+    a["variants"][0]["intervals"] =
+        json!({"placements_per_s": windows(&[100.0, 98.0, 103.0, 99.0, 101.0, 100.0])});
+    b["variants"][0]["intervals"] =
+        json!({"placements_per_s": windows(&[60.0, 61.0, 59.0, 62.0, 58.0, 60.0])});
+    let c = compare(&a, &b, &[], ("a", "b")).unwrap();
+    let m = &c.variants[0].measures[0];
+    assert_eq!(
+        (m.verdict, m.samples, m.n_a),
+        (Verdict::Worse, Samples::Windows, 6)
+    );
+}
+
+#[test]
+fn a_change_inside_the_noise_floor_is_inconclusive() {
+    // Placements/s 2% lower, very steadily: the interval excludes 1 but
+    // lies inside the measure's 5% floor.
+    let a = run("s", &[100.0, 100.1, 99.9, 100.0, 100.05], &[900.0; 5]);
+    let b = run("s", &[98.0, 98.1, 97.9, 98.0, 98.05], &[900.0; 5]);
+    let c = compare(&a, &b, &[], ("a", "b")).unwrap();
+    let m = &c.variants[0].measures[0];
+    assert!(m.hi < 1.0, "{m:?}");
+    assert_eq!(m.verdict, Verdict::Inconclusive);
+    assert!(m.why.as_deref().unwrap().contains("noise floor"), "{m:?}");
+}
+
+#[test]
+fn different_scenarios_or_variants_cannot_be_compared() {
+    let a = run("default", &[1.0], &[1.0]);
+    let b = run("c2m-mini", &[1.0], &[1.0]);
+    let err = compare(&a, &b, &[], ("a", "b")).unwrap_err();
+    assert!(matches!(err, CompareError::Scenarios { .. }), "{err}");
+    let mut c = run("default", &[1.0], &[1.0]);
+    c["variants"][0]["name"] = json!("legacy");
+    let err = compare(&a, &c, &[], ("a", "b")).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "different variants: A has [only], B has [legacy]"
+    );
+}
+
+#[test]
+fn the_page_and_table_show_every_verdict() {
+    let a = run(
+        "s",
+        &[100.0, 104.0, 97.0, 101.0, 99.0],
+        &[900.0, 950.0, 870.0, 910.0, 990.0],
+    );
+    let slow = run(
+        "s",
+        &[70.0, 72.0, 69.0, 74.0, 71.0],
+        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
+    );
+    let c = compare(&a, &slow, &[], ("runs/a", "runs/b")).unwrap();
+    let table = page::table(&c);
+    assert!(
+        table.contains("WORSE") && table.contains("worse: only: placements_per_s"),
+        "{table}"
+    );
+    let html = page::html(&c, &a, &slow);
+    assert!(
+        html.contains("<td class=\"worse\"") && html.contains("runs/b"),
+        "{html}"
+    );
+}
