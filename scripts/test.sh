@@ -13,4 +13,6 @@ bash scripts/validate-deploy.sh --self-test
 cargo test --workspace "$@"
 # The manifests' command lines and probes against the binaries' real flags.
 cargo build --quiet --bin cluster --bin nodesim --bin loadgen
+STAMPEDE_BIN="$CARGO_TARGET_DIR/debug" bash scripts/check-benchmarks.sh --self-test
+STAMPEDE_BIN="$CARGO_TARGET_DIR/debug" bash scripts/check-benchmarks.sh
 STAMPEDE_BIN="$CARGO_TARGET_DIR/debug" bash scripts/validate-deploy.sh
