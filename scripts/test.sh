@@ -13,4 +13,8 @@ bash scripts/validate-deploy.sh --self-test
 cargo test --workspace "$@"
 # The manifests' command lines and probes against the binaries' real flags.
 cargo build --quiet --bin cluster --bin nodesim --bin loadgen
-STAMPEDE_BIN="${CARGO_TARGET_DIR:-target}/debug" bash scripts/validate-deploy.sh
+bin="${CARGO_TARGET_DIR:-target}/debug"
+# BENCHMARKS.md's headline table: dates, commits, commands and links.
+STAMPEDE_BIN="$bin" bash scripts/check-benchmarks.sh --self-test
+STAMPEDE_BIN="$bin" bash scripts/check-benchmarks.sh
+STAMPEDE_BIN="$bin" bash scripts/validate-deploy.sh
