@@ -750,20 +750,38 @@ fn serve_help(bin: &Path) -> Result<String, LaunchError> {
 }
 
 /// A binary of this workspace built beside the running executable: in the
-/// same dir (a binary), or one up (a test or bench under `deps/`).
+/// same dir (a binary), or one up (a test or bench under `deps/`). A test or
+/// bench runs from cargo's build directory (`.cargo/config.toml`), while the
+/// binaries are copied into the target directory, so that is looked at next:
+/// `$CARGO_TARGET_DIR`, else the workspace's `target/`, in the same profile.
 pub fn sibling_bin(name: &str) -> Result<PathBuf, LaunchError> {
     let exe = std::env::current_exe().map_err(|e| LaunchError::Io(PathBuf::from(name), e))?;
-    let dirs = exe.ancestors().skip(1).take(2);
-    for dir in dirs {
-        let candidate = dir.join(name);
-        if candidate.is_file() {
-            return Ok(candidate);
-        }
-    }
-    Err(LaunchError::MissingBin {
-        name: name.into(),
-        near: exe,
-    })
+    let beside = exe.ancestors().skip(1).take(2).map(|dir| dir.join(name));
+    let in_target = target_profile_dir(&exe).map(|dir| dir.join(name));
+    beside
+        .chain(in_target)
+        .find(|candidate| candidate.is_file())
+        .ok_or(LaunchError::MissingBin {
+            name: name.into(),
+            near: exe,
+        })
+}
+
+/// The target directory's folder for the profile `exe` was built in (the
+/// name of the folder above `deps/`, e.g. `debug` or `release`).
+fn target_profile_dir(exe: &Path) -> Option<PathBuf> {
+    let profile = exe
+        .ancestors()
+        .skip(1)
+        .find(|dir| dir.file_name().is_some_and(|n| n == "deps"))?
+        .parent()?
+        .file_name()?
+        .to_owned();
+    let target = match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+    };
+    Some(target.join(profile))
 }
 
 /// `n` distinct ports that were free a moment ago: all bound at once, then released.
