@@ -70,7 +70,7 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
         ClientWrite::JobRegister(req) => {
             let job = validate::job(req.job.as_ref())?;
             // Only the spec is the client's; the server sets the rest.
-            let job = Job {
+            let mut job = Job {
                 priority: match job.priority {
                     0 => validate::DEFAULT_PRIORITY,
                     p => p,
@@ -83,6 +83,11 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
                 job_modify_index: 0,
                 ..job.clone()
             };
+            // An unset count is stored as the default it means, so the
+            // scheduler and readers see the count the job runs with.
+            for group in &mut job.task_groups {
+                group.count = Some(validate::requested_count(group));
+            }
             let eval = new_eval(&job, "job_register", None);
             let eval_id = eval.id.clone();
             let entry = JobRegisterEntry {
@@ -245,7 +250,7 @@ mod tests {
             r#type: JobType::Service as i32,
             task_groups: vec![TaskGroup {
                 name: "app".into(),
-                count: 1,
+                count: Some(1),
                 resources: Some(Resources {
                     cpu_mhz: 100,
                     memory_mb: 64,

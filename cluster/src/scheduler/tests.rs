@@ -184,7 +184,7 @@ fn node(id: &str, dc: &str, class: &str, cpu: u64, mem: u64) -> Node {
 fn group(name: &str, count: u32, cpu: u64, mem: u64) -> TaskGroup {
     TaskGroup {
         name: name.into(),
-        count,
+        count: Some(count),
         resources: Some(Resources {
             cpu_mhz: cpu,
             memory_mb: mem,
