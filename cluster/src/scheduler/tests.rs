@@ -289,6 +289,38 @@ fn a_job_too_big_places_what_fits_and_counts_the_rest() {
 }
 
 #[test]
+fn a_group_registered_without_a_count_runs_one_allocation() {
+    use crate::raft::client_write::{prepare, ClientWrite};
+    use stampede_proto::JobRegisterRequest;
+    let mut c = Cluster::default();
+    c.add_nodes(2, 1000, 1000);
+    let mut unset = group("app", 0, 100, 100);
+    unset.count = None;
+    let mut zero = group("idle", 0, 100, 100);
+    zero.count = Some(0);
+    let write = ClientWrite::JobRegister(JobRegisterRequest {
+        job: Some(job("web", JobType::Service, vec![unset.clone(), zero])),
+    });
+    let prepared = prepare(&write, 0, &c.state).unwrap();
+    c.apply(prepared.entry.msg.unwrap());
+    let out = c.schedule("web");
+    let groups: Vec<&str> = placed(&out.plan)
+        .iter()
+        .map(|a| a.task_group.as_str())
+        .collect();
+    assert_eq!(
+        groups,
+        ["app"],
+        "one of app, none of the group scaled to zero"
+    );
+
+    // An entry written before `count` had presence stored a count of 0 as
+    // an absent field: replayed, it still means 0.
+    c.register(job("old", JobType::Service, vec![unset]));
+    assert!(placed(&c.schedule("old").plan).is_empty());
+}
+
+#[test]
 fn scale_down_stops_the_highest_indexes() {
     let mut c = Cluster::default();
     c.add_nodes(3, 4000, 4000);
