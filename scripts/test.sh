@@ -10,6 +10,8 @@ bash scripts/check-bare-cargo.sh
 # The Kubernetes manifests against the API schemas, offline, and proof that
 # a broken manifest is refused.
 bash scripts/validate-deploy.sh --self-test
+# vendor/openraft is openraft's release plus vendor/openraft.patch, nothing else.
+bash scripts/openraft-vendor.sh --check
 cargo test --workspace "$@"
 # The manifests' command lines and probes against the binaries' real flags.
 cargo build --quiet --bin cluster --bin nodesim --bin loadgen

@@ -67,7 +67,7 @@ pub fn service_job(id: &str, count: u32) -> Job {
         datacenters: vec!["dc1".into()],
         task_groups: vec![TaskGroup {
             name: "web".into(),
-            count,
+            count: Some(count),
             resources: Some(ALLOC_RESOURCES),
             ..Default::default()
         }],

@@ -522,7 +522,7 @@ fn cases() -> Vec<Case> {
         ),
         case!(
             "count 2^32-1",
-            jobs.register(job(|j| group(j).count = u32::MAX)),
+            jobs.register(job(|j| group(j).count = Some(u32::MAX))),
             InvalidArgument,
             "job.task_groups[0].count"
         ),

@@ -51,7 +51,7 @@ fn group() -> impl Strategy<Value = TaskGroup> {
         .prop_map(
             |(name, count, resources, constraints, update, meta)| TaskGroup {
                 name,
-                count,
+                count: Some(count),
                 resources,
                 constraints: constraints
                     .into_iter()

@@ -303,7 +303,7 @@ pub fn service_job(id: &str, count: u32, cpu_mhz: u64, memory_mb: u64) -> Job {
         r#type: JobType::Service as i32,
         task_groups: vec![TaskGroup {
             name: "app".into(),
-            count,
+            count: Some(count),
             resources: Some(Resources { cpu_mhz, memory_mb }),
             ..Default::default()
         }],

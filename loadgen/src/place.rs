@@ -134,7 +134,7 @@ async fn place_job(
         r#type: JobType::Service as i32,
         task_groups: vec![TaskGroup {
             name: "app".into(),
-            count,
+            count: Some(count),
             resources: Some(Resources {
                 cpu_mhz,
                 memory_mb: 16,

@@ -158,7 +158,7 @@ pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
         } as i32,
         task_groups: vec![TaskGroup {
             name: k.name.clone(),
-            count: if k.kind == Kind::System { 1 } else { k.count },
+            count: Some(if k.kind == Kind::System { 1 } else { k.count }),
             resources: Some(Resources {
                 cpu_mhz: k.cpu_mhz,
                 memory_mb: k.memory_mb,
@@ -390,7 +390,7 @@ async fn submit_and_follow(
         t.last_placement = Some(Instant::now());
     }
     // Running: every allocation of this spec runs (or, for batch work, ran).
-    let want = job.task_groups[0].count as usize;
+    let want = job.task_groups[0].count() as usize;
     let system = job.r#type == JobType::System as i32;
     let mut index = 1;
     loop {

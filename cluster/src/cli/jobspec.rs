@@ -15,9 +15,9 @@ use stampede_proto::{
     UpdateStrategy,
 };
 
-pub use crate::model::validate::DEFAULT_PRIORITY;
-/// Allocations per task group when the file does not say.
-pub const DEFAULT_COUNT: u32 = 1;
+/// The defaults of a job file are the server's for a request that leaves
+/// the field out.
+pub use crate::model::validate::{DEFAULT_COUNT, DEFAULT_PRIORITY};
 /// Allocations replaced at a time when an update block does not say.
 pub const DEFAULT_MAX_PARALLEL: u32 = 1;
 
@@ -186,7 +186,7 @@ impl From<GroupFile> for TaskGroup {
     fn from(g: GroupFile) -> Self {
         TaskGroup {
             name: g.name,
-            count: g.count,
+            count: Some(g.count),
             resources: g.resources.map(|r| Resources {
                 cpu_mhz: r.cpu_mhz,
                 memory_mb: r.memory_mb,
@@ -242,7 +242,7 @@ impl From<&TaskGroup> for GroupFile {
     fn from(g: &TaskGroup) -> Self {
         GroupFile {
             name: g.name.clone(),
-            count: g.count,
+            count: g.count(),
             resources: g.resources.as_ref().map(|r| ResourcesFile {
                 cpu_mhz: r.cpu_mhz,
                 memory_mb: r.memory_mb,
@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(job.r#type, JobType::Service as i32);
         assert_eq!(job.priority, DEFAULT_PRIORITY);
         let g = &job.task_groups[0];
-        assert_eq!((g.name.as_str(), g.count), ("web", 50));
+        assert_eq!((g.name.as_str(), g.count), ("web", Some(50)));
         assert_eq!(
             g.resources,
             Some(Resources {
@@ -357,7 +357,7 @@ mod tests {
                 .unwrap();
         assert_eq!(job.priority, DEFAULT_PRIORITY);
         let g = &job.task_groups[0];
-        assert_eq!(g.count, DEFAULT_COUNT);
+        assert_eq!(g.count, Some(DEFAULT_COUNT));
         assert_eq!(
             g.update.as_ref().unwrap().max_parallel,
             DEFAULT_MAX_PARALLEL

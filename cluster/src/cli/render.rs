@@ -145,7 +145,7 @@ pub fn render_job_status(job: &Job, allocs: &[Allocation]) -> String {
                 if job.r#type == JobType::System as i32 {
                     "-".into()
                 } else {
-                    g.count.to_string()
+                    g.count().to_string()
                 },
                 res.cpu_mhz.to_string(),
                 res.memory_mb.to_string(),

@@ -936,7 +936,7 @@ mod tests {
             priority: 50,
             task_groups: vec![TaskGroup {
                 name: "web".into(),
-                count: 3,
+                count: Some(3),
                 resources: Some(Resources {
                     cpu_mhz: 100,
                     memory_mb: 64,

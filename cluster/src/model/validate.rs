@@ -65,6 +65,16 @@ pub const MAX_PRIORITY: u32 = 100;
 /// Priority of a job that does not give one (0 on the wire, or absent from a
 /// job file).
 pub const DEFAULT_PRIORITY: u32 = 50;
+/// Allocations of a task group that does not give a count (absent on the
+/// wire, or from a job file). An explicit 0 stays 0: a group scaled to zero.
+pub const DEFAULT_COUNT: u32 = 1;
+
+/// The count a client asked for: [`DEFAULT_COUNT`] when it gave none. Only
+/// for requests; a stored group always has its count set (or, written
+/// before `count` had presence, absent for 0), so state reads `count()`.
+pub fn requested_count(group: &TaskGroup) -> u32 {
+    group.count.unwrap_or(DEFAULT_COUNT)
+}
 
 /// How much of a value an error message quotes.
 pub const QUOTE_LEN: usize = 64;
@@ -359,13 +369,11 @@ pub fn job(job: Option<&Job>) -> Result<&Job, InvalidField> {
 fn task_group(path: &str, job_type: JobType, group: &TaskGroup) -> Result<(), InvalidField> {
     // A system job runs one allocation per feasible node: its count means nothing.
     let counted = job_type != JobType::System;
-    if counted && group.count > MAX_GROUP_COUNT {
+    let count = requested_count(group);
+    if counted && count > MAX_GROUP_COUNT {
         return Err(InvalidField::new(
             format!("{path}.count"),
-            format!(
-                "is {}; at most {MAX_GROUP_COUNT} allowed per task group",
-                group.count
-            ),
+            format!("is {count}; at most {MAX_GROUP_COUNT} allowed per task group"),
         ));
     }
     resources(&format!("{path}.resources"), group.resources.as_ref())?;
@@ -404,7 +412,7 @@ fn task_group(path: &str, job_type: JobType, group: &TaskGroup) -> Result<(), In
                 "is only for service jobs",
             ));
         }
-        update_strategy(&format!("{path}.update"), update, group.count)?;
+        update_strategy(&format!("{path}.update"), update, count)?;
     }
     Ok(())
 }
@@ -665,7 +673,7 @@ mod job_tests {
     fn group(name: &str, count: u32) -> TaskGroup {
         TaskGroup {
             name: name.into(),
-            count,
+            count: Some(count),
             resources: Some(Resources {
                 cpu_mhz: 100,
                 memory_mb: 64,
@@ -682,14 +690,26 @@ mod job_tests {
         assert!(job(Some(&good())).is_ok());
         let mut edge = good();
         edge.priority = MAX_PRIORITY;
-        edge.task_groups[0].count = MAX_GROUP_COUNT;
+        edge.task_groups[0].count = Some(MAX_GROUP_COUNT);
         assert!(job(Some(&edge)).is_ok());
         let mut zero = good();
-        zero.task_groups[0].count = 0;
+        zero.task_groups[0].count = Some(0);
         assert!(job(Some(&zero)).is_ok(), "a group may be scaled to zero");
+        let mut unset = good();
+        unset.task_groups[1].count = None;
+        unset.task_groups[1].update.as_mut().unwrap().canary = 1;
+        assert!(
+            job(Some(&unset)).is_ok(),
+            "an unset count is the default, 1, which one canary fits"
+        );
+        unset.task_groups[1].update.as_mut().unwrap().canary = 2;
+        assert_eq!(
+            job(Some(&unset)).unwrap_err().to_string(),
+            "job.task_groups[1].update.canary: is 2; at most the group's count (1) allowed"
+        );
         let mut system = good();
         system.r#type = JobType::System as i32;
-        system.task_groups[0].count = MAX_GROUP_COUNT + 1;
+        system.task_groups[0].count = Some(MAX_GROUP_COUNT + 1);
         system.task_groups[1].update = None;
         assert!(job(Some(&system)).is_ok(), "system jobs ignore count");
     }
@@ -731,7 +751,7 @@ mod job_tests {
                 "job.task_groups[2].name: \"web\" is already the name of job.task_groups[0]",
             ),
             (
-                Box::new(|j| j.task_groups[0].count = 1_000_000),
+                Box::new(|j| j.task_groups[0].count = Some(1_000_000)),
                 "job.task_groups[0].count: is 1000000; at most 100000 allowed per task group",
             ),
             (

@@ -70,7 +70,7 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
         ClientWrite::JobRegister(req) => {
             let job = validate::job(req.job.as_ref())?;
             // Only the spec is the client's; the server sets the rest.
-            let job = Job {
+            let mut job = Job {
                 priority: match job.priority {
                     0 => validate::DEFAULT_PRIORITY,
                     p => p,
@@ -83,6 +83,11 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
                 job_modify_index: 0,
                 ..job.clone()
             };
+            // An unset count is stored as the default it means, so the
+            // scheduler and readers see the count the job runs with.
+            for group in &mut job.task_groups {
+                group.count = Some(validate::requested_count(group));
+            }
             let eval = new_eval(&job, "job_register", None);
             let eval_id = eval.id.clone();
             let entry = JobRegisterEntry {
@@ -238,6 +243,83 @@ mod tests {
         );
     }
 
+    /// Prepares `write` on `state` as the leader does and applies its entry
+    /// at `index`; returns the evaluation id the call answers with.
+    fn register(state: &mut State, index: u64, write: &ClientWrite) -> String {
+        let prepared = prepare(write, 0, state).unwrap();
+        state.apply(
+            index,
+            &prepared.entry,
+            &mut crate::state::Changes::default(),
+        );
+        prepared.eval_id
+    }
+
+    #[test]
+    fn a_group_without_a_count_is_stored_with_the_default() {
+        let mut job = a_job();
+        job.task_groups[0].count = None;
+        job.task_groups.push(stampede_proto::TaskGroup {
+            name: "idle".into(),
+            count: Some(0),
+            ..job.task_groups[0].clone()
+        });
+        let mut state = State::default();
+        register(
+            &mut state,
+            1,
+            &ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) }),
+        );
+        let stored = state.job("web").unwrap();
+        let counts: Vec<Option<u32>> = stored.task_groups.iter().map(|g| g.count).collect();
+        assert_eq!(
+            counts,
+            [Some(validate::DEFAULT_COUNT), Some(0)],
+            "unset is the default; an explicit 0 stays a group scaled to zero"
+        );
+    }
+
+    #[test]
+    fn every_registration_creates_an_evaluation_and_only_a_change_a_version() {
+        let mut state = State::default();
+        let write = |job: Job| ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) });
+        let first = register(&mut state, 1, &write(a_job()));
+        let job = state.job("web").unwrap();
+        assert_eq!((job.version, job.job_modify_index), (0, 1));
+
+        // The same spec again, with fields only the server sets filled in
+        // as a client that read the job back would send them.
+        let same = Job::clone(&job);
+        let again = register(&mut state, 2, &write(same));
+        assert!(!again.is_empty() && again != first, "a new evaluation");
+        assert!(state.eval(&again).is_some());
+        let job = state.job("web").unwrap();
+        assert_eq!(
+            (job.version, job.job_modify_index),
+            (0, 1),
+            "not a new version"
+        );
+
+        let mut changed = a_job();
+        changed.task_groups[0].count = Some(2);
+        let third = register(&mut state, 3, &write(changed));
+        assert!(state.eval(&third).is_some());
+        let job = state.job("web").unwrap();
+        assert_eq!((job.version, job.job_modify_index), (1, 3));
+
+        // A stopped job registered again with its old spec runs again.
+        let stop = ClientWrite::JobDeregister(JobDeregisterRequest {
+            job_id: "web".into(),
+            purge: false,
+        });
+        register(&mut state, 4, &stop);
+        let restarted = register(&mut state, 5, &write(Job::clone(&job)));
+        assert!(state.eval(&restarted).is_some());
+        let job = state.job("web").unwrap();
+        assert_eq!((job.version, job.job_modify_index, job.stop), (2, 5, false));
+        assert_eq!(state.job_evals("web").len(), 5);
+    }
+
     fn a_job() -> Job {
         use stampede_proto::{JobType, Resources, TaskGroup};
         Job {
@@ -245,7 +327,7 @@ mod tests {
             r#type: JobType::Service as i32,
             task_groups: vec![TaskGroup {
                 name: "app".into(),
-                count: 1,
+                count: Some(1),
                 resources: Some(Resources {
                     cpu_mhz: 100,
                     memory_mb: 64,

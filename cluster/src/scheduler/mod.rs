@@ -286,11 +286,11 @@ impl<'a> Planner<'a> {
                 .collect();
             let replacing = live.iter().any(|a| outdated(a, tg));
             let current = live.iter().filter(|a| !outdated(a, tg)).count();
-            work |= replacing || current < tg.count as usize;
+            work |= replacing || current < tg.count() as usize;
             groups.insert(
                 tg.name.clone(),
                 DeploymentGroupState {
-                    desired_total: tg.count,
+                    desired_total: tg.count(),
                     // Canaries only make sense when there is an older version to compare with.
                     desired_canaries: if replacing { u.canary } else { 0 },
                     auto_promote: u.auto_promote,
@@ -334,7 +334,7 @@ impl<'a> Planner<'a> {
         g: &DeploymentGroupState,
         u: &UpdateStrategy,
     ) -> Vec<(u32, bool)> {
-        let count = tg.count as usize;
+        let count = tg.count() as usize;
         let mut live: Vec<&Allocation> = allocs
             .iter()
             .copied()
@@ -428,7 +428,7 @@ impl<'a> Planner<'a> {
         // Per index, the current version first and then the oldest, so that of
         // duplicates the established allocation is the one kept.
         live.sort_by_key(|a| (a.index, outdated(a, tg), a.create_index));
-        let count = tg.count as usize;
+        let count = tg.count() as usize;
         let mut covered = vec![false; count];
         for a in live {
             let i = a.index as usize;
@@ -454,7 +454,7 @@ impl<'a> Planner<'a> {
                 }
             }
         }
-        (0..tg.count).filter(|&i| !covered[i as usize]).collect()
+        (0..tg.count()).filter(|&i| !covered[i as usize]).collect()
     }
 
     /// Walks `nodes` from `cursor` (wrapping, at most once around), takes the

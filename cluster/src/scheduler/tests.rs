@@ -184,7 +184,7 @@ fn node(id: &str, dc: &str, class: &str, cpu: u64, mem: u64) -> Node {
 fn group(name: &str, count: u32, cpu: u64, mem: u64) -> TaskGroup {
     TaskGroup {
         name: name.into(),
-        count,
+        count: Some(count),
         resources: Some(Resources {
             cpu_mhz: cpu,
             memory_mb: mem,
@@ -286,6 +286,38 @@ fn a_job_too_big_places_what_fits_and_counts_the_rest() {
     let again = c.schedule("big");
     assert!(plan_is_empty(&again.plan));
     assert_eq!(again.failed["app"], 8);
+}
+
+#[test]
+fn a_group_registered_without_a_count_runs_one_allocation() {
+    use crate::raft::client_write::{prepare, ClientWrite};
+    use stampede_proto::JobRegisterRequest;
+    let mut c = Cluster::default();
+    c.add_nodes(2, 1000, 1000);
+    let mut unset = group("app", 0, 100, 100);
+    unset.count = None;
+    let mut zero = group("idle", 0, 100, 100);
+    zero.count = Some(0);
+    let write = ClientWrite::JobRegister(JobRegisterRequest {
+        job: Some(job("web", JobType::Service, vec![unset.clone(), zero])),
+    });
+    let prepared = prepare(&write, 0, &c.state).unwrap();
+    c.apply(prepared.entry.msg.unwrap());
+    let out = c.schedule("web");
+    let groups: Vec<&str> = placed(&out.plan)
+        .iter()
+        .map(|a| a.task_group.as_str())
+        .collect();
+    assert_eq!(
+        groups,
+        ["app"],
+        "one of app, none of the group scaled to zero"
+    );
+
+    // An entry written before `count` had presence stored a count of 0 as
+    // an absent field: replayed, it still means 0.
+    c.register(job("old", JobType::Service, vec![unset]));
+    assert!(placed(&c.schedule("old").plan).is_empty());
 }
 
 #[test]

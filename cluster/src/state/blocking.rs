@@ -376,4 +376,18 @@ mod tests {
             .await;
         assert_eq!(index, 200);
     }
+
+    #[test]
+    fn no_max_wait_means_the_default_wait_and_long_waits_are_capped() {
+        assert_eq!(wait_of(&opts(7, 0)), DEFAULT_WAIT);
+        assert_eq!(
+            DEFAULT_WAIT,
+            Duration::from_secs(300),
+            "stampede.proto says so"
+        );
+        assert_eq!(wait_of(&opts(7, 2_500)), Duration::from_millis(2_500));
+        assert_eq!(wait_of(&opts(7, 600_001)), MAX_WAIT);
+        assert_eq!(wait_of(&opts(7, u64::MAX)), MAX_WAIT);
+        assert_eq!(MAX_WAIT, Duration::from_secs(600), "stampede.proto says so");
+    }
 }

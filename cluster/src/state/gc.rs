@@ -450,7 +450,7 @@ mod tests {
                     r#type: kind as i32,
                     task_groups: vec![TaskGroup {
                         name: "g".into(),
-                        count: 1,
+                        count: Some(1),
                         ..Default::default()
                     }],
                     ..Default::default()

@@ -1110,7 +1110,7 @@ pub fn same_group(
     with_count: bool,
 ) -> bool {
     a.name == b.name
-        && (!with_count || a.count == b.count)
+        && (!with_count || a.count() == b.count())
         && a.resources == b.resources
         && a.constraints == b.constraints
         && a.update == b.update
@@ -1687,7 +1687,7 @@ mod tests {
         let mut s = State::default();
         let group = |count: u32, v: &str| stampede_proto::TaskGroup {
             name: "web".into(),
-            count,
+            count: Some(count),
             meta: [("v".to_string(), v.to_string())].into(),
             ..Default::default()
         };
