@@ -14,3 +14,6 @@ cargo test --workspace "$@"
 # The manifests' command lines and probes against the binaries' real flags.
 cargo build --quiet --bin cluster --bin nodesim --bin loadgen
 STAMPEDE_BIN="${CARGO_TARGET_DIR:-target}/debug" bash scripts/validate-deploy.sh
+# The guides' links and commands against the checkout and the binaries' real
+# subcommands and flags, and proof that a dangling link or unknown flag is caught.
+STAMPEDE_BIN="${CARGO_TARGET_DIR:-target}/debug" bash scripts/check-docs.sh --self-test
