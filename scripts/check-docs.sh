@@ -231,14 +231,18 @@ class Helps:
     def __init__(self, bin_dir):
         self.bin_dir = bin_dir
         self.cache = {}
+        self.missing = set()
 
     def get(self, exe, sub):
         key = (exe, tuple(sub))
         if key not in self.cache:
             path = os.path.join(self.bin_dir, exe)
             if not os.access(path, os.X_OK):
-                self.cache[key] = (None, f"{exe} is not in STAMPEDE_BIN={self.bin_dir} "
-                                         "(cargo build --bin cluster --bin loadgen --bin nodesim)")
+                # Said once, at the first command that needs it.
+                first = exe not in self.missing
+                self.missing.add(exe)
+                return (None, f"{exe} is not in STAMPEDE_BIN={self.bin_dir} "
+                              "(cargo build --bin cluster --bin loadgen --bin nodesim)" if first else "")
             else:
                 out = subprocess.run([path] + sub + ["--help"], capture_output=True, text=True)
                 if out.returncode == 0:
@@ -261,8 +265,8 @@ def check_binary(exe, args, helps, where, inline):
     """Errors of one invocation of our binary: subcommands, then flags."""
     errors, sub, i = [], [], 0
     text, err = helps.get(exe, sub)
-    if err:
-        return [f"{where}: {err}"]
+    if text is None:
+        return [f"{where}: {err}"] if err else []
     while True:
         cmds = subcommands(text)
         if not cmds or i >= len(args) or args[i].startswith("-"):
@@ -279,8 +283,8 @@ def check_binary(exe, args, helps, where, inline):
         sub.append(word)
         i += 1
         text, err = helps.get(exe, sub)
-        if err:
-            return errors + [f"{where}: {err}"]
+        if text is None:
+            return errors + ([f"{where}: {err}"] if err else [])
     rest = args[i:]
     if "--" in rest:
         k = rest.index("--")
