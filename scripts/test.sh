@@ -20,3 +20,6 @@ bin="${CARGO_TARGET_DIR:-target}/debug"
 STAMPEDE_BIN="$bin" bash scripts/check-benchmarks.sh --self-test
 STAMPEDE_BIN="$bin" bash scripts/check-benchmarks.sh
 STAMPEDE_BIN="$bin" bash scripts/validate-deploy.sh
+# The guides' links and commands against the checkout and the binaries' real
+# subcommands and flags, after proof that a dangling link or unknown flag is caught.
+STAMPEDE_BIN="$bin" bash scripts/check-docs.sh --self-test
