@@ -15,4 +15,5 @@ pub mod search;
 pub mod stats;
 pub mod stream;
 pub mod summary;
+pub mod validity;
 pub mod writes;
