@@ -10,6 +10,9 @@ bash scripts/prune-target.sh
 # The Kubernetes manifests against the API schemas, offline, and proof that
 # a broken manifest is refused.
 bash scripts/validate-deploy.sh --self-test
+# No module imports a module that imports it back, and cluster's layers
+# import only the layers below them; and proof that a loop is refused.
+bash scripts/check-imports.sh --self-test && bash scripts/check-imports.sh
 cargo test --workspace "$@"
 # The manifests' command lines and probes against the binaries' real flags.
 cargo build --quiet --bin cluster --bin nodesim --bin loadgen
