@@ -9,9 +9,11 @@
 //! - [`scheduling`]: evaluations and plans (workers, server to server).
 //! - [`peer`]: raft and forwarded writes (server to server only).
 //! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
+//! - [`conn`]: an accepted connection, its TLS handshake and who called.
 
 pub mod auth;
 pub mod call_stream;
+pub mod conn;
 pub mod http;
 pub mod peer;
 pub mod public;

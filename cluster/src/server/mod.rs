@@ -21,13 +21,12 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 
 pub mod config;
-pub mod conn;
 pub mod error;
 
 use self::config::ServeOpts;
-use self::conn::{Conn, ServerTls};
 use self::error::ServerError;
 use crate::api::auth::{GrpcAuthLayer, Guard};
+use crate::api::conn::{Conn, ServerTls};
 use crate::api::http::HttpState;
 use crate::api::peer::PeerApi;
 use crate::api::Api;
