@@ -1,6 +1,7 @@
 //! What a control-plane call can fail with. Each variant says whose mistake
-//! it was, so the API edge (`crate::api`) can give the caller the right
-//! status: a bad request is never `Internal`, a moving leader is `Unavailable`.
+//! it was, so the API edge above the control plane can give the caller the
+//! right status: a bad request is never `Internal`, a moving leader is
+//! `Unavailable`.
 
 use std::sync::Arc;
 
