@@ -9,7 +9,7 @@ use crate::control::leader::alloc_updates::UpdateError;
 use crate::control::leader::broker::BrokerError;
 use crate::control::leader::plan_apply::PlanError;
 use crate::model::validate::InvalidField;
-use crate::raft::proposer::ProposeError;
+use crate::raft::write::proposer::ProposeError;
 use crate::raft::NodeId;
 
 #[derive(Debug, thiserror::Error)]

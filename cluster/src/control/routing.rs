@@ -13,7 +13,7 @@ use tonic::transport::Channel;
 use tonic::Request;
 
 use crate::control::error::ControlError;
-use crate::raft::network::PeerChannels;
+use crate::raft::wire::network::PeerChannels;
 use crate::raft::{leader_view, LeaderView, Raft};
 
 /// gRPC metadata marking a call one server sent on to the leader.

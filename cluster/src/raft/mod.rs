@@ -1,27 +1,26 @@
 //! Raft: openraft's type configuration (what a log entry carries and what
-//! applying it returns), the RocksDB log store, the snapshot store, the state
-//! machine, the network between servers and the proposer through which every
-//! write reaches the log (with `client_write`, the entry each client write
-//! becomes). What peers send is checked before openraft sees it: `inbound`
-//! for terms, indexes and entries, `snapshot_receiver` for snapshots.
+//! applying it returns) here, and in folders:
+//!
+//! - [`storage`]: the RocksDB log store, the snapshot store and the state
+//!   machine.
+//! - [`write`]: the proposer through which every write reaches the log (with
+//!   `client_write`, the entry each client write becomes).
+//! - [`wire`]: the network between servers; what peers send is checked
+//!   before openraft sees it: `inbound` for terms, indexes and entries,
+//!   `snapshot_receiver` for snapshots.
+//!
+//! [`metrics`] and raft's own [`runtime`] serve them all.
 
-pub mod batcher;
-pub mod client_write;
-pub mod error;
-pub mod forwarder;
-pub mod inbound;
-pub mod log_store;
-pub mod log_tail;
 pub mod metrics;
-pub mod network;
-pub mod proposer;
 pub mod runtime;
-pub mod snapshot_receiver;
-pub mod snapshot_store;
-#[cfg(test)]
-mod stand_in;
-pub mod state_machine;
-pub mod tickets;
+pub mod storage;
+pub mod wire;
+pub mod write;
+
+// Where the integration tests and benches name them.
+pub use self::storage::log_store;
+pub use self::wire::inbound;
+pub use self::write::client_write;
 
 use std::fmt;
 use std::io::Cursor;
@@ -58,7 +57,7 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, BasicNode>;
 /// back from the log for each follower's replication and again to apply,
 /// and sent to each follower. With the bytes at hand each of those is a
 /// copy; the entry is decoded once, where it is applied (and where a peer's
-/// message is checked, see [`inbound`]), and a proposal is encoded once.
+/// message is checked, see [`wire::inbound`]), and a proposal is encoded once.
 #[derive(Clone)]
 pub struct Command {
     bytes: bytes::Bytes,
