@@ -29,8 +29,8 @@ use crate::control::calls::LeaderCalls;
 use crate::control::error::ControlError;
 use crate::control::leader::broker::BrokerError;
 use crate::model::validate::InvalidField;
-use crate::raft::write::client_write::{ClientWrite, Refused, Written};
-use crate::raft::write::proposer::{ProposeError, Proposer};
+use crate::raft::client_write::{ClientWrite, Refused, Written};
+use crate::raft::{ProposeError, Proposer};
 use crate::state::blocking::{Blocking, Look};
 use crate::state::{State, StateStore, WatchKey};
 

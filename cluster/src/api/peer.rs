@@ -4,8 +4,8 @@
 //! call it.
 //!
 //! Peers are not trusted blindly either: a message that does not decode,
-//! or that no genuine member could send (see [`crate::raft::wire::inbound`] and
-//! [`crate::raft::wire::snapshot_receiver`]), is refused with `InvalidArgument`
+//! or that no genuine member could send (see [`crate::raft::inbound`] and
+//! [`crate::raft::SnapshotReceiver`]), is refused with `InvalidArgument`
 //! naming the field before openraft sees it, and a forwarded write is
 //! validated as if its client had called this server.
 
@@ -23,10 +23,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::call_stream::{Answers, Ticketed};
 use super::Reply;
+use crate::raft::inbound::{self, Implausible};
 use crate::raft::metrics::Metrics;
-use crate::raft::wire::inbound::{self, Implausible};
-use crate::raft::wire::snapshot_receiver::{ChunkRefused, SnapshotReceiver};
-use crate::raft::write::proposer::Proposer;
+use crate::raft::{ChunkRefused, Proposer, SnapshotReceiver};
 use crate::raft::{NodeId, Raft, TypeConfig};
 
 /// What the peer service may touch: raft itself, the snapshot being

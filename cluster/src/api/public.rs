@@ -13,7 +13,7 @@ use super::call_stream::{Answers, Ticketed};
 use super::{Api, Reply};
 use crate::control::routing::is_forwarded;
 use crate::model::validate::{self, quote};
-use crate::raft::write::client_write::{ClientWrite, Refused};
+use crate::raft::client_write::{ClientWrite, Refused};
 use crate::state::blocking;
 use crate::state::{State, WatchKey};
 

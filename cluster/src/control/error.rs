@@ -9,8 +9,8 @@ use crate::control::leader::alloc_updates::UpdateError;
 use crate::control::leader::broker::BrokerError;
 use crate::control::leader::plan_apply::PlanError;
 use crate::model::validate::InvalidField;
-use crate::raft::write::proposer::ProposeError;
 use crate::raft::NodeId;
+use crate::raft::ProposeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {

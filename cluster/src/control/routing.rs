@@ -13,8 +13,7 @@ use tonic::transport::Channel;
 use tonic::Request;
 
 use crate::control::error::ControlError;
-use crate::raft::wire::network::PeerChannels;
-use crate::raft::{leader_view, LeaderView, Raft};
+use crate::raft::{leader_view, LeaderView, PeerChannels, Raft};
 
 /// gRPC metadata marking a call one server sent on to the leader.
 pub const FORWARDED: &str = "x-stampede-forwarded";

@@ -1,11 +1,11 @@
 //! Raft: openraft's type configuration (what a log entry carries and what
 //! applying it returns) here, and in folders:
 //!
-//! - [`storage`]: the RocksDB log store, the snapshot store and the state
+//! - `storage`: the RocksDB log store, the snapshot store and the state
 //!   machine.
-//! - [`write`]: the proposer through which every write reaches the log (with
+//! - `write`: the proposer through which every write reaches the log (with
 //!   `client_write`, the entry each client write becomes).
-//! - [`wire`]: the network between servers; what peers send is checked
+//! - `wire`: the network between servers; what peers send is checked
 //!   before openraft sees it: `inbound` for terms, indexes and entries,
 //!   `snapshot_receiver` for snapshots.
 //!
@@ -13,11 +13,17 @@
 
 pub mod metrics;
 pub mod runtime;
-pub mod storage;
-pub mod wire;
-pub mod write;
+mod storage;
+mod wire;
+mod write;
 
-// Where the integration tests and benches name them.
+pub use self::storage::error::StoreError;
+pub use self::storage::state_machine::StateMachine;
+pub use self::wire::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER};
+pub use self::wire::snapshot_receiver::{ChunkRefused, SnapshotReceiver};
+pub use self::write::proposer::{LocalProposer, ProposeError, Proposer};
+pub use self::write::tickets::Tickets;
+// Modules whose own paths the integration tests and benches name.
 pub use self::storage::log_store;
 pub use self::wire::inbound;
 pub use self::write::client_write;
@@ -57,7 +63,7 @@ pub type StoredMembership = openraft::StoredMembership<NodeId, BasicNode>;
 /// back from the log for each follower's replication and again to apply,
 /// and sent to each follower. With the bytes at hand each of those is a
 /// copy; the entry is decoded once, where it is applied (and where a peer's
-/// message is checked, see [`wire::inbound`]), and a proposal is encoded once.
+/// message is checked, see [`inbound`]), and a proposal is encoded once.
 #[derive(Clone)]
 pub struct Command {
     bytes: bytes::Bytes,

@@ -1,6 +1,6 @@
 //! Why a server could not start or stopped, each saying what to do about it.
 
-use crate::raft::storage::error::StoreError;
+use crate::raft::StoreError;
 
 /// Why a server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -31,14 +31,13 @@ use crate::api::http::HttpState;
 use crate::api::peer::PeerApi;
 use crate::api::Api;
 use crate::control::{ControlPlane, Foundations};
+use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
 use crate::raft::runtime::RaftRuntime;
-use crate::raft::storage::log_store::{Identity, LogStore};
-use crate::raft::storage::state_machine::StateMachine;
-use crate::raft::wire::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER};
-use crate::raft::write::proposer::Proposer;
-use crate::raft::write::tickets::Tickets;
 use crate::raft::Raft;
+use crate::raft::{
+    NetworkFactory, PeerChannels, Proposer, StateMachine, Tickets, RAFT_CONNECTION_MARKER,
+};
 
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
 pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
