@@ -316,7 +316,7 @@ fn framing_errors_are_the_callers(
     }
 }
 
-/// The HTTP side: an axum middleware (the connection's [`PeerInfo`] is in
+/// The HTTP side: an axum middleware (the connection's `PeerInfo` is in
 /// the request's extensions).
 pub async fn http_auth(
     axum::extract::State(guard): axum::extract::State<Guard>,

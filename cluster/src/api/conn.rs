@@ -107,7 +107,7 @@ pub struct Conn {
 
 impl Conn {
     /// Completes the handshake of an accepted connection (nothing to do
-    /// without TLS); a caller silent for [`HANDSHAKE_WAIT`] is dropped.
+    /// without TLS); a caller silent for `HANDSHAKE_WAIT` is dropped.
     pub async fn accept(stream: TcpStream, tls: Option<&ServerTls>) -> io::Result<Conn> {
         tokio::time::timeout(HANDSHAKE_WAIT, Self::handshake(stream, tls))
             .await

@@ -10,7 +10,7 @@ pub enum ServerError {
     #[error("{0}")]
     Security(String),
     #[error(transparent)]
-    Tls(#[from] crate::api::conn::TlsSetupError),
+    Tls(#[from] crate::api::TlsSetupError),
     #[error("invalid raft configuration: {0}")]
     RaftConfig(String),
     #[error("cannot start raft's threads: {0}")]

@@ -25,11 +25,8 @@ pub mod error;
 
 use self::config::ServeOpts;
 use self::error::ServerError;
-use crate::api::auth::{GrpcAuthLayer, Guard};
-use crate::api::conn::{Conn, ServerTls};
 use crate::api::http::HttpState;
-use crate::api::peer::PeerApi;
-use crate::api::Api;
+use crate::api::{Api, Conn, GrpcAuthLayer, Guard, PeerApi, ServerTls};
 use crate::control::{ControlPlane, Foundations};
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
@@ -361,7 +358,7 @@ async fn serve_http(
 
     let app = crate::api::http::router(state).layer(axum::middleware::from_fn_with_state(
         listening.guard,
-        crate::api::auth::http_auth,
+        crate::api::http_auth,
     ));
     while let Some(stream) = next_connection(&listening.listener, &stop).await {
         let (app, tls, stop) = (app.clone(), listening.tls.clone(), stop.clone());

@@ -17,7 +17,7 @@ use stampede_proto::{
     NodeStatus,
 };
 
-pub use super::changes::{Collected, KINDS};
+pub use super::changes::KINDS;
 use super::{AllocKey, Changes, Id, State, WatchKey};
 use crate::model::{alloc_collectable, alloc_terminal, deployment_done, eval_terminal, is_core};
 

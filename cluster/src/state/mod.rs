@@ -13,14 +13,14 @@
 //! applying entries (`apply`, allocations in `allocs`), what a batch
 //! changed (`changes`), reads (`reads`), snapshots (`snapshot`),
 //! comparing job versions (`spec`), the live store (`store`), garbage
-//! collection ([`gc`]) and blocking queries ([`blocking`]).
+//! collection (`gc`) and blocking queries ([`blocking`]).
 
 mod alloc_key;
 mod allocs;
 mod apply;
 pub mod blocking;
 mod changes;
-pub mod gc;
+pub(crate) mod gc;
 mod reads;
 mod snapshot;
 mod spec;
@@ -29,7 +29,7 @@ mod store;
 mod tests;
 
 pub use alloc_key::AllocKey;
-pub use changes::{Changes, Objects, WatchKey, ANY_CLASS, TABLES};
+pub use changes::{Changes, Collected, Objects, WatchKey, ANY_CLASS, TABLES};
 pub use spec::{same_group, same_spec};
 pub use store::StateStore;
 
