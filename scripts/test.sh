@@ -12,6 +12,10 @@ bash scripts/check-bare-cargo.sh
 bash scripts/validate-deploy.sh --self-test
 # vendor/openraft is openraft's release plus vendor/openraft.patch, nothing else.
 bash scripts/openraft-vendor.sh --check
+# No module imports a module that imports it back, and cluster's layers
+# import only the layers below them; first proof that a loop is refused.
+bash scripts/check-imports.sh --self-test
+bash scripts/check-imports.sh
 cargo test --workspace "$@"
 # The manifests' command lines and probes against the binaries' real flags.
 cargo build --quiet --bin cluster --bin nodesim --bin loadgen

@@ -3,16 +3,25 @@
 //!
 //! # Layout
 //!
-//! Each folder is one layer; a layer imports only the layers listed above it.
+//! Each folder is one layer; a layer imports only the layers listed above it,
+//! and no module imports, through any chain, a module that imports it back
+//! (`scripts/check-imports.sh` checks both). Modules are private where
+//! nothing outside the crate names them; a layer re-exports what the layers
+//! above it use.
 //!
 //! - [`model`]: pure helpers on the wire types (the clock, new evaluations,
 //!   allocation and deployment predicates) and request validation.
 //! - [`state`]: the in-memory state store raft applies to (O(1) `imbl`
-//!   snapshots), its watch keys and changes, and blocking queries.
-//! - [`raft`]: openraft's type config, the RocksDB log store, the snapshot
-//!   store, the state machine (which reports what it applied to an observer
-//!   callback and knows nothing of the control plane), the peer network, the
-//!   proposer that writes through whichever server leads, and raft metrics.
+//!   snapshots): the type and its tables, with applying entries, what a batch
+//!   changed (its watch keys), reads, snapshots and the live store each in a
+//!   file of its own; garbage collection and blocking queries.
+//! - [`raft`]: openraft's type config and raft metrics, and three folders:
+//!   `raft/storage` (the RocksDB log store, the snapshot store, and the state
+//!   machine, which reports what it applied to an observer callback and knows
+//!   nothing of the control plane), `raft/write` (the proposer that writes
+//!   through whichever server leads, its batcher and forwarder, client writes
+//!   and the tickets followers wait on) and `raft/wire` (the peer network and
+//!   the checks on what peers send).
 //! - [`scheduler`]: the pure, seeded scheduler: an evaluation and a state
 //!   snapshot in, a plan out; and how a deployment stands.
 //! - [`control`]: the control plane as a composition root: it builds the parts,
@@ -20,10 +29,12 @@
 //!   [`control::leader`] (eval broker, blocked evaluations, heartbeats, plan
 //!   applier, client-update batcher, deployment watcher), each handed a small
 //!   per-term context, never the whole control plane. Scheduler workers
-//!   ([`control::worker`]) reach the leader only through the
-//!   [`control::worker::Leader`] trait.
+//!   (`control/worker.rs`) reach the leader only through its `Leader` trait;
+//!   leader-only calls are routed, and sent on to the leader, by
+//!   `control/routing.rs`.
 //! - [`api`]: the gRPC services (the public job, node and deployment API; the
-//!   server-to-server scheduling API; the raft peer service) and HTTP. Errors
+//!   server-to-server scheduling API; the raft peer service) and HTTP, the
+//!   accepted connections (TLS, and who called) and who may call what. Errors
 //!   of the parts become `tonic::Status` here and nowhere deeper.
 //! - [`server`]: `serve(opts, listeners, shutdown)`, the options (the one home
 //!   of every default) and start-up errors.

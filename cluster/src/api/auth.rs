@@ -1,5 +1,5 @@
 //! Who may call what, checked before any handler runs: the role the
-//! caller's certificate names ([`crate::server::conn`]) and, for the public
+//! caller's certificate names ([`super::conn`]) and, for the public
 //! API and the admin calls, the scope of its ACL token ([`Acl`]).
 //!
 //! | calls | roles | token scope |
@@ -30,7 +30,7 @@ use stampede_proto::security::Role;
 use tonic::codegen::http;
 use tonic::Status;
 
-use crate::server::conn::PeerInfo;
+use super::conn::PeerInfo;
 
 /// What a call needs of its caller.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -316,7 +316,7 @@ fn framing_errors_are_the_callers(
     }
 }
 
-/// The HTTP side: an axum middleware (the connection's [`PeerInfo`] is in
+/// The HTTP side: an axum middleware (the connection's `PeerInfo` is in
 /// the request's extensions).
 pub async fn http_auth(
     axum::extract::State(guard): axum::extract::State<Guard>,

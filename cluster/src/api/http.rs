@@ -12,9 +12,7 @@ use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use serde::{Deserialize, Serialize};
 
-use crate::control::calls::LeaderCalls;
-use crate::control::fleet::FleetGauges;
-use crate::control::worker::{WorkerPool, WorkerStatus, MAX_WORKERS};
+use crate::control::{FleetGauges, LeaderCalls, WorkerPool, WorkerStatus, MAX_WORKERS};
 use crate::model::validate::quote;
 use crate::raft::metrics::Metrics;
 use crate::raft::Raft;

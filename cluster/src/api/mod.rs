@@ -5,17 +5,23 @@
 //! `FailedPrecondition`; a moving leader is `Unavailable`, with the leader's
 //! address when known.
 //!
-//! - [`public`]: jobs, nodes and deployments (any client).
-//! - [`scheduling`]: evaluations and plans (workers, server to server).
-//! - [`peer`]: raft and forwarded writes (server to server only).
+//! - `public`: jobs, nodes and deployments (any client).
+//! - `scheduling`: evaluations and plans (workers, server to server).
+//! - `peer`: raft and forwarded writes (server to server only).
 //! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
+//! - `conn`: an accepted connection, its TLS handshake and who called.
 
-pub mod auth;
-pub mod call_stream;
+mod auth;
+mod call_stream;
+mod conn;
 pub mod http;
-pub mod peer;
-pub mod public;
-pub mod scheduling;
+mod peer;
+mod public;
+mod scheduling;
+
+pub use self::auth::{http_auth, GrpcAuthLayer, Guard};
+pub use self::conn::{Conn, ServerTls, TlsSetupError};
+pub use self::peer::PeerApi;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,12 +29,11 @@ use std::time::Duration;
 use stampede_proto::QueryOptions;
 use tonic::{Response, Status};
 
-use crate::control::calls::LeaderCalls;
-use crate::control::error::ControlError;
 use crate::control::leader::broker::BrokerError;
+use crate::control::{ControlError, LeaderCalls};
 use crate::model::validate::InvalidField;
 use crate::raft::client_write::{ClientWrite, Refused, Written};
-use crate::raft::proposer::{ProposeError, Proposer};
+use crate::raft::{ProposeError, Proposer};
 use crate::state::blocking::{Blocking, Look};
 use crate::state::{State, StateStore, WatchKey};
 

@@ -5,7 +5,7 @@
 //!
 //! Peers are not trusted blindly either: a message that does not decode,
 //! or that no genuine member could send (see [`crate::raft::inbound`] and
-//! [`crate::raft::snapshot_receiver`]), is refused with `InvalidArgument`
+//! [`crate::raft::SnapshotReceiver`]), is refused with `InvalidArgument`
 //! naming the field before openraft sees it, and a forwarded write is
 //! validated as if its client had called this server.
 
@@ -25,8 +25,7 @@ use super::call_stream::{Answers, Ticketed};
 use super::Reply;
 use crate::raft::inbound::{self, Implausible};
 use crate::raft::metrics::Metrics;
-use crate::raft::proposer::Proposer;
-use crate::raft::snapshot_receiver::{ChunkRefused, SnapshotReceiver};
+use crate::raft::{ChunkRefused, Proposer, SnapshotReceiver};
 use crate::raft::{NodeId, Raft, TypeConfig};
 
 /// What the peer service may touch: raft itself, the snapshot being

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::call_stream::{Answers, Ticketed};
 use super::{Api, Reply};
-use crate::control::routing::is_forwarded;
+use crate::control::is_forwarded;
 use crate::model::validate::{self, quote};
 use crate::raft::client_write::{ClientWrite, Refused};
 use crate::state::blocking;

@@ -10,7 +10,7 @@ use stampede_proto::*;
 use tonic::{Request, Response, Status};
 
 use super::{Api, Reply};
-use crate::control::routing::is_forwarded;
+use crate::control::is_forwarded;
 use crate::model::validate;
 use crate::state::WatchKey;
 

@@ -18,8 +18,8 @@ use crate::model::validate;
 pub mod acl;
 pub mod dev;
 pub mod health;
-pub mod jobspec;
-pub mod render;
+mod jobspec;
+mod render;
 pub mod tls;
 
 use render::*;

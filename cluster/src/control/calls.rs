@@ -7,23 +7,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stampede_proto::eval_reap_request::Collect;
-use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::log_entry::Msg;
-use stampede_proto::node_service_client::NodeServiceClient;
-use stampede_proto::plan_service_client::PlanServiceClient;
 use stampede_proto::{
     Empty, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalReapRequest,
     EvalUpdateRequest, Evaluation, LogEntry, NodeStatus, NodeUpdateAllocRequest,
     NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan, PlanResult, PlanSubmitRequest,
 };
-use tonic::transport::Channel;
 
 use super::error::ControlError;
 use super::leader::broker::{EvalBroker, NackOutcome, NackReason};
 use super::leader::gc;
 use super::leader::heartbeat::Heartbeats;
 use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
-use super::routing::{forwarded, Route, Router};
+use super::routing::{eval_client, forwarded, node_client, plan_client, Route, Router};
 use super::update_relay::UpdateRelay;
 use super::worker::Leader;
 use crate::model::{is_core, validate};
@@ -46,18 +42,6 @@ struct Inner {
     alloc_updates: Arc<super::leader::alloc_updates::AllocUpdates>,
     /// Client updates on their way to the leader while this server follows.
     relay: UpdateRelay,
-}
-
-fn eval_client(ch: Channel) -> EvalServiceClient<Channel> {
-    stampede_proto::sized!(EvalServiceClient::new(ch))
-}
-
-fn plan_client(ch: Channel) -> PlanServiceClient<Channel> {
-    stampede_proto::sized!(PlanServiceClient::new(ch))
-}
-
-pub(super) fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
-    stampede_proto::sized!(NodeServiceClient::new(ch))
 }
 
 impl LeaderCalls {

@@ -1,6 +1,7 @@
 //! What a control-plane call can fail with. Each variant says whose mistake
-//! it was, so the API edge (`crate::api`) can give the caller the right
-//! status: a bad request is never `Internal`, a moving leader is `Unavailable`.
+//! it was, so the API edge above the control plane can give the caller the
+//! right status: a bad request is never `Internal`, a moving leader is
+//! `Unavailable`.
 
 use std::sync::Arc;
 
@@ -8,8 +9,8 @@ use crate::control::leader::alloc_updates::UpdateError;
 use crate::control::leader::broker::BrokerError;
 use crate::control::leader::plan_apply::PlanError;
 use crate::model::validate::InvalidField;
-use crate::raft::proposer::ProposeError;
 use crate::raft::NodeId;
+use crate::raft::ProposeError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ControlError {

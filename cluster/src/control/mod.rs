@@ -2,25 +2,31 @@
 //! parts, hands each the narrow handles it needs, and follows raft
 //! leadership to start and stop the leader-only mechanisms.
 //!
-//! - [`apply`]: what reacts to every applied batch (blocking queries, and on
+//! - `apply`: what reacts to every applied batch (blocking queries, and on
 //!   the leader the broker, blocked evaluations and heartbeat timers).
 //! - [`leader`]: the leader-only mechanisms, each run per term with a
 //!   [`leader::LeaderContext`].
-//! - [`routing`] and [`calls`]: calls only the leader can answer, handled
-//!   here or sent on to the leader; [`update_relay`] sends a follower's
+//! - `routing` and `calls`: calls only the leader can answer, handled
+//!   here or sent on to the leader; `update_relay` sends a follower's
 //!   client updates on together.
-//! - [`worker`]: scheduler workers, on every server, reaching the leader
-//!   only through the [`worker::Leader`] trait.
-//! - [`fleet`]: the leader's gauges of nodes and allocations.
+//! - `worker`: scheduler workers, on every server, reaching the leader
+//!   only through the `worker::Leader` trait.
+//! - `fleet`: the leader's gauges of nodes and allocations.
 
-pub mod apply;
-pub mod calls;
-pub mod error;
-pub mod fleet;
+mod apply;
+mod calls;
+mod error;
+mod fleet;
 pub mod leader;
-pub mod routing;
-pub mod update_relay;
-pub mod worker;
+mod routing;
+mod update_relay;
+mod worker;
+
+pub use self::calls::LeaderCalls;
+pub use self::error::ControlError;
+pub use self::fleet::FleetGauges;
+pub use self::routing::is_forwarded;
+pub use self::worker::{WorkerConfig, WorkerPool, WorkerStatus, MAX_WORKERS};
 
 use std::sync::Arc;
 
@@ -28,13 +34,9 @@ use prometheus::Registry;
 use tokio::sync::watch;
 
 use self::apply::ApplyHub;
-use self::calls::LeaderCalls;
-use self::fleet::FleetGauges;
 use self::leader::{LeaderConfig, LeaderContext, LeaderParts};
 use self::routing::Router;
-use self::worker::{WorkerConfig, WorkerPool};
-use crate::raft::network::PeerChannels;
-use crate::raft::proposer::{LocalProposer, Proposer};
+use crate::raft::{LocalProposer, PeerChannels, Proposer};
 use crate::raft::{NodeId, Raft};
 use crate::state::blocking::{Blocking, BlockingMetrics};
 use crate::state::StateStore;

@@ -2,14 +2,18 @@
 //! server leads, otherwise sent on to the leader, once. A forwarded call that
 //! finds no leader here is refused rather than sent on again, so a call
 //! never loops between servers during an election.
+//! The clients a call is sent on with are made here too, for the leader-only
+//! calls and the client-update relay alike.
 
+use stampede_proto::eval_service_client::EvalServiceClient;
+use stampede_proto::node_service_client::NodeServiceClient;
+use stampede_proto::plan_service_client::PlanServiceClient;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::Request;
 
 use crate::control::error::ControlError;
-use crate::raft::network::PeerChannels;
-use crate::raft::{leader_view, LeaderView, Raft};
+use crate::raft::{leader_view, LeaderView, PeerChannels, Raft};
 
 /// gRPC metadata marking a call one server sent on to the leader.
 pub const FORWARDED: &str = "x-stampede-forwarded";
@@ -82,4 +86,18 @@ pub fn forwarded<T>(msg: T) -> Request<T> {
 
 pub fn is_forwarded<T>(req: &Request<T>) -> bool {
     req.metadata().contains_key(FORWARDED)
+}
+
+/// Clients for the leader's services, with the message size limits every
+/// stampede client has.
+pub(super) fn eval_client(ch: Channel) -> EvalServiceClient<Channel> {
+    stampede_proto::sized!(EvalServiceClient::new(ch))
+}
+
+pub(super) fn plan_client(ch: Channel) -> PlanServiceClient<Channel> {
+    stampede_proto::sized!(PlanServiceClient::new(ch))
+}
+
+pub(super) fn node_client(ch: Channel) -> NodeServiceClient<Channel> {
+    stampede_proto::sized!(NodeServiceClient::new(ch))
 }

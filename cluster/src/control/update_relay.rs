@@ -24,9 +24,8 @@ use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-use super::calls::node_client;
 use super::leader::alloc_updates::MAX_ENTRY_ALLOCS;
-use super::routing::forwarded;
+use super::routing::{forwarded, node_client};
 
 /// The least time between two rounds of calls: a tenth of the leader's
 /// default batch window.

@@ -1,27 +1,32 @@
 //! Raft: openraft's type configuration (what a log entry carries and what
-//! applying it returns), the RocksDB log store, the snapshot store, the state
-//! machine, the network between servers and the proposer through which every
-//! write reaches the log (with `client_write`, the entry each client write
-//! becomes). What peers send is checked before openraft sees it: `inbound`
-//! for terms, indexes and entries, `snapshot_receiver` for snapshots.
+//! applying it returns) here, and in folders:
+//!
+//! - `storage`: the RocksDB log store, the snapshot store and the state
+//!   machine.
+//! - `write`: the proposer through which every write reaches the log (with
+//!   `client_write`, the entry each client write becomes).
+//! - `wire`: the network between servers; what peers send is checked
+//!   before openraft sees it: `inbound` for terms, indexes and entries,
+//!   `snapshot_receiver` for snapshots.
+//!
+//! [`metrics`] and raft's own [`runtime`] serve them all.
 
-pub mod batcher;
-pub mod client_write;
-pub mod error;
-pub mod forwarder;
-pub mod inbound;
-pub mod log_store;
-pub mod log_tail;
 pub mod metrics;
-pub mod network;
-pub mod proposer;
 pub mod runtime;
-pub mod snapshot_receiver;
-pub mod snapshot_store;
-#[cfg(test)]
-mod stand_in;
-pub mod state_machine;
-pub mod tickets;
+mod storage;
+mod wire;
+mod write;
+
+pub use self::storage::error::StoreError;
+pub use self::storage::state_machine::StateMachine;
+pub use self::wire::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER};
+pub use self::wire::snapshot_receiver::{ChunkRefused, SnapshotReceiver};
+pub use self::write::proposer::{LocalProposer, ProposeError, Proposer};
+pub use self::write::tickets::Tickets;
+// Modules whose own paths the integration tests and benches name.
+pub use self::storage::log_store;
+pub use self::wire::inbound;
+pub use self::write::client_write;
 
 use std::fmt;
 use std::io::Cursor;

@@ -25,7 +25,8 @@ pub const CORE_PRIORITY: u32 = 200;
 /// Most ids one `gc_*` entry carries; a collection of more writes several.
 pub const GC_BATCH: usize = 4096;
 
-/// Nomad's core jobs.
+/// Nomad's core jobs, by Nomad's names for them.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CoreJob {
     EvalGc,

@@ -20,8 +20,8 @@ use stampede_proto::{
     Plan, Resources, TaskGroup, UpdateStrategy,
 };
 
-pub mod core;
-pub mod deployment;
+pub(crate) mod core;
+pub(crate) mod deployment;
 
 use crate::model::{alloc_terminal, now_ms};
 use crate::state::State;

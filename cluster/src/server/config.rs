@@ -15,8 +15,7 @@ use crate::control::leader::deployment_watcher::{WatcherConfig, WatcherMode};
 use crate::control::leader::gc;
 use crate::control::leader::heartbeat::HeartbeatConfig;
 use crate::control::leader::LeaderConfig;
-use crate::control::worker::{WorkerConfig, MAX_WORKERS};
-use crate::control::ControlConfig;
+use crate::control::{ControlConfig, WorkerConfig, MAX_WORKERS};
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
 

@@ -1,6 +1,6 @@
 //! Why a server could not start or stopped, each saying what to do about it.
 
-use crate::raft::error::StoreError;
+use crate::raft::StoreError;
 
 /// Why a server could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -10,7 +10,7 @@ pub enum ServerError {
     #[error("{0}")]
     Security(String),
     #[error(transparent)]
-    Tls(#[from] super::conn::TlsSetupError),
+    Tls(#[from] crate::api::TlsSetupError),
     #[error("invalid raft configuration: {0}")]
     RaftConfig(String),
     #[error("cannot start raft's threads: {0}")]

@@ -21,25 +21,20 @@ use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
 
 pub mod config;
-pub mod conn;
 pub mod error;
 
 use self::config::ServeOpts;
-use self::conn::{Conn, ServerTls};
 use self::error::ServerError;
-use crate::api::auth::{GrpcAuthLayer, Guard};
 use crate::api::http::HttpState;
-use crate::api::peer::PeerApi;
-use crate::api::Api;
+use crate::api::{Api, Conn, GrpcAuthLayer, Guard, PeerApi, ServerTls};
 use crate::control::{ControlPlane, Foundations};
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
-use crate::raft::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER};
-use crate::raft::proposer::Proposer;
 use crate::raft::runtime::RaftRuntime;
-use crate::raft::state_machine::StateMachine;
-use crate::raft::tickets::Tickets;
 use crate::raft::Raft;
+use crate::raft::{
+    NetworkFactory, PeerChannels, Proposer, StateMachine, Tickets, RAFT_CONNECTION_MARKER,
+};
 
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
 pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
@@ -363,7 +358,7 @@ async fn serve_http(
 
     let app = crate::api::http::router(state).layer(axum::middleware::from_fn_with_state(
         listening.guard,
-        crate::api::auth::http_auth,
+        crate::api::http_auth,
     ));
     while let Some(stream) = next_connection(&listening.listener, &stop).await {
         let (app, tls, stop) = (app.clone(), listening.tls.clone(), stop.clone());

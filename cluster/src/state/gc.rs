@@ -17,6 +17,7 @@ use stampede_proto::{
     NodeStatus,
 };
 
+pub use super::changes::KINDS;
 use super::{AllocKey, Changes, Id, State, WatchKey};
 use crate::model::{alloc_collectable, alloc_terminal, deployment_done, eval_terminal, is_core};
 
@@ -44,32 +45,6 @@ impl Cutoffs {
         }
     }
 }
-
-/// How many rows of each table an applied batch removed.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Collected {
-    pub evals: u64,
-    pub allocs: u64,
-    pub jobs: u64,
-    pub deployments: u64,
-    pub nodes: u64,
-}
-
-impl Collected {
-    /// `(kind label, count)` for each table, the `kind` of the GC metric.
-    pub fn by_kind(&self) -> [(&'static str, u64); 5] {
-        [
-            ("evals", self.evals),
-            ("allocs", self.allocs),
-            ("jobs", self.jobs),
-            ("deployments", self.deployments),
-            ("nodes", self.nodes),
-        ]
-    }
-}
-
-/// The labels of [`Collected::by_kind`], for metrics created at zero.
-pub const KINDS: [&str; 5] = ["evals", "allocs", "jobs", "deployments", "nodes"];
 
 impl State {
     /// A job nothing will run again: stopped, or a batch job whose work is

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::context::LeaderContext;
 use crate::model::{alloc_terminal, new_eval, now_ms};
-use crate::raft::proposer::ProposeError;
+use crate::raft::ProposeError;
 
 /// How long the leader gathers updates into one entry by default.
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(50);

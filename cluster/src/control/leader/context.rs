@@ -8,7 +8,7 @@ use stampede_proto::{
 
 use super::broker::{EvalBroker, CANCEL_BATCH};
 use crate::model::{alloc_terminal, new_eval, now_ms, system_job_evals};
-use crate::raft::proposer::{LocalProposer, ProposeError};
+use crate::raft::{LocalProposer, ProposeError};
 use crate::state::StateStore;
 
 /// What every leader task of one term may touch.

@@ -9,14 +9,14 @@
 //! needs of its own (the broker, its metrics, its config); none of them sees
 //! the rest of the server.
 
-pub mod alloc_updates;
-pub mod blocked_evals;
+pub(crate) mod alloc_updates;
+pub(crate) mod blocked_evals;
 pub mod broker;
 mod context;
-pub mod deployment_watcher;
-pub mod gc;
-pub mod heartbeat;
-pub mod plan_apply;
+pub(crate) mod deployment_watcher;
+pub(crate) mod gc;
+pub(crate) mod heartbeat;
+pub(crate) mod plan_apply;
 mod timers;
 mod unapplied;
 

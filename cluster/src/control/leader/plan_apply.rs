@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::broker::{BrokerError, EvalBroker};
 use super::context::LeaderContext;
 use super::unapplied::{add_placed, Unapplied};
-use crate::raft::proposer::ProposeError;
+use crate::raft::ProposeError;
 use crate::scheduler::fits;
 use crate::state::State;
 

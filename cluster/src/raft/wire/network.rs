@@ -358,7 +358,7 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::raft::stand_in::StandIn;
+    use crate::raft::wire::stand_in::StandIn;
 
     /// A connection to a fresh stand-in peer on 127.0.0.1 that serves the
     /// stream or not, and the count of its one-message calls.

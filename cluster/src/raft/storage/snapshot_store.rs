@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use crate::raft::error::StoreError;
+use crate::raft::storage::error::StoreError;
 use crate::raft::SnapshotMeta;
 
 const MAGIC: &[u8; 8] = b"STMPSNP1";

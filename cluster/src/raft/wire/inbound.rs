@@ -103,7 +103,7 @@ pub fn vote_request(rpc: &VoteRequest<NodeId>) -> Result<(), Implausible> {
 
 /// InstallSnapshot: bounded terms and indexes in the vote and the
 /// snapshot's metadata. Offsets and sizes are the receiver's to check, see
-/// [`crate::raft::snapshot_receiver`].
+/// [`crate::raft::SnapshotReceiver`].
 pub fn install_snapshot(rpc: &InstallSnapshotRequest<TypeConfig>) -> Result<(), Implausible> {
     vote("vote", &rpc.vote)?;
     log_id("meta.last_log_id", rpc.meta.last_log_id.as_ref())?;

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use crate::raft::client_write::Written;
+use crate::raft::write::client_write::Written;
 
 /// Tickets issued and not yet applied or given up, by number.
 #[derive(Default)]

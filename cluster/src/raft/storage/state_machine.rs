@@ -16,11 +16,11 @@ use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, Storag
 use prost::Message;
 use stampede_proto::{log_entry::Msg, LogEntry, StateSnapshot};
 
-use crate::raft::client_write::{self, Written};
-use crate::raft::error::StoreError;
 use crate::raft::metrics::Metrics;
-use crate::raft::snapshot_store::{SnapshotStore, StoredSnapshot};
-use crate::raft::tickets::Tickets;
+use crate::raft::storage::error::StoreError;
+use crate::raft::storage::snapshot_store::{SnapshotStore, StoredSnapshot};
+use crate::raft::write::client_write::{self, Written};
+use crate::raft::write::tickets::Tickets;
 use crate::raft::{
     Applied, Command, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };

@@ -17,7 +17,7 @@ use stampede_proto::call_stream::CallStream;
 use stampede_proto::{forward_answer, ForwardAnswer, ForwardReply, ForwardRequest};
 use tonic::{Code, Status};
 
-use crate::raft::network::PeerChannels;
+use crate::raft::wire::network::PeerChannels;
 use crate::raft::NodeId;
 
 type Answer = Result<ForwardReply, Status>;
@@ -101,10 +101,10 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use super::*;
-    use crate::raft::stand_in::StandIn;
+    use crate::raft::wire::stand_in::StandIn;
 
     /// A forwarder, and the address and one-write call count of a fresh
-    /// stand-in leader (see [`crate::raft::stand_in`] for its answers).
+    /// stand-in leader (see [`crate::raft::wire::stand_in`] for its answers).
     async fn forwarder(streams: bool) -> (Forwarder, String, Arc<AtomicUsize>) {
         let (peer, addr) = StandIn::serve(streams).await;
         let channels = PeerChannels::new(HashMap::new(), None);

@@ -2,7 +2,7 @@
 //! write on to the leader from a follower, so a client may write through
 //! any server. What a follower sends on is the client's request itself
 //! ([`ClientWrite`]): the leader validates it and makes its entry (see
-//! [`crate::raft::client_write`]).
+//! [`crate::raft::write::client_write`]).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use stampede_proto::{ForwardRequest, LogEntry};
 use tonic::Status;
 
-use crate::raft::batcher::{Batcher, Failed};
-use crate::raft::client_write::{prepare, ClientWrite, Refused, Written};
-use crate::raft::forwarder::Forwarder;
 use crate::raft::metrics::Metrics;
-use crate::raft::network::PeerChannels;
-use crate::raft::tickets::Tickets;
+use crate::raft::wire::network::PeerChannels;
+use crate::raft::write::batcher::{Batcher, Failed};
+use crate::raft::write::client_write::{prepare, ClientWrite, Refused, Written};
+use crate::raft::write::forwarder::Forwarder;
+use crate::raft::write::tickets::Tickets;
 use crate::raft::{leader_view, LeaderView, NodeId, Raft};
 use crate::state::StateStore;
 
@@ -226,7 +226,7 @@ impl Proposer {
 
     /// Sends the client's write on to server `id`, which leads as far as
     /// this server knows. The write is done when this server applies its
-    /// entry, found by its ticket ([`crate::raft::tickets`]), or when the
+    /// entry, found by its ticket ([`crate::raft::write::tickets`]), or when the
     /// leader answers, whichever comes first; the leader's answer is what
     /// tells of a refusal. Gives up (and lets `write` ask again where the
     /// leader is) when the deadline passes or this server learns that

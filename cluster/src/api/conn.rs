@@ -1,7 +1,7 @@
 //! An accepted connection and who is on the other end: the TLS handshake
 //! (when the server has TLS) checks the caller's certificate against the
 //! cluster CA, and the role its certificate names is read once here, for
-//! every request on the connection to be authorised by ([`crate::api::auth`]).
+//! every request on the connection to be authorised by (in `auth`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -107,7 +107,7 @@ pub struct Conn {
 
 impl Conn {
     /// Completes the handshake of an accepted connection (nothing to do
-    /// without TLS); a caller silent for [`HANDSHAKE_WAIT`] is dropped.
+    /// without TLS); a caller silent for `HANDSHAKE_WAIT` is dropped.
     pub async fn accept(stream: TcpStream, tls: Option<&ServerTls>) -> io::Result<Conn> {
         tokio::time::timeout(HANDSHAKE_WAIT, Self::handshake(stream, tls))
             .await

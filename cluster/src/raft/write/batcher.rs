@@ -71,12 +71,6 @@ impl Batcher {
         self.batching
     }
 
-    /// Commits `entry` (alone or with others) and returns the raft index it
-    /// was applied at. Dropping the future does not withdraw the write.
-    pub async fn write(&self, entry: LogEntry) -> Result<u64, Failed> {
-        self.submit(entry).await
-    }
-
     /// Queues `entry` now, so writes submitted one after another reach the
     /// log in that order, and returns a future for its outcome.
     pub fn submit(

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use super::NodeId;
+use crate::raft::NodeId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

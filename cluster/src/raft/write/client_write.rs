@@ -43,8 +43,8 @@ pub struct Written {
 }
 
 /// Validates `write` and turns it into its log entry, on `state`. `ticket`
-/// is the forwarding follower's name for the write, 0 for a direct call
-/// (see [`crate::raft::tickets`]).
+/// is the forwarding follower's name for the write (the ticket it waits
+/// on), 0 for a direct call.
 pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepared, Refused> {
     let (msg, eval_id) = match write {
         ClientWrite::NodeRegister(req) => {

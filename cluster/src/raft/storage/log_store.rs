@@ -20,8 +20,8 @@ use rocksdb::{
 };
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::raft::error::StoreError;
-use crate::raft::log_tail::LogTail;
+use crate::raft::storage::error::StoreError;
+use crate::raft::storage::log_tail::LogTail;
 use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
 const CF_LOGS: &str = "logs";
@@ -422,7 +422,7 @@ mod tests {
     use openraft::testing::{StoreBuilder, Suite};
     use openraft::StorageError as RaftStorageError;
 
-    use crate::raft::state_machine::StateMachine;
+    use crate::raft::storage::state_machine::StateMachine;
 
     struct Builder;
 

@@ -1,0 +1,533 @@
+use super::allocs::summary_key;
+use super::*;
+use stampede_proto::log_entry::Msg;
+use stampede_proto::{
+    AllocClientStatus, AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, LogEntry,
+    NamedTaskState, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry, Resources,
+};
+
+fn node_entry(id: &str) -> LogEntry {
+    LogEntry {
+        msg: Some(Msg::NodeRegister(NodeRegisterEntry {
+            ticket: 0,
+            node: Some(Node {
+                id: id.into(),
+                datacenter: "dc1".into(),
+                ..Default::default()
+            }),
+            evals: vec![],
+        })),
+    }
+}
+
+fn plan_entry(allocs: Vec<Allocation>) -> LogEntry {
+    LogEntry {
+        msg: Some(Msg::PlanApply(PlanApplyEntry {
+            allocs,
+            ..Default::default()
+        })),
+    }
+}
+
+fn node_down_entry(id: &str) -> LogEntry {
+    LogEntry {
+        msg: Some(Msg::NodeStatus(NodeStatusEntry {
+            node_id: id.into(),
+            status: NodeStatus::Down as i32,
+            ..Default::default()
+        })),
+    }
+}
+
+fn alloc(id: &str, node: &str, job: &str) -> Allocation {
+    Allocation {
+        id: id.into(),
+        node_id: node.into(),
+        job_id: job.into(),
+        desired_status: AllocDesiredStatus::Run as i32,
+        resources: Some(Resources {
+            cpu_mhz: 100,
+            memory_mb: 64,
+        }),
+        ..Default::default()
+    }
+}
+
+/// Clients' reports of only a status each, in one entry.
+fn statuses(reports: &[(&str, AllocClientStatus)]) -> LogEntry {
+    let allocs = reports
+        .iter()
+        .map(|&(id, status)| Allocation {
+            id: id.into(),
+            client_status: status as i32,
+            ..Default::default()
+        })
+        .collect();
+    LogEntry {
+        msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs,
+            ..Default::default()
+        })),
+    }
+}
+
+fn apply(s: &mut State, index: u64, e: LogEntry) -> Changes {
+    let mut c = Changes::default();
+    s.apply(index, &e, &mut c);
+    c
+}
+
+#[test]
+fn ids_kept_in_the_key_and_beside_it_order_and_look_up_as_their_texts() {
+    // 23 bytes fit inside an `Id`; longer ones are kept beside it.
+    let ids = [
+        "sim-0000abcd-10",
+        "sim-0000abcd-9",
+        "sim-0000abcd-1000000000",  // 23 bytes
+        "sim-0000abcd-10000000000", // 24 bytes
+        "sim-0000abcd-100000000000000000000",
+        "",
+        "d41d8cd9-8f00-3204-a980-0998ecf8427e",
+        "\u{e9}",
+    ];
+    let mut s = State::default();
+    for (i, id) in ids.iter().enumerate() {
+        apply(&mut s, i as u64 + 1, node_entry(id));
+    }
+    let mut sorted = ids.to_vec();
+    sorted.sort();
+    let stored: Vec<&str> = s.nodes().map(|n| n.id.as_str()).collect();
+    assert_eq!(stored, sorted);
+    for id in ids {
+        assert_eq!(s.node(id).map(|n| n.id.clone()), Some(id.to_string()));
+    }
+    assert!(s.node("sim-0000abcd-1000000000x").is_none());
+}
+
+#[test]
+fn register_keeps_create_index_and_moves_modify_index() {
+    let mut s = State::default();
+    let c = apply(&mut s, 5, node_entry("a"));
+    assert!(c.capacity_changed, "a new ready node is new capacity");
+    let c = apply(&mut s, 9, node_entry("a"));
+    assert!(!c.capacity_changed);
+    let a = s.node("a").unwrap();
+    assert_eq!((a.create_index, a.modify_index), (5, 9));
+    assert_eq!(a.status, NodeStatus::Ready as i32);
+    assert_eq!(s.indexes().nodes, 9);
+    assert_eq!(s.index(), 9);
+}
+
+#[test]
+fn a_batch_applies_its_commands_in_order_at_its_index_and_never_a_nested_one() {
+    let mut s = State::default();
+    let nested = LogEntry {
+        msg: Some(Msg::Batch(stampede_proto::BatchEntry {
+            entries: vec![node_entry("hidden")],
+        })),
+    };
+    let batch = LogEntry {
+        msg: Some(Msg::Batch(stampede_proto::BatchEntry {
+            entries: vec![node_entry("a"), nested, node_entry("b")],
+        })),
+    };
+    let c = apply(&mut s, 7, batch);
+    assert_eq!(c.index, 7);
+    assert_eq!(c.objects.map(|o| o.nodes), Some(2));
+    for id in ["a", "b"] {
+        let n = s.node(id).unwrap();
+        assert_eq!((n.create_index, n.modify_index), (7, 7));
+    }
+    assert!(s.node("hidden").is_none(), "a nested batch is not applied");
+    assert_eq!(s.index(), 7);
+}
+
+#[test]
+fn a_plan_wakes_its_job_once_and_each_of_its_nodes() {
+    let mut s = State::default();
+    for n in ["n1", "n2"] {
+        apply(&mut s, 1, node_entry(n));
+    }
+    let plan = plan_entry(vec![
+        alloc("a1", "n1", "web"),
+        alloc("a2", "n1", "web"),
+        alloc("a3", "n2", "web"),
+        alloc("a4", "n2", "db"),
+    ]);
+    let c = apply(&mut s, 2, plan);
+    let count = |k: WatchKey| c.keys.iter().filter(|x| **x == k).count();
+    assert_eq!(count(WatchKey::JobAllocs("web".into())), 1);
+    assert_eq!(count(WatchKey::JobAllocs("db".into())), 1);
+    assert_eq!(count(WatchKey::NodeAllocs("n1".into())), 1);
+    assert_eq!(count(WatchKey::NodeAllocs("n2".into())), 1);
+    assert_eq!(s.job_allocs("web").len(), 3);
+    assert_eq!(s.job_allocs("db").len(), 1);
+}
+
+#[test]
+fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    let placed = Allocation {
+        name: "web.web[0]".into(),
+        eval_id: "e1".into(),
+        deployment_id: "d1".into(),
+        client_description: "placed".into(),
+        task_states: vec![NamedTaskState::new("old", Default::default())],
+        healthy: Some(true),
+        job_version: 3,
+        ..alloc("a1", "n1", "web")
+    };
+    apply(&mut s, 2, plan_entry(vec![placed]));
+    let before = s.alloc("a1").unwrap();
+    let report = Allocation {
+        id: "a1".into(),
+        client_status: AllocClientStatus::Running as i32,
+        client_description: "running".into(),
+        task_states: vec![NamedTaskState::new("web", Default::default())],
+        healthy: None,
+        ..Default::default()
+    };
+    let update = LogEntry {
+        msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: vec![report],
+            updated_at_ms: 42,
+            ..Default::default()
+        })),
+    };
+    apply(&mut s, 3, update);
+    let after = s.alloc("a1").unwrap();
+    let expected = Allocation {
+        client_status: AllocClientStatus::Running as i32,
+        client_description: "running".into(),
+        task_states: vec![NamedTaskState::new("web", Default::default())],
+        // Health, once known, stays known when a report leaves it out.
+        healthy: Some(true),
+        modify_index: 3,
+        modify_time_ms: 42,
+        ..Allocation::clone(&before)
+    };
+    assert_eq!(*after, expected);
+}
+
+#[test]
+fn allocations_are_counted_by_client_status_across_jobs() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    let plan = plan_entry(vec![
+        alloc("a1", "n1", "web"),
+        alloc("a2", "n1", "web"),
+        alloc("a3", "n1", "db"),
+    ]);
+    apply(&mut s, 2, plan);
+    let update = statuses(&[
+        ("a1", AllocClientStatus::Running),
+        ("a3", AllocClientStatus::Failed),
+    ]);
+    apply(&mut s, 3, update);
+    let counted = s.alloc_client_statuses();
+    let expected = BTreeMap::from([
+        (AllocClientStatus::Pending as i32, 1),
+        (AllocClientStatus::Running as i32, 1),
+        (AllocClientStatus::Failed as i32, 1),
+    ]);
+    assert_eq!(counted, expected);
+    // The same as counting every allocation one by one.
+    let mut by_one = BTreeMap::new();
+    for a in s.allocs() {
+        *by_one.entry(a.client_status).or_insert(0u64) += 1;
+    }
+    assert_eq!(counted, by_one);
+}
+
+#[test]
+fn a_report_changed_in_place_leaves_every_copy_as_it_was_and_the_tables_as_a_copy_would() {
+    // One state reported to while nothing else holds the allocation
+    // (changed where it is), one while a copy of the state is alive
+    // (copied): both must end the same, and the copy must not move.
+    let placed = |s: &mut State| {
+        apply(s, 1, node_entry("n1"));
+        let plan = plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]);
+        apply(s, 2, plan);
+    };
+    let report = |status: AllocClientStatus, healthy: Option<bool>| LogEntry {
+        msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: vec![Allocation {
+                id: "a1".into(),
+                client_status: status as i32,
+                client_description: format!("{status:?}"),
+                task_states: vec![NamedTaskState::new("web", Default::default())],
+                healthy,
+                ..Default::default()
+            }],
+            updated_at_ms: 42,
+            ..Default::default()
+        })),
+    };
+    let mut alone = State::default();
+    let mut copied = State::default();
+    placed(&mut alone);
+    placed(&mut copied);
+    let mut copies = Vec::new();
+    for (i, (status, healthy)) in [
+        (AllocClientStatus::Running, None),
+        (AllocClientStatus::Running, Some(true)),
+        (AllocClientStatus::Complete, None),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let index = 3 + i as u64;
+        copies.push(copied.clone());
+        let at = |s: &State| Arc::as_ptr(&s.alloc("a1").unwrap());
+        let (alone_at, copied_at) = (at(&alone), at(&copied));
+        let c1 = apply(&mut alone, index, report(status, healthy));
+        let c2 = apply(&mut copied, index, report(status, healthy));
+        assert_eq!(at(&alone), alone_at, "changed where it is");
+        assert_ne!(at(&copied), copied_at, "a copy holds it: copied");
+        assert_eq!(
+            (c1.keys, c1.capacity_changed),
+            (c2.keys, c2.capacity_changed)
+        );
+        let a = alone.alloc("a1").unwrap();
+        assert_eq!(a.client_status, status as i32);
+        assert_eq!((a.modify_index, a.modify_time_ms), (index, 42));
+        assert_eq!(a.create_index, 2, "what the server wrote stays");
+    }
+    assert_eq!(
+        alone.alloc("a1").unwrap().healthy,
+        Some(true),
+        "health stays known"
+    );
+    assert_eq!(alone.to_snapshot(), copied.to_snapshot());
+    assert_eq!(alone.node_alloc_map("n1"), copied.node_alloc_map("n1"));
+    assert_eq!(alone.job_summary("web"), copied.job_summary("web"));
+    assert_eq!(alone.job_alloc_index("web"), 5);
+    assert_eq!(
+        alone.node_alloc_index("n1"),
+        2,
+        "a report does not wake the node"
+    );
+    assert_eq!(
+        alone.node_usage("n1").cpu_mhz,
+        100,
+        "the complete one frees its share"
+    );
+    // Each copy still sees the allocation as it was when it was taken.
+    let seen: Vec<i32> = copies
+        .iter()
+        .map(|c| c.node_alloc_map("n1")[&AllocKey::new("a1")].client_status)
+        .collect();
+    let expected = [
+        AllocClientStatus::Pending,
+        AllocClientStatus::Running,
+        AllocClientStatus::Running,
+    ]
+    .map(|s| s as i32);
+    assert_eq!(seen, expected);
+    assert_eq!(copies[0].alloc("a1").unwrap().modify_index, 2);
+}
+
+#[test]
+fn a_copy_does_not_see_later_writes() {
+    let store = StateStore::default();
+    store.write(|s| s.apply(1, &node_entry("a"), &mut Changes::default()));
+    let before = store.snapshot();
+    store.write(|s| s.apply(2, &node_entry("b"), &mut Changes::default()));
+    assert_eq!(before.node_count(), 1);
+    assert_eq!(store.snapshot().node_count(), 2);
+    assert_eq!(store.applied_index(), 2);
+}
+
+#[test]
+fn allocation_writes_touch_only_their_node_and_job() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    apply(&mut s, 2, node_entry("n2"));
+    let plan = plan_entry(vec![alloc("a1", "n1", "web")]);
+    let c = apply(&mut s, 3, plan);
+    assert!(c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
+    assert!(!c.keys.contains(&WatchKey::NodeAllocs("n2".into())));
+    assert_eq!((s.node_alloc_index("n1"), s.node_alloc_index("n2")), (3, 0));
+    assert_eq!(s.node_usage("n1").cpu_mhz, 100);
+
+    let update = LogEntry {
+        msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: vec![Allocation {
+                id: "a1".into(),
+                client_status: AllocClientStatus::Complete as i32,
+                ..Default::default()
+            }],
+            ..Default::default()
+        })),
+    };
+    let c = apply(&mut s, 4, update);
+    assert!(
+        c.capacity_changed,
+        "a finished allocation frees its resources"
+    );
+    let a1 = s.alloc("a1").unwrap();
+    assert_eq!((a1.create_index, a1.modify_index), (3, 4));
+    assert_eq!(a1.node_id, "n1", "server-side fields stay");
+    assert_eq!(s.node_usage("n1").cpu_mhz, 0);
+    // The node sent that report itself: its query has nothing new to
+    // say, so it does not wake. The job's followers do.
+    assert!(!c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
+    assert!(c.keys.contains(&WatchKey::JobAllocs("web".into())));
+    assert_eq!(s.node_alloc_index("n1"), 3);
+
+    // A change the server makes (here: the node is down, so a2 is
+    // lost) is news to the node.
+    apply(&mut s, 5, plan_entry(vec![alloc("a2", "n1", "web")]));
+    let c = apply(&mut s, 6, node_down_entry("n1"));
+    assert!(c.keys.contains(&WatchKey::NodeAllocs("n1".into())));
+    assert_eq!(s.node_alloc_index("n1"), 6);
+    assert_eq!(s.alloc("a2").unwrap().alloc_modify_index, 6);
+}
+
+/// What `job_summary` must equal: the job's allocations counted now.
+fn counted(s: &State, job: &str) -> AllocCounts {
+    let mut counts = AllocCounts::new();
+    for a in s.job_allocs(job) {
+        *counts.entry(summary_key(&a)).or_default() += 1;
+    }
+    counts
+}
+
+#[test]
+fn a_jobs_summary_follows_its_allocations_and_is_rebuilt_from_a_snapshot() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    apply(&mut s, 2, node_entry("n2"));
+    let plan = plan_entry(vec![
+        alloc("a1", "n1", "web"),
+        alloc("a2", "n1", "web"),
+        alloc("a3", "n2", "web"),
+        alloc("b1", "n2", "batch"),
+    ]);
+    apply(&mut s, 3, plan);
+    let pending = (
+        0,
+        AllocDesiredStatus::Run as i32,
+        AllocClientStatus::Pending as i32,
+    );
+    assert_eq!(*s.job_summary("web"), AllocCounts::from([(pending, 3)]));
+    let before = s.clone();
+
+    let update = statuses(&[
+        ("a1", AllocClientStatus::Running),
+        ("a2", AllocClientStatus::Running),
+        ("a2", AllocClientStatus::Failed),
+    ]);
+    apply(&mut s, 4, update);
+    let down = node_down_entry("n2");
+    apply(&mut s, 5, down);
+    let run = AllocDesiredStatus::Run as i32;
+    assert_eq!(
+        *s.job_summary("web"),
+        AllocCounts::from([
+            ((0, run, AllocClientStatus::Running as i32), 1),
+            ((0, run, AllocClientStatus::Failed as i32), 1),
+            ((0, run, AllocClientStatus::Lost as i32), 1),
+        ])
+    );
+    let restored = State::from_snapshot(s.to_snapshot(), s.index());
+    for job in ["web", "batch", "none"] {
+        assert_eq!(*s.job_summary(job), counted(&s, job), "{job}");
+        assert_eq!(*restored.job_summary(job), counted(&s, job), "{job}");
+    }
+    assert_eq!(
+        *before.job_summary("web"),
+        AllocCounts::from([(pending, 3)]),
+        "a copy keeps the counts of its version"
+    );
+}
+
+#[test]
+fn a_node_going_down_loses_its_running_allocations() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    let plan = plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]);
+    apply(&mut s, 2, plan);
+    let down = node_down_entry("n1");
+    apply(&mut s, 3, down);
+    for a in s.job_allocs("web") {
+        assert_eq!(a.client_status, AllocClientStatus::Lost as i32);
+        assert_eq!(a.modify_index, 3);
+    }
+    assert_eq!(s.node("n1").unwrap().status, NodeStatus::Down as i32);
+}
+
+#[test]
+fn re_registering_an_unchanged_job_is_not_a_new_version() {
+    let mut s = State::default();
+    let job = Job {
+        id: "web".into(),
+        priority: 50,
+        ..Default::default()
+    };
+    let reg = |job: &Job| LogEntry {
+        msg: Some(Msg::JobRegister(JobRegisterEntry {
+            ticket: 0,
+            job: Some(job.clone()),
+            eval: None,
+        })),
+    };
+    apply(&mut s, 1, reg(&job));
+    apply(&mut s, 2, reg(&job));
+    let j = s.job("web").unwrap();
+    assert_eq!((j.version, j.job_modify_index, j.modify_index), (0, 1, 2));
+    apply(
+        &mut s,
+        3,
+        reg(&Job {
+            priority: 70,
+            ..job.clone()
+        }),
+    );
+    let j = s.job("web").unwrap();
+    assert_eq!((j.version, j.job_modify_index), (1, 3));
+}
+
+#[test]
+fn a_count_change_is_a_new_version_but_not_a_new_group_spec() {
+    let mut s = State::default();
+    let group = |count: u32, v: &str| stampede_proto::TaskGroup {
+        name: "web".into(),
+        count: Some(count),
+        meta: [("v".to_string(), v.to_string())].into(),
+        ..Default::default()
+    };
+    let reg = |tg| LogEntry {
+        msg: Some(Msg::JobRegister(JobRegisterEntry {
+            ticket: 0,
+            job: Some(Job {
+                id: "web".into(),
+                task_groups: vec![tg],
+                ..Default::default()
+            }),
+            eval: None,
+        })),
+    };
+    apply(&mut s, 1, reg(group(2, "1")));
+    apply(&mut s, 2, reg(group(5, "1")));
+    let j = s.job("web").unwrap();
+    assert_eq!((j.version, j.task_groups[0].spec_version), (1, 0));
+    apply(&mut s, 3, reg(group(5, "2")));
+    let j = s.job("web").unwrap();
+    assert_eq!((j.version, j.task_groups[0].spec_version), (2, 2));
+}
+
+#[test]
+fn snapshot_round_trip_keeps_rows_indexes_and_lookups() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    let plan = plan_entry(vec![alloc("a1", "n1", "web")]);
+    apply(&mut s, 2, plan);
+    let back = State::from_snapshot(s.to_snapshot(), 2);
+    assert_eq!(back.node_count(), 1);
+    assert_eq!(back.indexes(), s.indexes());
+    assert_eq!(back.node_alloc_index("n1"), 2);
+    assert_eq!(back.job_allocs("web").len(), 1);
+    assert_eq!(back.index(), 2);
+}
