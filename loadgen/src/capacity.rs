@@ -32,9 +32,10 @@ use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
 use crate::sampler::{self, label, Series, Target, LOADGEN_TARGET};
 use crate::scenario::{Arrival, Scenario, Variant};
-use crate::search::{self, Probe, Search, SearchReport};
+use crate::search::{Probe, Search, SearchReport};
 use crate::stream;
-use crate::summary::{self, RunSummary, StreamReport, VariantSummary, SCHEMA_VERSION};
+use crate::stream::StreamReport;
+use crate::summary::{self, RunSummary, VariantSummary, SCHEMA_VERSION};
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
@@ -385,7 +386,7 @@ async fn find_max_rate(
         let t0 = Instant::now();
         let summary = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
         longest = longest.max(t0.elapsed());
-        let (passed, near, breaches) = search::judge(&scenario.slo, &summary);
+        let (passed, near, breaches) = summary::judge(&scenario.slo, &summary);
         eprintln!(
             "loadgen:   {value} jobs/s {}",
             if passed {

@@ -14,3 +14,10 @@ pub mod search;
 pub mod stream;
 pub mod summary;
 pub mod writes;
+
+pub use faults::FaultReport;
+pub use sampler::{Point, Series, Target};
+pub use scenario::{FaultAction, Scenario};
+pub use search::{Probe, SearchReport};
+pub use stream::{sketch_quantiles, LatencyQuantiles};
+pub use summary::{RunSummary, VariantSummary, SCHEMA_VERSION};

@@ -14,8 +14,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::faults::{Audit, FaultReport};
 use crate::sampler::Series;
-use crate::scenario::{FaultAction, Scenario, Slo};
+use crate::scenario::{Scenario, Slo};
+use crate::search::{SearchReport, NEAR};
+use crate::stream::StreamReport;
 
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -41,7 +44,7 @@ pub struct RunSummary {
     pub prometheus: Option<PrometheusInfo>,
     /// With `--find-max-rate`: the probes and the highest rate that met the SLOs.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub search: Option<crate::search::SearchReport>,
+    pub search: Option<SearchReport>,
 }
 
 /// One variant's results.
@@ -133,167 +136,12 @@ pub fn cpu_seconds_per_1000_placements(cpu_seconds: f64, placements: u64) -> Opt
     (placements > 0).then(|| cpu_seconds.max(0.0) * 1000.0 / placements as f64)
 }
 
-/// One fault as it was injected and what it cost. Times are seconds; `_s`
-/// times without "time" in the name count from the start of the job stream.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct FaultReport {
-    pub action: FaultAction,
-    /// When the fault was injected. It is the step's `at` unless the cluster
-    /// had no leader then (a previous fault still settling): then it waited.
-    pub at_s: f64,
-    /// The step's `at`.
-    pub scheduled_at_s: f64,
-    /// How long the pause or partition lasted, or the killed servers stayed down.
-    pub duration_s: f64,
-    /// The servers it struck.
-    pub servers: Vec<u64>,
-    /// The leader when it was injected.
-    pub leader_before: Option<u64>,
-    /// From the injection until a live server other than the struck ones
-    /// named a leader other than the struck ones (or, once the fault was
-    /// over, any leader); null if none did within the wait.
-    pub time_to_leader_s: Option<f64>,
-    /// The leader named then.
-    pub leader_after: Option<u64>,
-    /// From the injection to the first acknowledgement of a registration
-    /// submitted at or after it; null if none was submitted after it.
-    pub unavailable_s: Option<f64>,
-    /// Raft elections it caused: the growth of the highest term the servers reported.
-    pub elections: Option<u64>,
-    /// When the fault was over (servers back, links healed) and a leader known.
-    pub recovered_s: Option<f64>,
-    /// Registrations acknowledged per second in the 10 s before the
-    /// injection (from the previous fault's recovery, if that is later);
-    /// null when that leaves less than a second.
-    pub throughput_before: Option<f64>,
-    /// The same in the 10 s after recovery, up to the next fault or the end
-    /// of the stream.
-    pub throughput_after: Option<f64>,
-}
-
-/// The audit at the end of a run with faults: every job whose registration
-/// was acknowledged must be on every server, and nothing else may be.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Audit {
-    /// Job ids whose registration the cluster acknowledged.
-    pub acked: u64,
-    /// Job ids the stream sent a registration for (acknowledged or not).
-    pub submitted: u64,
-    /// Acknowledged job ids missing on at least one server.
-    pub lost: u64,
-    /// Job ids present on a server that the stream never submitted.
-    pub phantom: u64,
-    /// The first few lost ids, each with the servers missing it.
-    pub lost_jobs: Vec<String>,
-    /// The first few phantom ids, each with the servers holding it.
-    pub phantom_jobs: Vec<String>,
-    /// Servers checked, and the raft index every one had applied.
-    pub servers: u64,
-    pub applied_index: u64,
-    /// Why the audit could not check the servers, if it could not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl Audit {
-    /// What failed, in words; `None` when every acknowledged job is on
-    /// every server and nothing else is.
-    pub fn failure(&self) -> Option<String> {
-        if let Some(e) = &self.error {
-            return Some(format!("the audit could not check the servers: {e}"));
-        }
-        let mut parts = Vec::new();
-        if self.lost > 0 {
-            parts.push(format!(
-                "{} acknowledged job(s) lost: {}",
-                self.lost,
-                self.lost_jobs.join(", ")
-            ));
-        }
-        if self.phantom > 0 {
-            parts.push(format!(
-                "{} job(s) present that were never submitted: {}",
-                self.phantom,
-                self.phantom_jobs.join(", ")
-            ));
-        }
-        (!parts.is_empty()).then(|| parts.join("; "))
-    }
-}
-
 /// Every variant's failed audit, said in words.
 pub fn audit_failures(variants: &[VariantSummary]) -> Vec<String> {
     variants
         .iter()
         .filter_map(|v| Some(format!("{}: {}", v.name, v.audit.as_ref()?.failure()?)))
         .collect()
-}
-
-/// What the stream did, latencies in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct StreamReport {
-    pub scheduled: u64,
-    pub submitted: u64,
-    pub updates: u64,
-    pub late: u64,
-    pub dropped: u64,
-    pub failed: u64,
-    /// Followed until placed / running before the drain ran out.
-    pub placed: u64,
-    pub running: u64,
-    pub placement_ms: Percentiles,
-    pub time_to_running_ms: Percentiles,
-    pub allocations_placed: u64,
-    /// Allocations placed per second, from the first submission to the last placement.
-    pub placements_per_second: f64,
-    /// Jobs the stream stopped (`stop_share`), and stops the cluster refused.
-    pub stops: u64,
-    pub stops_failed: u64,
-    /// p99 time to running of the jobs scheduled in each window of the
-    /// stream, in order: whether the end of a long run is as fast as its start.
-    pub running_windows: Vec<Window>,
-    /// The whole latency distributions, not only their percentiles: what
-    /// the report plots as CDFs.
-    pub latency_quantiles: LatencyQuantiles,
-}
-
-/// A sorted quantile sketch of the placement and time-to-running
-/// latencies: the latency in ms at each quantile of `q` (empty when no job
-/// got that far). About a hundred points keep summary.json small and still
-/// draw a smooth CDF, with the tail (p99.5, p99.9) kept.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct LatencyQuantiles {
-    pub q: Vec<f64>,
-    pub placement_ms: Vec<f64>,
-    pub time_to_running_ms: Vec<f64>,
-}
-
-/// The quantiles the sketch keeps: 0 (the fastest), every percent, the
-/// far tail, and 1 (the slowest).
-pub fn sketch_quantiles() -> Vec<f64> {
-    let mut q: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
-    q.extend([0.995, 0.999, 1.0]);
-    q
-}
-
-/// One window of the stream.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Window {
-    pub from_s: f64,
-    pub to_s: f64,
-    /// Jobs scheduled in it that ran.
-    pub jobs: u64,
-    /// Null when none did.
-    pub time_to_running_p99_ms: Option<f64>,
-}
-
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
-pub struct Percentiles {
-    pub count: u64,
-    pub p50: f64,
-    pub p90: f64,
-    pub p99: f64,
-    pub max: f64,
 }
 
 /// What `summary.json` says about the run's Prometheus.
@@ -324,6 +172,24 @@ pub fn slo_measures(slo: &Slo, v: &VariantSummary) -> Vec<(&'static str, f64, f6
 /// A breached threshold, said in words.
 pub fn breach(what: &str, p99: f64, max: f64) -> String {
     format!("p99 {what} {p99:.0} ms > {max:.0} ms")
+}
+
+/// Whether a variant's measures meet the SLO, and whether one of them is
+/// near its threshold.
+pub fn judge(slo: &Slo, v: &VariantSummary) -> (bool, bool, Vec<String>) {
+    let mut breaches = Vec::new();
+    let mut near = false;
+    for (what, p99, max) in slo_measures(slo, v) {
+        if p99 > max {
+            breaches.push(breach(what, p99, max));
+        }
+        near |= (p99 / max - 1.0).abs() <= NEAR;
+    }
+    // A probe that placed nothing measured nothing: it cannot pass.
+    if v.stream.placement_ms.count == 0 {
+        breaches.push("nothing was placed".into());
+    }
+    (breaches.is_empty() && v.problems.is_empty(), near, breaches)
 }
 
 /// The scenario's SLO thresholds each variant breached, said in words.
