@@ -28,7 +28,7 @@ use std::time::Duration;
 use stampede_launch::NodeId;
 
 use crate::scenario::FaultStep;
-pub use audit::{audit, compare, Audit};
+pub use audit::{audit, Audit};
 pub use inject::inject;
 pub use measure::{acks_per_second, measure, FaultReport};
 

@@ -3,8 +3,9 @@ use std::time::Duration;
 
 use stampede_launch::{NodeId, StatusReport};
 
+use super::audit::compare;
 use super::probe::{named_leader, settled};
-use super::{acks_per_second, compare, measure, Injected};
+use super::{acks_per_second, measure, Injected};
 use crate::scenario::{FaultAction, FaultStep};
 use crate::stream::{Ack, Journal};
 

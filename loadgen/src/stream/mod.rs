@@ -28,9 +28,7 @@ use crate::scenario::{JobKind, Kind, Scenario};
 mod report;
 
 use report::{percentiles_ms, quantiles_ms, windows};
-pub use report::{
-    sketch_quantiles, Ack, Journal, LatencyQuantiles, Percentiles, StreamReport, Window,
-};
+pub use report::{sketch_quantiles, Ack, Journal, LatencyQuantiles, StreamReport};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;

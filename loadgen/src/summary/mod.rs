@@ -19,9 +19,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-pub use baseline::{parse_baseline, regressions, BaselineError};
-pub use figures::{summarize, SOAK_SETTLE};
-pub use slo::{audit_failures, breach, judge, slo_breaches, slo_measures};
+pub use baseline::{parse_baseline, regressions};
+pub use figures::summarize;
+pub use slo::{audit_failures, judge, slo_breaches};
 
 use crate::faults::{Audit, FaultReport};
 use crate::sampler::Series;
