@@ -252,7 +252,7 @@ mod tests {
     const GC: &str = "stampede_gc_collected_total{kind=\"evals\"}";
 
     /// Two servers, nodesim and loadgen sampled at 0, 10 and 20 s.
-    fn run() -> Vec<Series> {
+    fn samples() -> Vec<Series> {
         vec![
             series(
                 "server-1",
@@ -364,7 +364,7 @@ mod tests {
             allocations_placed: 1900,
             ..Default::default()
         };
-        let v = summarize(&variant("a"), stream, run(), 21.0, vec![]);
+        let v = summarize(&variant("a"), stream, samples(), 21.0, vec![]);
         assert_eq!(v.name, "a");
         assert_eq!(v.server_args, ["--flag"]);
         // Cores: CPU-seconds grown over the 20 s each process was sampled.

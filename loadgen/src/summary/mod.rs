@@ -4,9 +4,10 @@
 //!
 //! It lives apart from `capacity`, which runs the processes, and from
 //! `report`, which renders it, so that both depend on it and not on each
-//! other. [`figures`] turns a variant's samples into its figures, [`slo`]
-//! checks them against the scenario, and [`baseline`] against an earlier run. Everything here is pure (no I/O, no processes, no
-//! async): it can be tested on values alone.
+//! other. [`figures`] turns a variant's samples into its figures (the
+//! results model), [`slo`] checks them against the scenario, and
+//! [`baseline`] against an earlier run. Everything here is pure (no I/O, no
+//! processes, no async): it can be tested on values alone.
 //!
 //! The field names are a contract: `loadgen/summary.schema.json` describes
 //! them, and dashboards and baselines read them.

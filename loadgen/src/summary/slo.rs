@@ -149,4 +149,34 @@ mod tests {
         let json = serde_json::to_value(&variants[0]).unwrap();
         assert_eq!(json["audit"]["lost"], 1);
     }
+
+    #[test]
+    fn a_probe_passes_only_within_every_threshold_and_having_placed_something() {
+        let slo = Slo {
+            p99_placement_ms: Some(1000.0),
+            p99_running_ms: None,
+        };
+        let probe = |p99: f64, count: u64| {
+            let mut v = VariantSummary::default();
+            v.stream.placement_ms.p99 = p99;
+            v.stream.placement_ms.count = count;
+            v
+        };
+        // Well within: passes, not near.
+        assert_eq!(judge(&slo, &probe(500.0, 10)), (true, false, vec![]));
+        // Within 10% below the threshold: passes, but near it.
+        assert_eq!(judge(&slo, &probe(950.0, 10)), (true, true, vec![]));
+        // Above: fails, said in words.
+        let (passed, near, breaches) = judge(&slo, &probe(1050.0, 10));
+        assert!(!passed && near);
+        assert_eq!(breaches, ["p99 placement 1050 ms > 1000 ms"]);
+        // Nothing placed measured nothing.
+        let (passed, _, breaches) = judge(&slo, &probe(0.0, 0));
+        assert!(!passed);
+        assert_eq!(breaches, ["nothing was placed"]);
+        // A problem fails a probe whatever its measures.
+        let mut troubled = probe(500.0, 10);
+        troubled.problems.push("nodesim stopped answering".into());
+        assert!(!judge(&slo, &troubled).0);
+    }
 }
