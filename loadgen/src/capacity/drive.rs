@@ -10,8 +10,9 @@ use stampede_proto::client::ClusterClient;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::ctx::{id_safe, Ctx};
+use super::error::CapacityError;
 use super::output::write_last_metrics;
-use super::{id_safe, CapacityError, Ctx};
 use crate::faults::{self, FaultsConfig};
 use crate::progress::Progress;
 use crate::sampler::{self, Target};

@@ -10,9 +10,10 @@ use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::security::{Role, TlsArgs};
 
+use super::ctx::{id_safe, Ctx};
 use super::drive::{drive, Driving};
+use super::error::CapacityError;
 use super::fleet::wait_for_fleet;
-use super::{id_safe, CapacityError, Ctx};
 use crate::sampler::Target;
 use crate::scenario::{Scenario, Variant};
 use crate::summary::VariantSummary;

@@ -9,16 +9,22 @@
 //! ends with an audit of every acknowledged job on every server.
 //!
 //! This module only runs things and wires the pipeline together; the
-//! figures are computed in `summary` and rendered by `report`. Its parts:
+//! figures are computed in `summary` and rendered by `report`. Its parts,
+//! each importing only from those listed before it (and none from this
+//! file, which only starts the run):
 //!
-//! - [`options`]: the flags, and what they decide before anything runs.
+//! - [`error`] and [`options`]: what can go wrong, and the flags with what
+//!   they decide before anything runs.
+//! - [`output`]: the run directory's files.
+//! - [`ctx`]: what every variant shares, and the summary written after each.
+//! - [`fleet`]: waiting for nodesim's nodes to be ready.
+//! - [`drive`]: one run: stream, samples, faults, audit, summary.
+//! - [`local`] (a cluster and fleet of loadgen's own) or [`remote`] (a
+//!   given cluster): one variant's processes, driven.
 //! - [`variants`] and [`search`]: a plain run, variant by variant, or the
 //!   max-rate search, probe by probe.
-//! - [`local`] (a cluster and fleet of loadgen's own) or [`remote`] (a
-//!   given cluster, [`fleet`] readiness): one variant's processes.
-//! - [`drive`]: one run on them: stream, samples, faults, audit, summary.
-//! - [`output`]: the run directory's files.
 
+mod ctx;
 mod drive;
 mod error;
 mod fleet;
@@ -30,7 +36,7 @@ mod search;
 mod variants;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use stampede_launch::sibling_bin;
@@ -42,10 +48,9 @@ pub use options::CapacityOpts;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
-use crate::sampler::{Target, LOADGEN_TARGET};
 use crate::scenario::Scenario;
-use crate::search::SearchReport;
-use crate::summary::{RunSummary, VariantSummary};
+use crate::summary::RunSummary;
+use ctx::Ctx;
 
 /// Runs `loadgen capacity`: checks the options and the scenario, sets up
 /// what every variant shares (the run directory, loadgen's own metrics,
@@ -117,45 +122,6 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     Ok(summary)
 }
 
-/// What every variant of a run shares.
-struct Ctx<'a> {
-    opts: &'a CapacityOpts,
-    metrics: &'a LoadMetrics,
-    prometheus: Option<&'a PrometheusRun>,
-    /// The CA, certificates and token every local cluster of the run uses
-    /// (so that Prometheus, set up once, can scrape them all).
-    tls_dir: PathBuf,
-    /// loadgen's own `/metrics`, sampled like every other process's so that
-    /// its CPU counts in the run's cost.
-    own_metrics: String,
-}
-
-impl Ctx<'_> {
-    /// loadgen itself, as a process to sample.
-    fn loadgen_target(&self) -> Target {
-        Target {
-            name: LOADGEN_TARGET.into(),
-            url: self.own_metrics.clone(),
-        }
-    }
-}
-
-/// The run's summary of the variants so far, written to the run directory.
-fn finish(
-    scenario: &Scenario,
-    variants: &[VariantSummary],
-    out: &Path,
-    planned: usize,
-    ctx: &Ctx,
-    baseline: Option<&serde_json::Value>,
-    search: Option<SearchReport>,
-) -> Result<RunSummary, CapacityError> {
-    let prometheus = ctx.prometheus.map(|p| p.info().clone());
-    let summary = RunSummary::new(scenario, variants, planned, baseline, prometheus, search);
-    output::write_run(out, &summary)?;
-    Ok(summary)
-}
-
 /// The URL of loadgen's own `/metrics`, served at `addr` (on every address
 /// when it is unspecified: then read on loopback).
 fn own_metrics_url(addr: SocketAddr) -> String {
@@ -193,17 +159,4 @@ async fn start_prometheus(
             None
         }
     }
-}
-
-/// Names as the cluster takes them in ids: letters, digits and `-_.:`.
-fn id_safe(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.:".contains(c) {
-                c
-            } else {
-                '-'
-            }
-        })
-        .collect()
 }

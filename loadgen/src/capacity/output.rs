@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::CapacityError;
+use super::error::CapacityError;
 use crate::report;
 use crate::sampler::Series;
 use crate::summary::{self, RunSummary};

@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use stampede_proto::client::ClusterClient;
 
+use super::ctx::Ctx;
 use super::drive::{drive, Driving};
+use super::error::CapacityError;
 use super::fleet::wait_for_fleet;
-use super::{CapacityError, Ctx};
 use crate::sampler::Target;
 use crate::scenario::{Scenario, Variant};
 use crate::summary::VariantSummary;

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::ctx::{finish, Ctx};
+use super::error::CapacityError;
 use super::local::run_local;
-use super::{finish, CapacityError, Ctx};
 use crate::scenario::{Arrival, Scenario, Variant};
 use crate::search::{Probe, Search};
 use crate::summary::{self, RunSummary, VariantSummary};

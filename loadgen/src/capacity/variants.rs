@@ -3,9 +3,10 @@
 
 use std::path::Path;
 
+use super::ctx::{finish, Ctx};
+use super::error::CapacityError;
 use super::local::run_local;
 use super::remote::run_remote;
-use super::{finish, CapacityError, Ctx};
 use crate::scenario::Scenario;
 use crate::summary::{RunSummary, VariantSummary};
 
