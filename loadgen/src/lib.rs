@@ -1,19 +1,68 @@
 //! loadgen: drives load at a running stampede cluster and measures it.
+//!
+//! # Layout
+//!
+//! A capacity run is a pipeline: a scenario becomes a job stream, every
+//! process is sampled meanwhile, the samples and the stream's report become
+//! a summary, and the summary is rendered. The modules, in that order; each
+//! imports only from modules listed before it:
+//!
+//! - `scenario`: what a run is (fleet, arrival process, job mix, SLO,
+//!   variants, sweep or search, fault steps), its checks, and the built-in
+//!   scenarios ([`BUILT_IN`]).
+//! - `metrics`: loadgen's own `/metrics` (submissions, latencies, SLO).
+//! - `stream`: the open-loop job stream against the cluster, and what it
+//!   measured: its report and its journal of every job.
+//! - `faults`: a scenario's faults injected into a local cluster during the
+//!   stream, what each cost, and the audit of every acknowledged job.
+//! - `sampler`: every process's `/metrics`, read on an interval into series.
+//! - `search`: the max-rate search's bracket, probe by probe (pure).
+//! - `stats`: distribution-free confidence intervals for a median and for
+//!   the ratio of two samples (pure).
+//! - `validity`: whether a run measured the cluster or the harness (a
+//!   generator or the machine saturated, submissions late), from the
+//!   samples (pure).
+//! - `summary`: the results model: a variant's samples and stream report in,
+//!   its figures out ([`VariantSummary`]); the run's [`RunSummary`], its SLO
+//!   checks and the comparison with a baseline. Pure: no I/O, no processes.
+//! - [`report`]: renders a summary as `report.html` and a terminal table;
+//!   it never runs anything.
+//! - `progress`: the terminal's progress bar during a stream.
+//! - `prometheus_run`: a Prometheus scraping the run, for Grafana.
+//! - `inventory`: the servers and nodesim shards of a deployed run.
+//! - [`capacity`]: `loadgen capacity`, the composition root: it starts (or
+//!   is given) the processes and drives the pipeline above, variant by
+//!   variant or probe by probe, and writes the run directory.
+//!
+//! - [`compare`]: `loadgen compare A B`, two run directories' figures
+//!   measure by measure, with intervals and verdicts.
+//!
+//! [`writes`] and [`place`] are the other commands, each self-contained.
+//!
+//! The commands and the renderer are public modules; everything else is
+//! private, its types re-exported here where a caller needs them.
 
 pub mod capacity;
 pub mod compare;
-pub mod faults;
-pub mod inventory;
-pub mod metrics;
+mod faults;
+mod inventory;
+mod metrics;
 pub mod place;
-pub mod progress;
-pub mod prometheus_run;
+mod progress;
+mod prometheus_run;
 pub mod report;
-pub mod sampler;
-pub mod scenario;
-pub mod search;
-pub mod stats;
-pub mod stream;
-pub mod summary;
-pub mod validity;
+mod sampler;
+mod scenario;
+mod search;
+mod stats;
+mod stream;
+mod summary;
+mod validity;
 pub mod writes;
+
+pub use faults::{Audit, FaultReport};
+pub use sampler::{Point, Series, Target};
+pub use scenario::{FaultAction, Scenario, BUILT_IN};
+pub use search::{Probe, SearchReport};
+pub use stream::{sketch_quantiles, LatencyQuantiles};
+pub use summary::{RunSummary, VariantSummary, SCHEMA_VERSION};

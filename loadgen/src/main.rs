@@ -144,7 +144,7 @@ mod tests {
             .find(|a| a.get_id() == "scenario")
             .unwrap();
         let help = scenario.get_help().unwrap().to_string();
-        for (name, _) in loadgen::scenario::BUILT_IN {
+        for (name, _) in loadgen::BUILT_IN {
             assert!(
                 help.contains(name),
                 "--scenario's help lacks {name}: {help}"

@@ -9,9 +9,6 @@
 
 use serde::Serialize;
 
-use crate::scenario::Slo;
-use crate::summary::{self, VariantSummary};
-
 /// The bracket is narrow enough when the failing rate is within this factor
 /// of the passing one.
 pub const PRECISION: f64 = 1.10;
@@ -51,24 +48,6 @@ pub struct SearchReport {
     pub confidence: String,
     pub budget_seconds: f64,
     pub spent_seconds: f64,
-}
-
-/// Whether a variant's measures meet the SLO, and whether one of them is
-/// near its threshold.
-pub fn judge(slo: &Slo, v: &VariantSummary) -> (bool, bool, Vec<String>) {
-    let mut breaches = Vec::new();
-    let mut near = false;
-    for (what, p99, max) in summary::slo_measures(slo, v) {
-        if p99 > max {
-            breaches.push(summary::breach(what, p99, max));
-        }
-        near |= (p99 / max - 1.0).abs() <= NEAR;
-    }
-    // A probe that placed nothing measured nothing: it cannot pass.
-    if v.stream.placement_ms.count == 0 {
-        breaches.push("nothing was placed".into());
-    }
-    (breaches.is_empty() && v.problems.is_empty(), near, breaches)
 }
 
 /// Where the search stands: the probes so far, by rate.

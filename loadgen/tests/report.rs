@@ -9,11 +9,9 @@ mod common;
 use std::path::Path;
 
 use common::browser;
-use loadgen::sampler::{Point, Series, Target};
-use loadgen::scenario::{FaultAction, Scenario};
-use loadgen::search::{Probe, SearchReport};
-use loadgen::summary::{
-    sketch_quantiles, FaultReport, LatencyQuantiles, RunSummary, VariantSummary, SCHEMA_VERSION,
+use loadgen::{
+    sketch_quantiles, FaultAction, FaultReport, LatencyQuantiles, Point, Probe, RunSummary,
+    Scenario, SearchReport, Series, Target, VariantSummary, SCHEMA_VERSION,
 };
 
 const SWEEP: &str = r#"

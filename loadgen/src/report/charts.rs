@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use super::samples::{add, by_label, gauge, rate, Points};
 use crate::sampler::{Series, LOADGEN_TARGET};
-use crate::summary::{LatencyQuantiles, RunSummary, VariantSummary};
+use crate::stream::LatencyQuantiles;
+use crate::summary::{RunSummary, VariantSummary};
 
 /// How a chart joins its points.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

@@ -153,8 +153,9 @@ pub fn html(s: &RunSummary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::faults::{Audit, FaultReport};
     use crate::scenario::{FaultAction, Scenario};
-    use crate::summary::{Audit, FaultReport, RunSummary, VariantSummary, SCHEMA_VERSION};
+    use crate::summary::{RunSummary, VariantSummary, SCHEMA_VERSION};
 
     fn with_faults() -> RunSummary {
         let fault = FaultReport {
@@ -184,7 +185,7 @@ mod tests {
             acks_per_second: vec![(1.0, 4.0), (2.0, 3.0)],
             ..Default::default()
         };
-        let q = crate::summary::sketch_quantiles();
+        let q = crate::stream::sketch_quantiles();
         variant.stream.latency_quantiles.placement_ms = q.iter().map(|q| 10.0 + 90.0 * q).collect();
         variant.stream.latency_quantiles.q = q;
         RunSummary {

@@ -24,7 +24,11 @@ use tokio::time::Instant;
 
 use crate::metrics::{LoadMetrics, Outcome};
 use crate::scenario::{JobKind, Kind, Scenario};
-use crate::summary::{sketch_quantiles, LatencyQuantiles, Percentiles, StreamReport, Window};
+
+mod report;
+
+use report::{percentiles_ms, quantiles_ms, windows};
+pub use report::{sketch_quantiles, Ack, Journal, LatencyQuantiles, StreamReport};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;
@@ -35,54 +39,6 @@ pub const LATE_AFTER: Duration = Duration::from_millis(100);
 pub const SEED: u64 = 42;
 /// How long a blocking query of the follower waits.
 const FOLLOW_WAIT: Duration = Duration::from_secs(30);
-
-/// The percentiles, in milliseconds, of a histogram of microseconds.
-fn percentiles_ms(h: &Histogram<u64>) -> Percentiles {
-    if h.is_empty() {
-        return Percentiles::default();
-    }
-    let ms = |v: u64| v as f64 / 1000.0;
-    Percentiles {
-        count: h.len(),
-        p50: ms(h.value_at_quantile(0.5)),
-        p90: ms(h.value_at_quantile(0.9)),
-        p99: ms(h.value_at_quantile(0.99)),
-        max: ms(h.max()),
-    }
-}
-
-/// The latency in ms, of a histogram of microseconds, at each quantile of `q`.
-fn quantiles_ms(h: Option<&Histogram<u64>>, q: &[f64]) -> Vec<f64> {
-    match h {
-        Some(h) if !h.is_empty() => q
-            .iter()
-            .map(|&q| h.value_at_quantile(q) as f64 / 1000.0)
-            .collect(),
-        _ => Vec::new(),
-    }
-}
-
-/// What the stream did job by job: what an audit checks the cluster
-/// against, and what the measures around a fault are read from.
-#[derive(Debug, Clone, Default)]
-pub struct Journal {
-    /// Every job id the stream sent a registration (or an update) for,
-    /// acknowledged or not.
-    pub submitted: HashSet<String>,
-    /// Every job id whose registration (or update) the cluster acknowledged.
-    pub acked: HashSet<String>,
-    /// Every acknowledgement: when its submission was scheduled and when it
-    /// was acknowledged, in seconds from the start of the stream.
-    pub acks: Vec<Ack>,
-    /// Every job id the stream stopped: garbage collection may remove them.
-    pub stopped: HashSet<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Ack {
-    pub scheduled_s: f64,
-    pub acked_s: f64,
-}
 
 #[derive(Default)]
 struct Tally {
@@ -444,39 +400,6 @@ async fn submit_and_follow(
     }
 }
 
-/// The longest window of [`windows`].
-pub const WINDOW: Duration = Duration::from_secs(300);
-
-/// Time to running window by window over a stream of `total` seconds, by
-/// when each job was scheduled: 5-minute windows, or six equal ones for a
-/// stream shorter than 30 minutes. What shows whether a long run stays as
-/// fast at its end as at its start.
-fn windows(runs: &[(f64, f64)], total: f64) -> Vec<Window> {
-    let width = (total / 6.0).clamp(1.0, WINDOW.as_secs_f64());
-    let n = (total / width).ceil().max(1.0) as usize;
-    (0..n)
-        .map(|i| {
-            let (from, to) = (i as f64 * width, ((i + 1) as f64 * width).min(total));
-            let mut ms: Vec<f64> = runs
-                .iter()
-                .filter(|(at, _)| *at >= from && (*at < to || i == n - 1))
-                .map(|(_, ms)| *ms)
-                .collect();
-            ms.sort_by(f64::total_cmp);
-            let p99 = (!ms.is_empty()).then(|| {
-                let rank = ((ms.len() as f64 * 0.99).ceil() as usize).clamp(1, ms.len());
-                ms[rank - 1]
-            });
-            Window {
-                from_s: from,
-                to_s: to,
-                jobs: ms.len() as u64,
-                time_to_running_p99_ms: p99,
-            }
-        })
-        .collect()
-}
-
 /// Counts a job as followed until the follower ends, however it ends
 /// (done, lost, or aborted when the drain runs out).
 struct Following(prometheus::IntGauge);
@@ -537,26 +460,5 @@ fn query(min_index: u64) -> QueryOptions {
         min_index,
         max_wait_ms: FOLLOW_WAIT.as_millis() as u64,
         source: stampede_proto::QuerySource::Loadgen.label().into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_quantile_sketch_rises_from_the_fastest_to_the_slowest_job() {
-        let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap();
-        for ms in 1..=1000u64 {
-            h.record(ms * 1000).unwrap();
-        }
-        let q = sketch_quantiles();
-        let ms = quantiles_ms(Some(&h), &q);
-        assert_eq!(ms.len(), q.len());
-        assert!(ms.windows(2).all(|w| w[0] <= w[1]), "sorted");
-        assert!((ms[0] - 1.0).abs() < 0.01, "the fastest: {}", ms[0]);
-        assert!((ms[50] - 500.0).abs() < 1.0, "the median: {}", ms[50]);
-        assert!((ms[q.len() - 1] - 1000.0).abs() < 1.0, "the slowest");
-        assert!(quantiles_ms(None, &q).is_empty(), "no jobs, no sketch");
     }
 }

@@ -1,0 +1,108 @@
+//! One run of a variant, on whichever cluster: the job stream while every
+//! process is sampled (and, on a local cluster, the scenario's faults
+//! injected meanwhile and the audit after), summed up by
+//! [`summarize`](crate::summary::summarize).
+
+use std::path::Path;
+
+use stampede_launch::LocalCluster;
+use stampede_proto::client::ClusterClient;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::ctx::{id_safe, Ctx};
+use super::error::CapacityError;
+use super::output::write_last_metrics;
+use crate::faults::{self, FaultsConfig};
+use crate::progress::Progress;
+use crate::sampler::{self, Target};
+use crate::scenario::{Scenario, Variant};
+use crate::stream;
+use crate::summary::{summarize, VariantSummary};
+
+/// How a variant reaches its cluster: the gRPC client, an HTTP client for
+/// `/metrics` (with the cluster's certificate when it has TLS), what to sample.
+pub(super) struct Driving {
+    pub(super) client: ClusterClient,
+    pub(super) http: reqwest::Client,
+    pub(super) targets: Vec<Target>,
+    pub(super) tls: bool,
+}
+
+/// Runs the stream while sampling (and, given the local `cluster`, injects
+/// the scenario's faults meanwhile and audits after), keeps each process's
+/// last `/metrics` in `dir/metrics/`, and sums up.
+pub(super) async fn drive(
+    scenario: &Scenario,
+    v: &Variant,
+    driving: Driving,
+    dir: &Path,
+    ctx: &Ctx<'_>,
+    mut problems: Vec<String>,
+    mut cluster: Option<&mut LocalCluster>,
+) -> Result<VariantSummary, CapacityError> {
+    let start = Instant::now();
+    let started_unix = unix_now();
+    let (stop, stopped) = watch::channel(false);
+    let Driving {
+        client,
+        http,
+        targets,
+        tls,
+    } = driving;
+    let sampling = tokio::spawn(sampler::run(
+        http,
+        targets,
+        ctx.opts.sample_every,
+        start,
+        stopped,
+    ));
+    let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
+    let progress = Progress::start(scenario, ctx.metrics);
+    let fault_cfg = FaultsConfig {
+        leader_wait: ctx.opts.fault_leader_wait,
+        audit_wait: ctx.opts.audit_wait,
+        ..FaultsConfig::default()
+    };
+    let stream = stream::run(client, scenario, &prefix, ctx.metrics, start);
+    let ((report, journal), injected) = match cluster.as_deref_mut() {
+        Some(cluster) if !scenario.faults.is_empty() => {
+            let injecting = faults::inject(cluster, &scenario.faults, start, &fault_cfg);
+            let (stream, (injected, fault_problems)) = tokio::join!(stream, injecting);
+            problems.extend(fault_problems);
+            (stream, injected)
+        }
+        _ => (stream.await, Vec::new()),
+    };
+    progress.finish();
+    if let Some(p) = ctx.prometheus {
+        p.settle(ctx.opts.sample_every).await;
+    }
+    let _ = stop.send(true);
+    let series = sampling.await.unwrap_or_default();
+    write_last_metrics(dir, &series)?;
+    let seconds = start.elapsed().as_secs_f64();
+    let ended_unix = unix_now();
+    let mut summary = summarize(v, report, series, seconds, problems);
+    summary.tls = tls;
+    summary.started_unix = started_unix;
+    summary.ended_unix = ended_unix;
+    if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {
+        let stream_s = scenario.duration.as_secs_f64();
+        summary.faults =
+            faults::measure(&injected, &journal, stream_s, fault_cfg.throughput_window);
+        summary.acks_per_second = faults::acks_per_second(&journal, seconds);
+        eprintln!(
+            "loadgen: auditing {} acknowledged jobs on every server",
+            journal.acked.len()
+        );
+        summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
+    }
+    Ok(summary)
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

@@ -1,0 +1,191 @@
+//! One variant on processes loadgen starts itself: a local cluster of real
+//! `cluster` servers and a `nodesim` fleet, stopped when the variant ends.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::security::{Role, TlsArgs};
+
+use super::ctx::{id_safe, Ctx};
+use super::drive::{drive, Driving};
+use super::error::CapacityError;
+use super::fleet::wait_for_fleet;
+use crate::sampler::Target;
+use crate::scenario::{Scenario, Variant};
+use crate::summary::VariantSummary;
+
+/// Runs variant `v` on a cluster and fleet of its own, in `dir`.
+pub(super) async fn run_local(
+    scenario: &Scenario,
+    v: &Variant,
+    dir: &Path,
+    ctx: &Ctx<'_>,
+) -> Result<VariantSummary, CapacityError> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| CapacityError::Write(dir.into(), e))?;
+    let mut cluster = start_cluster(scenario, v, dir, ctx).await?;
+    let (nodesim, port) = start_nodesim(scenario, v, dir, &cluster)?;
+    let nodesim_url = format!("http://127.0.0.1:{port}/metrics");
+    let targets = targets(&cluster, &nodesim_url, ctx);
+    if let Some(p) = ctx.prometheus {
+        let servers: Vec<String> = cluster
+            .servers()
+            .iter()
+            .map(|s| s.http.to_string())
+            .collect();
+        let scheme = cluster.scheme();
+        if let Err(e) = p.set_targets(
+            &v.name,
+            scheme,
+            &servers,
+            Some(&[format!("127.0.0.1:{port}")]),
+        ) {
+            eprintln!("loadgen: {e}");
+        }
+    }
+    let mut problems = Vec::new();
+    let operator = cluster.security(Role::Operator)?;
+    let http = stampede_launch::http_client(&operator, Duration::from_secs(5))?;
+    if let Err(e) = wait_for_fleet(&http, &[nodesim_url], scenario.nodes).await {
+        problems.push(e);
+    }
+    let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
+    let driving = Driving {
+        client,
+        http,
+        targets,
+        tls: scenario.tls,
+    };
+    let mut summary = drive(scenario, v, driving, dir, ctx, problems, Some(&mut cluster)).await?;
+    for s in &summary.series {
+        if let Some(t) = s.lost_at {
+            summary.problems.push(format!(
+                "{} stopped answering {t:.0}s into the run",
+                s.target.name
+            ));
+        }
+    }
+    drop(nodesim);
+    cluster.stop_all();
+    Ok(summary)
+}
+
+/// The variant's servers, with the run's TLS files, once they have a leader.
+async fn start_cluster(
+    scenario: &Scenario,
+    v: &Variant,
+    dir: &Path,
+    ctx: &Ctx<'_>,
+) -> Result<LocalCluster, CapacityError> {
+    let server_args: Vec<String> = scenario
+        .server_args
+        .iter()
+        .chain(&v.server_args)
+        .cloned()
+        .collect();
+    let launch = LaunchOptions {
+        bin: sibling_bin("cluster")?,
+        servers: scenario.servers as usize,
+        root: Some(dir.join("cluster")),
+        server_args,
+        insecure: !scenario.tls,
+        tls_dir: Some(ctx.tls_dir.clone()),
+    };
+    // Partitions cut the peer links: the servers reach each other through
+    // loadgen's fault proxy.
+    let mut cluster = match scenario.partitions() {
+        true => LocalCluster::start_with_links(launch)?,
+        false => LocalCluster::start(launch)?,
+    };
+    cluster.wait_for_leader(Duration::from_secs(60)).await?;
+    Ok(cluster)
+}
+
+/// Stops nodesim when the run ends, early or not: SIGTERM, so it flushes
+/// and prints its summary.
+struct NodesimProc(Option<Child>);
+
+impl Drop for NodesimProc {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take() {
+            stampede_launch::terminate(child);
+        }
+    }
+}
+
+/// nodesim's fleet for the variant, logging to `dir/nodesim.log`, and the
+/// port of its `/metrics`.
+fn start_nodesim(
+    scenario: &Scenario,
+    v: &Variant,
+    dir: &Path,
+    cluster: &LocalCluster,
+) -> Result<(NodesimProc, u16), CapacityError> {
+    let nodesim_bin = sibling_bin("nodesim")?;
+    let port = free_port().map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
+    let log = std::fs::File::create(dir.join("nodesim.log"))
+        .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
+    // nodesim presents the client certificate and a write token (through
+    // its environment, so that it does not show in `ps`).
+    let mut nodesim_cmd = Command::new(&nodesim_bin);
+    // Only what this cluster asks for: not the caller's own STAMPEDE_* settings.
+    for var in [
+        "STAMPEDE_TLS_CA",
+        "STAMPEDE_TLS_CERT",
+        "STAMPEDE_TLS_KEY",
+        "STAMPEDE_TOKEN",
+    ] {
+        nodesim_cmd.env_remove(var);
+    }
+    if let Some(tls_dir) = cluster.tls_dir() {
+        nodesim_cmd.args(TlsArgs::in_dir(tls_dir, Role::Client).to_args());
+    }
+    if let Some(token) = cluster.security(Role::Client)?.token {
+        nodesim_cmd.env("STAMPEDE_TOKEN", token);
+    }
+    let child = nodesim_cmd
+        .args(["--nodes", &scenario.nodes.to_string()])
+        .args(["--servers", &cluster.rpc_addrs().join(",")])
+        .args(["--metrics", &format!("127.0.0.1:{port}")])
+        .args([
+            "--id-prefix",
+            &id_safe(&format!("{}-{}", scenario.name, v.name)),
+        ])
+        .args(scenario.nodesim_args.iter().chain(&v.nodesim_args))
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
+    Ok((NodesimProc(Some(child)), port))
+}
+
+/// What to sample: every server, nodesim and loadgen itself.
+fn targets(cluster: &LocalCluster, nodesim_url: &str, ctx: &Ctx<'_>) -> Vec<Target> {
+    let mut targets: Vec<Target> = cluster
+        .servers()
+        .iter()
+        .map(|s| Target {
+            name: format!("server-{}", s.id),
+            url: format!("{}://{}/metrics", cluster.scheme(), s.http),
+        })
+        .collect();
+    targets.push(Target {
+        name: "nodesim".into(),
+        url: nodesim_url.to_string(),
+    });
+    targets.push(ctx.loadgen_target());
+    targets
+}
+
+/// A port that was free a moment ago.
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}

@@ -1,0 +1,162 @@
+//! `loadgen capacity`: a capacity-planning run. For each variant of the
+//! scenario it starts a local cluster of real `cluster` processes and a
+//! `nodesim` fleet (or uses the ones given), runs the job stream, samples
+//! every process's `/metrics`, and writes a run directory: `summary.json`,
+//! `samples.json`, a self-contained `report.html`, and each process's last
+//! `/metrics` under `VARIANT/metrics/`. When Prometheus is installed it scrapes
+//! the run too (`prometheus_run`), for the Grafana dashboards. A scenario with
+//! `[[faults]]` has them injected during the stream (`faults`), and its run
+//! ends with an audit of every acknowledged job on every server.
+//!
+//! This module only runs things and wires the pipeline together; the
+//! figures are computed in `summary` and rendered by `report`. Its parts,
+//! each importing only from those listed before it (and none from this
+//! file, which only starts the run):
+//!
+//! - [`error`] and [`options`]: what can go wrong, and the flags with what
+//!   they decide before anything runs.
+//! - [`output`]: the run directory's files.
+//! - [`ctx`]: what every variant shares, and the summary written after each.
+//! - [`fleet`]: waiting for nodesim's nodes to be ready.
+//! - [`drive`]: one run: stream, samples, faults, audit, summary.
+//! - [`local`] (a cluster and fleet of loadgen's own) or [`remote`] (a
+//!   given cluster): one variant's processes, driven.
+//! - [`variants`] and [`search`]: a plain run, variant by variant, or the
+//!   max-rate search, probe by probe.
+
+mod ctx;
+mod drive;
+mod error;
+mod fleet;
+mod local;
+mod options;
+mod output;
+mod remote;
+mod search;
+mod variants;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use stampede_launch::sibling_bin;
+use stampede_proto::security::{Role, TlsArgs};
+
+pub use error::CapacityError;
+pub use options::CapacityOpts;
+
+use crate::metrics::LoadMetrics;
+use crate::prometheus_run::{self, PrometheusRun};
+use crate::report;
+use crate::scenario::Scenario;
+use crate::summary::RunSummary;
+use ctx::Ctx;
+
+/// Runs `loadgen capacity`: checks the options and the scenario, sets up
+/// what every variant shares (the run directory, loadgen's own metrics,
+/// TLS files, Prometheus), runs the variants or the search, and prints the
+/// table. An audit that failed is an error; breaches and regressions are
+/// in the summary for the caller to judge.
+pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    opts.read_inventory()?;
+    if opts.sample_every < Duration::from_millis(100) {
+        return Err(CapacityError::SampleEvery.into());
+    }
+    let mut scenario = Scenario::load(&opts.scenario)?;
+    if let Some(d) = opts.duration {
+        scenario = scenario.with_duration(d)?;
+    }
+    if !scenario.faults.is_empty() && !opts.servers.is_empty() {
+        return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
+    }
+    if scenario.search.is_some() && !opts.servers.is_empty() {
+        return Err(CapacityError::SearchNeedsLocal(scenario.name.clone()).into());
+    }
+    let baseline = match &opts.baseline {
+        Some(path) => Some(output::load_baseline(path)?),
+        None => None,
+    };
+    let out = opts.out_dir(&scenario);
+    std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
+    let metrics = LoadMetrics::new();
+    metrics.set_slo(&scenario.slo);
+    let own = metrics
+        .serve(opts.serve_metrics)
+        .await
+        .map_err(|e| CapacityError::ServeMetrics(opts.serve_metrics, e))?;
+    let tls_dir = out.join("tls");
+    if opts.servers.is_empty() {
+        stampede_launch::make_tls_dir(&sibling_bin("cluster")?, &tls_dir)?;
+    }
+    // Prometheus presents the operator certificate to servers with TLS.
+    let scrape_tls = match opts.servers.is_empty() {
+        true => TlsArgs::in_dir(&tls_dir, Role::Operator),
+        false => opts.security.tls.clone(),
+    };
+    let prometheus = start_prometheus(&opts, &out, own, &scrape_tls).await;
+    let ctx = Ctx {
+        opts: &opts,
+        metrics: &metrics,
+        prometheus: prometheus.as_ref(),
+        tls_dir,
+        own_metrics: own_metrics_url(own),
+    };
+    let summary = match options::search_budget(&scenario, &opts) {
+        Some(budget) => {
+            search::find_max_rate(&scenario, budget, &out, &ctx, baseline.as_ref()).await?
+        }
+        None => variants::run_variants(&scenario, &out, &ctx, baseline.as_ref()).await?,
+    };
+    output::write(out.join("loadgen.prom"), metrics.render())?;
+    if let Some(p) = prometheus {
+        p.stop();
+    }
+    println!("{}", report::table(&summary));
+    println!("report: {}", out.join("report.html").display());
+    if let Some(p) = &summary.prometheus {
+        println!("prometheus data: {}", p.browse);
+    }
+    if !summary.audit_failures.is_empty() {
+        anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
+    }
+    Ok(summary)
+}
+
+/// The URL of loadgen's own `/metrics`, served at `addr` (on every address
+/// when it is unspecified: then read on loopback).
+fn own_metrics_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        ip if ip.is_unspecified() && ip.is_ipv4() => std::net::Ipv4Addr::LOCALHOST.into(),
+        ip if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    format!("http://{}/metrics", SocketAddr::new(ip, addr.port()))
+}
+
+/// Starts Prometheus in the run directory if it is installed and wanted. A
+/// Prometheus that fails to start is reported and the run goes on without it:
+/// the run's own numbers do not depend on it.
+async fn start_prometheus(
+    opts: &CapacityOpts,
+    out: &Path,
+    own: SocketAddr,
+    tls: &TlsArgs,
+) -> Option<PrometheusRun> {
+    if opts.no_prometheus {
+        return None;
+    }
+    let Some(bin) = prometheus_run::installed() else {
+        eprintln!("loadgen: prometheus is not installed; the run is not scraped for Grafana (scripts/setup-debian.sh --tests installs it)");
+        return None;
+    };
+    match PrometheusRun::start(&bin, out, opts.sample_every, own.to_string(), tls).await {
+        Ok(p) => {
+            eprintln!("loadgen: prometheus at {}", p.info().url);
+            Some(p)
+        }
+        Err(e) => {
+            eprintln!("loadgen: prometheus not started: {e}");
+            None
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! `loadgen capacity`'s options, and what they decide before anything
+//! runs: the inventory's targets, and whether the run is a search.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use stampede_proto::security::ClientSecurityArgs;
+
+use crate::inventory::Inventory;
+use crate::scenario::Scenario;
+
+#[derive(Debug, Clone, Args)]
+pub struct CapacityOpts {
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls, soak, churn, max-rate) or a TOML file.
+    #[arg(long, default_value = "default")]
+    pub scenario: String,
+    /// How long jobs are submitted, overriding the scenario's `duration`
+    /// (e.g. `30m` for a soak, `2m` in CI); at most 24h.
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Search for the highest arrival rate whose measures all meet the
+    /// scenario's SLOs: each probe is a whole run at one rate, doubling or
+    /// halving until one passes and one fails, then narrowing to 10%.
+    #[arg(long, conflicts_with = "servers")]
+    pub find_max_rate: bool,
+    /// With --find-max-rate or a scenario's [search]: how long the search may
+    /// take in all; it stops before a probe that would not fit [default: the
+    /// scenario's [search] budget, or 30m].
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub budget: Option<Duration>,
+    /// The run directory [default: runs/SCENARIO-UNIXTIME].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Drive an existing cluster at these gRPC addresses; nothing is spawned,
+    /// and only the scenario's first variant runs.
+    #[arg(long, value_delimiter = ',')]
+    pub servers: Vec<String>,
+    /// With --servers: every process's /metrics URL to sample (servers and nodesim shards).
+    #[arg(long, value_delimiter = ',')]
+    pub metrics: Vec<String>,
+    /// The servers and nodesim shards of a deployed run, from a TOML file
+    /// (see `loadgen::inventory`): in place of --servers and --metrics, and
+    /// the stream waits until the shards' whole fleet is ready.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["servers", "metrics", "find_max_rate"])]
+    pub inventory: Option<PathBuf>,
+    /// The nodesim shards' /metrics, from --inventory.
+    #[arg(skip)]
+    pub fleet_metrics: Vec<String>,
+    /// With --servers: the TLS files and token to present to that cluster.
+    #[command(flatten)]
+    pub security: ClientSecurityArgs,
+    /// An earlier run's summary.json: flag (and fail on) costs or latencies
+    /// more than 10% above it, variant by variant.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
+    /// How often every process's /metrics is read.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub sample_every: Duration,
+    /// Where loadgen serves its own /metrics (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub serve_metrics: SocketAddr,
+    /// Do not start Prometheus even if it is installed.
+    #[arg(long)]
+    pub no_prometheus: bool,
+    /// With [[faults]]: how long, past a fault's injection or its end
+    /// (whichever is later), a leader may take to appear before the fault
+    /// is reported without one.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub fault_leader_wait: Duration,
+    /// With [[faults]]: how long the servers may take, after the stream, to
+    /// answer and apply the same raft index before the audit gives up (and
+    /// the run fails).
+    #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
+    pub audit_wait: Duration,
+}
+
+impl CapacityOpts {
+    /// `--inventory`: its servers and shards in place of `--servers` and `--metrics`.
+    pub(super) fn read_inventory(&mut self) -> Result<(), crate::inventory::InventoryError> {
+        if let Some(path) = &self.inventory {
+            let inventory = Inventory::load(path)?;
+            self.servers = inventory.server_addrs();
+            self.metrics = inventory.metrics_urls();
+            self.fleet_metrics = inventory.fleet_urls();
+        }
+        Ok(())
+    }
+
+    /// The run directory: `--out`, or `runs/SCENARIO-UNIXTIME`.
+    pub(super) fn out_dir(&self, scenario: &Scenario) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            PathBuf::from("runs").join(format!("{}-{now}", scenario.name))
+        })
+    }
+}
+
+/// The search's time budget when the run is a search (`--find-max-rate`, or
+/// a scenario with `[search]`): `--budget` first, then the scenario's.
+pub(super) fn search_budget(scenario: &Scenario, opts: &CapacityOpts) -> Option<Duration> {
+    if !opts.find_max_rate && scenario.search.is_none() {
+        return None;
+    }
+    let from_scenario = scenario.search.as_ref().map(|s| s.budget);
+    Some(
+        opts.budget
+            .or(from_scenario)
+            .unwrap_or(crate::scenario::DEFAULT_SEARCH_BUDGET),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        opts: CapacityOpts,
+    }
+
+    fn budget(scenario: &str, args: &[&str]) -> Option<Duration> {
+        let cli = Cli::parse_from(["capacity"].iter().chain(args));
+        search_budget(&Scenario::load(scenario).unwrap(), &cli.opts)
+    }
+
+    #[test]
+    fn a_search_runs_with_the_flag_or_the_scenarios_block_and_budget_comes_from_the_flag_first() {
+        let min = |m: u64| Some(Duration::from_secs(60 * m));
+        assert_eq!(budget("default", &[]), None);
+        assert_eq!(budget("default", &["--find-max-rate"]), min(30));
+        assert_eq!(
+            budget("default", &["--find-max-rate", "--budget", "5m"]),
+            min(5)
+        );
+        assert_eq!(budget("max-rate", &[]), min(30));
+        assert_eq!(budget("max-rate", &["--budget", "12m"]), min(12));
+    }
+}

@@ -1,0 +1,55 @@
+//! The run directory's files: `summary.json`, `samples.json` and
+//! `report.html` (rewritten after every variant, so a later failure leaves
+//! what ran), each process's last `/metrics`, loadgen's own, and the
+//! `--baseline` read back.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::error::CapacityError;
+use crate::report;
+use crate::sampler::Series;
+use crate::summary::{self, RunSummary};
+
+/// Writes summary.json, samples.json and report.html for what has run so far.
+pub(super) fn write_run(out: &Path, summary: &RunSummary) -> Result<(), CapacityError> {
+    write(
+        out.join("summary.json"),
+        serde_json::to_string_pretty(summary).expect("the summary serializes"),
+    )?;
+    let samples: BTreeMap<&str, &Vec<Series>> = summary
+        .variants
+        .iter()
+        .map(|v| (v.name.as_str(), &v.series))
+        .collect();
+    write(
+        out.join("samples.json"),
+        serde_json::to_string(&samples).expect("samples serialize"),
+    )?;
+    write(out.join("report.html"), report::html(summary))
+}
+
+/// Each process's last `/metrics`, as it served it, in `dir/metrics/NAME.prom`.
+pub(super) fn write_last_metrics(dir: &Path, series: &[Series]) -> Result<(), CapacityError> {
+    let metrics_dir = dir.join("metrics");
+    std::fs::create_dir_all(&metrics_dir)
+        .map_err(|e| CapacityError::Write(metrics_dir.clone(), e))?;
+    for s in series {
+        if let Some(text) = &s.last_text {
+            write(metrics_dir.join(format!("{}.prom", s.target.name)), text)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `body` to `path`, saying which file could not be written.
+pub(super) fn write(path: PathBuf, body: impl AsRef<[u8]>) -> Result<(), CapacityError> {
+    std::fs::write(&path, body).map_err(|e| CapacityError::Write(path, e))
+}
+
+/// Reads `--baseline`: an earlier run's summary.json (see `summary::parse_baseline`).
+pub(super) fn load_baseline(path: &Path) -> Result<serde_json::Value, CapacityError> {
+    let bad = |m: String| CapacityError::Baseline(path.to_path_buf(), m);
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    summary::parse_baseline(&text).map_err(|e| bad(e.to_string()))
+}

@@ -1,0 +1,153 @@
+//! Driving the max-rate search (`--find-max-rate` or `[search]`): each
+//! probe a whole local run at one rate, judged against the scenario's SLO,
+//! until [`Search`] has its bracket or the budget would be overrun.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::ctx::{finish, Ctx};
+use super::error::CapacityError;
+use super::local::run_local;
+use crate::scenario::{Arrival, Scenario, Variant};
+use crate::search::{Probe, Search};
+use crate::summary::{self, RunSummary, VariantSummary};
+
+/// Probes of the whole scenario at one rate each (see [`crate::search`]),
+/// every probe a variant of the run and the search's outcome in
+/// `summary.json`'s `search`.
+pub(super) async fn find_max_rate(
+    scenario: &Scenario,
+    budget: Duration,
+    out: &Path,
+    ctx: &Ctx<'_>,
+    baseline: Option<&serde_json::Value>,
+) -> Result<RunSummary, CapacityError> {
+    if scenario.slo.p99_placement_ms.is_none() && scenario.slo.p99_running_ms.is_none() {
+        return Err(CapacityError::SearchNeedsSlo(scenario.name.clone()));
+    }
+    let start = match scenario.arrival {
+        Arrival::Constant { rate } | Arrival::Poisson { rate } => rate,
+        Arrival::Ramp { to, .. } => to,
+    };
+    let budget_s = budget.as_secs_f64();
+    let began = Instant::now();
+    let mut search = Search::new(start);
+    let mut variants: Vec<VariantSummary> = Vec::new();
+    let mut longest = Duration::ZERO;
+    let mut again: Option<f64> = None;
+    let mut out_of_budget = false;
+    let finish = |variants: &[VariantSummary], report| {
+        finish(
+            scenario,
+            variants,
+            out,
+            variants.len(),
+            ctx,
+            baseline,
+            Some(report),
+        )
+    };
+    loop {
+        let (value, repeat) = match again.take() {
+            Some(v) => (v, true),
+            None => match search.next() {
+                Some(v) => (v, false),
+                None => break,
+            },
+        };
+        if began.elapsed() + longest > budget {
+            out_of_budget = true;
+            break;
+        }
+        announce(variants.len() + 1, value, repeat, budget, began);
+        let (summary, probe, took) = run_probe(scenario, value, repeat, out, ctx).await?;
+        longest = longest.max(took);
+        if probe.passed && probe.near && !repeat {
+            again = Some(value);
+        }
+        search.record(probe.probe);
+        variants.push(summary);
+        finish(
+            &variants,
+            search.report(budget_s, began.elapsed().as_secs_f64(), false),
+        )?;
+    }
+    let report = search.report(budget_s, began.elapsed().as_secs_f64(), out_of_budget);
+    eprintln!("loadgen: search: {}", report.confidence);
+    finish(&variants, report)
+}
+
+/// Says which probe runs next, and how much of the budget is left.
+fn announce(n: usize, value: f64, repeat: bool, budget: Duration, began: Instant) {
+    eprintln!(
+        "loadgen: search probe {n}: {value} jobs/s{} ({} of the {} budget left)",
+        if repeat {
+            ", again: near a threshold"
+        } else {
+            ""
+        },
+        humantime::format_duration(Duration::from_secs(
+            budget.saturating_sub(began.elapsed()).as_secs()
+        )),
+        humantime::format_duration(budget)
+    );
+}
+
+/// A probe's outcome: the search's record of it, and whether it passed
+/// with a measure near a threshold (so it runs again).
+struct Judged {
+    probe: Probe,
+    passed: bool,
+    near: bool,
+}
+
+/// One probe: the scenario at `value` jobs/s on a cluster of its own, judged
+/// against its SLO; and how long the run took.
+async fn run_probe(
+    scenario: &Scenario,
+    value: f64,
+    repeat: bool,
+    out: &Path,
+    ctx: &Ctx<'_>,
+) -> Result<(VariantSummary, Judged, Duration), CapacityError> {
+    let v = Variant {
+        name: format!("rate-{value}{}", if repeat { "-again" } else { "" }),
+        nodes: None,
+        rate: Some(value),
+        server_args: vec![],
+        nodesim_args: vec![],
+        tls: None,
+    };
+    let t0 = Instant::now();
+    let summary = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
+    let took = t0.elapsed();
+    let (passed, near, breaches) = summary::judge(&scenario.slo, &summary);
+    eprintln!(
+        "loadgen:   {value} jobs/s {}",
+        if passed {
+            "met every SLO".to_string()
+        } else {
+            format!("failed: {}", breaches.join("; "))
+        }
+    );
+    let probe = Probe {
+        value,
+        passed,
+        p99_placement_ms: summary.stream.placement_ms.p99,
+        p99_running_ms: summary.stream.time_to_running_ms.p99,
+        breaches,
+        repeat,
+        seconds: t0.elapsed().as_secs_f64(),
+    };
+    Ok((
+        summary,
+        Judged {
+            probe,
+            passed,
+            near,
+        },
+        took,
+    ))
+}

@@ -1,0 +1,149 @@
+//! Injecting a scenario's fault steps into the local cluster while the
+//! stream runs, and undoing each after its duration.
+
+use stampede_launch::{LocalCluster, NodeId};
+use tokio::time::Instant;
+
+use super::probe::{named_leader, Probe, Settled};
+use super::{FaultsConfig, Injected};
+use crate::scenario::{FaultAction, FaultStep};
+
+/// Runs the steps against `cluster`, each at its `at` from `start` (the
+/// start of the job stream) or, if the cluster has not settled from the
+/// previous one by then, once it has. Returns the steps injected and, in
+/// words, those that could not be (or not undone).
+pub async fn inject(
+    cluster: &mut LocalCluster,
+    steps: &[FaultStep],
+    start: Instant,
+    cfg: &FaultsConfig,
+) -> (Vec<Injected>, Vec<String>) {
+    let mut done: Vec<Injected> = Vec::new();
+    let mut problems = Vec::new();
+    let probe = match Probe::new(cluster, cfg.status_timeout) {
+        Ok(p) => p,
+        Err(e) => return (done, vec![format!("no fault was injected: {e}")]),
+    };
+    for (i, step) in steps.iter().enumerate() {
+        let name = format!("faults[{i}] ({})", step.action.name());
+        tokio::time::sleep_until(start + step.at).await;
+        let settled = match probe.settled(cfg.settle_wait, cfg.poll).await {
+            Ok(s) => s,
+            Err(e) => {
+                problems.push(format!("{name} was not injected: {e}"));
+                continue;
+            }
+        };
+        if let Some(prev) = done.last_mut() {
+            prev.term_after.get_or_insert(settled.term);
+        }
+        match strike(cluster, &probe, step, &settled, start, cfg).await {
+            Ok(injected) => done.push(injected),
+            Err(e) => problems.push(format!("{name}: {e}")),
+        }
+    }
+    // The cluster at rest after the last fault: its terms, and a clean start for the audit.
+    if let Some(last) = done.last_mut() {
+        match probe.settled(cfg.settle_wait, cfg.poll).await {
+            Ok(s) => last.term_after = Some(s.term),
+            Err(e) => problems.push(format!("after the last fault, {e}")),
+        }
+    }
+    (done, problems)
+}
+
+/// Injects one step into a settled cluster, waits for a leader while the
+/// fault lasts, and undoes it after its duration.
+async fn strike(
+    cluster: &mut LocalCluster,
+    probe: &Probe,
+    step: &FaultStep,
+    settled: &Settled,
+    start: Instant,
+    cfg: &FaultsConfig,
+) -> Result<Injected, String> {
+    let ids = probe.ids();
+    let leader = settled.leader;
+    let follower = ids.iter().copied().find(|id| *id != leader);
+    let one = |id: Option<NodeId>| id.map(|id| vec![id]).ok_or("no follower to strike");
+    let struck = match step.action {
+        FaultAction::KillAll => ids.clone(),
+        a if a.hits_leader() => vec![leader],
+        _ => one(follower)?,
+    };
+    let any_leader_counts = step.action == FaultAction::KillAll;
+
+    let at = Instant::now();
+    apply(cluster, step.action, &struck, true)?;
+    let undo_at = at + step.duration;
+    let deadline = undo_at.max(at + cfg.leader_wait);
+    let mut undone: Option<Instant> = None;
+    let mut found: Option<(Instant, NodeId)> = None;
+    loop {
+        if undone.is_none() && Instant::now() >= undo_at {
+            apply(cluster, step.action, &struck, false)?;
+            undone = Some(Instant::now());
+        }
+        if found.is_none() {
+            // Struck servers are not asked while struck: a paused one would
+            // only make every poll wait for its timeout.
+            let skip = if undone.is_none() {
+                &struck[..]
+            } else {
+                &struck[..0]
+            };
+            let statuses = probe.statuses(skip).await;
+            if let Some(l) = named_leader(&statuses, &struck, any_leader_counts || undone.is_some())
+            {
+                found = Some((Instant::now(), l));
+            }
+        }
+        if undone.is_some() && (found.is_some() || Instant::now() >= deadline) {
+            break;
+        }
+        let next = Instant::now() + cfg.poll;
+        tokio::time::sleep_until(if undone.is_none() {
+            next.min(undo_at)
+        } else {
+            next
+        })
+        .await;
+    }
+    let secs = |i: Instant| (i - start).as_secs_f64();
+    Ok(Injected {
+        step: step.clone(),
+        at_s: secs(at),
+        servers: struck,
+        leader_before: leader,
+        term_before: settled.term,
+        leader_s: found.map(|(t, _)| secs(t)),
+        leader_after: found.map(|(_, l)| l),
+        undone_s: secs(undone.unwrap_or(at)),
+        term_after: None,
+    })
+}
+
+/// Strikes (`on`) or undoes a fault on `servers`.
+fn apply(
+    cluster: &mut LocalCluster,
+    action: FaultAction,
+    servers: &[NodeId],
+    on: bool,
+) -> Result<(), String> {
+    use FaultAction::*;
+    for &id in servers {
+        let done = match (action, on) {
+            (KillLeader | KillFollower | KillAll, true) => cluster.kill(id),
+            (KillLeader | KillFollower | KillAll, false) => cluster.spawn(id),
+            (PauseLeader | PauseFollower, true) => cluster.pause(id),
+            (PauseLeader | PauseFollower, false) => cluster.resume(id),
+            (PartitionLeader | PartitionFollower, true) => cluster.partition(id),
+            (PartitionLeader | PartitionFollower, false) => cluster.heal(id),
+        };
+        done.map_err(|e| {
+            let what = if on { "strike" } else { "undo the fault on" };
+            format!("could not {what} server {id}: {e}")
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,361 @@
+//! What a scenario says: the fleet, the arrival process, the job mix, the
+//! SLO, variants, a sweep or a search, and fault steps; and how each
+//! variant runs it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// What the run is for: one line for the report's title.
+    #[serde(default = "defaults::servers")]
+    pub servers: u32,
+    /// Simulated client nodes.
+    pub nodes: u64,
+    /// How long jobs are submitted, e.g. "60s".
+    #[serde(with = "humantime_serde_str")]
+    pub duration: Duration,
+    /// How long after the last submission the run waits for stragglers.
+    #[serde(with = "humantime_serde_str", default = "defaults::drain")]
+    pub drain: Duration,
+    pub arrival: Arrival,
+    /// Share (0 to 1) of submissions that update an earlier job's spec
+    /// instead of registering a new job: these start deployments.
+    #[serde(default)]
+    pub update_share: f64,
+    /// Share (0 to 1) of submissions that stop (deregister, keeping it for
+    /// history) an earlier service or system job that is done being
+    /// followed: its allocations stop, and garbage collection has work.
+    #[serde(default)]
+    pub stop_share: f64,
+    #[serde(rename = "jobs")]
+    pub job_mix: Vec<JobKind>,
+    /// `cluster serve` flags for every variant.
+    #[serde(default)]
+    pub server_args: Vec<String>,
+    /// `nodesim` flags for every variant.
+    #[serde(default)]
+    pub nodesim_args: Vec<String>,
+    /// Mutual TLS and ACL tokens between every process (the default), or
+    /// the bare protocol (`cluster serve --insecure`).
+    #[serde(default = "defaults::tls")]
+    pub tls: bool,
+    #[serde(default)]
+    pub slo: Slo,
+    /// Settings compared on the same workload; one run with none.
+    #[serde(default)]
+    pub variants: Vec<Variant>,
+    /// One parameter run at several values; the report plots cost against it.
+    pub sweep: Option<Sweep>,
+    /// Run as a search for the highest arrival rate that meets the SLOs, as
+    /// `--find-max-rate` does for any scenario.
+    pub search: Option<SearchBlock>,
+    /// Faults injected during the stream of every variant, in time order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultStep>,
+}
+
+/// `[[faults]] at = "20s", action = "kill_leader", duration = "5s"`: one
+/// fault injected into the local cluster during the job stream.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FaultStep {
+    /// When, from the start of the job stream.
+    #[serde(with = "humantime_serde_str")]
+    pub at: Duration,
+    pub action: FaultAction,
+    /// How long a pause or a partition lasts, or how long a killed server
+    /// stays down before it is started again on its own data dir.
+    #[serde(with = "humantime_serde_str")]
+    pub duration: Duration,
+}
+
+/// What a fault step does.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum FaultAction {
+    /// kill -9 of the leader.
+    KillLeader,
+    /// kill -9 of a follower.
+    KillFollower,
+    /// kill -9 of every server at once.
+    KillAll,
+    /// SIGSTOP of the leader, SIGCONT after `duration`.
+    PauseLeader,
+    /// SIGSTOP of a follower, SIGCONT after `duration`.
+    PauseFollower,
+    /// The leader cut off from the other servers (its peer links, both ways).
+    PartitionLeader,
+    /// A follower cut off from the other servers.
+    PartitionFollower,
+}
+
+impl FaultAction {
+    pub const ALL: [FaultAction; 7] = [
+        Self::KillLeader,
+        Self::KillFollower,
+        Self::KillAll,
+        Self::PauseLeader,
+        Self::PauseFollower,
+        Self::PartitionLeader,
+        Self::PartitionFollower,
+    ];
+
+    /// The name a scenario gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::KillLeader => "kill_leader",
+            Self::KillFollower => "kill_follower",
+            Self::KillAll => "kill_all",
+            Self::PauseLeader => "pause_leader",
+            Self::PauseFollower => "pause_follower",
+            Self::PartitionLeader => "partition_leader",
+            Self::PartitionFollower => "partition_follower",
+        }
+    }
+
+    /// Whether it cuts peer links (and so needs the cluster started with them).
+    pub fn partitions(self) -> bool {
+        matches!(self, Self::PartitionLeader | Self::PartitionFollower)
+    }
+
+    /// Whether it strikes the leader (all servers count).
+    pub fn hits_leader(self) -> bool {
+        matches!(
+            self,
+            Self::KillLeader | Self::KillAll | Self::PauseLeader | Self::PartitionLeader
+        )
+    }
+}
+
+/// `[sweep] parameter = "nodes", values = [1000, 5000, 10000]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Sweep {
+    pub parameter: SweepParameter,
+    pub values: Vec<f64>,
+}
+
+/// `[search] budget = "30m"`: the scenario is a search for the highest
+/// arrival rate whose measures all meet its `[slo]`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBlock {
+    /// How long the whole search may take (`--budget` overrides it).
+    #[serde(with = "humantime_serde_str", default = "defaults::search_budget")]
+    pub budget: Duration,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepParameter {
+    /// The fleet size.
+    Nodes,
+    /// The submission rate, jobs per second (a ramp scales both ends).
+    Rate,
+}
+
+impl SweepParameter {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Nodes => "nodes",
+            Self::Rate => "rate",
+        }
+    }
+}
+
+mod defaults {
+    use std::time::Duration;
+    pub fn servers() -> u32 {
+        3
+    }
+    pub fn drain() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn weight() -> u32 {
+        1
+    }
+    pub fn memory() -> u64 {
+        64
+    }
+    pub fn tls() -> bool {
+        true
+    }
+    pub fn search_budget() -> Duration {
+        super::DEFAULT_SEARCH_BUDGET
+    }
+}
+
+/// A search's time budget when neither the scenario nor `--budget` sets one.
+pub const DEFAULT_SEARCH_BUDGET: Duration = Duration::from_secs(30 * 60);
+
+/// `duration = "60s"` in TOML.
+mod humantime_serde_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*d).to_string())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map_err(|e| serde::de::Error::custom(format!("{s:?} is not a duration ({e})")))
+    }
+}
+
+/// When submissions are scheduled.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, tag = "process", rename_all = "snake_case")]
+pub enum Arrival {
+    /// `rate` submissions per second, evenly spaced.
+    Constant { rate: f64 },
+    /// `rate` per second on average, exponential gaps.
+    Poisson { rate: f64 },
+    /// From `from` to `to` per second, linearly over the duration.
+    Ramp { from: f64, to: f64 },
+}
+
+impl Arrival {
+    /// The submission rate at `t` seconds into a run of `total` seconds.
+    pub fn rate_at(&self, t: f64, total: f64) -> f64 {
+        match self {
+            Arrival::Constant { rate } | Arrival::Poisson { rate } => *rate,
+            Arrival::Ramp { from, to } => from + (to - from) * (t / total.max(1e-9)).min(1.0),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Service,
+    Batch,
+    System,
+}
+
+/// One kind of job in the mix.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct JobKind {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    /// Relative share of submissions.
+    #[serde(default = "defaults::weight")]
+    pub weight: u32,
+    /// Allocations per job (system jobs: one per node, this is ignored).
+    #[serde(default)]
+    pub count: u32,
+    pub cpu_mhz: u64,
+    #[serde(default = "defaults::memory")]
+    pub memory_mb: u64,
+    /// An update block: deployments with this many allocations at a time.
+    #[serde(default)]
+    pub max_parallel: u32,
+    #[serde(default)]
+    pub min_healthy_time_ms: u64,
+    /// Only nodes of this class may run it (a `node_class` constraint); a
+    /// class the fleet lacks leaves it blocked.
+    #[serde(default)]
+    pub node_class: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Slo {
+    /// The run fails if p99 placement latency is above this.
+    pub p99_placement_ms: Option<f64>,
+    /// The run fails if p99 time to running is above this.
+    pub p99_running_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Variant {
+    /// Names its setting, e.g. `legacy` or `prioritized`.
+    pub name: String,
+    /// Overrides the scenario's fleet size.
+    #[serde(default)]
+    pub nodes: Option<u64>,
+    /// Overrides the scenario's submission rate (jobs per second).
+    #[serde(default)]
+    pub rate: Option<f64>,
+    #[serde(default)]
+    pub server_args: Vec<String>,
+    #[serde(default)]
+    pub nodesim_args: Vec<String>,
+    /// Overrides the scenario's `tls`: a pair of variants measures what TLS costs.
+    #[serde(default)]
+    pub tls: Option<bool>,
+}
+
+impl Scenario {
+    /// Whether any fault step cuts peer links.
+    pub fn partitions(&self) -> bool {
+        self.faults.iter().any(|f| f.action.partitions())
+    }
+
+    /// The variants to run: those declared, one per sweep value, or one
+    /// named for the scenario.
+    pub fn runs(&self) -> Vec<Variant> {
+        let plain = |name: String| Variant {
+            name,
+            nodes: None,
+            rate: None,
+            server_args: vec![],
+            nodesim_args: vec![],
+            tls: None,
+        };
+        if let Some(sweep) = &self.sweep {
+            return sweep
+                .values
+                .iter()
+                .map(|&x| {
+                    let mut v = plain(format!("{}-{x}", sweep.parameter.name()));
+                    match sweep.parameter {
+                        SweepParameter::Nodes => v.nodes = Some(x as u64),
+                        SweepParameter::Rate => v.rate = Some(x),
+                    }
+                    v
+                })
+                .collect();
+        }
+        if self.variants.is_empty() {
+            vec![plain(self.name.clone())]
+        } else {
+            self.variants.clone()
+        }
+    }
+
+    /// The scenario as variant `v` runs it: its fleet size and rate.
+    pub fn for_variant(&self, v: &Variant) -> Scenario {
+        let mut s = self.clone();
+        if let Some(n) = v.nodes {
+            s.nodes = n;
+        }
+        if let Some(tls) = v.tls {
+            s.tls = tls;
+        }
+        if let Some(r) = v.rate {
+            s.arrival = match s.arrival {
+                Arrival::Constant { .. } => Arrival::Constant { rate: r },
+                Arrival::Poisson { .. } => Arrival::Poisson { rate: r },
+                Arrival::Ramp { from, to } => {
+                    let scale = r / to.max(1e-9);
+                    Arrival::Ramp {
+                        from: from * scale,
+                        to: r,
+                    }
+                }
+            };
+        }
+        s
+    }
+}

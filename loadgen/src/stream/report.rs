@@ -1,0 +1,177 @@
+//! What the stream measured: its report (counts, latency percentiles and
+//! sketches, windows) and its journal of every job, and the pure functions
+//! that turn histograms and per-job timings into them.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// What the stream did, latencies in milliseconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StreamReport {
+    pub scheduled: u64,
+    pub submitted: u64,
+    pub updates: u64,
+    pub late: u64,
+    pub dropped: u64,
+    pub failed: u64,
+    /// Followed until placed / running before the drain ran out.
+    pub placed: u64,
+    pub running: u64,
+    pub placement_ms: Percentiles,
+    pub time_to_running_ms: Percentiles,
+    pub allocations_placed: u64,
+    /// Allocations placed per second, from the first submission to the last placement.
+    pub placements_per_second: f64,
+    /// Jobs the stream stopped (`stop_share`), and stops the cluster refused.
+    pub stops: u64,
+    pub stops_failed: u64,
+    /// p99 time to running of the jobs scheduled in each window of the
+    /// stream, in order: whether the end of a long run is as fast as its start.
+    pub running_windows: Vec<Window>,
+    /// The whole latency distributions, not only their percentiles: what
+    /// the report plots as CDFs.
+    pub latency_quantiles: LatencyQuantiles,
+}
+
+/// A sorted quantile sketch of the placement and time-to-running
+/// latencies: the latency in ms at each quantile of `q` (empty when no job
+/// got that far). About a hundred points keep summary.json small and still
+/// draw a smooth CDF, with the tail (p99.5, p99.9) kept.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct LatencyQuantiles {
+    pub q: Vec<f64>,
+    pub placement_ms: Vec<f64>,
+    pub time_to_running_ms: Vec<f64>,
+}
+
+/// The quantiles the sketch keeps: 0 (the fastest), every percent, the
+/// far tail, and 1 (the slowest).
+pub fn sketch_quantiles() -> Vec<f64> {
+    let mut q: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
+    q.extend([0.995, 0.999, 1.0]);
+    q
+}
+
+/// One window of the stream.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Window {
+    pub from_s: f64,
+    pub to_s: f64,
+    /// Jobs scheduled in it that ran.
+    pub jobs: u64,
+    /// Null when none did.
+    pub time_to_running_p99_ms: Option<f64>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Percentiles {
+    pub count: u64,
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub max: f64,
+}
+
+/// What the stream did job by job: what an audit checks the cluster
+/// against, and what the measures around a fault are read from.
+#[derive(Debug, Clone, Default)]
+pub struct Journal {
+    /// Every job id the stream sent a registration (or an update) for,
+    /// acknowledged or not.
+    pub submitted: HashSet<String>,
+    /// Every job id whose registration (or update) the cluster acknowledged.
+    pub acked: HashSet<String>,
+    /// Every acknowledgement: when its submission was scheduled and when it
+    /// was acknowledged, in seconds from the start of the stream.
+    pub acks: Vec<Ack>,
+    /// Every job id the stream stopped: garbage collection may remove them.
+    pub stopped: HashSet<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ack {
+    pub scheduled_s: f64,
+    pub acked_s: f64,
+}
+
+/// The percentiles, in milliseconds, of a histogram of microseconds.
+pub(super) fn percentiles_ms(h: &Histogram<u64>) -> Percentiles {
+    if h.is_empty() {
+        return Percentiles::default();
+    }
+    let ms = |v: u64| v as f64 / 1000.0;
+    Percentiles {
+        count: h.len(),
+        p50: ms(h.value_at_quantile(0.5)),
+        p90: ms(h.value_at_quantile(0.9)),
+        p99: ms(h.value_at_quantile(0.99)),
+        max: ms(h.max()),
+    }
+}
+
+/// The latency in ms, of a histogram of microseconds, at each quantile of `q`.
+pub(super) fn quantiles_ms(h: Option<&Histogram<u64>>, q: &[f64]) -> Vec<f64> {
+    match h {
+        Some(h) if !h.is_empty() => q
+            .iter()
+            .map(|&q| h.value_at_quantile(q) as f64 / 1000.0)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The longest window of [`windows`].
+pub const WINDOW: Duration = Duration::from_secs(300);
+
+/// Time to running window by window over a stream of `total` seconds, by
+/// when each job was scheduled: 5-minute windows, or six equal ones for a
+/// stream shorter than 30 minutes. What shows whether a long run stays as
+/// fast at its end as at its start.
+pub(super) fn windows(runs: &[(f64, f64)], total: f64) -> Vec<Window> {
+    let width = (total / 6.0).clamp(1.0, WINDOW.as_secs_f64());
+    let n = (total / width).ceil().max(1.0) as usize;
+    (0..n)
+        .map(|i| {
+            let (from, to) = (i as f64 * width, ((i + 1) as f64 * width).min(total));
+            let mut ms: Vec<f64> = runs
+                .iter()
+                .filter(|(at, _)| *at >= from && (*at < to || i == n - 1))
+                .map(|(_, ms)| *ms)
+                .collect();
+            ms.sort_by(f64::total_cmp);
+            let p99 = (!ms.is_empty()).then(|| {
+                let rank = ((ms.len() as f64 * 0.99).ceil() as usize).clamp(1, ms.len());
+                ms[rank - 1]
+            });
+            Window {
+                from_s: from,
+                to_s: to,
+                jobs: ms.len() as u64,
+                time_to_running_p99_ms: p99,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quantile_sketch_rises_from_the_fastest_to_the_slowest_job() {
+        let mut h = Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+        for ms in 1..=1000u64 {
+            h.record(ms * 1000).unwrap();
+        }
+        let q = sketch_quantiles();
+        let ms = quantiles_ms(Some(&h), &q);
+        assert_eq!(ms.len(), q.len());
+        assert!(ms.windows(2).all(|w| w[0] <= w[1]), "sorted");
+        assert!((ms[0] - 1.0).abs() < 0.01, "the fastest: {}", ms[0]);
+        assert!((ms[50] - 500.0).abs() < 1.0, "the median: {}", ms[50]);
+        assert!((ms[q.len() - 1] - 1000.0).abs() < 1.0, "the slowest");
+        assert!(quantiles_ms(None, &q).is_empty(), "no jobs, no sketch");
+    }
+}

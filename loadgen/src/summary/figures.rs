@@ -1,0 +1,432 @@
+//! The results model: a variant's samples of every process's `/metrics`
+//! and the stream's report in, the summary's figures out (cost per
+//! placement, cores and memory per process, raft entries by type, state
+//! sizes, a soak's memory growth). Pure: no I/O, no processes, so it is
+//! tested on made-up samples.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::{cpu_seconds_per_1000_placements, VariantSummary};
+use crate::sampler::{label, Series};
+use crate::scenario::Variant;
+use crate::stream::StreamReport;
+
+/// When a soak's memory should have settled: its growth after this is what
+/// `server_rss_growth_after_10m` reports.
+pub const SOAK_SETTLE: Duration = Duration::from_secs(600);
+
+const RSS: &str = "process_resident_memory_bytes";
+const MIB: f64 = 1048576.0;
+
+/// One variant's summary from what its run measured: the stream's report,
+/// every process's samples, how long it took, and what went wrong.
+pub fn summarize(
+    v: &Variant,
+    stream: StreamReport,
+    series: Vec<Series>,
+    seconds: f64,
+    problems: Vec<String>,
+) -> VariantSummary {
+    let servers: Vec<&Series> = series
+        .iter()
+        .filter(|s| !s.names_of("stampede_raft_entries_total").is_empty())
+        .collect();
+    let raft_entries_by_type = most_by_label(&servers, "stampede_raft_entries_total", "type");
+    let raft_bytes_by_type = most_by_label(&servers, "stampede_raft_entry_bytes_total", "type");
+    let deployment_query_wait_seconds = servers
+        .iter()
+        .map(|s| {
+            s.delta("stampede_deployment_watcher_limiter_wait_seconds_sum")
+                .max(0.0)
+        })
+        .sum();
+    let (cpu_cores, cpu_seconds, rss_mib) = cpu_and_memory(&series);
+    let (state_objects, state_objects_peak) = state_objects(&servers);
+    VariantSummary {
+        name: v.name.clone(),
+        tls: false,
+        cpu_seconds_per_1000_placements: cpu_seconds_per_1000_placements(
+            cpu_seconds,
+            stream.allocations_placed,
+        ),
+        server_rss_slope_mib_per_min: server_rss_slope(&servers),
+        server_rss_growth_after_10m: server_rss_growth_after(&servers, SOAK_SETTLE),
+        state_objects,
+        state_objects_peak,
+        gc_collected: most_by_label(&servers, "stampede_gc_collected_total", "kind"),
+        server_args: v.server_args.clone(),
+        nodesim_args: v.nodesim_args.clone(),
+        client_update_share: client_update_share(&raft_entries_by_type),
+        client_update_byte_share: client_update_share(&raft_bytes_by_type),
+        raft_entries_by_type,
+        raft_bytes_by_type,
+        // Queries are served by whichever server got them: added up.
+        blocking_queries_by_source: sum_by_label(
+            &servers,
+            "stampede_blocking_queries_started_total",
+            "source",
+        ),
+        deployment_query_wait_seconds,
+        client_update_rpcs: sum_by_label(
+            &series.iter().collect::<Vec<_>>(),
+            "stampede_nodesim_update_rpcs_total",
+            "priority",
+        ),
+        stream,
+        cpu_cores,
+        rss_mib,
+        seconds,
+        started_unix: 0.0,
+        ended_unix: 0.0,
+        problems,
+        faults: Vec::new(),
+        audit: None,
+        series,
+        acks_per_second: Vec::new(),
+    }
+}
+
+/// A counter's growth by one label, the most any server counted: every
+/// server applies every entry, so the most any server saw is the run's.
+fn most_by_label(servers: &[&Series], metric: &str, key: &str) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
+    for s in servers {
+        for name in s.names_of(metric) {
+            let t = label(&name, key).unwrap_or("?").to_string();
+            let n = s.delta(&name).max(0.0) as u64;
+            let e = by.entry(t).or_insert(0);
+            *e = (*e).max(n);
+        }
+    }
+    by
+}
+
+/// A counter's growth by one label, added up over the processes.
+fn sum_by_label(series: &[&Series], metric: &str, key: &str) -> BTreeMap<String, u64> {
+    let mut by = BTreeMap::new();
+    for s in series {
+        for name in s.names_of(metric) {
+            let k = label(&name, key).unwrap_or("?").to_string();
+            *by.entry(k).or_insert(0) += s.delta(&name).max(0.0) as u64;
+        }
+    }
+    by
+}
+
+/// The share of client allocation updates in raft entries (or bytes) by type.
+fn client_update_share(by_type: &BTreeMap<String, u64>) -> f64 {
+    let total: u64 = by_type.values().sum();
+    let updates = by_type.get("alloc_client_update").copied().unwrap_or(0);
+    if total > 0 {
+        updates as f64 / total as f64
+    } else {
+        0.0
+    }
+}
+
+/// Every process's own CPU counter (servers, nodesim, loadgen), read over
+/// the stream: average cores each, CPU-seconds in all, and peak memory in MiB.
+fn cpu_and_memory(series: &[Series]) -> (BTreeMap<String, f64>, f64, BTreeMap<String, f64>) {
+    let mut cpu_cores = BTreeMap::new();
+    let mut cpu_seconds = 0.0;
+    let mut rss_mib = BTreeMap::new();
+    for s in series {
+        let span = match (s.points.first(), s.points.last()) {
+            (Some(a), Some(b)) if b.t > a.t => b.t - a.t,
+            _ => continue,
+        };
+        let cpu = s.increase("process_cpu_seconds_total");
+        cpu_seconds += cpu;
+        cpu_cores.insert(s.target.name.clone(), cpu / span);
+        rss_mib.insert(s.target.name.clone(), peak(s, RSS) / MIB);
+    }
+    (cpu_cores, cpu_seconds, rss_mib)
+}
+
+/// The highest value of `name` in any sample (0 without one).
+fn peak(s: &Series, name: &str) -> f64 {
+    s.points
+        .iter()
+        .filter_map(|p| p.values.get(name))
+        .fold(0.0f64, |a, b| a.max(*b))
+}
+
+/// The steepest server's memory growth over the second half of the run, MiB
+/// per minute: what a soak must keep near zero.
+fn server_rss_slope(servers: &[&Series]) -> Option<f64> {
+    servers
+        .iter()
+        .filter_map(|s| {
+            let end = s.points.last()?.t;
+            s.slope_per_minute(RSS, end / 2.0)
+        })
+        .map(|bytes| bytes / MIB)
+        .reduce(f64::max)
+}
+
+/// What the state holds at the end and at its fullest, by table: every
+/// server applies every entry, so the most any server saw is the cluster's.
+fn state_objects(servers: &[&Series]) -> (BTreeMap<String, u64>, BTreeMap<String, u64>) {
+    let mut last_by = BTreeMap::new();
+    let mut peak_by = BTreeMap::new();
+    for s in servers {
+        for name in s.names_of("stampede_state_objects") {
+            let table = label(&name, "table").unwrap_or("?").to_string();
+            let last = s.last(&name).max(0.0) as u64;
+            let e = last_by.entry(table.clone()).or_insert(0);
+            *e = (*e).max(last);
+            let e = peak_by.entry(table).or_insert(0);
+            *e = (*e).max(peak(s, &name) as u64);
+        }
+    }
+    (last_by, peak_by)
+}
+
+/// How much the most-grown server's memory grew from `settle` into the run
+/// to its end (0.1 is 10%): a soak's check; `None` for a shorter run.
+fn server_rss_growth_after(servers: &[&Series], settle: Duration) -> Option<f64> {
+    let settle = settle.as_secs_f64();
+    servers
+        .iter()
+        .filter_map(|s| {
+            let end = s.points.last()?;
+            if end.t < settle {
+                return None;
+            }
+            let at = s.points.iter().find(|p| p.t >= settle)?.values.get(RSS)?;
+            let last = end.values.get(RSS)?;
+            (*at > 0.0).then(|| last / at - 1.0)
+        })
+        .reduce(f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sampler::{Point, Target};
+
+    const MB: f64 = MIB;
+
+    /// A process's samples: at each time, its series' values.
+    fn series(name: &str, points: &[(f64, &[(&str, f64)])]) -> Series {
+        Series {
+            target: Target {
+                name: name.into(),
+                url: String::new(),
+            },
+            points: points
+                .iter()
+                .map(|(t, values)| Point {
+                    t: *t,
+                    values: values.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+                })
+                .collect(),
+            lost_at: None,
+            last_text: None,
+        }
+    }
+
+    fn variant(name: &str) -> Variant {
+        Variant {
+            name: name.into(),
+            nodes: None,
+            rate: None,
+            server_args: vec!["--flag".into()],
+            nodesim_args: vec![],
+            tls: None,
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    const CPU: &str = "process_cpu_seconds_total";
+    const ENTRIES_UPDATE: &str = "stampede_raft_entries_total{type=\"alloc_client_update\"}";
+    const ENTRIES_PLAN: &str = "stampede_raft_entries_total{type=\"plan_apply\"}";
+    const BYTES_UPDATE: &str = "stampede_raft_entry_bytes_total{type=\"alloc_client_update\"}";
+    const BYTES_PLAN: &str = "stampede_raft_entry_bytes_total{type=\"plan_apply\"}";
+    const QUERIES: &str = "stampede_blocking_queries_started_total{source=\"job\"}";
+    const JOBS: &str = "stampede_state_objects{table=\"jobs\"}";
+    const GC: &str = "stampede_gc_collected_total{kind=\"evals\"}";
+
+    /// Two servers, nodesim and loadgen sampled at 0, 10 and 20 s.
+    fn samples() -> Vec<Series> {
+        vec![
+            series(
+                "server-1",
+                &[
+                    (
+                        0.0,
+                        &[
+                            (CPU, 1.0),
+                            (RSS, 100.0 * MB),
+                            (ENTRIES_UPDATE, 10.0),
+                            (ENTRIES_PLAN, 5.0),
+                            (BYTES_UPDATE, 0.0),
+                            (BYTES_PLAN, 0.0),
+                            (QUERIES, 0.0),
+                            (JOBS, 3.0),
+                            (GC, 0.0),
+                        ],
+                    ),
+                    (
+                        10.0,
+                        &[
+                            (CPU, 3.0),
+                            (RSS, 300.0 * MB),
+                            (ENTRIES_UPDATE, 20.0),
+                            (ENTRIES_PLAN, 10.0),
+                            (JOBS, 9.0),
+                        ],
+                    ),
+                    (
+                        20.0,
+                        &[
+                            (CPU, 6.0),
+                            (RSS, 200.0 * MB),
+                            (ENTRIES_UPDATE, 40.0),
+                            (ENTRIES_PLAN, 15.0),
+                            (BYTES_UPDATE, 1000.0),
+                            (BYTES_PLAN, 3000.0),
+                            (QUERIES, 4.0),
+                            (JOBS, 7.0),
+                            (GC, 2.0),
+                        ],
+                    ),
+                ],
+            ),
+            series(
+                "server-2",
+                &[
+                    (
+                        0.0,
+                        &[
+                            (CPU, 0.0),
+                            (RSS, 50.0 * MB),
+                            (ENTRIES_UPDATE, 0.0),
+                            (ENTRIES_PLAN, 5.0),
+                            (QUERIES, 1.0),
+                            (JOBS, 2.0),
+                        ],
+                    ),
+                    (10.0, &[(CPU, 1.0), (RSS, 60.0 * MB), (JOBS, 10.0)]),
+                    (
+                        20.0,
+                        &[
+                            (CPU, 2.0),
+                            (RSS, 70.0 * MB),
+                            (ENTRIES_UPDATE, 30.0),
+                            (ENTRIES_PLAN, 12.0),
+                            (QUERIES, 3.0),
+                            (JOBS, 6.0),
+                        ],
+                    ),
+                ],
+            ),
+            series(
+                "nodesim",
+                &[
+                    (
+                        0.0,
+                        &[
+                            (CPU, 0.0),
+                            ("stampede_nodesim_update_rpcs_total{priority=\"high\"}", 0.0),
+                            ("stampede_nodesim_update_rpcs_total{priority=\"low\"}", 2.0),
+                        ],
+                    ),
+                    (
+                        20.0,
+                        &[
+                            (CPU, 1.0),
+                            ("stampede_nodesim_update_rpcs_total{priority=\"high\"}", 8.0),
+                            ("stampede_nodesim_update_rpcs_total{priority=\"low\"}", 5.0),
+                        ],
+                    ),
+                ],
+            ),
+            // loadgen's counter restarts from zero in the middle: it still grew.
+            series(
+                "loadgen",
+                &[
+                    (0.0, &[(CPU, 2.0)]),
+                    (10.0, &[(CPU, 0.5)]),
+                    (20.0, &[(CPU, 1.5)]),
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn the_figures_come_from_every_process_samples() {
+        let stream = StreamReport {
+            allocations_placed: 1900,
+            ..Default::default()
+        };
+        let v = summarize(&variant("a"), stream, samples(), 21.0, vec![]);
+        assert_eq!(v.name, "a");
+        assert_eq!(v.server_args, ["--flag"]);
+        // Cores: CPU-seconds grown over the 20 s each process was sampled.
+        let cores = |name: &str| v.cpu_cores[name];
+        assert!(close(cores("server-1"), 5.0 / 20.0), "{:?}", v.cpu_cores);
+        assert!(close(cores("server-2"), 2.0 / 20.0));
+        assert!(close(cores("nodesim"), 1.0 / 20.0));
+        assert!(close(cores("loadgen"), 1.5 / 20.0), "across the restart");
+        assert!(close(v.server_cpu_cores(), 0.35));
+        // 9.5 CPU-seconds in all over 1,900 placements.
+        assert!(close(v.cpu_seconds_per_1000_placements.unwrap(), 5.0));
+        // Peak memory, not the last sample's.
+        assert!(close(v.rss_mib["server-1"], 300.0));
+        assert!(close(v.rss_mib["server-2"], 70.0));
+        // Entries: the most any server applied; queries: added up.
+        let map = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
+        };
+        assert_eq!(
+            v.raft_entries_by_type,
+            map(&[("alloc_client_update", 30), ("plan_apply", 10)])
+        );
+        assert!(close(v.client_update_share, 0.75));
+        assert!(close(v.client_update_byte_share, 0.25));
+        assert_eq!(v.blocking_queries_by_source, map(&[("job", 6)]));
+        assert_eq!(v.client_update_rpcs, map(&[("high", 8), ("low", 3)]));
+        assert_eq!(v.state_objects, map(&[("jobs", 7)]));
+        assert_eq!(v.state_objects_peak, map(&[("jobs", 10)]));
+        assert_eq!(v.gc_collected, map(&[("evals", 2)]));
+        // A 20 s run says nothing of a soak's growth after ten minutes.
+        assert_eq!(v.server_rss_growth_after_10m, None);
+        assert_eq!(v.seconds, 21.0);
+        assert_eq!(v.series.len(), 4);
+    }
+
+    #[test]
+    fn a_soak_reports_memory_growth_after_ten_minutes_and_its_slope() {
+        // Flat at 100 MiB for ten minutes, then 1 MiB more each minute.
+        let points: Vec<(f64, Vec<(&str, f64)>)> = (0..=20)
+            .map(|m| {
+                let mib = 100.0 + (m as f64 - 10.0).max(0.0);
+                (
+                    m as f64 * 60.0,
+                    vec![(RSS, mib * MB), (ENTRIES_PLAN, m as f64)],
+                )
+            })
+            .collect();
+        let refs: Vec<(f64, &[(&str, f64)])> =
+            points.iter().map(|(t, v)| (*t, v.as_slice())).collect();
+        let stream = StreamReport::default();
+        let v = summarize(
+            &variant("soak"),
+            stream,
+            vec![series("server-1", &refs)],
+            1200.0,
+            vec![],
+        );
+        let growth = v.server_rss_growth_after_10m.unwrap();
+        assert!(close(growth, 0.1), "{growth}");
+        let slope = v.server_rss_slope_mib_per_min.unwrap();
+        assert!(close(slope, 1.0), "{slope}");
+        // Nothing placed: no cost per placement.
+        assert_eq!(v.cpu_seconds_per_1000_placements, None);
+    }
+}

@@ -1,0 +1,213 @@
+//! What a capacity run found, as `summary.json` says it: the summary model,
+//! the checks against the scenario's SLO, and the comparison with an earlier
+//! run's summary (`--baseline`).
+//!
+//! It lives apart from `capacity`, which runs the processes, and from
+//! `report`, which renders it, so that both depend on it and not on each
+//! other. [`figures`] turns a variant's samples into its figures (the
+//! results model), [`slo`] checks them against the scenario, and
+//! [`baseline`] against an earlier run. Everything here is pure (no I/O, no
+//! processes, no async): it can be tested on values alone.
+//!
+//! The field names are a contract: `loadgen/summary.schema.json` describes
+//! them, and dashboards and baselines read them.
+
+mod baseline;
+mod figures;
+mod slo;
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+pub use baseline::{parse_baseline, regressions};
+pub use figures::summarize;
+pub use slo::{audit_failures, judge, slo_breaches};
+
+use crate::faults::{Audit, FaultReport};
+use crate::sampler::Series;
+use crate::scenario::Scenario;
+use crate::search::SearchReport;
+use crate::stream::StreamReport;
+
+/// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    pub schema_version: u32,
+    pub scenario: Scenario,
+    /// The first variant's totals (the only one when there are no variants).
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    pub variants: Vec<VariantSummary>,
+    /// SLO thresholds breached, by variant.
+    pub slo_breaches: Vec<String>,
+    /// Measures more than 10% worse than `--baseline`'s, by variant.
+    pub regressions: Vec<String>,
+    /// Audits that found acknowledged jobs missing or jobs never submitted
+    /// (or could not check), by variant; the run fails on any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub audit_failures: Vec<String>,
+    pub complete: bool,
+    /// The Prometheus that scraped the run, when one was installed.
+    pub prometheus: Option<PrometheusInfo>,
+    /// With `--find-max-rate`: the probes and the highest rate that met the SLOs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub search: Option<SearchReport>,
+}
+
+/// One variant's results.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VariantSummary {
+    pub name: String,
+    /// Whether the cluster ran with mutual TLS and ACL tokens.
+    pub tls: bool,
+    pub server_args: Vec<String>,
+    pub nodesim_args: Vec<String>,
+    /// Raft entries applied during the run, by message type.
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    /// Bytes of those entries, by message type.
+    pub raft_bytes_by_type: BTreeMap<String, u64>,
+    /// Blocking queries started during the run, by source, over all servers.
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    /// nodesim's Node.UpdateAlloc calls, by priority.
+    pub client_update_rpcs: BTreeMap<String, u64>,
+    /// Time deployment-watcher queries spent queued for the shared query
+    /// rate limiter, summed over queries (the leader's watchers).
+    pub deployment_query_wait_seconds: f64,
+    /// Share of raft entries that are client allocation updates.
+    pub client_update_share: f64,
+    /// Share of raft bytes that are client allocation updates.
+    pub client_update_byte_share: f64,
+    pub stream: StreamReport,
+    /// Average cores each process used over the run: every server, every
+    /// nodesim and loadgen itself.
+    pub cpu_cores: BTreeMap<String, f64>,
+    /// CPU-seconds every process of the run used during the stream (the
+    /// growth of each one's own CPU counter: servers, nodesim, loadgen),
+    /// per 1,000 allocations placed in the same window; null when nothing
+    /// was placed. Lower is better.
+    pub cpu_seconds_per_1000_placements: Option<f64>,
+    /// Peak resident memory of each process, in MiB.
+    pub rss_mib: BTreeMap<String, f64>,
+    /// How fast the steepest server's resident memory grew over the second
+    /// half of the run, MiB per minute (least squares over its samples);
+    /// `None` with too few samples.
+    pub server_rss_slope_mib_per_min: Option<f64>,
+    /// For runs of more than ten minutes: how much the most-grown server's
+    /// resident memory grew from ten minutes in to the end (0.1 is 10%).
+    pub server_rss_growth_after_10m: Option<f64>,
+    /// Rows in the state at the end of the run, by table, and the most at
+    /// any sample (the most any server held).
+    pub state_objects: BTreeMap<String, u64>,
+    pub state_objects_peak: BTreeMap<String, u64>,
+    /// Rows garbage collection removed during the run, by kind.
+    pub gc_collected: BTreeMap<String, u64>,
+    pub seconds: f64,
+    /// Wall-clock start and end of the stream, in Unix seconds: the time
+    /// range to look at in Prometheus or Grafana.
+    pub started_unix: f64,
+    pub ended_unix: f64,
+    /// Empty when the run completed; otherwise what went wrong (the report is partial).
+    pub problems: Vec<String>,
+    /// The scenario's faults as they were injected, with what each cost
+    /// (absent when the scenario has none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub faults: Vec<FaultReport>,
+    /// Every acknowledged job checked on every server after the stream
+    /// (present whenever the scenario has faults).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audit: Option<Audit>,
+    /// The samples behind the report's plots; written to `samples.json`, not here.
+    #[serde(skip)]
+    pub series: Vec<Series>,
+    /// Job registrations acknowledged per second over the stream (one-second
+    /// bins, seconds from its start), plotted when the scenario has faults.
+    #[serde(skip)]
+    pub acks_per_second: Vec<(f64, f64)>,
+}
+
+impl VariantSummary {
+    /// The server CPU the variant used: the sum of the servers' average cores.
+    pub fn server_cpu_cores(&self) -> f64 {
+        self.cpu_cores
+            .iter()
+            .filter(|(k, _)| k.starts_with("server"))
+            // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
+            .fold(0.0, |sum, (_, c)| sum + c)
+    }
+}
+
+/// CPU-seconds per 1,000 placements: `cpu_seconds` used while `placements`
+/// allocations were placed, times 1,000; `None` when nothing was placed
+/// (there is no cost per placement to speak of).
+pub fn cpu_seconds_per_1000_placements(cpu_seconds: f64, placements: u64) -> Option<f64> {
+    (placements > 0).then(|| cpu_seconds.max(0.0) * 1000.0 / placements as f64)
+}
+
+/// What `summary.json` says about the run's Prometheus.
+#[derive(Debug, Clone, Serialize)]
+pub struct PrometheusInfo {
+    /// Where it listened during the run.
+    pub url: String,
+    /// To browse the run later: the command that serves its data again.
+    pub browse: String,
+}
+
+impl RunSummary {
+    /// The run's summary from the variants run so far, of `planned`: the
+    /// first variant's totals, the SLO breaches, the regressions against
+    /// `baseline`, failed audits, and whether the run is complete.
+    pub fn new(
+        scenario: &Scenario,
+        variants: &[VariantSummary],
+        planned: usize,
+        baseline: Option<&serde_json::Value>,
+        prometheus: Option<PrometheusInfo>,
+        search: Option<SearchReport>,
+    ) -> Self {
+        let first = variants.first();
+        RunSummary {
+            schema_version: SCHEMA_VERSION,
+            scenario: scenario.clone(),
+            raft_entries_by_type: first
+                .map(|v| v.raft_entries_by_type.clone())
+                .unwrap_or_default(),
+            blocking_queries_by_source: first
+                .map(|v| v.blocking_queries_by_source.clone())
+                .unwrap_or_default(),
+            variants: variants.to_vec(),
+            regressions: baseline
+                .map(|b| regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
+                .unwrap_or_default(),
+            slo_breaches: slo_breaches(&scenario.slo, variants),
+            audit_failures: audit_failures(variants),
+            complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
+            prometheus,
+            search,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_per_1000_placements_is_cpu_seconds_over_placements_and_null_without_any() {
+        // 12 CPU-seconds over 4,000 placements: 3 CPU-s per 1,000.
+        assert_eq!(cpu_seconds_per_1000_placements(12.0, 4000), Some(3.0));
+        assert_eq!(cpu_seconds_per_1000_placements(0.5, 1), Some(500.0));
+        assert_eq!(cpu_seconds_per_1000_placements(7.0, 0), None);
+        let v = VariantSummary {
+            name: "idle".into(),
+            ..Default::default()
+        };
+        let json = serde_json::to_value(&v).unwrap();
+        assert!(
+            json["cpu_seconds_per_1000_placements"].is_null(),
+            "present, as null: {json}"
+        );
+    }
+}
