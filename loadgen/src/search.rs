@@ -5,7 +5,10 @@
 //! geometrically until the failing rate is within 10% of the passing one,
 //! as long as the time budget allows another probe. A probe whose p99 lands
 //! within 10% of a threshold is run again, and its rate passes only if both
-//! runs do: one run's noise is not a capacity figure.
+//! runs do: one run's noise is not a capacity figure. A probe whose run was
+//! invalid (loadgen, nodesim or the machine saturated: `validity`) measured
+//! the harness, not the cluster: it counts as unknown, never as a pass, and
+//! the search stays below its rate, saying "at least" what passed.
 
 use serde::Serialize;
 
@@ -32,6 +35,11 @@ pub struct Probe {
     pub repeat: bool,
     /// How long the probe took, start to end, seconds.
     pub seconds: f64,
+    /// Whether the run measured the cluster; an invalid probe is unknown.
+    pub valid: bool,
+    /// Why it was invalid.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invalid: Vec<String>,
 }
 
 /// The search's outcome, as `summary.json` gives it.
@@ -41,6 +49,13 @@ pub struct SearchReport {
     pub parameter: String,
     /// The highest rate that met every SLO (in every run of it).
     pub max_passing: Option<f64>,
+    /// Whether `max_passing` is only a lower bound: no failing rate was
+    /// found above it (the top of the range, the budget, or the harness's
+    /// own limit stopped the search).
+    pub at_least: bool,
+    /// The lowest rate whose probe was invalid: the harness's limit on this
+    /// machine, above which the search does not go.
+    pub harness_limit: Option<f64>,
     /// The lowest rate that breached one.
     pub min_failing: Option<f64>,
     pub probes: Vec<Probe>,
@@ -69,21 +84,34 @@ impl Search {
         self.probes.push(probe);
     }
 
-    /// Whether every run at `value` passed (a rate run twice passes only if
-    /// both runs did).
+    /// Whether every run at `value` was valid and passed (a rate run twice
+    /// passes only if both runs did).
     fn passed_at(&self, value: f64) -> bool {
         self.probes
             .iter()
             .filter(|p| p.value == value)
-            .all(|p| p.passed)
+            .all(|p| p.valid && p.passed)
     }
 
-    /// The highest rate that passed every time, and the lowest that did not.
+    /// Whether a valid run at `value` breached an SLO.
+    fn failed_at(&self, value: f64) -> bool {
+        let at = self.probes.iter().filter(|p| p.value == value);
+        at.filter(|p| p.valid).any(|p| !p.passed)
+    }
+
+    /// The lowest rate whose run was invalid.
+    pub fn harness_limit(&self) -> Option<f64> {
+        let invalid = self.probes.iter().filter(|p| !p.valid).map(|p| p.value);
+        invalid.min_by(f64::total_cmp)
+    }
+
+    /// The highest rate that passed every time, and the lowest that did not
+    /// (invalid runs count as neither).
     pub fn bracket(&self) -> (Option<f64>, Option<f64>) {
         let mut values: Vec<f64> = self.probes.iter().map(|p| p.value).collect();
         values.sort_by(f64::total_cmp);
         values.dedup();
-        let min_failing = values.iter().copied().find(|v| !self.passed_at(*v));
+        let min_failing = values.iter().copied().find(|v| self.failed_at(*v));
         let max_passing = values
             .iter()
             .copied()
@@ -98,7 +126,14 @@ impl Search {
         if self.probes.is_empty() {
             return Some(self.start);
         }
-        let next = match self.bracket() {
+        // Above the harness's limit nothing can be measured: it bounds the
+        // bracket from above like a failing rate.
+        let (lo, failing) = self.bracket();
+        let hi = match (failing, self.harness_limit()) {
+            (Some(f), Some(h)) => Some(f.min(h)),
+            (f, h) => f.or(h),
+        };
+        let next = match (lo, hi) {
             (Some(lo), Some(hi)) if hi / lo <= PRECISION => return None,
             (Some(lo), Some(hi)) => (lo * hi).sqrt(),
             (Some(lo), None) => lo * 2.0,
@@ -120,8 +155,18 @@ impl Search {
         out_of_budget: bool,
     ) -> SearchReport {
         let (max_passing, min_failing) = self.bracket();
+        let harness_limit = self.harness_limit();
         let repeats = self.probes.iter().filter(|p| p.repeat).count();
+        let invalid = self.probes.iter().filter(|p| !p.valid).count();
+        let at_least = max_passing.is_some() && min_failing.is_none();
         let mut confidence = match (max_passing, min_failing) {
+            (Some(lo), None) if harness_limit.is_some() => format!(
+                "at least {lo} jobs/s met every SLO; at {} jobs/s the harness itself saturated, so the cluster's limit is above what this machine can measure",
+                harness_limit.unwrap_or_default()
+            ),
+            (Some(lo), None) => format!(
+                "at least {lo} jobs/s: every rate probed met the SLOs and no failing rate was found (the search may probe up to {MAX_RATE} jobs/s)"
+            ),
             (Some(lo), Some(hi)) if hi / lo <= PRECISION => format!(
                 "{lo} jobs/s met every SLO and {hi} jobs/s ({:.0}% more) did not",
                 (hi / lo - 1.0) * 100.0
@@ -130,14 +175,16 @@ impl Search {
                 "between {lo} and {hi} jobs/s: the bracket is still {:.0}% wide",
                 (hi / lo - 1.0) * 100.0
             ),
-            (Some(lo), None) => {
-                format!("every rate up to {lo} jobs/s met the SLOs; no failing rate found")
-            }
             (None, Some(hi)) => format!("even {hi} jobs/s breached an SLO; no passing rate found"),
             (None, None) => "no probe ran".into(),
         };
         if out_of_budget {
             confidence.push_str("; the time budget ran out");
+        }
+        if invalid > 0 {
+            confidence.push_str(&format!(
+                "; {invalid} probe(s) were invalid (the harness, not the cluster, set their result) and count as unknown"
+            ));
         }
         if repeats > 0 {
             confidence.push_str(&format!(
@@ -147,6 +194,8 @@ impl Search {
         SearchReport {
             parameter: "rate".into(),
             max_passing,
+            at_least,
+            harness_limit,
             min_failing,
             probes: self.probes.clone(),
             confidence,
@@ -169,6 +218,8 @@ mod tests {
             breaches: vec![],
             repeat: false,
             seconds: 1.0,
+            valid: true,
+            invalid: vec![],
         }
     }
 
@@ -210,6 +261,62 @@ mod tests {
         assert_eq!(s.next(), Some(2.0));
         let r = s.report(60.0, 10.0, true);
         assert!(r.confidence.contains("budget ran out") && r.confidence.contains("twice"));
+    }
+
+    #[test]
+    fn an_invalid_probe_is_unknown_and_the_search_stays_below_it() {
+        // The cluster would meet the SLO up to 100 jobs/s, but from 16
+        // jobs/s on the harness saturates: those runs are invalid.
+        let mut s = Search::new(4.0);
+        while let Some(v) = s.next() {
+            let saturated = v >= 16.0;
+            s.record(Probe {
+                valid: !saturated,
+                invalid: if saturated {
+                    vec!["nodesim used 0.97".into()]
+                } else {
+                    vec![]
+                },
+                ..probe(v, v <= 100.0)
+            });
+            assert!(s.probes.len() < 40, "the search ends");
+        }
+        let (lo, hi) = s.bracket();
+        assert_eq!(hi, None, "an invalid probe is no failure");
+        let lo = lo.unwrap();
+        assert!(lo < 16.0 && 16.0 / lo <= PRECISION, "{lo}");
+        assert!(s
+            .probes
+            .iter()
+            .filter(|p| !p.valid)
+            .all(|p| p.value >= 16.0));
+        let r = s.report(60.0, 30.0, false);
+        assert!(r.at_least && r.harness_limit == Some(16.0), "{r:?}");
+        assert!(
+            r.confidence.starts_with(&format!("at least {lo} jobs/s")),
+            "{}",
+            r.confidence
+        );
+        assert!(
+            r.confidence.contains("harness itself saturated"),
+            "{}",
+            r.confidence
+        );
+    }
+
+    #[test]
+    fn a_search_that_passes_at_the_top_of_its_range_says_at_least() {
+        let s = run(5_000.0, 1e9);
+        let r = s.report(60.0, 30.0, false);
+        assert_eq!(
+            (r.max_passing, r.min_failing, r.at_least),
+            (Some(MAX_RATE), None, true)
+        );
+        assert!(
+            r.confidence.starts_with("at least 10000 jobs/s"),
+            "{}",
+            r.confidence
+        );
     }
 
     #[test]

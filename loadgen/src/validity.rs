@@ -34,12 +34,51 @@ pub struct Validity {
 /// What the run had to work with.
 #[derive(Debug, Clone)]
 pub struct Budget {
-    /// The machine's cores.
+    /// The machine's cores (infinite when the run's processes are not all on it).
     pub machine_cores: f64,
     /// The load generators (by series name: `loadgen`, `nodesim`,
     /// `nodesim-2`, ...), each with the cores it can use (its threads, at
     /// most the machine's).
     pub generators: Vec<(String, f64)>,
+}
+
+impl Budget {
+    /// A run on this machine: loadgen's runtime takes every core, each
+    /// nodesim process its `--threads` (`nodesim_args`, default 1).
+    /// `local` is false for a cluster elsewhere: then only loadgen is
+    /// judged here (the machine's cores are not the other processes').
+    pub fn new(series: &[Series], nodesim_args: &[String], local: bool) -> Budget {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let nodesim = nodesim_threads(nodesim_args).min(cores);
+        let mut generators = vec![(crate::sampler::LOADGEN_TARGET.to_string(), cores)];
+        if local {
+            let shards = series
+                .iter()
+                .filter(|s| s.target.name.starts_with("nodesim"));
+            generators.extend(shards.map(|s| (s.target.name.clone(), nodesim)));
+        }
+        Budget {
+            machine_cores: if local { cores } else { f64::INFINITY },
+            generators,
+        }
+    }
+}
+
+/// The threads nodesim runs on, from its flags: the last `--threads N`
+/// (or `--threads=N`), else its default, one.
+pub fn nodesim_threads(args: &[String]) -> f64 {
+    let mut threads = 1.0;
+    for (i, a) in args.iter().enumerate() {
+        let value = match a.strip_prefix("--threads") {
+            Some("") => args.get(i + 1).map(String::as_str),
+            Some(v) => v.strip_prefix('='),
+            None => None,
+        };
+        if let Some(n) = value.and_then(|v| v.parse::<f64>().ok()) {
+            threads = n;
+        }
+    }
+    threads
 }
 
 /// The stream's counts that say whether loadgen kept its schedule.
@@ -89,7 +128,7 @@ pub fn judge(schedule: Schedule, series: &[Series], budget: &Budget) -> Validity
         .collect();
     if let Some((from, used)) = peak(&grid, &machine) {
         let cores = budget.machine_cores;
-        if used >= MACHINE_SATURATED * cores {
+        if cores.is_finite() && used >= MACHINE_SATURATED * cores {
             reasons.push(format!(
                 "the run's processes used {used:.2} of the machine's {cores:.0} cores in the {WINDOW_S:.0} s from {from:.0} s (at least {:.0}%)",
                 MACHINE_SATURATED * 100.0
@@ -251,6 +290,17 @@ mod tests {
         assert!(
             v.reasons[0].starts_with("the run's processes used 2.00 of the machine's 2 cores"),
             "{v:?}"
+        );
+    }
+
+    #[test]
+    fn nodesims_threads_come_from_its_last_threads_flag() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(nodesim_threads(&args(&[])), 1.0);
+        assert_eq!(nodesim_threads(&args(&["--threads", "2", "--x"])), 2.0);
+        assert_eq!(
+            nodesim_threads(&args(&["--threads=2", "--threads", "3"])),
+            3.0
         );
     }
 

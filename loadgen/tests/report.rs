@@ -141,6 +141,8 @@ fn summary() -> RunSummary {
         },
         repeat: false,
         seconds: 60.0,
+        valid: true,
+        invalid: vec![],
     };
     RunSummary {
         schema_version: SCHEMA_VERSION,
@@ -156,6 +158,8 @@ fn summary() -> RunSummary {
         search: Some(SearchReport {
             parameter: "rate".into(),
             max_passing: Some(4.0),
+            at_least: false,
+            harness_limit: None,
             min_failing: Some(8.0),
             probes: vec![probe(2.0, true), probe(4.0, true), probe(8.0, false)],
             confidence: "made up".into(),

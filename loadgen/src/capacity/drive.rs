@@ -18,7 +18,8 @@ use crate::progress::Progress;
 use crate::sampler::{self, Target};
 use crate::scenario::{Scenario, Variant};
 use crate::stream;
-use crate::summary::{summarize, VariantSummary};
+use crate::summary::{summarize, window_figures, VariantSummary};
+use crate::validity::{self, Budget, Schedule};
 
 /// How a variant reaches its cluster: the gRPC client, an HTTP client for
 /// `/metrics` (with the cluster's certificate when it has TLS), what to sample.
@@ -85,6 +86,20 @@ pub(super) async fn drive(
     let ended_unix = unix_now();
     let mut summary = summarize(v, report, series, seconds, problems);
     summary.tls = tls;
+    summary.window_figures = window_figures(v, &summary, scenario.duration.as_secs_f64());
+    let nodesim_args: Vec<String> = scenario
+        .nodesim_args
+        .iter()
+        .chain(&v.nodesim_args)
+        .cloned()
+        .collect();
+    let budget = Budget::new(&summary.series, &nodesim_args, cluster.is_some());
+    let schedule = Schedule {
+        scheduled: summary.stream.scheduled,
+        late: summary.stream.late,
+        dropped: summary.stream.dropped,
+    };
+    summary.validity = validity::judge(schedule, &summary.series, &budget);
     summary.started_unix = started_unix;
     summary.ended_unix = ended_unix;
     if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {

@@ -66,6 +66,12 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if let Some(d) = opts.duration {
         scenario = scenario.with_duration(d)?;
     }
+    if let Some(n) = opts.repeat {
+        scenario.repeat = n;
+    }
+    scenario
+        .server_args
+        .extend(opts.server_args.iter().cloned());
     if !scenario.faults.is_empty() && !opts.servers.is_empty() {
         return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
     }

@@ -30,6 +30,18 @@ pub struct CapacityOpts {
     /// scenario's [search] budget, or 30m].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub budget: Option<Duration>,
+    /// Run each variant N times, each on a fresh cluster, interleaved across
+    /// variants (A B A B ...) so that drift in the machine hits all alike;
+    /// summary.json gets every repetition's measures and each measure's
+    /// median with a 95% interval [default: the scenario's `repeat`, or 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::scenario::MAX_REPEAT as i64))]
+    pub repeat: Option<u32>,
+    /// A `cluster serve` flag for every variant's servers, after the
+    /// scenario's own (may be repeated; give a flag and its value apart:
+    /// `--server-arg=--raft-batching --server-arg=off`): what a change of
+    /// setting buys, with the same scenario.
+    #[arg(long = "server-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub server_args: Vec<String>,
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
     #[arg(long)]
     pub out: Option<PathBuf>,

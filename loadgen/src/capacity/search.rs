@@ -64,7 +64,7 @@ pub(super) async fn find_max_rate(
         announce(variants.len() + 1, value, repeat, budget, began);
         let (summary, probe, took) = run_probe(scenario, value, repeat, out, ctx).await?;
         longest = longest.max(took);
-        if probe.passed && probe.near && !repeat {
+        if probe.probe.valid && probe.passed && probe.near && !repeat {
             again = Some(value);
         }
         search.record(probe.probe);
@@ -121,15 +121,20 @@ async fn run_probe(
         tls: None,
     };
     let t0 = Instant::now();
-    let summary = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
+    let run = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
+    let summary = summary::combine(vec![run]).expect("one run");
     let took = t0.elapsed();
     let (passed, near, breaches) = summary::judge(&scenario.slo, &summary);
+    let valid = summary.validity.valid;
     eprintln!(
         "loadgen:   {value} jobs/s {}",
-        if passed {
-            "met every SLO".to_string()
-        } else {
-            format!("failed: {}", breaches.join("; "))
+        match (valid, passed) {
+            (false, _) => format!(
+                "unknown: the run was invalid ({})",
+                summary.validity.reasons.join("; ")
+            ),
+            (true, true) => "met every SLO".to_string(),
+            (true, false) => format!("failed: {}", breaches.join("; ")),
         }
     );
     let probe = Probe {
@@ -140,6 +145,8 @@ async fn run_probe(
         breaches,
         repeat,
         seconds: t0.elapsed().as_secs_f64(),
+        valid,
+        invalid: summary.validity.reasons.clone(),
     };
     Ok((
         summary,

@@ -1,5 +1,7 @@
 //! A plain run: every variant of the scenario in turn (only the first
-//! against a given cluster), the run's files rewritten after each.
+//! against a given cluster), each `repeat` times, the repetitions
+//! interleaved (A B A B ...) so that drift in the machine hits every
+//! variant alike; the run's files rewritten after each.
 
 use std::path::Path;
 
@@ -8,9 +10,9 @@ use super::error::CapacityError;
 use super::local::run_local;
 use super::remote::run_remote;
 use crate::scenario::Scenario;
-use crate::summary::{RunSummary, VariantSummary};
+use crate::summary::{combine, RunSummary, VariantSummary};
 
-/// Every variant of the scenario in turn (only the first with --servers).
+/// Every variant of the scenario (only the first with --servers), `repeat` times.
 pub(super) async fn run_variants(
     scenario: &Scenario,
     out: &Path,
@@ -23,32 +25,47 @@ pub(super) async fn run_variants(
     } else {
         scenario.runs().into_iter().take(1).collect()
     };
-    let mut variants = Vec::new();
-    let finish = |variants: &[VariantSummary]| {
-        finish(scenario, variants, out, runs.len(), ctx, baseline, None)
+    let repeat = scenario.repeat.max(1) as usize;
+    let mut done: Vec<Vec<VariantSummary>> = vec![Vec::new(); runs.len()];
+    let finish = |done: &[Vec<VariantSummary>]| {
+        let variants: Vec<VariantSummary> = done
+            .iter()
+            .filter_map(|reps| combine(reps.clone()))
+            .collect();
+        finish(scenario, &variants, out, runs.len(), ctx, baseline, None)
     };
-    for (i, v) in runs.iter().enumerate() {
-        let scenario_v = scenario.for_variant(v);
-        eprintln!(
-            "loadgen: {} {}/{}: {} ({} nodes, {} of jobs)",
-            scenario.name,
-            i + 1,
-            runs.len(),
-            v.name,
-            scenario_v.nodes,
-            humantime::format_duration(scenario.duration)
-        );
-        let dir = out.join(&v.name);
-        let summary = match local {
-            true => run_local(&scenario_v, v, &dir, ctx).await?,
-            false => run_remote(&scenario_v, v, &dir, ctx).await?,
-        };
-        // Written after every variant, so a later failure leaves this one.
-        variants.push(summary);
-        let partial = finish(&variants)?;
-        if !partial.complete && variants.last().is_some_and(|v| !v.problems.is_empty()) {
-            break;
+    'runs: for rep in 0..repeat {
+        for (i, v) in runs.iter().enumerate() {
+            let scenario_v = scenario.for_variant(v);
+            let of = match repeat {
+                1 => String::new(),
+                _ => format!(", repetition {}/{repeat}", rep + 1),
+            };
+            eprintln!(
+                "loadgen: {} {}/{}: {} ({} nodes, {} of jobs{of})",
+                scenario.name,
+                i + 1,
+                runs.len(),
+                v.name,
+                scenario_v.nodes,
+                humantime::format_duration(scenario.duration)
+            );
+            let dir = match repeat {
+                1 => out.join(&v.name),
+                _ => out.join(&v.name).join(format!("rep-{}", rep + 1)),
+            };
+            let summary = match local {
+                true => run_local(&scenario_v, v, &dir, ctx).await?,
+                false => run_remote(&scenario_v, v, &dir, ctx).await?,
+            };
+            let failed = !summary.problems.is_empty();
+            // Written after every run, so a later failure leaves this one.
+            done[i].push(summary);
+            let partial = finish(&done)?;
+            if !partial.complete && failed {
+                break 'runs;
+            }
         }
     }
-    finish(&variants)
+    finish(&done)
 }

@@ -7,7 +7,8 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-use super::{by_name, Comparison, Verdict};
+use super::{Comparison, Verdict};
+use crate::summary::measures::by_name;
 
 /// The table for the terminal.
 pub fn table(c: &Comparison) -> String {

@@ -154,7 +154,7 @@ fn different_scenarios_or_variants_cannot_be_compared() {
     let a = run("default", &[1.0], &[1.0]);
     let b = run("c2m-mini", &[1.0], &[1.0]);
     let err = compare(&a, &b, &[], ("a", "b")).unwrap_err();
-    assert!(matches!(err, CompareError::Scenarios { .. }), "{err}");
+    assert!(matches!(err, Mismatch::Scenarios { .. }), "{err}");
     let mut c = run("default", &[1.0], &[1.0]);
     c["variants"][0]["name"] = json!("legacy");
     let err = compare(&a, &c, &[], ("a", "b")).unwrap_err();

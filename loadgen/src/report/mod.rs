@@ -84,6 +84,17 @@ pub fn html(s: &RunSummary) -> String {
     if !s.complete {
         page.push_str("<p class=\"warn\" id=\"partial\">This run did not complete: the report is partial.</p>");
     }
+    for v in &s.variants {
+        match v.validity.valid {
+            true => {
+                let _ = write!(page, "<p class=\"valid\">{}: valid: the harness kept its schedule and neither it nor the machine saturated.</p>", escape(&v.name));
+            }
+            false => {
+                let reasons: Vec<String> = v.validity.reasons.iter().map(|r| escape(r)).collect();
+                let _ = write!(page, "<p class=\"warn invalid\">{}: INVALID: the harness, not the cluster, set these figures: {}</p>", escape(&v.name), reasons.join("; "));
+            }
+        }
+    }
     for b in &s.slo_breaches {
         let _ = write!(page, "<p class=\"warn\">SLO breached: {}</p>", escape(b));
     }

@@ -5,6 +5,8 @@
 use std::fmt::Write;
 
 use super::escape;
+use crate::stats::Method;
+use crate::summary::measures::MEASURES;
 use crate::summary::{RunSummary, VariantSummary};
 
 /// One measure of every variant; `sub` rows detail the row above them.
@@ -17,6 +19,15 @@ struct Row {
 /// A measure to one decimal, or `-` when there is none.
 fn tenths(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// A figure with as many digits as it needs.
+fn figure(x: f64) -> String {
+    match x.abs() {
+        a if a >= 100.0 => format!("{x:.0}"),
+        a if a >= 1.0 => format!("{x:.2}"),
+        _ => format!("{x:.3}"),
+    }
 }
 
 /// The kinds of garbage collection, in the order the table shows them.
@@ -34,6 +45,12 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             values: s.variants.iter().map(f).collect(),
         });
     };
+    // First whether the run measured the cluster at all.
+    row("validity", &|v| match v.validity.valid {
+        true => "valid".into(),
+        false => format!("INVALID ({} reasons below)", v.validity.reasons.len()),
+    });
+    row("repetitions", &|v| v.repetitions.len().max(1).to_string());
     row("jobs submitted (late, dropped, failed)", &|v| {
         let st = &v.stream;
         format!(
@@ -174,6 +191,29 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             None => "-".into(),
         });
     }
+    // Each measure's median and 95% interval: over the repetitions, or
+    // over one run's 10 s windows (batch means).
+    for m in MEASURES {
+        if !s.variants.iter().any(|v| v.intervals.contains_key(m.name)) {
+            continue;
+        }
+        row(
+            &format!("{}: median [95% interval]", m.label),
+            &|v| match v.intervals.get(m.name) {
+                Some(i) => format!(
+                    "{} [{}, {}]{}",
+                    figure(i.median),
+                    figure(i.lo),
+                    figure(i.hi),
+                    match i.method {
+                        Method::BatchMeans => " windows",
+                        Method::OrderStatistics => "",
+                    }
+                ),
+                None => "-".into(),
+            },
+        );
+    }
     row("problems", &|v| {
         if v.problems.is_empty() {
             "none".into()
@@ -215,6 +255,11 @@ pub fn terminal(s: &RunSummary) -> String {
             let _ = write!(out, "  {v:>w$}");
         }
     }
+    for v in s.variants.iter().filter(|v| !v.validity.valid) {
+        for why in &v.validity.reasons {
+            let _ = write!(out, "\nINVALID {}: {why}", v.name);
+        }
+    }
     if let Some(search) = &s.search {
         let _ = write!(out, "\nsearch for the highest rate: {}", search.confidence);
         for p in &search.probes {
@@ -224,7 +269,11 @@ pub fn terminal(s: &RunSummary) -> String {
                 p.value,
                 p.p99_placement_ms,
                 p.p99_running_ms,
-                if p.passed { "met the SLOs" } else { "failed" },
+                match (p.valid, p.passed) {
+                    (false, _) => "unknown (invalid run)",
+                    (true, true) => "met the SLOs",
+                    (true, false) => "failed",
+                },
                 if p.repeat { " (again)" } else { "" }
             );
         }

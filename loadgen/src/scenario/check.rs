@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::{
     Arrival, FaultAction, FaultStep, Kind, Scenario, ScenarioError, SweepParameter, MAX_DURATION,
+    MAX_REPEAT,
 };
 
 impl Scenario {
@@ -20,6 +21,9 @@ impl Scenario {
         };
         if !(1..=9).contains(&self.servers) {
             return bad("servers", "must be 1 to 9");
+        }
+        if !(1..=MAX_REPEAT).contains(&self.repeat) {
+            return bad("repeat", &format!("must be 1 to {MAX_REPEAT}"));
         }
         if self.nodes == 0 || self.nodes > 1_000_000 {
             return bad("nodes", "must be 1 to 1,000,000");

@@ -21,6 +21,8 @@ pub use model::*;
 
 /// Longest job stream a scenario (or `--duration`) may ask for.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// The most repetitions of a variant a run may ask for (`repeat`, `--repeat`).
+pub const MAX_REPEAT: u32 = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {

@@ -55,6 +55,11 @@ pub struct Scenario {
     /// Run as a search for the highest arrival rate that meets the SLOs, as
     /// `--find-max-rate` does for any scenario.
     pub search: Option<SearchBlock>,
+    /// How many times each variant runs, each on a fresh cluster,
+    /// interleaved across variants (A B A B ...), for intervals over
+    /// repetitions; `loadgen capacity --repeat` overrides it.
+    #[serde(default = "defaults::repeat", skip_serializing_if = "defaults::is_one")]
+    pub repeat: u32,
     /// Faults injected during the stream of every variant, in time order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultStep>,
@@ -171,6 +176,12 @@ impl SweepParameter {
 
 mod defaults {
     use std::time::Duration;
+    pub fn repeat() -> u32 {
+        1
+    }
+    pub fn is_one(n: &u32) -> bool {
+        *n == 1
+    }
     pub fn servers() -> u32 {
         3
     }
@@ -276,7 +287,7 @@ pub struct Slo {
     pub p99_running_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Variant {
     /// Names its setting, e.g. `legacy` or `prioritized`.

@@ -47,9 +47,6 @@ struct Tally {
     placement: Option<Histogram<u64>>,
     running: Option<Histogram<u64>>,
     last_placement: Option<Instant>,
-    /// Each job that ran: when it was scheduled (s from the start) and how
-    /// long it took to run (ms), for the measures window by window.
-    runs: Vec<(f64, f64)>,
     /// Jobs followed to running: the ones a stop may pick.
     settled: HashSet<String>,
 }
@@ -264,7 +261,7 @@ pub async fn run(
         .as_ref()
         .map(percentiles_ms)
         .unwrap_or_default();
-    tally.report.running_windows = windows(&tally.runs, total);
+    tally.report.running_windows = windows(&tally.report.jobs.ran, total);
     let q = sketch_quantiles();
     tally.report.latency_quantiles = LatencyQuantiles {
         placement_ms: quantiles_ms(tally.placement.as_ref(), &q),
@@ -342,6 +339,9 @@ async fn submit_and_follow(
     {
         let mut t = tally.lock().unwrap();
         Tally::record(&mut t.placement, &metrics.placement, scheduled);
+        let at = (scheduled - start).as_secs_f64();
+        let ms = scheduled.elapsed().as_secs_f64() * 1000.0;
+        t.report.jobs.placed.push((at, ms));
         t.report.placed += 1;
         t.last_placement = Some(Instant::now());
     }
@@ -388,9 +388,10 @@ async fn submit_and_follow(
         if enough {
             let mut t = tally.lock().unwrap();
             Tally::record(&mut t.running, &metrics.time_to_running, scheduled);
-            t.runs.push((
+            t.report.jobs.ran.push((
                 (scheduled - start).as_secs_f64(),
                 scheduled.elapsed().as_secs_f64() * 1000.0,
+                up as u64,
             ));
             t.settled.insert(job.id.clone());
             t.report.running += 1;

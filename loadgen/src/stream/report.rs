@@ -33,6 +33,75 @@ pub struct StreamReport {
     /// The whole latency distributions, not only their percentiles: what
     /// the report plots as CDFs.
     pub latency_quantiles: LatencyQuantiles,
+    /// Every job placed and every job that ran, for the figures of a slice
+    /// of the stream (a run's intervals from its own windows).
+    #[serde(skip)]
+    pub jobs: JobTimes,
+}
+
+/// Job by job, in seconds from the start of the stream and milliseconds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobTimes {
+    /// When each placed job was scheduled, and how long it took to be placed.
+    pub placed: Vec<(f64, f64)>,
+    /// When each job that ran was scheduled, how long it took to run, and
+    /// the allocations up then (the placements it counts).
+    pub ran: Vec<(f64, f64, u64)>,
+}
+
+impl Percentiles {
+    /// Nearest-rank percentiles of `ms` (any order).
+    pub fn of(ms: &[f64]) -> Self {
+        let mut v = ms.to_vec();
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| match v.len() {
+            0 => 0.0,
+            n => v[((n as f64 * q).ceil() as usize).clamp(1, n) - 1],
+        };
+        Percentiles {
+            count: v.len() as u64,
+            p50: at(0.5),
+            p90: at(0.9),
+            p99: at(0.99),
+            max: at(1.0),
+        }
+    }
+}
+
+impl StreamReport {
+    /// What the stream measured of the jobs in `[from, to)` seconds: the
+    /// latencies of those scheduled in it, and the placements (allocations
+    /// up) of those that ran in it.
+    pub fn slice(&self, from: f64, to: f64) -> StreamReport {
+        let within = |t: f64| t >= from && t < to;
+        let placed: Vec<f64> = self
+            .jobs
+            .placed
+            .iter()
+            .filter(|j| within(j.0))
+            .map(|j| j.1)
+            .collect();
+        let ran: Vec<f64> = self
+            .jobs
+            .ran
+            .iter()
+            .filter(|j| within(j.0))
+            .map(|j| j.1)
+            .collect();
+        let allocations: u64 = (self.jobs.ran.iter())
+            .filter(|(at, ms, _)| within(at + ms / 1000.0))
+            .map(|j| j.2)
+            .sum();
+        StreamReport {
+            placed: placed.len() as u64,
+            running: ran.len() as u64,
+            placement_ms: Percentiles::of(&placed),
+            time_to_running_ms: Percentiles::of(&ran),
+            allocations_placed: allocations,
+            placements_per_second: allocations as f64 / (to - from).max(1e-9),
+            ..StreamReport::default()
+        }
+    }
 }
 
 /// A sorted quantile sketch of the placement and time-to-running
@@ -129,22 +198,18 @@ pub const WINDOW: Duration = Duration::from_secs(300);
 /// when each job was scheduled: 5-minute windows, or six equal ones for a
 /// stream shorter than 30 minutes. What shows whether a long run stays as
 /// fast at its end as at its start.
-pub(super) fn windows(runs: &[(f64, f64)], total: f64) -> Vec<Window> {
+pub(super) fn windows(runs: &[(f64, f64, u64)], total: f64) -> Vec<Window> {
     let width = (total / 6.0).clamp(1.0, WINDOW.as_secs_f64());
     let n = (total / width).ceil().max(1.0) as usize;
     (0..n)
         .map(|i| {
             let (from, to) = (i as f64 * width, ((i + 1) as f64 * width).min(total));
-            let mut ms: Vec<f64> = runs
+            let ms: Vec<f64> = runs
                 .iter()
-                .filter(|(at, _)| *at >= from && (*at < to || i == n - 1))
-                .map(|(_, ms)| *ms)
+                .filter(|(at, _, _)| *at >= from && (*at < to || i == n - 1))
+                .map(|(_, ms, _)| *ms)
                 .collect();
-            ms.sort_by(f64::total_cmp);
-            let p99 = (!ms.is_empty()).then(|| {
-                let rank = ((ms.len() as f64 * 0.99).ceil() as usize).clamp(1, ms.len());
-                ms[rank - 1]
-            });
+            let p99 = (!ms.is_empty()).then(|| Percentiles::of(&ms).p99);
             Window {
                 from_s: from,
                 to_s: to,

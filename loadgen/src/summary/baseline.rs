@@ -1,6 +1,8 @@
 //! The comparison with an earlier run's `summary.json` (`--baseline`):
-//! measures more than 10% worse, variant by variant.
+//! gated measures judged worse, variant by variant, by the same comparison
+//! as `loadgen compare`.
 
+use super::comparison::{compare_variant, Verdict};
 use super::SCHEMA_VERSION;
 
 /// Why an earlier run's `summary.json` cannot be a baseline.
@@ -26,72 +28,41 @@ pub fn parse_baseline(text: &str) -> Result<serde_json::Value, BaselineError> {
     }
 }
 
-/// What is compared with a baseline: a name, where it is read, the
-/// smallest growth that counts (so a handful of extra entries is not news),
-/// and the decimals it is told with. For each, lower is better.
-const COMPARED: &[(&str, &str, f64, usize)] = &[
-    ("raft entries", "/raft_entries_by_type", 10.0, 0),
-    ("raft bytes", "/raft_bytes_by_type", 10_000.0, 0),
-    ("client update RPCs", "/client_update_rpcs", 10.0, 0),
-    ("blocking queries", "/blocking_queries_by_source", 10.0, 0),
-    (
-        "deployment query wait s",
-        "/deployment_query_wait_seconds",
-        5.0,
-        0,
-    ),
-    ("p99 placement ms", "/stream/placement_ms/p99", 50.0, 0),
-    (
-        "p99 time to running ms",
-        "/stream/time_to_running_ms/p99",
-        50.0,
-        0,
-    ),
-    // Null (nothing placed) on either side: not compared.
-    (
-        "CPU-s per 1000 placements",
-        "/cpu_seconds_per_1000_placements",
-        0.0,
-        2,
-    ),
-];
-
-/// A number, or the sum of an object's numbers.
-fn measure(v: &serde_json::Value, pointer: &str) -> Option<f64> {
-    match v.pointer(pointer)? {
-        serde_json::Value::Object(m) => Some(m.values().filter_map(|n| n.as_f64()).sum()),
-        n => n.as_f64(),
-    }
-}
-
-/// Measures of each variant more than 10% above the baseline's variant of
-/// the same name.
+/// The gated measures of each variant that are `worse` than the baseline's
+/// variant of the same name (`comparison`: a 95% interval of the ratio
+/// that excludes no change and leaves the noise floor), each with its
+/// ratio and interval. A variant the baseline lacks is not compared; a
+/// run of one repetition is judged on its windows.
 pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -> Vec<String> {
-    let mut out = Vec::new();
     let empty = Vec::new();
     let base = baseline["variants"].as_array().unwrap_or(&empty);
+    let mut out = Vec::new();
     for v in variants.as_array().unwrap_or(&empty) {
-        let name = v["name"].as_str().unwrap_or("?");
         let Some(b) = base.iter().find(|b| b["name"] == v["name"]) else {
             continue;
         };
-        for (what, pointer, floor, decimals) in COMPARED {
-            let (Some(now), Some(was)) = (measure(v, pointer), measure(b, pointer)) else {
-                continue;
-            };
-            if now > was * 1.10 && now - was > *floor {
-                out.push(format!(
-                    "{name}: {what} {now:.decimals$}, baseline {was:.decimals$} (+{:.0}%)",
-                    if was > 0.0 {
-                        100.0 * (now / was - 1.0)
-                    } else {
-                        100.0
-                    }
-                ));
-            }
+        let worse = compare_variant(b, v, &|m| m.gated);
+        for m in worse.iter().filter(|m| m.verdict == Verdict::Worse) {
+            out.push(format!(
+                "{}: {} {} against {} (x{:.2}, 95% interval {:.2} to {:.2})",
+                v["name"].as_str().unwrap_or("?"),
+                m.measure,
+                short(m.b),
+                short(m.a),
+                m.ratio,
+                m.lo,
+                m.hi
+            ));
         }
     }
     out
+}
+
+fn short(x: f64) -> String {
+    match x.abs() >= 100.0 {
+        true => format!("{x:.0}"),
+        false => format!("{x:.3}"),
+    }
 }
 
 #[cfg(test)]
@@ -99,47 +70,39 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A variant of one run whose 10 s windows had these placements/s.
+    fn variant(name: &str, rates: &[f64]) -> serde_json::Value {
+        json!({"name": name,
+               "stream": {"placements_per_second": rates[0]},
+               "intervals": {"placements_per_s": {"method": "batch-means", "samples": rates}}})
+    }
+
     #[test]
-    fn only_growth_past_ten_percent_and_the_floor_is_a_regression() {
+    fn a_gated_measure_judged_worse_is_a_regression_and_noise_is_not() {
         let base = json!({"schema_version": 1, "variants": [
-            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 100, "eval_update": 100},
-             "stream": {"placement_ms": {"p99": 100.0}, "time_to_running_ms": {"p99": 1000.0}}},
+            variant("steady", &[100.0, 101.0, 99.0, 100.0, 102.0, 98.0]),
+            variant("slower", &[100.0, 101.0, 99.0, 100.0, 102.0, 98.0]),
         ]});
         let now = json!([
-            {"name": "legacy", "raft_entries_by_type": {"plan_apply": 150, "eval_update": 100},
-             "stream": {"placement_ms": {"p99": 140.0}, "time_to_running_ms": {"p99": 1050.0}}},
-            {"name": "new", "raft_entries_by_type": {"plan_apply": 1000}},
+            variant("steady", &[99.0, 102.0, 100.0, 98.0, 101.0, 100.0]),
+            variant("slower", &[70.0, 71.0, 69.0, 72.0, 70.0, 68.0]),
+            variant("new", &[1.0, 1.0, 1.0]),
         ]);
         let r = regressions(&base, &now);
-        assert_eq!(
-            r,
-            vec!["legacy: raft entries 250, baseline 200 (+25%)".to_string()]
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert!(
+            r[0].starts_with("slower: placements_per_s 70.000 against 100 (x0.70"),
+            "{r:?}"
         );
     }
 
     #[test]
-    fn more_than_ten_percent_more_cpu_per_placement_is_a_regression() {
+    fn one_figure_against_one_is_never_a_regression() {
+        // Without samples there is no interval, whatever the change.
         let base = json!({"schema_version": 1, "variants": [
-            {"name": "a", "cpu_seconds_per_1000_placements": 4.0},
-            {"name": "b", "cpu_seconds_per_1000_placements": 4.0},
-            {"name": "c", "cpu_seconds_per_1000_placements": 4.0},
-            {"name": "d", "cpu_seconds_per_1000_placements": null},
-        ]});
-        let now = json!([
-            {"name": "a", "cpu_seconds_per_1000_placements": 4.6},
-            {"name": "b", "cpu_seconds_per_1000_placements": 4.4},
-            {"name": "c", "cpu_seconds_per_1000_placements": null},
-            {"name": "d", "cpu_seconds_per_1000_placements": 9.0},
-        ]);
-        // a: +15%; b: +10% exactly is not more than 10%; c and d: nothing
-        // placed on one side, so there is nothing to compare.
-        assert_eq!(
-            regressions(&base, &now),
-            ["a: CPU-s per 1000 placements 4.60, baseline 4.00 (+15%)"]
-        );
-        // Less CPU per placement is better, never a regression.
-        let cheaper = json!([{"name": "a", "cpu_seconds_per_1000_placements": 1.0}]);
-        assert!(regressions(&base, &cheaper).is_empty());
+            {"name": "a", "cpu_seconds_per_1000_placements": 4.0}]});
+        let now = json!([{"name": "a", "cpu_seconds_per_1000_placements": 9.0}]);
+        assert!(regressions(&base, &now).is_empty());
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub fn summarize(
     VariantSummary {
         name: v.name.clone(),
         tls: false,
+        validity: Default::default(),
+        repetitions: Vec::new(),
+        intervals: BTreeMap::new(),
+        window_figures: Vec::new(),
         cpu_seconds_per_1000_placements: cpu_seconds_per_1000_placements(
             cpu_seconds,
             stream.allocations_placed,

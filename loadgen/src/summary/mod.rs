@@ -13,7 +13,10 @@
 //! them, and dashboards and baselines read them.
 
 mod baseline;
+pub mod comparison;
 mod figures;
+mod intervals;
+pub mod measures;
 mod slo;
 
 use std::collections::BTreeMap;
@@ -22,13 +25,16 @@ use serde::Serialize;
 
 pub use baseline::{parse_baseline, regressions};
 pub use figures::summarize;
+pub use intervals::{combine, window_figures, Repetition};
 pub use slo::{audit_failures, judge, slo_breaches};
 
 use crate::faults::{Audit, FaultReport};
 use crate::sampler::Series;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
+use crate::stats::Interval;
 use crate::stream::StreamReport;
+use crate::validity::Validity;
 
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -61,6 +67,16 @@ pub struct RunSummary {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct VariantSummary {
     pub name: String,
+    /// Whether the run measured the cluster and not the harness: invalid,
+    /// with each reason and its figure, when loadgen fell behind its
+    /// schedule or a generator or the machine saturated (`validity`).
+    pub validity: Validity,
+    /// Each repetition's measures (`--repeat N`: one each; a single run: one).
+    pub repetitions: Vec<Repetition>,
+    /// Per measure, its median and 95% interval: over the repetitions
+    /// (`order-statistics`), or for a single run over its 10 s windows
+    /// (`batch-means`: how steady the run was, not how a rerun would land).
+    pub intervals: BTreeMap<String, Interval>,
     /// Whether the cluster ran with mutual TLS and ACL tokens.
     pub tls: bool,
     pub server_args: Vec<String>,
@@ -119,6 +135,9 @@ pub struct VariantSummary {
     /// (present whenever the scenario has faults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<Audit>,
+    /// A single run's figures window by window (the batch means of its intervals).
+    #[serde(skip)]
+    pub window_figures: Vec<BTreeMap<String, f64>>,
     /// The samples behind the report's plots; written to `samples.json`, not here.
     #[serde(skip)]
     pub series: Vec<Series>,

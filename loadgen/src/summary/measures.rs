@@ -1,6 +1,9 @@
-//! The measures a comparison (and `--baseline`) judges: what each is, where
+//! The measures a comparison (`loadgen compare`, `--baseline`) and a run's
+//! intervals are made of: what each is, where
 //! a variant's summary holds it, which way is better, whether it gates, and
 //! the noise floor under which a change is not called.
+
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -147,10 +150,10 @@ fn per_placement(v: &Value, field: &str) -> Option<f64> {
 
 /// Every measure of one variant of `summary.json`, by name: what a
 /// repetition keeps of itself.
-pub fn figures(variant: &Value) -> serde_json::Map<String, Value> {
+pub fn figures(variant: &Value) -> BTreeMap<String, f64> {
     MEASURES
         .iter()
-        .filter_map(|m| Some((m.name.to_string(), Value::from((m.read)(variant)?))))
+        .filter_map(|m| Some((m.name.to_string(), (m.read)(variant)?)))
         .collect()
 }
 
@@ -188,6 +191,6 @@ mod tests {
     #[test]
     fn nothing_placed_has_no_cost_per_placement() {
         let v = json!({"stream": {"allocations_placed": 0}, "raft_bytes_by_type": {"plan": 5}});
-        assert!(figures(&v).get("raft_bytes_per_placement").is_none());
+        assert!(!figures(&v).contains_key("raft_bytes_per_placement"));
     }
 }
