@@ -7,7 +7,7 @@ use std::fmt::Write;
 use super::escape;
 use crate::stats::Method;
 use crate::summary::measures::MEASURES;
-use crate::summary::{RunSummary, VariantSummary};
+use crate::summary::{Leak, RunSummary, VariantSummary};
 
 /// One measure of every variant; `sub` rows detail the row above them.
 struct Row {
@@ -114,9 +114,22 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             .map_or("- (none placed)".into(), |c| format!("{c:.2}"))
     });
     // Growth over a long run: memory and state, and what GC took away.
-    row("server RSS slope, 2nd half (MiB/min)", &|v| {
-        v.server_rss_slope_mib_per_min
-            .map_or("-".into(), |m| format!("{m:.2}"))
+    // A slope is only a leak when the state's rows were flat.
+    row("server memory, 2nd half", &|v| {
+        let slope = v
+            .server_rss_slope_mib_per_min
+            .map_or("-".into(), |m| format!("{m:.2} MiB/min"));
+        match (v.memory.leak_check.verdict, v.memory.state_growth_2nd_half) {
+            (Leak::NotJudged, Some(g)) => format!("state {:+.0}%: follows the data", g * 100.0),
+            (Leak::NotJudged, None) => "not judged".into(),
+            (Leak::Flat, _) => format!("flat ({slope})"),
+            (Leak::Grows, _) => format!("GROWS ({slope}) with flat state"),
+        }
+    });
+    row("  server RSS per state row (bytes)", &|v| {
+        v.memory
+            .server_rss_bytes_per_row
+            .map_or("-".into(), |b| format!("{b:.0}"))
     });
     if s.variants
         .iter()

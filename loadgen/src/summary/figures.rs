@@ -55,6 +55,7 @@ pub fn summarize(
             stream.allocations_placed,
         ),
         server_rss_slope_mib_per_min: server_rss_slope(&servers),
+        memory: super::memory::memory(&servers, server_rss_slope(&servers)),
         server_rss_growth_after_10m: server_rss_growth_after(&servers, SOAK_SETTLE),
         state_objects,
         state_objects_peak,

@@ -17,6 +17,7 @@ pub mod comparison;
 mod figures;
 mod intervals;
 pub mod measures;
+mod memory;
 mod slo;
 
 use std::collections::BTreeMap;
@@ -26,6 +27,7 @@ use serde::Serialize;
 pub use baseline::{parse_baseline, regressions};
 pub use figures::summarize;
 pub use intervals::{combine, window_figures, Repetition};
+pub use memory::{Leak, Memory};
 pub use slo::{audit_failures, judge, slo_breaches};
 
 use crate::faults::{Audit, FaultReport};
@@ -111,6 +113,9 @@ pub struct VariantSummary {
     /// half of the run, MiB per minute (least squares over its samples);
     /// `None` with too few samples.
     pub server_rss_slope_mib_per_min: Option<f64>,
+    /// The servers' memory per row of state, and the leak check, judged only
+    /// when the state's rows were flat over the second half.
+    pub memory: Memory,
     /// For runs of more than ten minutes: how much the most-grown server's
     /// resident memory grew from ten minutes in to the end (0.1 is 10%).
     pub server_rss_growth_after_10m: Option<f64>,
