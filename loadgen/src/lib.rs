@@ -64,5 +64,7 @@ pub use faults::{Audit, FaultReport};
 pub use sampler::{Point, Series, Target};
 pub use scenario::{FaultAction, Scenario, BUILT_IN};
 pub use search::{Probe, SearchReport};
+pub use stats::{Interval, Method};
 pub use stream::{sketch_quantiles, LatencyQuantiles};
 pub use summary::{RunSummary, VariantSummary, SCHEMA_VERSION};
+pub use validity::Validity;

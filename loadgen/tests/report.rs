@@ -10,8 +10,8 @@ use std::path::Path;
 
 use common::browser;
 use loadgen::{
-    sketch_quantiles, FaultAction, FaultReport, LatencyQuantiles, Point, Probe, RunSummary,
-    Scenario, SearchReport, Series, Target, VariantSummary, SCHEMA_VERSION,
+    sketch_quantiles, FaultAction, FaultReport, Interval, LatencyQuantiles, Method, Point, Probe,
+    RunSummary, Scenario, SearchReport, Series, Target, Validity, VariantSummary, SCHEMA_VERSION,
 };
 
 const SWEEP: &str = r#"
@@ -167,6 +167,58 @@ fn summary() -> RunSummary {
             spent_seconds: 180.0,
         }),
     }
+}
+
+#[test]
+fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() {
+    let mut s = summary();
+    s.variants[2].validity = Validity {
+        valid: false,
+        reasons: vec![
+            "nodesim used 0.97 of the 1 core(s) it can use in the 10 s from 20 s (over 90%)".into(),
+        ],
+    };
+    for v in &mut s.variants {
+        if v.name != "rate-8" {
+            v.validity.valid = true;
+        }
+        v.intervals.insert(
+            "placements_per_s".into(),
+            Interval {
+                median: 5970.0,
+                lo: 5912.0,
+                hi: 6034.0,
+                method: Method::OrderStatistics,
+                confidence: 0.9375,
+                samples: vec![5912.0, 5950.0, 5970.0, 6001.0, 6034.0],
+            },
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    std::fs::write(&page, loadgen::report::html(&s)).unwrap();
+    let dom = browser::dom(&page, "");
+    let text = |needle: &str| {
+        dom.find(needle)
+            .unwrap_or_else(|| panic!("{needle} not on the page"))
+    };
+    // The verdicts come before the summary table, the invalid one with its reason.
+    let invalid =
+        text("rate-8: INVALID: the harness, not the cluster, set these figures: nodesim used 0.97");
+    assert!(invalid < text("<h2>Summary</h2>"));
+    assert!(text("rate-2: valid") < invalid);
+    // The intervals row, one cell per variant.
+    text("placements/s: median [95% interval]");
+    assert_eq!(
+        dom.matches("5970 [5912, 6034]").count(),
+        3,
+        "one per variant"
+    );
+    let terminal = loadgen::report::table(&s);
+    assert!(
+        terminal.contains("INVALID rate-8: nodesim used 0.97"),
+        "{terminal}"
+    );
 }
 
 fn write_report(dir: &Path) -> std::path::PathBuf {
