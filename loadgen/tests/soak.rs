@@ -78,6 +78,16 @@ fn a_short_soak_collects_garbage_and_reports_state_and_windows() {
     assert!(v["state_objects_peak"]["allocs"].as_u64().unwrap() > 0);
     assert!(v["server_rss_slope_mib_per_min"].is_number());
     assert!(v["server_rss_growth_after_10m"].is_null(), "a 40 s run");
+    // The memory per row, and a leak check that says what it judged: with
+    // the rows moving (growing, or falling as GC collects), it says so.
+    let memory = &v["memory"];
+    assert!(memory["server_rss_bytes_per_row"].as_f64().unwrap() > 0.0, "{memory}");
+    let growth = memory["state_growth_2nd_half"].as_f64().unwrap();
+    let verdict = memory["leak_check"]["verdict"].as_str().unwrap();
+    match growth.abs() > 0.05 {
+        true => assert_eq!(verdict, "not_judged", "{memory}"),
+        false => assert!(verdict == "flat" || verdict == "grows", "{memory}"),
+    }
 
     // Six windows over the stream, each with jobs that ran.
     let windows = stream["running_windows"].as_array().unwrap();
@@ -91,7 +101,8 @@ fn a_short_soak_collects_garbage_and_reports_state_and_windows() {
     for row in [
         "state rows: jobs, end (peak)",
         "garbage collected: evals",
-        "server RSS slope",
+        "server memory, 2nd half",
+        "server RSS per state row",
     ] {
         assert!(stdout.contains(row), "no {row:?} row in:\n{stdout}");
     }

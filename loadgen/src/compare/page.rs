@@ -162,7 +162,7 @@ pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
         ));
         out.push_str("</div>");
     }
-    out.push_str("<p>* gated measure. A verdict needs the 95% interval of B/A to exclude 1, reach 90% confidence and leave the measure's noise floor.</p></body></html>\n");
+    out.push_str("<p>* gated measure. A verdict needs the 95% interval of B/A to reach 90% confidence and to lie wholly beyond the measure's noise floor.</p></body></html>\n");
     out
 }
 

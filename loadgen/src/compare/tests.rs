@@ -139,7 +139,7 @@ fn a_single_run_is_judged_on_its_windows() {
 #[test]
 fn a_change_inside_the_noise_floor_is_inconclusive() {
     // Placements/s 2% lower, very steadily: the interval excludes 1 but
-    // lies inside the measure's 5% floor.
+    // lies inside the measure's 3% floor.
     let a = run("s", &[100.0, 100.1, 99.9, 100.0, 100.05], &[900.0; 5]);
     let b = run("s", &[98.0, 98.1, 97.9, 98.0, 98.05], &[900.0; 5]);
     let c = compare(&a, &b, &[], ("a", "b")).unwrap();

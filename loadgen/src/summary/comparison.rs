@@ -6,8 +6,12 @@
 //! A side's samples for a measure are its repetitions (`--repeat N`), or,
 //! for a run of one repetition, the batch means of its own time windows
 //! (which show how steady that run was, not how a rerun lands: the result
-//! says which). A verdict needs the interval to exclude no change, to reach
-//! at least [`MIN_CONFIDENCE`], and to leave the measure's noise floor.
+//! says which). A verdict needs the interval to reach at least
+//! [`MIN_CONFIDENCE`] and to lie wholly beyond the measure's noise floor:
+//! then the change is larger than the noise with that confidence. With ten
+//! measures compared at 95% each, a verdict on an interval that merely
+//! excluded 1 would call some change in most comparisons of a build with
+//! itself.
 
 use serde::Serialize;
 use serde_json::Value;
@@ -229,15 +233,17 @@ pub fn verdict(m: &Measure, lo: f64, hi: f64, confidence: f64) -> (Verdict, Opti
             Some("the interval includes no change".into()),
         );
     }
+    // A verdict says the change is larger than the noise floor with the
+    // interval's confidence: the whole interval lies beyond it.
     let floor = m.noise_floor;
-    if lo >= 1.0 / (1.0 + floor) && hi <= 1.0 + floor {
+    let rose = lo > 1.0 + floor;
+    if !rose && hi >= 1.0 / (1.0 + floor) {
         let why = format!(
-            "the interval lies within the noise floor (±{:.0}%)",
+            "the interval reaches into the noise floor (±{:.0}%)",
             floor * 100.0
         );
         return (Verdict::Inconclusive, Some(why));
     }
-    let rose = lo > 1.0;
     match rose == m.higher_is_better {
         true => (Verdict::Better, None),
         false => (Verdict::Worse, None),

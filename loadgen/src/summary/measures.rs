@@ -17,10 +17,11 @@ pub struct Measure {
     pub higher_is_better: bool,
     /// Whether a `worse` verdict fails `loadgen compare` by default.
     pub gated: bool,
-    /// A ratio within 1 ± this (e.g. 0.03: 3%) is noise: an interval that
-    /// lies inside it is `inconclusive` even when it excludes 1. Measured
-    /// by comparing runs of one build with itself (BENCHMARKS.md, "Comparing
-    /// runs").
+    /// A change within this (0.03: 3%, either way) may be noise: only an
+    /// interval wholly beyond it gets a verdict. Set from comparing runs of
+    /// one build with itself, five repetitions each (BENCHMARKS.md,
+    /// "Comparing runs"): what the medians moved by, with room for the
+    /// drift of an hour.
     pub noise_floor: f64,
     /// Reads it from a variant of `summary.json` (or from a repetition's
     /// figures, which hold it by name).
@@ -34,7 +35,7 @@ pub const MEASURES: &[Measure] = &[
         label: "placements/s",
         higher_is_better: true,
         gated: true,
-        noise_floor: 0.05,
+        noise_floor: 0.03,
         read: |v| v.pointer("/stream/placements_per_second")?.as_f64(),
     },
     Measure {
@@ -42,7 +43,7 @@ pub const MEASURES: &[Measure] = &[
         label: "p99 time to placement (ms)",
         higher_is_better: false,
         gated: true,
-        noise_floor: 0.10,
+        noise_floor: 0.15,
         read: |v| v.pointer("/stream/placement_ms/p99")?.as_f64(),
     },
     Measure {
@@ -50,7 +51,7 @@ pub const MEASURES: &[Measure] = &[
         label: "p99 time to running (ms)",
         higher_is_better: false,
         gated: true,
-        noise_floor: 0.10,
+        noise_floor: 0.05,
         read: |v| v.pointer("/stream/time_to_running_ms/p99")?.as_f64(),
     },
     Measure {
@@ -80,7 +81,7 @@ pub const MEASURES: &[Measure] = &[
         label: "raft bytes per placement",
         higher_is_better: false,
         gated: true,
-        noise_floor: 0.03,
+        noise_floor: 0.02,
         read: |v| per_placement(v, "raft_bytes_by_type"),
     },
     Measure {
@@ -88,7 +89,7 @@ pub const MEASURES: &[Measure] = &[
         label: "raft entries per placement",
         higher_is_better: false,
         gated: false,
-        noise_floor: 0.03,
+        noise_floor: 0.02,
         read: |v| per_placement(v, "raft_entries_by_type"),
     },
     Measure {
@@ -96,7 +97,7 @@ pub const MEASURES: &[Measure] = &[
         label: "blocking queries per placement",
         higher_is_better: false,
         gated: false,
-        noise_floor: 0.05,
+        noise_floor: 0.02,
         read: |v| per_placement(v, "blocking_queries_by_source"),
     },
     Measure {
@@ -104,7 +105,7 @@ pub const MEASURES: &[Measure] = &[
         label: "p50 time to running (ms)",
         higher_is_better: false,
         gated: false,
-        noise_floor: 0.10,
+        noise_floor: 0.05,
         read: |v| v.pointer("/stream/time_to_running_ms/p50")?.as_f64(),
     },
     Measure {
