@@ -81,7 +81,10 @@ fn a_short_soak_collects_garbage_and_reports_state_and_windows() {
     // The memory per row, and a leak check that says what it judged: with
     // the rows moving (growing, or falling as GC collects), it says so.
     let memory = &v["memory"];
-    assert!(memory["server_rss_bytes_per_row"].as_f64().unwrap() > 0.0, "{memory}");
+    assert!(
+        memory["server_rss_bytes_per_row"].as_f64().unwrap() > 0.0,
+        "{memory}"
+    );
     let growth = memory["state_growth_2nd_half"].as_f64().unwrap();
     let verdict = memory["leak_check"]["verdict"].as_str().unwrap();
     match growth.abs() > 0.05 {
