@@ -48,7 +48,7 @@ impl Budget {
     /// `local` is false for a cluster elsewhere: then only loadgen is
     /// judged here (the machine's cores are not the other processes').
     pub fn new(series: &[Series], nodesim_args: &[String], local: bool) -> Budget {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let cores = usable_cores();
         let nodesim = nodesim_threads(nodesim_args).min(cores);
         let mut generators = vec![(crate::sampler::LOADGEN_TARGET.to_string(), cores)];
         if local {
@@ -62,6 +62,45 @@ impl Budget {
             generators,
         }
     }
+}
+
+/// The cores this process (and the processes it starts, which inherit its
+/// CPU affinity and cgroup) can use: the CPUs it may run on, or less under
+/// a CPU quota. The quota is kept as a fraction (0.3 of a core is not one
+/// core, as the standard library's count rounds it).
+pub fn usable_cores() -> f64 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    cpus.min(
+        cgroup_quota(&cgroups, |path| std::fs::read_to_string(path).ok()).unwrap_or(f64::INFINITY),
+    )
+}
+
+/// The CPU quota, in cores, of the cgroup `/proc/self/cgroup` names
+/// (`cgroups`): v2's `cpu.max`, or v1's `cpu.cfs_quota_us` over
+/// `cpu.cfs_period_us`; `None` without one. `read` reads a file.
+fn cgroup_quota(cgroups: &str, read: impl Fn(&str) -> Option<String>) -> Option<f64> {
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        let number = |file: String| read(&file).and_then(|t| t.trim().parse::<f64>().ok());
+        if controllers.is_empty() {
+            let max = read(&format!("/sys/fs/cgroup{path}/cpu.max"))?;
+            let mut f = max.split_whitespace();
+            if let (Some(Ok(quota)), Some(Ok(period))) = (
+                f.next().map(str::parse::<f64>),
+                f.next().map(str::parse::<f64>),
+            ) {
+                return Some(quota / period);
+            }
+        } else if controllers.split(',').any(|c| c == "cpu") {
+            let dir = format!("/sys/fs/cgroup/cpu{path}");
+            let quota = number(format!("{dir}/cpu.cfs_quota_us"))?;
+            let period = number(format!("{dir}/cpu.cfs_period_us"))?;
+            return (quota > 0.0 && period > 0.0).then(|| quota / period);
+        }
+    }
+    None
 }
 
 /// The threads nodesim runs on, from its flags: the last `--threads N`
@@ -290,6 +329,28 @@ mod tests {
         assert!(
             v.reasons[0].starts_with("the run's processes used 2.00 of the machine's 2 cores"),
             "{v:?}"
+        );
+    }
+
+    #[test]
+    fn a_cgroups_cpu_quota_counts_as_a_fraction_of_a_core() {
+        let files = |path: &str| match path {
+            "/sys/fs/cgroup/cpu/starve/cpu.cfs_quota_us" => Some("30000\n".to_string()),
+            "/sys/fs/cgroup/cpu/starve/cpu.cfs_period_us" => Some("100000\n".to_string()),
+            "/sys/fs/cgroup/run/cpu.max" => Some("150000 100000\n".to_string()),
+            "/sys/fs/cgroup/free/cpu.max" => Some("max 100000\n".to_string()),
+            _ => None,
+        };
+        assert_eq!(
+            cgroup_quota("5:devices:/\n3:cpu,cpuacct:/starve\n", files),
+            Some(0.3)
+        );
+        assert_eq!(cgroup_quota("0::/run\n", files), Some(1.5));
+        assert_eq!(cgroup_quota("0::/free\n", files), None);
+        assert_eq!(
+            cgroup_quota("3:cpu,cpuacct:/\n", files),
+            None,
+            "no quota file"
         );
     }
 
