@@ -154,7 +154,7 @@ pub fn judge(schedule: Schedule, series: &[Series], budget: &Budget) -> Validity
         if let Some((from, used)) = peak(&grid, &window_cores(s, &grid)) {
             if used > GENERATOR_SATURATED * cores {
                 reasons.push(format!(
-                    "{name} used {used:.2} of the {cores:.0} core(s) it can use in the {WINDOW_S:.0} s from {from:.0} s (over {:.0}%)",
+                    "{name} used {used:.2} of the {cores} core(s) it can use in the {WINDOW_S:.0} s from {from:.0} s (over {:.0}%)",
                     GENERATOR_SATURATED * 100.0
                 ));
             }
@@ -169,7 +169,7 @@ pub fn judge(schedule: Schedule, series: &[Series], budget: &Budget) -> Validity
         let cores = budget.machine_cores;
         if cores.is_finite() && used >= MACHINE_SATURATED * cores {
             reasons.push(format!(
-                "the run's processes used {used:.2} of the machine's {cores:.0} cores in the {WINDOW_S:.0} s from {from:.0} s (at least {:.0}%)",
+                "the run's processes used {used:.2} of the machine's {cores} cores in the {WINDOW_S:.0} s from {from:.0} s (at least {:.0}%)",
                 MACHINE_SATURATED * 100.0
             ));
         }
