@@ -53,7 +53,7 @@ pub struct CapacityOpts {
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
     /// The servers and nodesim shards of a deployed run, from a TOML file
-    /// (see `loadgen::inventory`): in place of --servers and --metrics, and
+    /// (see loadgen/README.md, "Remote mode with an inventory"): in place of --servers and --metrics, and
     /// the stream waits until the shards' whole fleet is ready.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["servers", "metrics", "find_max_rate"])]
     pub inventory: Option<PathBuf>,
