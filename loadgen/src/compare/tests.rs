@@ -21,6 +21,24 @@ fn run(scenario: &str, rates: &[f64], p99s: &[f64]) -> Value {
     })
 }
 
+/// Five repetitions of a steady build.
+fn steady() -> Value {
+    run(
+        "s",
+        &[100.0, 104.0, 97.0, 101.0, 99.0],
+        &[900.0, 950.0, 870.0, 910.0, 990.0],
+    )
+}
+
+/// Five repetitions of a build 30% slower, whose jobs take 60% longer to run.
+fn slower() -> Value {
+    run(
+        "s",
+        &[70.0, 72.0, 69.0, 74.0, 71.0],
+        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
+    )
+}
+
 fn verdict_of(c: &Comparison, measure: &str) -> Verdict {
     c.variants[0]
         .measures
@@ -32,11 +50,7 @@ fn verdict_of(c: &Comparison, measure: &str) -> Verdict {
 
 #[test]
 fn the_same_build_twice_is_inconclusive() {
-    let a = run(
-        "s",
-        &[100.0, 104.0, 97.0, 101.0, 99.0],
-        &[900.0, 950.0, 870.0, 910.0, 990.0],
-    );
+    let a = steady();
     let b = run(
         "s",
         &[102.0, 98.0, 100.0, 103.0, 96.0],
@@ -55,16 +69,8 @@ fn the_same_build_twice_is_inconclusive() {
 
 #[test]
 fn a_clear_slowdown_is_worse_and_a_clear_speedup_better() {
-    let a = run(
-        "s",
-        &[100.0, 104.0, 97.0, 101.0, 99.0],
-        &[900.0, 950.0, 870.0, 910.0, 990.0],
-    );
-    let slow = run(
-        "s",
-        &[70.0, 72.0, 69.0, 74.0, 71.0],
-        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
-    );
+    let a = steady();
+    let slow = slower();
     let c = compare(&a, &slow, &[], ("a", "b")).unwrap();
     assert_eq!(verdict_of(&c, "placements_per_s"), Verdict::Worse);
     assert_eq!(verdict_of(&c, "p99_time_to_running_ms"), Verdict::Worse);
@@ -82,16 +88,8 @@ fn a_clear_slowdown_is_worse_and_a_clear_speedup_better() {
 
 #[test]
 fn only_the_named_gates_fail_a_comparison() {
-    let a = run(
-        "s",
-        &[100.0, 104.0, 97.0, 101.0, 99.0],
-        &[900.0, 950.0, 870.0, 910.0, 990.0],
-    );
-    let slow = run(
-        "s",
-        &[70.0, 72.0, 69.0, 74.0, 71.0],
-        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
-    );
+    let a = steady();
+    let slow = slower();
     let gates = ["p99_time_to_running_ms".to_string()];
     let c = compare(&a, &slow, &gates, ("a", "b")).unwrap();
     assert_eq!(c.worse, ["only: p99_time_to_running_ms"]);
@@ -166,16 +164,8 @@ fn different_scenarios_or_variants_cannot_be_compared() {
 
 #[test]
 fn the_page_and_table_show_every_verdict() {
-    let a = run(
-        "s",
-        &[100.0, 104.0, 97.0, 101.0, 99.0],
-        &[900.0, 950.0, 870.0, 910.0, 990.0],
-    );
-    let slow = run(
-        "s",
-        &[70.0, 72.0, 69.0, 74.0, 71.0],
-        &[1500.0, 1600.0, 1450.0, 1550.0, 1520.0],
-    );
+    let a = steady();
+    let slow = slower();
     let c = compare(&a, &slow, &[], ("runs/a", "runs/b")).unwrap();
     let table = page::table(&c);
     assert!(
