@@ -207,19 +207,20 @@ fn common_grid(series: &[Series]) -> Vec<f64> {
 /// counter between the boundaries, interpolated between samples); `None`
 /// for a window it has no samples around.
 fn window_cores(s: &Series, grid: &[f64]) -> Vec<Option<f64>> {
-    let at = |t: f64| cpu_at(s, t);
+    let cpu: Vec<(f64, f64)> = s
+        .points
+        .iter()
+        .filter_map(|p| Some((p.t, *p.values.get(CPU)?)))
+        .collect();
+    let at = |t: f64| cpu_at(&cpu, t);
     grid.windows(2)
         .map(|w| Some((at(w[1])? - at(w[0])?).max(0.0) / (w[1] - w[0])))
         .collect()
 }
 
-/// The CPU counter at `t`, linear between the samples around it.
-fn cpu_at(s: &Series, t: f64) -> Option<f64> {
-    let pts: Vec<(f64, f64)> = s
-        .points
-        .iter()
-        .filter_map(|p| Some((p.t, *p.values.get(CPU)?)))
-        .collect();
+/// The CPU counter at `t` from its samples `pts` (time, value), linear
+/// between the two around it.
+fn cpu_at(pts: &[(f64, f64)], t: f64) -> Option<f64> {
     let i = pts.iter().position(|p| p.0 >= t)?;
     let (t1, v1) = pts[i];
     if t1 == t {

@@ -8,7 +8,8 @@ use std::fmt::Write;
 use serde_json::Value;
 
 use super::{Comparison, Verdict};
-use crate::summary::measures::by_name;
+use crate::report::escape;
+use crate::summary::measures::{by_name, figure};
 
 /// The table for the terminal.
 pub fn table(c: &Comparison) -> String {
@@ -27,8 +28,8 @@ pub fn table(c: &Comparison) -> String {
             let _ = writeln!(
                 out,
                 "  {gate}{label:<33} {:>12} {:>12} {:>8.3} {:>17}  {:<12} {} ({}/{})",
-                number(m.a),
-                number(m.b),
+                figure(m.a),
+                figure(m.b),
                 m.ratio,
                 format!("[{:.3}, {:.3}]", m.lo, m.hi),
                 verdict(m.verdict),
@@ -59,20 +60,6 @@ fn verdict(v: Verdict) -> &'static str {
         Verdict::Worse => "WORSE",
         Verdict::Inconclusive => "inconclusive",
     }
-}
-
-fn number(x: f64) -> String {
-    if x.abs() >= 100.0 {
-        format!("{x:.0}")
-    } else {
-        format!("{x:.3}")
-    }
-}
-
-fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}\
@@ -115,8 +102,8 @@ pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
                 "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>[{:.3}, {:.3}]</td><td>{:.0}%</td><td class=\"{class}\" title=\"{}\">{class}</td><td>{:?} ({}/{})</td></tr>",
                 escape(label),
                 if m.gated { " *" } else { "" },
-                number(m.a),
-                number(m.b),
+                figure(m.a),
+                figure(m.b),
                 m.ratio,
                 m.lo,
                 m.hi,

@@ -24,7 +24,8 @@ const UPLOT_CSS: &str = include_str!("../../assets/uPlot.min.css");
 const REPORT_JS: &str = include_str!("../../assets/report.js");
 const REPORT_CSS: &str = include_str!("../../assets/report.css");
 
-fn escape(s: &str) -> String {
+/// Text made safe for HTML, in an element or an attribute.
+pub(crate) fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -3,6 +3,7 @@
 //! as `loadgen compare`.
 
 use super::comparison::{compare_variant, Verdict};
+use super::measures::figure;
 use super::SCHEMA_VERSION;
 
 /// Why an earlier run's `summary.json` cannot be a baseline.
@@ -47,8 +48,8 @@ pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -
                 "{}: {} {} against {} (x{:.2}, 95% interval {:.2} to {:.2})",
                 v["name"].as_str().unwrap_or("?"),
                 m.measure,
-                short(m.b),
-                short(m.a),
+                figure(m.b),
+                figure(m.a),
                 m.ratio,
                 m.lo,
                 m.hi
@@ -56,13 +57,6 @@ pub fn regressions(baseline: &serde_json::Value, variants: &serde_json::Value) -
         }
     }
     out
-}
-
-fn short(x: f64) -> String {
-    match x.abs() >= 100.0 {
-        true => format!("{x:.0}"),
-        false => format!("{x:.3}"),
-    }
 }
 
 #[cfg(test)]
