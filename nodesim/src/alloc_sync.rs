@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use stampede_proto::{AllocClientStatus, Allocation};
+use stampede_proto::{AllocClientStatus, AllocClientTimes, Allocation, JobStage};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
@@ -71,6 +71,9 @@ pub type SendBatch = Arc<
 struct Pending {
     alloc_id: Arc<str>,
     report: AllocReport,
+    /// Set on the report that first says running, and carried by the
+    /// update that sends it (or replaces it): the job's critical path.
+    times: Option<AllocClientTimes>,
 }
 
 impl Pending {
@@ -81,6 +84,7 @@ impl Pending {
             client_description: self.report.description.clone(),
             task_states: task_states(&self.report),
             healthy: self.report.healthy,
+            client_times: self.times,
             ..Default::default()
         }
     }
@@ -197,6 +201,12 @@ impl AllocSync {
         self.metrics.updates_per_rpc.observe(batch.len() as f64);
         let updates = batch.iter().map(Pending::to_update).collect();
         let result = (self.send)(slot, updates).await;
+        if result.is_ok() {
+            for t in batch.iter().filter_map(|p| p.times) {
+                self.metrics
+                    .stage_since(JobStage::ReportRunning, t.started_us);
+            }
+        }
         let mut b = self.buffers[slot as usize].lock().unwrap();
         b.in_flight = false;
         if let Err(e) = result {
@@ -243,6 +253,7 @@ fn merge(updates: &mut Vec<Pending>, mut update: Pending) {
     match updates.iter_mut().find(|u| u.alloc_id == update.alloc_id) {
         Some(old) => {
             update.report.healthy = update.report.healthy.or(old.report.healthy);
+            update.times = update.times.or(old.times);
             *old = update;
         }
         None => updates.push(update),
@@ -255,12 +266,28 @@ struct NodeSink {
 }
 
 impl ReportSink for NodeSink {
-    fn report(&self, alloc_id: &Arc<str>, report: AllocReport, previous: AllocClientStatus) {
+    fn report(
+        &self,
+        alloc_id: &Arc<str>,
+        report: AllocReport,
+        previous: AllocClientStatus,
+        delivered_us: u64,
+    ) {
         let changed = report.client_status != previous;
         self.sync.metrics.move_alloc(previous, report.client_status);
+        let times = (changed && report.client_status == AllocClientStatus::Running).then(|| {
+            self.sync
+                .metrics
+                .stage_since(JobStage::RunnerStart, delivered_us);
+            AllocClientTimes {
+                delivered_us,
+                started_us: stampede_proto::unix_us(),
+            }
+        });
         let update = Pending {
             alloc_id: alloc_id.clone(),
             report,
+            times,
         };
         self.sync.push(self.slot, update, changed);
     }
@@ -312,7 +339,7 @@ mod tests {
         ];
         let mut previous = AllocClientStatus::Pending;
         for (tick, (status, what)) in steps.into_iter().enumerate() {
-            sink.report(&"a1".into(), report(status, what), previous);
+            sink.report(&"a1".into(), report(status, what), previous, 1);
             previous = status;
             for send in sync.clone().tick(tick as u64 + 1, false) {
                 send.await.unwrap();
@@ -363,11 +390,13 @@ mod tests {
             &"a1".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
+            1,
         );
         sink.report(
             &"a2".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
+            1,
         );
         for send in sync.clone().tick(1, false) {
             send.await.unwrap();
@@ -377,6 +406,7 @@ mod tests {
             &"a1".into(),
             report(AllocClientStatus::Complete, "done"),
             AllocClientStatus::Running,
+            1,
         );
         fail.store(false, Ordering::SeqCst);
         // The node waits out the retry interval (with its stagger)...

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use prometheus::{
     Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
 };
-use stampede_proto::AllocClientStatus;
+use stampede_proto::{AllocClientStatus, JobStage};
 
 /// A node's connection state, the `state` label of `stampede_nodesim_nodes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +56,9 @@ pub struct Metrics {
     pub heartbeat_seconds: Histogram,
     pub query_seconds: HistogramVec,
     pub errors: IntCounterVec,
+    /// `runner_start` and `report_running` of jobs' paths
+    /// (`stampede_job_stage_seconds`, shared with the servers' stages).
+    pub stages: HistogramVec,
 }
 
 impl Default for Metrics {
@@ -149,6 +152,10 @@ impl Metrics {
         registry
             .register(stampede_proto::process_collector(""))
             .unwrap();
+        let stages = stampede_proto::metric_defs::job_stage_seconds(
+            &registry,
+            &[JobStage::RunnerStart, JobStage::ReportRunning],
+        );
         // Every label value shows from the start, so dashboards see zeros, not gaps.
         for s in NodeState::ALL {
             nodes.with_label_values(&[s.label()]);
@@ -181,6 +188,17 @@ impl Metrics {
             heartbeat_seconds,
             query_seconds,
             errors,
+            stages,
+        }
+    }
+
+    /// Observes `stage` as ending now, having started at `from_us` (unix µs).
+    pub fn stage_since(&self, stage: JobStage, from_us: u64) {
+        let now = stampede_proto::unix_us();
+        if from_us != 0 && now >= from_us {
+            self.stages
+                .with_label_values(&[stage.label()])
+                .observe((now - from_us) as f64 / 1e6);
         }
     }
 

@@ -30,7 +30,15 @@ pub struct AllocReport {
 pub trait ReportSink: Send + Sync {
     /// `previous` is the client status the allocation had before this report.
     /// The id is the runner's own, shared: a report allocates no copy of it.
-    fn report(&self, alloc_id: &Arc<str>, report: AllocReport, previous: AllocClientStatus);
+    /// `delivered_us`: when the node got the allocation (unix µs), for the
+    /// job's critical path.
+    fn report(
+        &self,
+        alloc_id: &Arc<str>,
+        report: AllocReport,
+        previous: AllocClientStatus,
+        delivered_us: u64,
+    );
 }
 
 /// A runner's handle for reporting its allocation's state. It remembers the
@@ -40,15 +48,19 @@ pub struct Reporter {
     alloc_id: Arc<str>,
     last: Arc<AtomicI32>,
     sink: Arc<dyn ReportSink>,
+    /// When the node's query returned the allocation (unix µs).
+    delivered_us: u64,
 }
 
 impl Reporter {
-    /// `status` is the client status the server holds for the allocation.
+    /// `status` is the client status the server holds for the allocation;
+    /// made when the node's query has just returned it.
     pub fn new(alloc_id: &str, status: AllocClientStatus, sink: Arc<dyn ReportSink>) -> Self {
         Self {
             alloc_id: alloc_id.into(),
             last: Arc::new(AtomicI32::new(status as i32)),
             sink,
+            delivered_us: stampede_proto::unix_us(),
         }
     }
 
@@ -57,7 +69,8 @@ impl Reporter {
             .last
             .swap(report.client_status as i32, Ordering::Relaxed);
         let previous = AllocClientStatus::try_from(previous).unwrap_or_default();
-        self.sink.report(&self.alloc_id, report, previous);
+        self.sink
+            .report(&self.alloc_id, report, previous, self.delivered_us);
     }
 
     /// The last client status reported (or the server's, before any report).
@@ -282,7 +295,7 @@ mod tests {
     struct Recorder(Mutex<Vec<(String, AllocReport)>>);
 
     impl ReportSink for Recorder {
-        fn report(&self, alloc_id: &Arc<str>, report: AllocReport, _: AllocClientStatus) {
+        fn report(&self, alloc_id: &Arc<str>, report: AllocReport, _: AllocClientStatus, _: u64) {
             self.0.lock().unwrap().push((alloc_id.to_string(), report));
         }
     }

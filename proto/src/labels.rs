@@ -126,6 +126,73 @@ impl QuerySource {
     }
 }
 
+/// The stages of a job's critical path, in path order: the `stage` label of
+/// `stampede_job_stage_seconds` and the stage names of `loadgen capacity`'s
+/// "where the time went". Each stage ends at the step it is named for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobStage {
+    /// Submitted → the job's registration applied.
+    Register,
+    /// → its evaluation ready in the leader's broker.
+    Enqueue,
+    /// → a worker took it.
+    BrokerWait,
+    /// → the worker's state reached the evaluation's index.
+    CatchUp,
+    /// → the worker sent its plan.
+    Schedule,
+    /// → the plan's entry applied.
+    PlanCommit,
+    /// → the node's blocking query returned the allocation.
+    Deliver,
+    /// → the node's runner started it.
+    RunnerStart,
+    /// → the client update that reported it running applied.
+    ReportRunning,
+    /// → loadgen saw the job running.
+    Observe,
+}
+
+impl JobStage {
+    pub const ALL: [JobStage; 10] = [
+        JobStage::Register,
+        JobStage::Enqueue,
+        JobStage::BrokerWait,
+        JobStage::CatchUp,
+        JobStage::Schedule,
+        JobStage::PlanCommit,
+        JobStage::Deliver,
+        JobStage::RunnerStart,
+        JobStage::ReportRunning,
+        JobStage::Observe,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            JobStage::Register => "register",
+            JobStage::Enqueue => "enqueue",
+            JobStage::BrokerWait => "broker_wait",
+            JobStage::CatchUp => "catch_up",
+            JobStage::Schedule => "schedule",
+            JobStage::PlanCommit => "plan_commit",
+            JobStage::Deliver => "deliver",
+            JobStage::RunnerStart => "runner_start",
+            JobStage::ReportRunning => "report_running",
+            JobStage::Observe => "observe",
+        }
+    }
+
+    /// The process whose clock and work end this stage.
+    pub fn process(self) -> &'static str {
+        match self {
+            JobStage::CatchUp | JobStage::Schedule => "worker",
+            JobStage::Deliver | JobStage::RunnerStart => "nodesim",
+            JobStage::Observe => "loadgen",
+            _ => "leader",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

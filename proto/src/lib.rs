@@ -102,7 +102,7 @@ pub mod metric_defs;
 mod metrics_http;
 pub mod security;
 mod sync;
-pub use labels::QuerySource;
+pub use labels::{JobStage, QuerySource};
 pub use sync::{lock, read, write};
 mod process_metrics;
 pub use metrics_http::{render_metrics, serve_metrics};
@@ -110,6 +110,14 @@ pub use process_metrics::process_collector;
 
 /// Logs of every stampede binary: to stderr, quiet by default (warnings, and
 /// only errors from openraft, whose elections are chatty); `RUST_LOG` raises them.
+/// Microseconds since the Unix epoch: the one clock every process on a
+/// machine shares, for times that cross processes (a job's critical path).
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 pub fn init_logging() {
     use tracing_subscriber::EnvFilter;
     tracing_subscriber::fmt()

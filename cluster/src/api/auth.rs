@@ -75,7 +75,7 @@ pub fn grpc_need(path: &str) -> Need {
     let service = service.strip_prefix("stampede.v1.").unwrap_or("");
     match (service, method) {
         ("JobService", "Register" | "Deregister") => Need::Anyone(Scope::Write),
-        ("JobService", "Get" | "List" | "Allocations" | "Evaluations" | "Summary") => {
+        ("JobService", "Get" | "List" | "Allocations" | "Evaluations" | "Summary" | "Trace") => {
             Need::Anyone(Scope::Read)
         }
         ("NodeService", "Register" | "UpdateStatus" | "UpdateAlloc" | "CallStream") => {

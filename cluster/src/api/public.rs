@@ -266,6 +266,7 @@ impl Api {
 #[tonic::async_trait]
 impl JobService for Api {
     async fn register(&self, req: Request<JobRegisterRequest>) -> Reply<JobRegisterReply> {
+        let start = std::time::Instant::now();
         let req = req.into_inner();
         let job_id = req.job.as_ref().map(|j| j.id.clone()).unwrap_or_default();
         let written = self.write(ClientWrite::JobRegister(req)).await?;
@@ -275,6 +276,10 @@ impl JobService for Api {
             .snapshot()
             .job(&job_id)
             .map_or(written.index, |j| j.job_modify_index);
+        self.blocking
+            .metrics
+            .stages
+            .observe(JobStage::Register, start.elapsed().as_secs_f64());
         Ok(Response::new(JobRegisterReply {
             eval_id: written.eval_id,
             index: written.index,
@@ -362,6 +367,17 @@ impl JobService for Api {
             })
             .await?;
         Ok(Response::new(JobSummaryReply { counts, index }))
+    }
+
+    async fn trace(&self, req: Request<JobTraceRequest>) -> Reply<JobTraceReply> {
+        let req = req.into_inner();
+        validate::trace_request(&req.job_ids)?;
+        let traces = req
+            .job_ids
+            .iter()
+            .map(|id| self.store.job_trace(id))
+            .collect();
+        Ok(Response::new(JobTraceReply { traces }))
     }
 
     async fn evaluations(&self, req: Request<JobEvaluationsRequest>) -> Reply<EvaluationsReply> {

@@ -6,8 +6,8 @@
 
 use std::sync::Arc;
 
-use prometheus::{IntCounterVec, IntGaugeVec, Registry};
-use stampede_proto::metric_defs::{int_counter_vec, int_gauge_vec};
+use prometheus::{Histogram, IntCounterVec, IntGaugeVec, Registry};
+use stampede_proto::metric_defs::{histogram, int_counter_vec, int_gauge_vec};
 use stampede_proto::{EvalStatus, NodeStatus};
 
 use super::leader::blocked_evals::BlockedEvals;
@@ -22,6 +22,7 @@ use crate::state::{gc, Changes, TABLES};
 struct StateMetrics {
     objects: IntGaugeVec,
     collected: IntCounterVec,
+    fanout: Histogram,
 }
 
 impl StateMetrics {
@@ -40,6 +41,12 @@ impl StateMetrics {
                 "Rows garbage collection removed from this server's state, by kind.",
                 "kind",
                 &gc::KINDS,
+            ),
+            fanout: histogram(
+                registry,
+                "stampede_blocking_query_fanout",
+                "Parked blocking queries each applied batch woke (one per key a query watches that the batch changed).",
+                (1.0, 2.0, 16),
             ),
         }
     }
@@ -68,7 +75,8 @@ impl ApplyHub {
     /// Called by the state machine after each applied batch. The leader-only
     /// parts ignore what they are told while switched off.
     pub fn applied(&self, changes: &Changes) {
-        self.watchers.notify(&changes.keys);
+        let woken = self.watchers.notify(&changes.keys);
+        self.metrics.fanout.observe(woken as f64);
         for (table, rows) in changes.objects.iter().flat_map(|o| o.by_table()) {
             self.metrics
                 .objects

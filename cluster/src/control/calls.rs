@@ -10,7 +10,7 @@ use stampede_proto::eval_reap_request::Collect;
 use stampede_proto::log_entry::Msg;
 use stampede_proto::{
     Empty, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalReapRequest,
-    EvalUpdateRequest, Evaluation, LogEntry, NodeStatus, NodeUpdateAllocRequest,
+    EvalUpdateRequest, Evaluation, JobStage, LogEntry, NodeStatus, NodeUpdateAllocRequest,
     NodeUpdateStatusReply, NodeUpdateStatusRequest, Plan, PlanResult, PlanSubmitRequest,
 };
 
@@ -73,10 +73,24 @@ impl LeaderCalls {
             None => Ok(EvalDequeueReply::default()),
             Some((eval, token)) => {
                 // The worker must see the evaluation and the job's latest plan.
-                let state = self.0.ctx.store.snapshot();
-                let wait_index = eval.modify_index.max(state.job_alloc_index(&eval.job_id));
+                let store = &self.0.ctx.store;
+                let wait_index = eval
+                    .modify_index
+                    .max(store.read(|s| s.job_alloc_index(&eval.job_id)));
+                let mut eval = Evaluation::clone(&eval);
+                let enqueued_us = self.0.broker.enqueued_us(&eval.id);
+                eval.times.get_or_insert_default().enqueued_us = enqueued_us;
+                // The write that made it pending → ready → taken.
+                let stages = &self.0.ctx.stages;
+                let made_pending = store.applied_at_us(eval.modify_index).unwrap_or(0);
+                stages.observe_between(JobStage::Enqueue, made_pending, enqueued_us);
+                stages.observe_between(
+                    JobStage::BrokerWait,
+                    enqueued_us,
+                    stampede_proto::unix_us(),
+                );
                 Ok(EvalDequeueReply {
-                    eval: Some(Evaluation::clone(&eval)),
+                    eval: Some(eval),
                     token,
                     wait_index,
                 })

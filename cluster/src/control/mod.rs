@@ -101,9 +101,11 @@ impl ControlPlane {
         let Foundations { store, leader, hub } = parts;
         let (leading, leading_rx) = watch::channel(false);
         let router = Router::new(raft.clone(), channels, leading_rx.clone());
+        let blocking_metrics = Arc::new(BlockingMetrics::new(registry));
         let ctx = LeaderContext {
             store: store.clone(),
             proposer: LocalProposer::new(proposer.clone()),
+            stages: blocking_metrics.stages.clone(),
         };
         let calls = LeaderCalls::new(router, ctx.clone(), &leader);
         let workers = Arc::new(WorkerPool::new(
@@ -111,6 +113,7 @@ impl ControlPlane {
             store.clone(),
             config.worker.clone(),
             registry,
+            blocking_metrics.stages.clone(),
         ));
         workers.set_count(config.workers);
         Arc::new(Self {
@@ -118,7 +121,7 @@ impl ControlPlane {
             blocking: Blocking {
                 store: store.clone(),
                 watchers: hub.watchers.clone(),
-                metrics: Arc::new(BlockingMetrics::new(registry)),
+                metrics: blocking_metrics,
             },
             fleet: Arc::new(FleetGauges::new(store.clone(), leading_rx, registry)),
             raft,

@@ -25,10 +25,12 @@ use stampede_proto::{
     lock, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalReapRequest, EvalStatus,
     EvalUpdateRequest, Evaluation, JobType, Plan, PlanResult,
 };
+use stampede_proto::{unix_us, JobStage};
 use tokio::sync::watch;
 
 use crate::control::error::ControlError;
 use crate::control::leader::broker::NackReason;
+use crate::model::JobStages;
 use crate::scheduler;
 use crate::scheduler::core::{self, CoreJob, GcThresholds};
 use crate::state::gc::Cutoffs;
@@ -147,11 +149,14 @@ pub struct WorkerMetrics {
     pub evals_processed: IntCounter,
     pub raft_backoff_seconds: Counter,
     pub raft_backoffs: IntCounter,
+    /// `catch_up`, `schedule` and `plan_commit` of jobs' paths.
+    pub stages: JobStages,
 }
 
 impl WorkerMetrics {
-    fn new(registry: &Registry) -> Self {
+    fn new(registry: &Registry, stages: JobStages) -> Self {
         Self {
+            stages,
             states: int_gauge_vec(
                 registry,
                 "stampede_workers",
@@ -228,12 +233,13 @@ impl<L: Leader> WorkerPool<L> {
         store: Arc<StateStore>,
         config: WorkerConfig,
         registry: &Registry,
+        stages: JobStages,
     ) -> Self {
         Self {
             leader,
             store,
             config,
-            metrics: Arc::new(WorkerMetrics::new(registry)),
+            metrics: Arc::new(WorkerMetrics::new(registry, stages)),
             workers: Mutex::default(),
             next_id: Mutex::new(1),
         }
@@ -448,11 +454,12 @@ impl<L: Leader> WorkerRun<L> {
                     continue;
                 }
             };
-            let Some(eval) = reply.eval else { continue };
+            let Some(mut eval) = reply.eval else { continue };
+            eval.times.get_or_insert_default().dequeued_us = unix_us();
             self.set_state(WorkerState::Working, Some(&eval.id));
             let token = reply.token;
             match self
-                .process(&eval, &token, reply.wait_index, &mut rng)
+                .process(&mut eval, &token, reply.wait_index, &mut rng)
                 .await
             {
                 Ok(()) => {
@@ -580,12 +587,18 @@ impl<L: Leader> WorkerRun<L> {
 
     async fn process(
         &self,
-        eval: &Evaluation,
+        eval: &mut Evaluation,
         token: &str,
         wait_index: u64,
         rng: &mut rand::rngs::StdRng,
     ) -> Result<(), Nack> {
         self.wait_for_index(wait_index).await?;
+        let times = eval.times.get_or_insert_default();
+        times.caught_up_us = unix_us();
+        let (dequeued_us, caught_up_us) = (times.dequeued_us, times.caught_up_us);
+        let stages = &self.metrics.stages;
+        stages.observe_between(JobStage::CatchUp, dequeued_us, caught_up_us);
+        let eval = &*eval;
         if let Some(job) = CoreJob::of(eval) {
             return self.collect_garbage(job, eval, token).await;
         }
@@ -612,6 +625,10 @@ impl<L: Leader> WorkerRun<L> {
             plan.eval_token = token.to_string();
             // How the evaluation ends if the plan is made in full: the
             // leader writes it in the plan's entry (with raft batching on).
+            let submitted_us = unix_us();
+            for e in evals.iter_mut().filter(|e| e.id == eval.id) {
+                e.times.get_or_insert_default().plan_submitted_us = submitted_us;
+            }
             plan.evals = evals.clone();
             let start = Instant::now();
             let result = self
@@ -621,6 +638,8 @@ impl<L: Leader> WorkerRun<L> {
                 .map_err(|e| Nack::new(NackReason::PlanFailed, e.to_string()))?;
             self.observe("submit_plan", start);
             if result.refresh_index == 0 {
+                stages.observe_between(JobStage::Schedule, caught_up_us, submitted_us);
+                stages.observe(JobStage::PlanCommit, start.elapsed().as_secs_f64());
                 if result.evals_recorded {
                     return Ok(());
                 }
@@ -728,6 +747,8 @@ pub fn outcome_evals(
         create_index: 0,
         modify_index: 0,
         blocked_eval: String::new(),
+        // Its own path starts when it is made ready.
+        times: None,
         ..eval.clone()
     };
     done.status = EvalStatus::Complete as i32;
@@ -983,6 +1004,7 @@ mod tests {
             store,
             WorkerConfig::default(),
             &Registry::new(),
+            JobStages::new(&Registry::new()),
         );
         let done = leader.done.notified();
         pool.set_count(1);
@@ -1007,6 +1029,14 @@ mod tests {
         assert_eq!(seen.updates[0].evals[0].status, EvalStatus::Complete as i32);
         assert_eq!(seen.acks, vec![eval.id]);
         assert!(seen.nacks.is_empty());
+        // The evaluation written with the plan carries the worker's steps.
+        let times = plan.evals[0].times.expect("the worker's times");
+        let steps = [
+            times.dequeued_us,
+            times.caught_up_us,
+            times.plan_submitted_us,
+        ];
+        assert!(steps[0] != 0 && steps.is_sorted(), "{times:?}");
     }
 
     #[tokio::test]

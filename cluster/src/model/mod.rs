@@ -3,7 +3,10 @@
 //! every layer asks, and request validation. Nothing here touches raft, the
 //! state store or the network, so every layer may use it.
 
+mod stages;
 pub mod validate;
+
+pub use stages::JobStages;
 
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,

@@ -483,7 +483,42 @@ pub fn alloc_update(path: &str, a: &Allocation) -> Result<(), InvalidField> {
             InvalidField::new(format!("{path}.task_states[{name}].state"), e.reason)
         })?;
     }
+    if let Some(t) = &a.client_times {
+        unix_us("", t.delivered_us).map_err(at("client_times.delivered_us"))?;
+        unix_us("", t.started_us).map_err(at("client_times.started_us"))?;
+    }
     Ok(())
+}
+
+/// Most jobs one `JobService.Trace` asks for.
+pub const MAX_TRACE_JOBS: usize = 1000;
+
+/// The ids of a `JobService.Trace`: 1 to [`MAX_TRACE_JOBS`] valid ids.
+pub fn trace_request(job_ids: &[String]) -> Result<(), InvalidField> {
+    if job_ids.is_empty() {
+        return Err(InvalidField::new("job_ids", "must name at least one job"));
+    }
+    at_most("job_ids", job_ids.len(), MAX_TRACE_JOBS)?;
+    for (i, job_id) in job_ids.iter().enumerate() {
+        id(&format!("job_ids[{i}]"), job_id)?;
+    }
+    Ok(())
+}
+
+/// A step's time on a job's critical path: 0 (not taken) or unix
+/// microseconds from 2017 to a day ahead of this server's clock (clocks of
+/// other machines may be a little ahead; a value in seconds or
+/// milliseconds, or from the far future, is a mistake).
+pub fn unix_us(path: &str, us: u64) -> Result<(), InvalidField> {
+    const EARLIEST: u64 = 1_483_228_800_000_000; // 2017-01-01
+    const AHEAD: u64 = 86_400_000_000;
+    if us == 0 || (EARLIEST..=stampede_proto::unix_us() + AHEAD).contains(&us) {
+        return Ok(());
+    }
+    Err(InvalidField::new(
+        path,
+        "must be 0 or a time in microseconds since 1970 (from 2017 to a day ahead)",
+    ))
 }
 
 /// An evaluation a worker writes (`EvalService.Update`): ids, enums and text.
@@ -524,6 +559,16 @@ pub fn eval(path: &str, e: &Evaluation) -> Result<(), InvalidField> {
         }
     }
     text(&format!("{path}.triggered_by"), &e.triggered_by, MAX_ID_LEN)?;
+    if let Some(t) = &e.times {
+        for (name, us) in [
+            ("enqueued_us", t.enqueued_us),
+            ("dequeued_us", t.dequeued_us),
+            ("caught_up_us", t.caught_up_us),
+            ("plan_submitted_us", t.plan_submitted_us),
+        ] {
+            unix_us(&format!("{path}.times.{name}"), us)?;
+        }
+    }
     let classes = format!("{path}.class_eligibility");
     at_most(&classes, e.class_eligibility.len(), MAX_CLASSES)?;
     for key in e.class_eligibility.keys() {
@@ -875,6 +920,27 @@ mod job_tests {
         for bad in [0, 6, -1, i32::MAX] {
             let err = alloc_update("allocs[0]", &update(bad)).unwrap_err();
             assert_eq!(err.field, "allocs[0].client_status");
+        }
+    }
+
+    #[test]
+    fn a_clients_times_are_microseconds_of_now_or_zero() {
+        let update = |delivered_us: u64| Allocation {
+            id: "a1".into(),
+            client_status: AllocClientStatus::Running as i32,
+            client_times: Some(stampede_proto::AllocClientTimes {
+                delivered_us,
+                started_us: 0,
+            }),
+            ..Default::default()
+        };
+        for ok in [0, stampede_proto::unix_us()] {
+            assert!(alloc_update("allocs[0]", &update(ok)).is_ok());
+        }
+        let seconds = stampede_proto::unix_us() / 1_000_000;
+        for bad in [seconds, seconds * 1000, u64::MAX] {
+            let err = alloc_update("allocs[0]", &update(bad)).unwrap_err();
+            assert_eq!(err.field, "allocs[0].client_times.delivered_us");
         }
     }
 }

@@ -39,6 +39,18 @@ fn take_report(alloc: &mut Allocation, update: &Allocation, at_ms: u64, index: u
         .clone_from(&update.client_description);
     alloc.task_states.clone_from(&update.task_states);
     alloc.healthy = update.healthy.or(alloc.healthy);
+    if let Some(t) = &update.client_times {
+        let times = alloc.client_times.get_or_insert_default();
+        if t.delivered_us != 0 {
+            times.delivered_us = t.delivered_us;
+        }
+        if t.started_us != 0 {
+            times.started_us = t.started_us;
+        }
+    }
+    if alloc.running_index == 0 && update.client_status == AllocClientStatus::Running as i32 {
+        alloc.running_index = index;
+    }
     alloc.modify_index = index;
     alloc.modify_time_ms = at_ms;
 }
@@ -74,6 +86,8 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
         job_type,
         alloc_modify_index,
         min_healthy_time_ms,
+        client_times,
+        running_index,
     } = old;
     let mut new = Allocation {
         id: id.clone(),
@@ -100,6 +114,8 @@ fn reported(old: &Allocation, update: &Allocation, at_ms: u64, index: u64) -> Al
         job_type: *job_type,
         alloc_modify_index: *alloc_modify_index,
         min_healthy_time_ms: *min_healthy_time_ms,
+        client_times: *client_times,
+        running_index: *running_index,
     };
     take_report(&mut new, update, at_ms, index);
     new
@@ -124,11 +140,15 @@ impl State {
             new.client_description = old.client_description.clone();
             new.task_states = old.task_states.clone();
             new.healthy = old.healthy;
+            new.client_times = old.client_times;
+            new.running_index = old.running_index;
             if !alloc_terminal(old) && alloc_terminal(&new) {
                 changes.capacity(self.class_of(&new.node_id));
             }
         } else {
             new.create_index = index;
+            new.client_times = None;
+            new.running_index = 0;
             if let Some((id, job)) = self.jobs.get_key_value(new.job_id.as_str()) {
                 if job.status == JobStatus::Pending as i32 {
                     let job = Job {

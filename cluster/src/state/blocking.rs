@@ -11,13 +11,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use prometheus::{IntCounterVec, IntGaugeVec, Registry};
+use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 use rand::Rng;
-use stampede_proto::metric_defs::{int_counter_vec, int_gauge_vec};
+use stampede_proto::metric_defs::{histogram_vec, int_counter_vec, int_gauge_vec};
 use stampede_proto::QueryOptions;
-use stampede_proto::{lock, QuerySource};
+use stampede_proto::{lock, JobStage, QuerySource};
 use tokio::sync::Notify;
 
+use crate::model::JobStages;
 use crate::state::{State, StateStore, WatchKey};
 
 /// Longest wait a query may ask for; Nomad's limit too.
@@ -37,6 +38,11 @@ pub struct BlockingMetrics {
     pub started: IntCounterVec,
     pub inflight: IntGaugeVec,
     pub wakeups: IntCounterVec,
+    /// From the apply of the entry a parked query answers with to its answer.
+    pub delivery: HistogramVec,
+    /// This server's `stampede_job_stage_seconds`, made here because the
+    /// blocking queries are the one part every other holder reaches.
+    pub stages: JobStages,
 }
 
 impl BlockingMetrics {
@@ -65,6 +71,20 @@ impl BlockingMetrics {
                 "source",
                 &sources,
             ),
+            delivery: {
+                let h = histogram_vec(
+                    registry,
+                    "stampede_blocking_query_delivery_seconds",
+                    "From the apply of the raft entry a parked blocking query answers with to its answer leaving this server, by kind of caller.",
+                    "source",
+                    (0.00005, 2.0, 20),
+                );
+                for s in &sources {
+                    h.with_label_values(&[s]);
+                }
+                h
+            },
+            stages: JobStages::new(registry),
         }
     }
 }
@@ -89,17 +109,22 @@ impl Watchers {
         }
     }
 
-    /// Wakes every query watching any of `keys`.
-    pub fn notify(&self, keys: &[WatchKey]) {
+    /// Wakes every query watching any of `keys`; returns how many it woke
+    /// (a query watching two of them counts twice).
+    pub fn notify(&self, keys: &[WatchKey]) -> usize {
         let map = lock(&self.keys);
         if map.is_empty() {
-            return;
+            return 0;
         }
+        let mut woken = 0;
         for k in keys {
             if let Some(n) = map.get(k) {
+                // The map's reference and one per parked query.
+                woken += Arc::strong_count(n) - 1;
                 n.notify_waiters();
             }
         }
+        woken
     }
 
     /// Keys with at least one parked query (for tests and metrics).
@@ -138,6 +163,25 @@ pub enum Look {
 }
 
 impl Blocking {
+    /// Notes how long after the apply of `index` a parked query of
+    /// `source` answers with it (now: its answer is on its way out).
+    fn delivered(&self, source: &'static str, index: u64) {
+        let Some(applied) = self.store.applied_at_us(index) else {
+            return;
+        };
+        let seconds = stampede_proto::unix_us().saturating_sub(applied) as f64 / 1e6;
+        self.metrics
+            .delivery
+            .with_label_values(&[source])
+            .observe(seconds);
+        // A node's and loadgen's queries end stages of a job's path.
+        match QuerySource::parse(source) {
+            QuerySource::ClientAllocs => self.metrics.stages.observe(JobStage::Deliver, seconds),
+            QuerySource::Loadgen => self.metrics.stages.observe(JobStage::Observe, seconds),
+            _ => {}
+        }
+    }
+
     /// Answers `run` on the current state; if its index is not above
     /// `opts.min_index`, waits for a change to `keys` and asks again, until
     /// the index moves or the wait ends. Returns the answer and its index.
@@ -204,6 +248,7 @@ impl Blocking {
             // Read after registering, so a change in between is not missed.
             let (answer, index) = self.look(how, &run);
             if index > opts.min_index {
+                self.delivered(source, index);
                 break (answer, index);
             }
             drop(answer);

@@ -13,11 +13,12 @@
 //! applying entries (`apply`, allocations in `allocs`), what a batch
 //! changed (`changes`), reads (`reads`), snapshots (`snapshot`),
 //! comparing job versions (`spec`), the live store (`store`), garbage
-//! collection (`gc`) and blocking queries ([`blocking`]).
+//! collection (`gc`), when each index applied (`apply_clock`) and blocking queries ([`blocking`]).
 
 mod alloc_key;
 mod allocs;
 mod apply;
+mod apply_clock;
 pub mod blocking;
 mod changes;
 pub(crate) mod gc;
@@ -27,8 +28,10 @@ mod spec;
 mod store;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 pub use alloc_key::AllocKey;
+pub use apply_clock::ApplyClock;
 pub use changes::{Changes, Collected, Objects, WatchKey, ANY_CLASS, TABLES};
 pub use spec::{same_group, same_spec};
 pub use store::StateStore;

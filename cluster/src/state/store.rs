@@ -4,7 +4,7 @@ use std::sync::RwLock;
 
 use tokio::sync::watch;
 
-use super::{gc, State};
+use super::{gc, ApplyClock, State};
 
 /// The live state, shared by the state machine (the one writer) and readers.
 #[derive(Debug)]
@@ -13,6 +13,8 @@ pub struct StateStore {
     applied: watch::Sender<u64>,
     /// When each index was applied here, for garbage collection's thresholds.
     times: std::sync::Mutex<gc::TimeTable>,
+    /// When each recent index was applied here, to the microsecond.
+    clock: std::sync::Mutex<ApplyClock>,
 }
 
 impl Default for StateStore {
@@ -21,6 +23,7 @@ impl Default for StateStore {
             state: RwLock::default(),
             applied: watch::channel(0).0,
             times: Default::default(),
+            clock: Default::default(),
         }
     }
 }
@@ -52,8 +55,15 @@ impl StateStore {
             *i = index;
             moved
         });
-        stampede_proto::lock(&self.times).witness(index, crate::model::now_ms());
+        let now_us = stampede_proto::unix_us();
+        stampede_proto::lock(&self.clock).applied(index, now_us);
+        stampede_proto::lock(&self.times).witness(index, now_us / 1000);
         out
+    }
+
+    /// When this server applied `index` (unix µs), if it still knows.
+    pub fn applied_at_us(&self, index: u64) -> Option<u64> {
+        stampede_proto::lock(&self.clock).at(index)
     }
 
     /// The newest index this server had applied `age` ago (0 if it was not

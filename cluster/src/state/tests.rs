@@ -186,6 +186,10 @@ fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
         client_description: "running".into(),
         task_states: vec![NamedTaskState::new("web", Default::default())],
         healthy: None,
+        client_times: Some(stampede_proto::AllocClientTimes {
+            delivered_us: 10,
+            started_us: 20,
+        }),
         ..Default::default()
     };
     let update = LogEntry {
@@ -205,9 +209,34 @@ fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
         healthy: Some(true),
         modify_index: 3,
         modify_time_ms: 42,
+        // The critical path's: the client's times, and the running report's index.
+        client_times: Some(stampede_proto::AllocClientTimes {
+            delivered_us: 10,
+            started_us: 20,
+        }),
+        running_index: 3,
         ..Allocation::clone(&before)
     };
     assert_eq!(*after, expected);
+
+    // A later report without times keeps them, and the first running index.
+    let healthy = Allocation {
+        id: "a1".into(),
+        client_status: AllocClientStatus::Running as i32,
+        healthy: Some(true),
+        ..Default::default()
+    };
+    let update = LogEntry {
+        msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: vec![healthy],
+            updated_at_ms: 43,
+            ..Default::default()
+        })),
+    };
+    apply(&mut s, 4, update);
+    let later = s.alloc("a1").unwrap();
+    assert_eq!(later.client_times, expected.client_times);
+    assert_eq!((later.running_index, later.modify_index), (3, 4));
 }
 
 #[test]

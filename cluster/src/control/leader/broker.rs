@@ -191,6 +191,8 @@ impl BrokerMetrics {
 struct Ready {
     eval: Arc<Evaluation>,
     since: Instant,
+    /// `since` in unix µs, the evaluation's `enqueued_us`.
+    since_us: u64,
 }
 
 impl PartialEq for Ready {
@@ -218,6 +220,8 @@ struct Unacked {
     eval: Arc<Evaluation>,
     token: String,
     deadline: Instant,
+    /// When it was last made ready (unix µs).
+    enqueued_us: u64,
 }
 
 #[derive(Default)]
@@ -288,6 +292,7 @@ impl Inner {
         self.ready.entry(eval.r#type).or_default().push(Ready {
             eval,
             since: Instant::now(),
+            since_us: stampede_proto::unix_us(),
         });
     }
 
@@ -452,6 +457,7 @@ impl EvalBroker {
                 eval: ready.eval.clone(),
                 token: token.clone(),
                 deadline: Instant::now() + self.config.nack_timeout,
+                enqueued_us: ready.since_us,
             },
         );
         self.update_gauges(&inner);
@@ -503,6 +509,15 @@ impl EvalBroker {
 
     /// Whether `token` is the current delivery of `eval_id` (plans and
     /// evaluation updates from a worker that lost its delivery are refused).
+    /// When an outstanding evaluation was made ready (unix µs); 0 if it is
+    /// not outstanding.
+    pub fn enqueued_us(&self, eval_id: &str) -> u64 {
+        self.lock()
+            .unacked
+            .get(eval_id)
+            .map_or(0, |u| u.enqueued_us)
+    }
+
     pub fn check_token(&self, eval_id: &str, token: &str) -> Result<(), BrokerError> {
         let inner = self.lock();
         if !inner.enabled {

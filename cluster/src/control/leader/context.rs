@@ -7,7 +7,7 @@ use stampede_proto::{
 };
 
 use super::broker::{EvalBroker, CANCEL_BATCH};
-use crate::model::{alloc_terminal, new_eval, now_ms, system_job_evals};
+use crate::model::{alloc_terminal, new_eval, now_ms, system_job_evals, JobStages};
 use crate::raft::{LocalProposer, ProposeError};
 use crate::state::StateStore;
 
@@ -20,6 +20,8 @@ pub struct LeaderContext {
     /// Writes only on this server: once it no longer leads, writes fail
     /// rather than reach the new leader, whose own mechanisms own them.
     pub proposer: LocalProposer,
+    /// The stages of jobs' paths this server ends (the broker's two).
+    pub stages: JobStages,
 }
 
 impl LeaderContext {

@@ -1,0 +1,49 @@
+//! `stampede_job_stage_seconds` as a server measures it: the stages of a
+//! job's critical path that end on a server (see `JobStage`). nodesim
+//! measures the runner's start and its running report, and `loadgen
+//! capacity` joins every stage of each job from `JobService.Trace`.
+
+use prometheus::{HistogramVec, Registry};
+use stampede_proto::JobStage;
+
+/// The stages a server ends, each observed by the part that ends it.
+/// Cheap to clone: the API, the leader's dequeue, the workers and the
+/// blocking queries each hold one.
+#[derive(Clone)]
+pub struct JobStages(HistogramVec);
+
+impl JobStages {
+    /// `register` by the API (request to reply), `enqueue` and
+    /// `broker_wait` at dequeue, `catch_up`, `schedule` and `plan_commit`
+    /// by workers, `deliver` and `observe` as the blocking-query delivery
+    /// of nodes' and loadgen's queries.
+    pub const ENDED_HERE: [JobStage; 8] = [
+        JobStage::Register,
+        JobStage::Enqueue,
+        JobStage::BrokerWait,
+        JobStage::CatchUp,
+        JobStage::Schedule,
+        JobStage::PlanCommit,
+        JobStage::Deliver,
+        JobStage::Observe,
+    ];
+
+    pub fn new(registry: &Registry) -> Self {
+        Self(stampede_proto::metric_defs::job_stage_seconds(
+            registry,
+            &Self::ENDED_HERE,
+        ))
+    }
+
+    pub fn observe(&self, stage: JobStage, seconds: f64) {
+        self.0.with_label_values(&[stage.label()]).observe(seconds);
+    }
+
+    /// Observes the time between two unix-µs stamps; nothing if either is
+    /// unknown (0) or they are out of order.
+    pub fn observe_between(&self, stage: JobStage, from_us: u64, to_us: u64) {
+        if from_us != 0 && to_us >= from_us {
+            self.observe(stage, (to_us - from_us) as f64 / 1e6);
+        }
+    }
+}

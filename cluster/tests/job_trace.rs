@@ -1,0 +1,157 @@
+//! `JobService.Trace`, a job's critical path, against a real 3-server
+//! cluster with this test as the node: every step from the registration to
+//! the running report is stamped, in path order on the one clock the
+//! processes share, and the servers' stage histograms count what they end.
+//! Bad requests get `InvalidArgument` naming the field.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{heartbeat, register_nodes, wait_live};
+use stampede_launch::testing::{eventually_ok, register_job, service_job, Harness};
+use stampede_proto::{
+    unix_us, AllocClientStatus, AllocClientTimes, Allocation, JobTrace, JobTraceRequest,
+    NodeUpdateAllocRequest,
+};
+use tonic::Code;
+
+fn running(a: &Allocation, delivered_us: u64, started_us: u64) -> Allocation {
+    Allocation {
+        id: a.id.clone(),
+        client_status: AllocClientStatus::Running as i32,
+        client_times: Some(AllocClientTimes {
+            delivered_us,
+            started_us,
+        }),
+        ..Default::default()
+    }
+}
+
+/// The trace's steps in path order, named.
+fn steps(t: &JobTrace) -> [(&'static str, u64); 9] {
+    [
+        ("registered", t.registered_us),
+        ("enqueued", t.enqueued_us),
+        ("dequeued", t.dequeued_us),
+        ("caught_up", t.caught_up_us),
+        ("plan_submitted", t.plan_submitted_us),
+        ("plan_committed", t.plan_committed_us),
+        ("delivered", t.delivered_us),
+        ("started", t.started_us),
+        ("running_committed", t.running_committed_us),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_jobs_path_is_stamped_step_by_step_in_order() {
+    let (c, leader) = Harness::with_leader(3, &[]).await;
+    let client = c.client();
+    let nodes = register_nodes(&client, "trace", 2, 4000, 8192).await;
+    let _beat = heartbeat(&client, nodes, Duration::from_millis(500));
+
+    let submitted = unix_us();
+    register_job(&client, service_job("traced", 2, 100, 64)).await;
+    let allocs = wait_live(&client, "traced", 2).await;
+    let delivered = unix_us();
+    // The second one runs last: it is the job's critical path.
+    for a in &allocs {
+        let started = unix_us();
+        client
+            .nodes()
+            .update_alloc(NodeUpdateAllocRequest {
+                allocs: vec![running(a, delivered, started)],
+            })
+            .await
+            .expect("a running report");
+    }
+    let last = allocs.last().unwrap().id.clone();
+
+    let at_leader = c.client_of(&[leader]);
+    let ids = vec!["traced".to_string(), "never-registered".to_string()];
+    let trace = eventually_ok(
+        "the leader traces the job to running",
+        Duration::from_secs(10),
+        || {
+            let (at_leader, ids) = (at_leader.clone(), ids.clone());
+            async move {
+                let reply = at_leader
+                    .jobs()
+                    .trace(JobTraceRequest { job_ids: ids })
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .into_inner();
+                assert_eq!(reply.traces.len(), 2, "one per id, in order");
+                assert!(!reply.traces[1].found, "an unknown job is not found");
+                assert_eq!(reply.traces[1].job_id, "never-registered");
+                let trace = reply.traces[0].clone();
+                match trace.running_committed_us {
+                    0 => Err(format!("not yet running: {trace:?}")),
+                    _ => Ok(trace),
+                }
+            }
+        },
+    )
+    .await;
+    assert!(trace.found);
+    assert_eq!(trace.alloc_id, last, "the allocation that ran last");
+    assert!(!trace.eval_id.is_empty() && !trace.node_id.is_empty());
+    let mut before = ("submitted", submitted);
+    for (name, at) in steps(&trace) {
+        assert!(at != 0, "{name} is stamped: {trace:?}");
+        assert!(
+            at >= before.1,
+            "{name} ({at}) before {} ({}): {trace:?}",
+            before.0,
+            before.1
+        );
+        before = (name, at);
+    }
+    assert!(before.1 <= unix_us());
+
+    // Each stage a server ends is counted on the leader.
+    for stage in ["register", "enqueue", "broker_wait"] {
+        let series = format!("stampede_job_stage_seconds_count{{stage=\"{stage}\"}}");
+        let n = c.leader_metric(&series).await.unwrap_or(0.0);
+        assert!(n >= 1.0, "{series} = {n} on the leader");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_trace_requests_and_client_times_are_invalid_arguments_naming_the_field() {
+    let (c, _) = Harness::with_leader(3, &[]).await;
+    let client = c.client();
+    let asks: [(Vec<String>, &str); 3] = [
+        (vec![], "job_ids"),
+        (vec!["j".to_string(); 1001], "at most 1000"),
+        (vec!["bad id with spaces".to_string()], "job_ids[0]"),
+    ];
+    for (job_ids, names) in asks {
+        let err = client
+            .jobs()
+            .trace(JobTraceRequest { job_ids })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(names), "{names}: {err:?}");
+    }
+
+    let nodes = register_nodes(&client, "clock", 1, 4000, 8192).await;
+    let _beat = heartbeat(&client, nodes, Duration::from_millis(500));
+    register_job(&client, service_job("clocked", 1, 100, 64)).await;
+    let allocs = wait_live(&client, "clocked", 1).await;
+    // Seconds where microseconds belong.
+    let err = client
+        .nodes()
+        .update_alloc(NodeUpdateAllocRequest {
+            allocs: vec![running(&allocs[0], unix_us() / 1_000_000, 0)],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+    assert!(
+        err.message()
+            .contains("allocs[0].client_times.delivered_us"),
+        "{err:?}"
+    );
+}
