@@ -16,6 +16,7 @@ const KEEP: &[&str] = &[
     "stampede_raft_applied_index",
     "stampede_blocking_queries_started_total",
     "stampede_blocking_queries_inflight",
+    crate::summary::delivery::METRIC,
     "stampede_broker_ready",
     "stampede_broker_unacked",
     "stampede_blocked_evals",

@@ -422,6 +422,13 @@ pub fn comparison(s: &RunSummary) -> String {
             "deployment queries queued for the limiter, s",
             count(|v| v.deployment_query_wait_seconds),
         ),
+        (
+            "deployment watcher delivery p99 ms",
+            count(|v| {
+                let source = stampede_proto::QuerySource::DeploymentWatcher.label();
+                v.blocking_delivery_ms.get(source).map_or(0.0, |d| d.p99_ms)
+            }),
+        ),
         ("p99 placement ms", count(|v| v.stream.placement_ms.p99)),
         (
             "p99 time to running ms",

@@ -73,6 +73,7 @@ pub fn summarize(
             "source",
         ),
         deployment_query_wait_seconds,
+        blocking_delivery_ms: super::delivery::delivery(&servers),
         client_update_rpcs: sum_by_label(
             &series.iter().collect::<Vec<_>>(),
             "stampede_nodesim_update_rpcs_total",

@@ -14,6 +14,7 @@
 
 mod baseline;
 pub mod comparison;
+pub mod delivery;
 mod figures;
 mod intervals;
 pub mod measures;
@@ -91,6 +92,10 @@ pub struct VariantSummary {
     pub blocking_queries_by_source: BTreeMap<String, u64>,
     /// nodesim's Node.UpdateAlloc calls, by priority.
     pub client_update_rpcs: BTreeMap<String, u64>,
+    /// How long after a write's apply parked queries got their answers, by
+    /// source, over all servers (`stampede_blocking_query_delivery_seconds`).
+    #[serde(default)]
+    pub blocking_delivery_ms: BTreeMap<String, delivery::Delivery>,
     /// Time deployment-watcher queries spent queued for the shared query
     /// rate limiter, summed over queries (the leader's watchers).
     pub deployment_query_wait_seconds: f64,
