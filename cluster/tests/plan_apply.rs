@@ -1,7 +1,9 @@
 //! The pipelined plan applier on a real 3-process cluster. Plans that each
 //! fit alone but not together, checked while earlier plans commit (and,
 //! with raft batching on, written together), never overcommit a node,
-//! including across a leader change in the middle of them.
+//! including across a leader change in the middle of them, also when each
+//! plan goes in pieces; and a system job on every node, in pieces, runs
+//! everywhere.
 
 mod common;
 
@@ -13,6 +15,7 @@ use futures::future::join_all;
 use stampede_launch::testing::{
     allocs, eventually_ok, register_job, service_job, Harness, CATCH_UP,
 };
+use stampede_proto::{Job, JobType};
 
 /// Node capacity and the size of each job's one allocation: any node takes
 /// two, never three.
@@ -21,9 +24,10 @@ const ALLOC_MHZ: u64 = 400;
 const NODES: usize = 3;
 const JOBS: usize = 40;
 
-async fn contended_plans_never_overcommit(batching: &str) {
-    let (mut c, leader) =
-        Harness::with_leader(3, &["--raft-batching", batching, "--workers", "4"]).await;
+async fn contended_plans_never_overcommit(args: &[&str], count: u32) {
+    let mut all_args = vec!["--workers", "4"];
+    all_args.extend_from_slice(args);
+    let (mut c, leader) = Harness::with_leader(3, &all_args).await;
     let client = c.client();
     let nodes = register_nodes(&client, "n", NODES, NODE_MHZ, 4096).await;
     let _hb = heartbeat(&client, nodes, Duration::from_secs(1));
@@ -34,7 +38,8 @@ async fn contended_plans_never_overcommit(batching: &str) {
             join_all(ids.map(|i| {
                 let client = client.clone();
                 async move {
-                    register_job(&client, service_job(&format!("j{i}"), 1, ALLOC_MHZ, 64)).await
+                    let job = service_job(&format!("j{i}"), count, ALLOC_MHZ, 64);
+                    register_job(&client, job).await
                 }
             }))
             .await
@@ -109,10 +114,49 @@ async fn contended_plans_never_overcommit(batching: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn contended_plans_never_overcommit_with_batching() {
-    contended_plans_never_overcommit("on").await;
+    contended_plans_never_overcommit(&["--raft-batching", "on"], 1).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn contended_plans_never_overcommit_one_plan_per_entry() {
-    contended_plans_never_overcommit("off").await;
+    contended_plans_never_overcommit(&["--raft-batching", "off"], 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn contended_plans_in_pieces_never_overcommit() {
+    // Each job's plan of two allocations goes as two pieces of one.
+    contended_plans_never_overcommit(&["--plan-max-allocs", "1"], 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_system_job_in_pieces_runs_on_every_node() {
+    const NODES: usize = 20;
+    let args = ["--plan-max-allocs", "3", "--raft-batching", "off"];
+    let (c, leader) = Harness::with_leader(3, &args).await;
+    let client = c.client();
+    let nodes = register_nodes(&client, "s", NODES, 1000, 4096).await;
+    let _hb = heartbeat(&client, nodes, Duration::from_secs(1));
+    let plan_entries = "stampede_raft_entries_total{type=\"plan_apply\"}";
+    let before = c.metric(leader, plan_entries).await.unwrap_or(0.0);
+    let job = Job {
+        r#type: JobType::System as i32,
+        ..service_job("everywhere", 1, 100, 64)
+    };
+    register_job(&client, job).await;
+    let placed = eventually_ok("one allocation on every node", CATCH_UP, || async {
+        let all = allocs(&client, "everywhere")
+            .await
+            .map_err(|e| e.to_string())?;
+        let on: std::collections::BTreeSet<_> =
+            live(&all).iter().map(|a| a.node_id.clone()).collect();
+        match (on.len(), live(&all).len()) {
+            (NODES, NODES) => Ok(all.len()),
+            other => Err(format!("(nodes, allocations): {other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(placed, NODES, "no allocation twice");
+    // Twenty placements, three a piece: at least seven plan entries.
+    let pieces = c.metric(leader, plan_entries).await.unwrap_or(0.0) - before;
+    assert!(pieces >= 7.0, "{pieces} plan entries");
 }

@@ -147,6 +147,7 @@ impl From<ControlError> for Status {
     fn from(e: ControlError) -> Self {
         match e {
             ControlError::Invalid(m) => Status::invalid_argument(m),
+            ControlError::TooLarge(m) => Status::resource_exhausted(m),
             ControlError::NotFound(m) => Status::not_found(m),
             ControlError::Unavailable(m) => Status::unavailable(m),
             ControlError::NotLeader { ref addr, .. } => unavailable_at(e.to_string(), addr),

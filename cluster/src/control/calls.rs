@@ -205,6 +205,9 @@ impl LeaderCalls {
     /// Queues a plan for the leader's plan applier and waits for its result.
     pub async fn submit_plan(&self, plan: Plan, fwd: bool) -> Result<PlanResult, ControlError> {
         validate::plan(&plan)?;
+        if let Some(over) = crate::scheduler::PlanBudget::over_limit(&plan) {
+            return Err(ControlError::TooLarge(over));
+        }
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => Ok(plan_client(ch)
                 .submit(forwarded(PlanSubmitRequest { plan: Some(plan) }))

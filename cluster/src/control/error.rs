@@ -17,6 +17,9 @@ pub enum ControlError {
     /// The request itself is wrong; the message names the field.
     #[error("{0}")]
     Invalid(String),
+    /// The request is over a stated bound; the message names it.
+    #[error("{0}")]
+    TooLarge(String),
     /// The request names something that does not exist.
     #[error("{0}")]
     NotFound(String),

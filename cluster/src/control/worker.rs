@@ -31,8 +31,8 @@ use tokio::sync::watch;
 use crate::control::error::ControlError;
 use crate::control::leader::broker::NackReason;
 use crate::model::JobStages;
-use crate::scheduler;
 use crate::scheduler::core::{self, CoreJob, GcThresholds};
+use crate::scheduler::{self, PlanBudget};
 use crate::state::gc::Cutoffs;
 use crate::state::{State, StateStore};
 
@@ -74,6 +74,8 @@ pub struct WorkerConfig {
     /// Plans a worker submits for one evaluation before giving up on
     /// placements the leader keeps refusing.
     pub max_plan_attempts: u32,
+    /// How much one submitted plan may carry; a larger one goes in pieces.
+    pub plan_budget: PlanBudget,
     /// How old objects must be before a core evaluation collects them.
     pub gc: GcThresholds,
 }
@@ -91,6 +93,7 @@ impl Default for WorkerConfig {
             raft_backoff_limit: Some(Self::RAFT_BACKOFF_LIMIT),
             dequeue_timeout: Duration::from_millis(500),
             max_plan_attempts: 5,
+            plan_budget: PlanBudget::default(),
             gc: GcThresholds::default(),
         }
     }
@@ -631,11 +634,7 @@ impl<L: Leader> WorkerRun<L> {
             }
             plan.evals = evals.clone();
             let start = Instant::now();
-            let result = self
-                .leader
-                .submit_plan(plan)
-                .await
-                .map_err(|e| Nack::new(NackReason::PlanFailed, e.to_string()))?;
+            let result = self.submit_in_pieces(plan).await?;
             self.observe("submit_plan", start);
             if result.refresh_index == 0 {
                 stages.observe_between(JobStage::Schedule, caught_up_us, submitted_us);
@@ -661,6 +660,23 @@ impl<L: Leader> WorkerRun<L> {
             .await
             .map_err(|e| Nack::new(NackReason::UpdateFailed, e.to_string()))?;
         Ok(())
+    }
+
+    /// Submits `plan` in pieces within the budget, one after another, until
+    /// the last or one the leader refused in part; returns that one's result.
+    async fn submit_in_pieces(&self, plan: Plan) -> Result<PlanResult, Nack> {
+        let mut result = PlanResult::default();
+        for piece in scheduler::split(plan, self.config.plan_budget) {
+            result = self
+                .leader
+                .submit_plan(piece)
+                .await
+                .map_err(|e| Nack::new(NackReason::PlanFailed, e.to_string()))?;
+            if result.refresh_index != 0 {
+                break;
+            }
+        }
+        Ok(result)
     }
 
     /// The evaluation updates that record `eval`'s outcome on `state`.

@@ -18,6 +18,7 @@ use crate::control::leader::LeaderConfig;
 use crate::control::{ControlConfig, WorkerConfig, MAX_WORKERS};
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
+use crate::scheduler::PlanBudget;
 
 /// Scheduler workers per core when `--workers` is not given. Nomad runs one
 /// per core; here a worker spends nearly all of an evaluation waiting for
@@ -224,6 +225,15 @@ pub struct ServeOpts {
     /// plan's entry); `off`: one message per entry, as Nomad writes them.
     #[arg(long, value_enum, default_value_t = Switch::On)]
     pub raft_batching: Switch,
+    /// Most allocations one submitted plan (and so one raft entry) carries:
+    /// a larger plan, such as a system job on every node, goes in pieces.
+    #[arg(long, default_value_t = PlanBudget::MAX_ALLOCS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=PlanBudget::LIMIT_ALLOCS as u64))]
+    pub plan_max_allocs: u64,
+    /// Most bytes of allocations one submitted plan carries.
+    #[arg(long, default_value_t = PlanBudget::MAX_BYTES as u64,
+          value_parser = clap::value_parser!(u64).range(1024..=PlanBudget::LIMIT_BYTES as u64))]
+    pub plan_max_bytes: u64,
     /// Scheduler workers on this server (default: two per core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
     pub workers: Option<u64>,
@@ -425,6 +435,10 @@ impl ServeOpts {
                     job: *self.job_gc_threshold,
                     deployment: *self.deployment_gc_threshold,
                     node: *self.node_gc_threshold,
+                },
+                plan_budget: PlanBudget {
+                    max_allocs: self.plan_max_allocs as usize,
+                    max_bytes: self.plan_max_bytes as usize,
                 },
                 ..Default::default()
             },
