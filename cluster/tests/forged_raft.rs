@@ -11,7 +11,10 @@ mod common;
 use cluster::raft::{Command, Entry, LogId, NodeId, SnapshotMeta, TypeConfig};
 use common::{assert_refused, still_serves};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
-use openraft::{CommittedLeaderId, EntryPayload, Vote};
+use std::collections::BTreeMap;
+
+use cluster::raft::StoredMembership;
+use openraft::{BasicNode, CommittedLeaderId, EntryPayload, Membership, Vote};
 use serde::Serialize;
 use stampede_launch::testing::Harness;
 use stampede_proto::raft_service_client::RaftServiceClient;
@@ -54,12 +57,25 @@ fn chunk(vote: Vote<NodeId>, id: &str, offset: u64, data: Vec<u8>, done: bool) -
         meta: SnapshotMeta {
             last_log_id: Some(log_id(vote.leader_id.term, 1)),
             snapshot_id: id.into(),
-            ..Default::default()
+            last_membership: StoredMembership::new(
+                Some(log_id(1, 0)),
+                members(&[1, 2, 3], &[1, 2, 3]),
+            ),
         },
         offset,
         data,
         done,
     })
+}
+
+/// A membership of `voters`, of which `addressed` have an address, as it
+/// comes off the wire (no voter is given a default address).
+fn members(voters: &[NodeId], addressed: &[NodeId]) -> Membership<NodeId, BasicNode> {
+    let nodes: BTreeMap<NodeId, BasicNode> = (addressed.iter())
+        .map(|id| (*id, BasicNode::new(format!("127.0.0.1:{id}"))))
+        .collect();
+    let json = serde_json::json!({"configs": [voters], "nodes": nodes});
+    serde_json::from_value(json).unwrap()
 }
 
 /// A raft client of server `id` holding a server certificate: what a buggy
@@ -102,7 +118,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         );
         let r = raft
             .vote(payload(&VoteRequest::new(
-                Vote::new(1, 7),
+                Vote::new(1, leader),
                 Some(log_id(1, u64::MAX)),
             )))
             .await;
@@ -122,7 +138,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         );
         let r = raft
             .append_entries(append(
-                Vote::new_committed(1, 7),
+                Vote::new_committed(1, leader),
                 Some(log_id(1, u64::MAX - 1)),
                 vec![],
             ))
@@ -135,7 +151,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         );
         let r = raft
             .append_entries(append(
-                Vote::new_committed(1, 7),
+                Vote::new_committed(1, leader),
                 Some(log_id(1, 4)),
                 vec![entry(1, 5), entry(1, 9)],
             ))
@@ -147,7 +163,11 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
             "entries[1].log_id.index",
         );
         let r = raft
-            .append_entries(append(Vote::new_committed(1, 7), None, vec![entry(3, 0)]))
+            .append_entries(append(
+                Vote::new_committed(1, leader),
+                None,
+                vec![entry(3, 0)],
+            ))
             .await;
         assert_refused(
             &on("append past its term"),
@@ -160,13 +180,72 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
             payload: EntryPayload::Normal(Command::from_bytes(vec![0xff, 0xff, 0xff])),
         };
         let r = raft
-            .append_entries(append(Vote::new_committed(1, 7), None, vec![junk]))
+            .append_entries(append(Vote::new_committed(1, leader), None, vec![junk]))
             .await;
         assert_refused(
             &on("append of bytes that are not a log entry"),
             r,
             Code::InvalidArgument,
             "entries[0].payload",
+        );
+        // A membership with a voter that has no address (openraft unwraps
+        // it at the next election), or with a stranger: refused.
+        for (what, voters, addressed) in [
+            (
+                "membership with a voter without an address",
+                &[1, 2, 3][..],
+                &[1, 2][..],
+            ),
+            ("membership with a stranger", &[1, 2, 3, 9], &[1, 2, 3, 9]),
+        ] {
+            let forged = Entry {
+                log_id: log_id(status.term, 0),
+                payload: EntryPayload::Membership(members(voters, addressed)),
+            };
+            let r = raft
+                .append_entries(append(current, None, vec![forged]))
+                .await;
+            assert_refused(
+                &on(what),
+                r,
+                Code::InvalidArgument,
+                "entries[0].payload: not the configured membership",
+            );
+        }
+        // A term far ahead of the receiver's, and a vote from a stranger.
+        let far = Vote::new(status.term + (1 << 24) + 10, leader);
+        let r = raft.vote(payload(&VoteRequest::new(far, None))).await;
+        assert_refused(
+            &on("vote 2^24 terms ahead"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let r = raft.append_entries(append(far, None, vec![])).await;
+        assert_refused(
+            &on("append 2^24 terms ahead"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.term",
+        );
+        let stranger: Vote<NodeId> = Vote::new(status.term + 1, 9);
+        let r = raft.vote(payload(&VoteRequest::new(stranger, None))).await;
+        assert_refused(
+            &on("vote from a stranger"),
+            r,
+            Code::InvalidArgument,
+            "vote.leader_id.node_id: server 9 is not a member",
+        );
+        let mut snapshot: InstallSnapshotRequest<TypeConfig> =
+            bincode::deserialize(&chunk(current, "strangers", 0, vec![1], true).data).unwrap();
+        snapshot.meta.last_membership =
+            StoredMembership::new(Some(log_id(1, 0)), members(&[1, 2], &[1, 2]));
+        let r = raft.install_snapshot(payload(&snapshot)).await;
+        assert_refused(
+            &on("snapshot of another membership"),
+            r,
+            Code::InvalidArgument,
+            "meta.last_membership",
         );
 
         let r = raft
@@ -261,7 +340,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
                 "data: not a raft message",
             ),
         ] {
-            let after = append(Vote::new_committed(1, 7), None, vec![]);
+            let after = append(Vote::new_committed(1, leader), None, vec![]);
             let mut answers = raft
                 .append_entries_stream(tokio_stream::iter([bad, after]))
                 .await
@@ -281,7 +360,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         }
 
         // A vote, no previous entry, then a list that claims 2^62 entries.
-        let mut data = bincode::serialize(&Vote::new_committed(1u64, 7u64)).unwrap();
+        let mut data = bincode::serialize(&Vote::new_committed(1u64, leader)).unwrap();
         data.push(0);
         data.extend((1u64 << 62).to_le_bytes());
         let r = raft.append_entries(RaftPayload { data }).await;

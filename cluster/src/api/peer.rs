@@ -9,6 +9,7 @@
 //! naming the field before openraft sees it, and a forwarded write is
 //! validated as if its client had called this server.
 
+use std::collections::BTreeSet;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::call_stream::{Answers, Ticketed};
 use super::Reply;
-use crate::raft::inbound::{self, Implausible};
+use crate::raft::inbound::{self, Implausible, Receiver};
 use crate::raft::metrics::Metrics;
 use crate::raft::{ChunkRefused, Proposer, SnapshotReceiver};
 use crate::raft::{NodeId, Raft, TypeConfig};
@@ -37,6 +38,8 @@ pub struct PeerApi {
     pub metrics: Arc<Metrics>,
     /// Shared by every copy of the service (raft's server and the main one).
     pub snapshots: Arc<SnapshotReceiver>,
+    /// The configured members (`--peers`): a genuine message agrees.
+    pub members: Arc<BTreeSet<NodeId>>,
 }
 
 /// A payload that is not the raft message its call expects.
@@ -90,11 +93,27 @@ fn encode<T: Serialize>(value: &T) -> Result<RaftPayload, EncodeFailed> {
 }
 
 impl PeerApi {
+    /// What this server checks a peer's message against: its members and
+    /// its current term (read, not watched: no wake-up per entry).
+    fn receiver(&self) -> (Arc<BTreeSet<NodeId>>, u64) {
+        (
+            self.members.clone(),
+            self.raft.metrics().borrow().current_term,
+        )
+    }
+
     /// One AppendEntries, whether it came as a call of its own or on a
     /// stream: checked, handed to raft, and raft's answer encoded.
     async fn append_one(&self, payload: RaftPayload) -> Result<RaftPayload, Status> {
         let rpc: AppendEntriesRequest<TypeConfig> = decode(&payload)?;
-        inbound::append_entries(&rpc)?;
+        let (members, term) = self.receiver();
+        inbound::append_entries(
+            &rpc,
+            Receiver {
+                members: &members,
+                term,
+            },
+        )?;
         let start = std::time::Instant::now();
         let answer = self.raft.append_entries(rpc).await;
         self.metrics
@@ -140,13 +159,27 @@ impl RaftService for PeerApi {
 
     async fn vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
         let rpc: VoteRequest<NodeId> = decode(req.get_ref())?;
-        inbound::vote_request(&rpc)?;
+        let (members, term) = self.receiver();
+        inbound::vote_request(
+            &rpc,
+            Receiver {
+                members: &members,
+                term,
+            },
+        )?;
         Ok(Response::new(encode(&self.raft.vote(rpc).await)?))
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
         let rpc: InstallSnapshotRequest<TypeConfig> = decode(req.get_ref())?;
-        inbound::install_snapshot(&rpc)?;
+        let (members, term) = self.receiver();
+        inbound::install_snapshot(
+            &rpc,
+            Receiver {
+                members: &members,
+                term,
+            },
+        )?;
         let answer = self.snapshots.receive(&self.raft, rpc).await?;
         Ok(Response::new(encode(&answer)?))
     }

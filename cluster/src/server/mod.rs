@@ -144,6 +144,7 @@ pub async fn serve(
         proposer,
         metrics: metrics.clone(),
         snapshots: Default::default(),
+        members: Arc::new(opts.peers.0.keys().copied().collect()),
     };
     let grpc = tokio::spawn(serve_grpc(
         api,
