@@ -169,14 +169,16 @@ proptest! {
             prop_assert_eq!(status.code(), tonic::Code::InvalidArgument);
             prop_assert!(status.message().starts_with("NodeGetRequest: "));
         }
+        let members = [1, 2, 3].into();
+        let at = inbound::Receiver { members: &members, term: 5 };
         if let Ok(r) = bincode::deserialize::<AppendEntriesRequest<TypeConfig>>(&bytes) {
-            let _ = inbound::append_entries(&r);
+            let _ = inbound::append_entries(&r, at);
         }
         if let Ok(r) = bincode::deserialize::<VoteRequest<NodeId>>(&bytes) {
-            let _ = inbound::vote_request(&r);
+            let _ = inbound::vote_request(&r, at);
         }
         if let Ok(r) = bincode::deserialize::<InstallSnapshotRequest<TypeConfig>>(&bytes) {
-            let _ = inbound::install_snapshot(&r);
+            let _ = inbound::install_snapshot(&r, at);
         }
     }
 
