@@ -35,6 +35,14 @@ enum Cmd {
     /// Exit 0 if a server answers /v1/status (with --leader: and knows a
     /// leader); the image's health check and the Kubernetes probes.
     Health(cluster::cli::health::HealthOpts),
+    /// Offline, with the server stopped: replace a stored raft vote that no
+    /// election can move past (a term far beyond the log's, or a vote for a
+    /// non-member) by one at the last log entry's term.
+    RecoverVote {
+        /// The stopped server's --data-dir.
+        #[arg(long)]
+        data_dir: std::path::PathBuf,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -77,6 +85,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Cmd::Health(opts) => {
             stampede_proto::default_sigpipe();
             cluster::cli::health::run(opts).await
+        }
+        Cmd::RecoverVote { data_dir } => {
+            let done = cluster::raft::vote_recovery::recover_vote(&data_dir.join("raft"))?;
+            println!("{}: {done}", data_dir.display());
+            Ok(())
         }
     }
 }

@@ -25,6 +25,7 @@ pub use self::write::proposer::{LocalProposer, ProposeError, Proposer};
 pub use self::write::tickets::Tickets;
 // Modules whose own paths the integration tests and benches name.
 pub use self::storage::log_store;
+pub use self::storage::vote_recovery;
 pub use self::wire::inbound;
 pub use self::write::client_write;
 

@@ -24,12 +24,12 @@ use crate::raft::storage::error::StoreError;
 use crate::raft::storage::log_tail::LogTail;
 use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
 
-const CF_LOGS: &str = "logs";
-const CF_META: &str = "meta";
-const KEY_VOTE: &[u8] = b"vote";
+pub(super) const CF_LOGS: &str = "logs";
+pub(super) const CF_META: &str = "meta";
+pub(super) const KEY_VOTE: &[u8] = b"vote";
 const KEY_COMMITTED: &[u8] = b"committed";
 const KEY_PURGED: &[u8] = b"purged";
-const KEY_IDENTITY: &[u8] = b"identity";
+pub(super) const KEY_IDENTITY: &[u8] = b"identity";
 
 /// Who a data dir belongs to, written on first start and checked on every start.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,7 +129,7 @@ impl LogStore {
             .expect("column families are created on open")
     }
 
-    fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, AnyError> {
+    pub(super) fn get_meta<T: DeserializeOwned>(&self, key: &[u8]) -> Result<Option<T>, AnyError> {
         match self
             .db
             .get_cf(self.cf(CF_META), key)
@@ -142,14 +142,19 @@ impl LogStore {
         }
     }
 
-    fn put_meta<T: Serialize>(&self, key: &[u8], value: &T, sync: bool) -> Result<(), AnyError> {
+    pub(super) fn put_meta<T: Serialize>(
+        &self,
+        key: &[u8],
+        value: &T,
+        sync: bool,
+    ) -> Result<(), AnyError> {
         let bytes = bincode::serialize(value).map_err(|e| AnyError::new(&*e))?;
         self.db
             .put_cf_opt(self.cf(CF_META), key, bytes, &write_options(sync))
             .map_err(|e| AnyError::new(&e))
     }
 
-    fn last_log_id(&self) -> Result<Option<LogId>, AnyError> {
+    pub(super) fn last_log_id(&self) -> Result<Option<LogId>, AnyError> {
         match self
             .db
             .iterator_cf(self.cf(CF_LOGS), IteratorMode::End)

@@ -7,3 +7,4 @@ pub mod log_store;
 pub mod log_tail;
 pub mod snapshot_store;
 pub mod state_machine;
+pub mod vote_recovery;
