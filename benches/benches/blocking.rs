@@ -51,6 +51,7 @@ impl Fleet {
             store: Arc::new(StateStore::default()),
             watchers: Arc::default(),
             metrics: Arc::new(BlockingMetrics::new(&Registry::new())),
+            parking: Default::default(),
         });
         blocking.store.replace(state);
         let (answered, answers) = mpsc::unbounded_channel();

@@ -178,3 +178,118 @@ async fn a_nodes_query_brings_what_changed_and_ignores_its_own_reports() {
     );
     assert!(next.changed.iter().all(|a| a.job_id == "two"));
 }
+
+/// Parks `n` job-list queries on `client`'s one connection (each waiting
+/// for an index the cluster will not reach), and returns them running and
+/// a channel of the refusals as they come.
+fn flood(
+    client: &ClusterClient,
+    n: usize,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    tokio::sync::mpsc::UnboundedReceiver<tonic::Status>,
+) {
+    let (refused, refusals) = tokio::sync::mpsc::unbounded_channel();
+    let parked = (0..n)
+        .map(|_| {
+            let (client, refused) = (client.clone(), refused.clone());
+            tokio::spawn(async move {
+                let query = QueryOptions {
+                    min_index: 1 << 40,
+                    max_wait_ms: 120_000,
+                    source: "other".into(),
+                };
+                let req = stampede_proto::JobListRequest { query: Some(query) };
+                if let Err(status) = client.jobs().list(req).await {
+                    let _ = refused.send(status);
+                }
+            })
+        })
+        .collect();
+    (parked, refusals)
+}
+
+async fn refusals(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<tonic::Status>,
+    n: usize,
+) -> Vec<tonic::Status> {
+    let mut got = Vec::new();
+    while got.len() < n {
+        let next = tokio::time::timeout(CATCH_UP, rx.recv()).await;
+        got.push(next.expect("refused in time").expect("a refusal"));
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn parked_queries_past_their_bounds_are_refused_and_the_server_serves_on() {
+    let args = [
+        "--max-parked-per-connection",
+        "50",
+        "--max-parked-queries",
+        "80",
+    ];
+    let (c, _) = Harness::with_leader(3, &args).await;
+    // Two connections to server 1.
+    let (a, b) = (c.client_of(&[1]), c.client_of(&[1]));
+    let (mut parked, mut refused) = flood(&a, 60);
+    for status in refusals(&mut refused, 10).await {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains("at most 50 per connection (--max-parked-per-connection)"),
+            "{status:?}"
+        );
+    }
+    let (more, mut refused_b) = flood(&b, 40);
+    parked.extend(more);
+    for status in refusals(&mut refused_b, 10).await {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status
+                .message()
+                .contains("at most 80 (--max-parked-queries)"),
+            "{status:?}"
+        );
+    }
+    let inflight = "stampede_blocking_queries_inflight{source=\"other\"}";
+    eventually("exactly the bounds park", CATCH_UP, || async {
+        c.metric(1, inflight).await.unwrap_or(-1.0) == 80.0
+    })
+    .await;
+
+    // Writes and a node's own query go on; a node's query is bounded by
+    // node, not by the connections' total.
+    let client = c.client_of(&[1]);
+    client
+        .register_node(node_with("n1", 1000, 4096))
+        .await
+        .unwrap();
+    register_job(&client, service_job("after-flood", 1, 100, 64)).await;
+    let first = client_allocs(client.clone(), "n1".into(), None).await.index;
+    let query = QueryOptions {
+        min_index: first,
+        max_wait_ms: 100,
+        source: "client_allocs".into(),
+    };
+    client_allocs(client.clone(), "n1".into(), Some(query)).await;
+
+    // Callers that go away give their places back.
+    for p in parked {
+        p.abort();
+    }
+    eventually("the flood's places are given back", CATCH_UP, || async {
+        c.metric(1, inflight).await.unwrap_or(-1.0) == 0.0
+    })
+    .await;
+    let (again, mut refused) = flood(&a, 50);
+    eventually(
+        "50 park again on the first connection",
+        CATCH_UP,
+        || async { c.metric(1, inflight).await.unwrap_or(-1.0) == 50.0 },
+    )
+    .await;
+    assert!(refused.try_recv().is_err(), "none refused");
+    again.into_iter().for_each(|p| p.abort());
+}

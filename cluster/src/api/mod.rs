@@ -35,6 +35,7 @@ use crate::model::validate::InvalidField;
 use crate::raft::client_write::{ClientWrite, Refused, Written};
 use crate::raft::{ProposeError, Proposer};
 use crate::state::blocking::{Blocking, Look};
+use crate::state::parking::{ParkRefused, Parker};
 use crate::state::{State, StateStore, WatchKey};
 
 /// gRPC metadata key carrying the leader's address on `Unavailable` answers.
@@ -69,24 +70,47 @@ impl Api {
         Ok(written)
     }
 
+    /// A caller's blocking query (on a copy of the state), parked only
+    /// within `parker`'s bounds.
     async fn query<T>(
         &self,
+        parker: &Parker,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
         run: impl Fn(&State) -> (T, u64),
-    ) -> (T, u64) {
-        self.blocking.query(opts, keys, run).await
+    ) -> Result<(T, u64), Status> {
+        let answer = self.blocking.query_for(parker, Look::Copy, opts, keys, run);
+        Ok(answer.await?)
     }
 
     /// [`Api::query`] for a short read, under the state's lock instead of
     /// on a copy (see [`Look::Locked`]).
     async fn query_short<T>(
         &self,
+        parker: &Parker,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
         run: impl Fn(&State) -> (T, u64),
-    ) -> (T, u64) {
-        self.blocking.query_as(Look::Locked, opts, keys, run).await
+    ) -> Result<(T, u64), Status> {
+        let answer = self
+            .blocking
+            .query_for(parker, Look::Locked, opts, keys, run);
+        Ok(answer.await?)
+    }
+}
+
+/// Who a caller's parked query counts against: its connection.
+fn parker_of<T>(req: &tonic::Request<T>) -> Parker {
+    Parker::Connection(
+        req.extensions()
+            .get::<conn::PeerInfo>()
+            .and_then(|p| p.addr),
+    )
+}
+
+impl From<ParkRefused> for Status {
+    fn from(e: ParkRefused) -> Self {
+        Status::resource_exhausted(e.to_string())
     }
 }
 

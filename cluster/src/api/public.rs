@@ -10,11 +10,12 @@ use stampede_proto::*;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::call_stream::{Answers, Ticketed};
-use super::{Api, Reply};
+use super::{parker_of, Api, Reply};
 use crate::control::is_forwarded;
 use crate::model::validate::{self, quote};
 use crate::raft::client_write::{ClientWrite, Refused};
 use crate::state::blocking;
+use crate::state::parking::Parker;
 use crate::state::{State, WatchKey};
 
 #[tonic::async_trait]
@@ -39,15 +40,16 @@ impl NodeService for Api {
     }
 
     async fn list(&self, req: Request<NodeListRequest>) -> Reply<NodeListReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         let (nodes, index) = self
-            .query(req.query.as_ref(), &[WatchKey::Nodes], |s| {
+            .query(&parker, req.query.as_ref(), &[WatchKey::Nodes], |s| {
                 (
                     s.nodes().map(|n| Node::clone(n)).collect(),
                     s.indexes().nodes.max(1),
                 )
             })
-            .await;
+            .await?;
         Ok(Response::new(NodeListReply { nodes, index }))
     }
 
@@ -179,11 +181,12 @@ impl Api {
         // looks at the state two or three times.
         let (mine, index) = self
             .query_short(
+                &Parker::Node(node.as_str().into()),
                 req.query.as_ref(),
                 &[WatchKey::NodeAllocs(node.clone())],
                 |s| (s.node_alloc_map(&node), s.node_alloc_index(&node).max(1)),
             )
-            .await;
+            .await?;
         let allocs = mine
             .values()
             .map(|a| (a.id.clone(), a.alloc_modify_index))
@@ -248,6 +251,7 @@ impl Api {
     /// its allocations last changed at.
     async fn job_allocs_query<T>(
         &self,
+        parker: &Parker,
         job_id: &str,
         query: Option<&QueryOptions>,
         view: impl Fn(&State, &str) -> T,
@@ -255,10 +259,13 @@ impl Api {
         validate::id("job_id", job_id)?;
         job_exists(&self.store.snapshot(), job_id)?;
         let answer = self
-            .query(query, &[WatchKey::JobAllocs(job_id.to_string())], |s| {
-                (view(s, job_id), s.job_alloc_index(job_id).max(1))
-            })
-            .await;
+            .query(
+                parker,
+                query,
+                &[WatchKey::JobAllocs(job_id.to_string())],
+                |s| (view(s, job_id), s.job_alloc_index(job_id).max(1)),
+            )
+            .await?;
         Ok(answer)
     }
 }
@@ -299,11 +306,13 @@ impl JobService for Api {
     }
 
     async fn get(&self, req: Request<JobGetRequest>) -> Reply<JobGetReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         validate::id("job_id", &req.job_id)?;
         let id = req.job_id.clone();
         let (job, index) = self
             .query(
+                &parker,
                 req.query.as_ref(),
                 &[WatchKey::Job(id.clone())],
                 |s| match s.job(&id) {
@@ -311,7 +320,7 @@ impl JobService for Api {
                     None => (None, s.indexes().jobs.max(1)),
                 },
             )
-            .await;
+            .await?;
         match job {
             Some(job) => Ok(Response::new(JobGetReply {
                 job: Some(job),
@@ -324,22 +333,24 @@ impl JobService for Api {
     }
 
     async fn list(&self, req: Request<JobListRequest>) -> Reply<JobListReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         let (jobs, index) = self
-            .query(req.query.as_ref(), &[WatchKey::Jobs], |s| {
+            .query(&parker, req.query.as_ref(), &[WatchKey::Jobs], |s| {
                 (
                     s.jobs().map(|j| Job::clone(j)).collect(),
                     s.indexes().jobs.max(1),
                 )
             })
-            .await;
+            .await?;
         Ok(Response::new(JobListReply { jobs, index }))
     }
 
     async fn allocations(&self, req: Request<JobAllocationsRequest>) -> Reply<AllocationsReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         let (allocs, index) = self
-            .job_allocs_query(&req.job_id, req.query.as_ref(), |s, id| {
+            .job_allocs_query(&parker, &req.job_id, req.query.as_ref(), |s, id| {
                 s.job_allocs(id)
                     .iter()
                     .map(|a| Allocation::clone(a))
@@ -350,9 +361,10 @@ impl JobService for Api {
     }
 
     async fn summary(&self, req: Request<JobSummaryRequest>) -> Reply<JobSummaryReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         let (counts, index) = self
-            .job_allocs_query(&req.job_id, req.query.as_ref(), |s, id| {
+            .job_allocs_query(&parker, &req.job_id, req.query.as_ref(), |s, id| {
                 s.job_summary(id)
                     .iter()
                     .map(|(&(job_version, desired_status, client_status), &count)| {
@@ -381,21 +393,27 @@ impl JobService for Api {
     }
 
     async fn evaluations(&self, req: Request<JobEvaluationsRequest>) -> Reply<EvaluationsReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         validate::id("job_id", &req.job_id)?;
         job_exists(&self.store.snapshot(), &req.job_id)?;
         let id = req.job_id.clone();
         let (evals, index) = self
-            .query(req.query.as_ref(), &[WatchKey::JobEvals(id.clone())], |s| {
-                let evals: Vec<Evaluation> = s
-                    .job_evals(&id)
-                    .iter()
-                    .map(|e| Evaluation::clone(e))
-                    .collect();
-                let index = evals.iter().map(|e| e.modify_index).max().unwrap_or(1);
-                (evals, index)
-            })
-            .await;
+            .query(
+                &parker,
+                req.query.as_ref(),
+                &[WatchKey::JobEvals(id.clone())],
+                |s| {
+                    let evals: Vec<Evaluation> = s
+                        .job_evals(&id)
+                        .iter()
+                        .map(|e| Evaluation::clone(e))
+                        .collect();
+                    let index = evals.iter().map(|e| e.modify_index).max().unwrap_or(1);
+                    (evals, index)
+                },
+            )
+            .await?;
         Ok(Response::new(EvaluationsReply { evals, index }))
     }
 }
@@ -403,11 +421,13 @@ impl JobService for Api {
 #[tonic::async_trait]
 impl DeploymentService for Api {
     async fn get(&self, req: Request<DeploymentGetRequest>) -> Reply<DeploymentGetReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         validate::id("deployment_id", &req.deployment_id)?;
         let id = req.deployment_id.clone();
         let (d, index) = self
             .query(
+                &parker,
                 req.query.as_ref(),
                 &[WatchKey::Deployment(id.clone())],
                 |s| match s.deployment(&id) {
@@ -415,7 +435,7 @@ impl DeploymentService for Api {
                     None => (None, s.indexes().deployments.max(1)),
                 },
             )
-            .await;
+            .await?;
         match d {
             Some(d) => Ok(Response::new(DeploymentGetReply {
                 deployment: Some(d),
@@ -428,12 +448,14 @@ impl DeploymentService for Api {
     }
 
     async fn for_job(&self, req: Request<JobDeploymentsRequest>) -> Reply<DeploymentsReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         validate::id("job_id", &req.job_id)?;
         job_exists(&self.store.snapshot(), &req.job_id)?;
         let id = req.job_id.clone();
         let (deployments, index) = self
             .query(
+                &parker,
                 req.query.as_ref(),
                 &[WatchKey::JobDeployments(id.clone())],
                 |s| {
@@ -446,7 +468,7 @@ impl DeploymentService for Api {
                     (ds, index)
                 },
             )
-            .await;
+            .await?;
         Ok(Response::new(DeploymentsReply { deployments, index }))
     }
 }

@@ -9,7 +9,7 @@ use stampede_proto::plan_service_server::PlanService;
 use stampede_proto::*;
 use tonic::{Request, Response, Status};
 
-use super::{Api, Reply};
+use super::{parker_of, Api, Reply};
 use crate::control::is_forwarded;
 use crate::model::validate;
 use crate::state::WatchKey;
@@ -17,11 +17,13 @@ use crate::state::WatchKey;
 #[tonic::async_trait]
 impl EvalService for Api {
     async fn get(&self, req: Request<EvalGetRequest>) -> Reply<EvalGetReply> {
+        let parker = parker_of(&req);
         let req = req.into_inner();
         validate::id("eval_id", &req.eval_id)?;
         let id = req.eval_id.clone();
         let (eval, index) = self
             .query(
+                &parker,
                 req.query.as_ref(),
                 &[WatchKey::Eval(id.clone())],
                 |s| match s.eval(&id) {
@@ -29,7 +31,7 @@ impl EvalService for Api {
                     None => (None, s.indexes().evals.max(1)),
                 },
             )
-            .await;
+            .await?;
         match eval {
             Some(eval) => Ok(Response::new(EvalGetReply {
                 eval: Some(eval),

@@ -39,6 +39,7 @@ use self::routing::Router;
 use crate::raft::{LocalProposer, PeerChannels, Proposer};
 use crate::raft::{NodeId, Raft};
 use crate::state::blocking::{Blocking, BlockingMetrics};
+use crate::state::parking::{ParkLimits, Parking};
 use crate::state::StateStore;
 
 /// Control-plane settings (`cluster serve` flags fill them).
@@ -48,6 +49,8 @@ pub struct ControlConfig {
     pub worker: WorkerConfig,
     /// Scheduler workers on this server at start.
     pub workers: usize,
+    /// How many blocking queries callers may park here.
+    pub parking: ParkLimits,
 }
 
 /// The parts that exist before raft does: the state machine's observer
@@ -122,6 +125,7 @@ impl ControlPlane {
                 store: store.clone(),
                 watchers: hub.watchers.clone(),
                 metrics: blocking_metrics,
+                parking: Arc::new(Parking::new(config.parking)),
             },
             fleet: Arc::new(FleetGauges::new(store.clone(), leading_rx, registry)),
             raft,

@@ -19,6 +19,7 @@ use crate::control::{ControlConfig, WorkerConfig, MAX_WORKERS};
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
 use crate::scheduler::PlanBudget;
+use crate::state::parking::ParkLimits;
 
 /// Scheduler workers per core when `--workers` is not given. Nomad runs one
 /// per core; here a worker spends nearly all of an evaluation waiting for
@@ -234,6 +235,16 @@ pub struct ServeOpts {
     #[arg(long, default_value_t = PlanBudget::MAX_BYTES as u64,
           value_parser = clap::value_parser!(u64).range(1024..=PlanBudget::LIMIT_BYTES as u64))]
     pub plan_max_bytes: u64,
+    /// Blocking queries one connection may keep parked (a node's own
+    /// allocation queries are bounded per node instead); past it a query
+    /// is refused with ResourceExhausted.
+    #[arg(long, default_value_t = ParkLimits::PER_CONNECTION as u64,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_parked_per_connection: u64,
+    /// Blocking queries all connections together may keep parked here.
+    #[arg(long, default_value_t = ParkLimits::TOTAL as u64,
+          value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_parked_queries: u64,
     /// Scheduler workers on this server (default: two per core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
     pub workers: Option<u64>,
@@ -449,6 +460,10 @@ impl ServeOpts {
                 },
                 |n| n as usize,
             ),
+            parking: ParkLimits {
+                per_connection: self.max_parked_per_connection as usize,
+                total: self.max_parked_queries as usize,
+            },
         }
     }
 

@@ -19,6 +19,7 @@ use stampede_proto::{lock, JobStage, QuerySource};
 use tokio::sync::Notify;
 
 use crate::model::JobStages;
+use crate::state::parking::{ParkRefused, Parker, Parking, Permit};
 use crate::state::{State, StateStore, WatchKey};
 
 /// Longest wait a query may ask for; Nomad's limit too.
@@ -139,6 +140,8 @@ pub struct Blocking {
     pub store: Arc<StateStore>,
     pub watchers: Arc<Watchers>,
     pub metrics: Arc<BlockingMetrics>,
+    /// Callers' parked queries, counted against their bounds.
+    pub parking: Arc<Parking>,
 }
 
 struct Inflight<'a>(&'a BlockingMetrics, &'static str);
@@ -201,7 +204,8 @@ impl Blocking {
         }
     }
 
-    /// [`Blocking::query`], looking at the state as `how` says.
+    /// [`Blocking::query`], looking at the state as `how` says: the
+    /// server's own queries, which no bound limits.
     pub async fn query_as<T>(
         &self,
         how: Look,
@@ -209,11 +213,40 @@ impl Blocking {
         keys: &[WatchKey],
         run: impl Fn(&State) -> (T, u64),
     ) -> (T, u64) {
+        let admit = || Ok::<_, std::convert::Infallible>(None);
+        match self.ask(how, opts, keys, run, admit).await {
+            Ok(answer) => answer,
+            Err(never) => match never {},
+        }
+    }
+
+    /// A caller's query: as [`Blocking::query_as`], but it parks only if
+    /// `parker` has room (`ResourceExhausted` otherwise, see [`Parking`]).
+    pub async fn query_for<T>(
+        &self,
+        parker: &Parker,
+        how: Look,
+        opts: Option<&QueryOptions>,
+        keys: &[WatchKey],
+        run: impl Fn(&State) -> (T, u64),
+    ) -> Result<(T, u64), ParkRefused> {
+        let admit = || self.parking.admit(parker).map(Some);
+        self.ask(how, opts, keys, run, admit).await
+    }
+
+    async fn ask<T, E>(
+        &self,
+        how: Look,
+        opts: Option<&QueryOptions>,
+        keys: &[WatchKey],
+        run: impl Fn(&State) -> (T, u64),
+        admit: impl FnOnce() -> Result<Option<Permit>, E>,
+    ) -> Result<(T, u64), E> {
         let default = QueryOptions::default();
         let opts = opts.unwrap_or(&default);
         if opts.min_index == 0 {
             // A plain read.
-            return self.look(how, &run);
+            return Ok(self.look(how, &run));
         }
         // Every blocking query counts, also one answered at once: each is a
         // request the caller made in its watch loop.
@@ -221,12 +254,13 @@ impl Blocking {
         self.metrics.started.with_label_values(&[source]).inc();
         let (answer, index) = self.look(how, &run);
         if index > opts.min_index {
-            return (answer, index);
+            return Ok((answer, index));
         }
         // Not kept while parked: an answer may share parts of the state, and
         // while anything shares them, a write copies them instead of
         // changing them.
         drop(answer);
+        let _permit = admit()?;
         self.metrics.inflight.with_label_values(&[source]).inc();
         let _inflight = Inflight(&self.metrics, source);
 
@@ -262,7 +296,7 @@ impl Blocking {
         for (k, n) in registered {
             self.watchers.release(&k, n);
         }
-        result
+        Ok(result)
     }
 }
 
@@ -277,6 +311,7 @@ mod tests {
             store: Arc::default(),
             watchers: Arc::default(),
             metrics: Arc::new(BlockingMetrics::new(&Registry::new())),
+            parking: Arc::default(),
         }
     }
 

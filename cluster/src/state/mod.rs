@@ -22,6 +22,7 @@ mod apply_clock;
 pub mod blocking;
 mod changes;
 pub(crate) mod gc;
+pub mod parking;
 mod reads;
 mod snapshot;
 mod spec;
