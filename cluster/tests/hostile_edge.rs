@@ -217,8 +217,9 @@ async fn an_oversized_message_is_refused_naming_the_limit_and_memory_stays_bound
     let client = c.client_as(Role::Operator);
     let before = rss(&c).await;
     eprintln!(
-        "a TaskGroup takes {} bytes decoded, 2 encoded when empty",
-        std::mem::size_of::<TaskGroup>()
+        "decoded from 2 bytes when empty: a TaskGroup takes {} bytes, an Allocation {}",
+        std::mem::size_of::<TaskGroup>(),
+        std::mem::size_of::<stampede_proto::Allocation>()
     );
 
     // 120 MiB of allocation ids, to a read call.
@@ -233,7 +234,7 @@ async fn an_oversized_message_is_refused_naming_the_limit_and_memory_stays_bound
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
     assert!(
-        err.message().contains("--max-request-bytes") && err.message().contains("4194304"),
+        err.message().contains("--max-request-bytes") && err.message().contains("1048576"),
         "the limit is named: {}",
         err.message()
     );
@@ -251,6 +252,22 @@ async fn an_oversized_message_is_refused_naming_the_limit_and_memory_stays_bound
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+
+    // The largest message allowed, all empty task groups (144 bytes each
+    // decoded from 2 on the wire): refused by validation, and the memory
+    // its decoding took is bounded by the limit.
+    let groups = (1 << 20) / 2 - 16;
+    let job = Job {
+        id: "many".into(),
+        task_groups: vec![TaskGroup::default(); groups],
+        ..Default::default()
+    };
+    let err = client
+        .jobs()
+        .register(JobRegisterRequest { job: Some(job) })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
 
     let after = rss(&c).await;
     let grew = (after - before) / (1024.0 * 1024.0);
