@@ -390,3 +390,35 @@ async fn a_server_whose_raft_stopped_is_unhealthy() {
         assert!(stderr.contains("raft has stopped"), "{stderr}");
     }
 }
+
+#[test]
+fn insecure_refuses_a_token_file_it_could_not_enforce_on_raft() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef").unwrap();
+    let out = std::process::Command::new(stampede_launch::testing::cluster_bin())
+        .args([
+            "serve",
+            "--insecure",
+            "--id",
+            "1",
+            "--peers",
+            "1=127.0.0.1:4647",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--acl-token-file")
+        .arg(&token)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--insecure cannot take --acl-token-file"),
+        "{stderr}"
+    );
+    assert!(
+        !dir.path().join("data").exists(),
+        "it stopped before opening anything"
+    );
+}
