@@ -196,6 +196,7 @@ async fn silent_and_half_sent_connections_are_closed_after_the_header_timeout() 
         ),
         ("silent TCP", closed_within(&mut silent, CLOSE_WAIT).await),
     ] {
+        eprintln!("{what}: closed after {took:?}");
         assert!(
             took < Duration::from_secs(8),
             "{what}: closed after {took:?}"
@@ -333,6 +334,7 @@ async fn sigterm_stops_a_server_with_calls_in_flight_within_five_seconds() {
     let start = Instant::now();
     c.stop(1).unwrap();
     let took = start.elapsed();
+    eprintln!("SIGTERM to exit: {took:?}");
     assert!(took < Duration::from_secs(5), "stopped after {took:?}");
     let answer = tokio::time::timeout(CLOSE_WAIT, waiting)
         .await
