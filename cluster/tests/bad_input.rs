@@ -69,9 +69,13 @@ macro_rules! case {
     };
 }
 
+/// A field far over its limit, in a message under `--max-request-bytes`
+/// (1 MiB), so the field's check is what refuses it.
+const HUGE: usize = 512 * 1024;
+
 /// A string far past every limit: its echo would not fit a status.
 fn huge() -> String {
-    "x".repeat(1 << 20)
+    "x".repeat(HUGE)
 }
 
 fn node(change: impl FnOnce(&mut Node)) -> NodeRegisterRequest {
@@ -190,10 +194,10 @@ fn cases() -> Vec<Case> {
             "node.id: must not be empty"
         ),
         case!(
-            "1 MiB node id",
+            "512 KiB node id",
             nodes.register(node(|n| n.id = huge())),
             InvalidArgument,
-            "node.id: is 1048576 bytes"
+            "node.id: is 524288 bytes"
         ),
         case!(
             "NUL in node id",
@@ -208,7 +212,7 @@ fn cases() -> Vec<Case> {
             "node.name"
         ),
         case!(
-            "1 MiB node name",
+            "512 KiB node name",
             nodes.register(node(|n| n.name = huge())),
             InvalidArgument,
             "node.name"
@@ -273,7 +277,7 @@ fn cases() -> Vec<Case> {
             "node.attributes key"
         ),
         case!(
-            "1 MiB attribute",
+            "512 KiB attribute",
             nodes.register(node(|n| {
                 n.attributes.insert("k".into(), huge());
             })),
@@ -290,7 +294,7 @@ fn cases() -> Vec<Case> {
             "node_id"
         ),
         case!(
-            "1 MiB node id",
+            "512 KiB node id",
             nodes.get(NodeGetRequest { node_id: huge() }),
             InvalidArgument,
             "node_id"
@@ -316,7 +320,7 @@ fn cases() -> Vec<Case> {
             "status"
         ),
         case!(
-            "1 MiB node id",
+            "512 KiB node id",
             nodes.update_status(NodeUpdateStatusRequest {
                 node_id: huge(),
                 status: 2
@@ -363,7 +367,7 @@ fn cases() -> Vec<Case> {
             "alloc_ids[0]"
         ),
         case!(
-            "1 MiB alloc id",
+            "512 KiB alloc id",
             nodes.get_allocs(AllocsGetRequest {
                 alloc_ids: vec!["a".into(), huge()],
                 query: None
@@ -402,7 +406,7 @@ fn cases() -> Vec<Case> {
             "allocs[0].client_description"
         ),
         case!(
-            "1 MiB description",
+            "512 KiB description",
             nodes.update_alloc(alloc_update(|a| a.client_description = huge())),
             InvalidArgument,
             "allocs[0].client_description"
@@ -446,7 +450,7 @@ fn cases() -> Vec<Case> {
             "job.id"
         ),
         case!(
-            "1 MiB job id",
+            "512 KiB job id",
             jobs.register(job(|j| j.id = huge())),
             InvalidArgument,
             "job.id"
@@ -637,7 +641,7 @@ fn cases() -> Vec<Case> {
             "job_id"
         ),
         case!(
-            "1 MiB job id",
+            "512 KiB job id",
             jobs.get(JobGetRequest {
                 job_id: huge(),
                 query: None
@@ -710,7 +714,7 @@ fn cases() -> Vec<Case> {
             "deployment_id"
         ),
         case!(
-            "1 MiB job id",
+            "512 KiB job id",
             deployments.for_job(JobDeploymentsRequest {
                 job_id: huge(),
                 query: None
@@ -774,7 +778,7 @@ fn cases() -> Vec<Case> {
             "schedulers[0]"
         ),
         case!(
-            "1 MiB eval id",
+            "512 KiB eval id",
             evals.ack(ack(huge(), "t")),
             InvalidArgument,
             "eval_id"
@@ -792,7 +796,7 @@ fn cases() -> Vec<Case> {
             "eval_id"
         ),
         case!(
-            "1 MiB eval id",
+            "512 KiB eval id",
             evals.nack(ack(huge(), "t")),
             InvalidArgument,
             "eval_id"
@@ -828,7 +832,7 @@ fn cases() -> Vec<Case> {
             "evals[0].type"
         ),
         case!(
-            "1 MiB description",
+            "512 KiB description",
             evals.update(eval_update(|r| r.evals[0].status_description = huge())),
             InvalidArgument,
             "evals[0].status_description"

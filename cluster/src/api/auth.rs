@@ -267,10 +267,14 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let path = req.uri().path();
+        let peer = req.extensions().get::<PeerInfo>();
+        // The call is in flight on its connection until its answer's body
+        // ends (a stream's, too): the connection is not idle meanwhile.
+        let in_flight = peer.map(|p| p.activity.begin());
         let checked = self.guard.check(
             path,
             grpc_need(path),
-            req.extensions().get::<PeerInfo>(),
+            peer,
             req.headers()
                 .get(http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok()),
@@ -278,7 +282,12 @@ where
         match checked {
             Ok(()) => {
                 let answer = self.inner.call(req);
-                Box::pin(async move { answer.await.map(framing_errors_are_the_callers) })
+                Box::pin(async move {
+                    answer
+                        .await
+                        .map(callers_errors)
+                        .map(|r| r.map(|body| super::limits::held_while(body, in_flight)))
+                })
             }
             Err(denied) => {
                 let response = denied.status().into_http();
@@ -298,7 +307,13 @@ const FRAMING_ERRORS: [&str; 4] = [
     "Error decompressing",
 ];
 
-fn framing_errors_are_the_callers(
+/// What tonic says, with `OutOfRange`, of a message over the service's
+/// decoding limit (before it reads the message).
+const TOO_LARGE: &str = "Error, decoded message length too large";
+
+/// Framing errors become `InvalidArgument`, and a message over the limit
+/// `ResourceExhausted` naming the limit and its flag.
+fn callers_errors(
     response: http::Response<tonic::body::BoxBody>,
 ) -> http::Response<tonic::body::BoxBody> {
     match Status::from_header_map(response.headers()) {
@@ -309,6 +324,13 @@ fn framing_errors_are_the_callers(
             Status::invalid_argument(format!(
                 "request body: not one gRPC message ({})",
                 s.message()
+            ))
+            .into_http()
+        }
+        Some(s) if s.code() == tonic::Code::OutOfRange && s.message().starts_with(TOO_LARGE) => {
+            Status::resource_exhausted(format!(
+                "request message too large for this service (--max-request-bytes for the public and node services): {}",
+                s.message().trim_start_matches("Error, ")
             ))
             .into_http()
         }
@@ -342,7 +364,7 @@ mod tests {
     use super::*;
 
     fn peer(role: Option<Role>) -> PeerInfo {
-        PeerInfo { addr: None, role }
+        PeerInfo::new(None, role)
     }
 
     #[test]

@@ -1,13 +1,20 @@
 //! An accepted connection and who is on the other end: the TLS handshake
 //! (when the server has TLS) checks the caller's certificate against the
 //! cluster CA, and the role its certificate names is read once here, for
-//! every request on the connection to be authorised by (in `auth`).
+//! every request on the connection to be authorised by (in `auth`). Each
+//! connection holds its place under the connection caps ([`Permit`]) and
+//! is closed once it has had no request in flight for its idle timeout
+//! ([`Activity`]): the header timeout before its first request, or for a
+//! caller without a certificate under TLS, who can do nothing but be refused.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
@@ -15,10 +22,10 @@ use rustls::{RootCertStore, ServerConfig};
 use stampede_proto::security::{Role, TlsMaterial};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::time::Sleep;
 use tokio_rustls::TlsAcceptor;
 
-/// How long a new connection may take over its TLS handshake.
-pub const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+use super::limits::Permit;
 
 /// Who called: what the connection's handshake established.
 #[derive(Debug, Clone)]
@@ -26,6 +33,121 @@ pub struct PeerInfo {
     pub addr: Option<SocketAddr>,
     /// The role the caller's certificate names; `None` without TLS.
     pub role: Option<Role>,
+    /// The connection's requests in flight, for its idle timeout.
+    pub activity: Arc<Activity>,
+}
+
+impl PeerInfo {
+    pub fn new(addr: Option<SocketAddr>, role: Option<Role>) -> Self {
+        Self {
+            addr,
+            role,
+            activity: Arc::default(),
+        }
+    }
+}
+
+/// A connection's requests: how many are in flight and when the last one
+/// began or ended. Every request holds an [`InFlight`] while it runs.
+#[derive(Debug)]
+pub struct Activity {
+    since: Instant,
+    in_flight: AtomicUsize,
+    started: AtomicBool,
+    /// Milliseconds from `since` to the last request's start or end.
+    last_ms: AtomicU64,
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Self {
+            since: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
+            last_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Activity {
+    /// Marks a request begun; it ends when the guard drops.
+    pub fn begin(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.started.store(true, Ordering::Relaxed);
+        self.touch();
+        InFlight(self.clone())
+    }
+
+    fn touch(&self) {
+        let ms = self.since.elapsed().as_millis() as u64;
+        self.last_ms.fetch_max(ms, Ordering::Relaxed);
+    }
+
+    /// When the connection times out, given the timeouts before and after
+    /// its first request; `None` while a request is in flight.
+    fn deadline(&self, first: Duration, idle: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Relaxed) > 0 {
+            return None;
+        }
+        let last = self.since + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        let wait = if self.started.load(Ordering::Relaxed) {
+            idle
+        } else {
+            first
+        };
+        Some(last + wait)
+    }
+}
+
+/// A request in flight on a connection.
+#[derive(Debug)]
+pub struct InFlight(Arc<Activity>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.touch();
+    }
+}
+
+/// A connection's timeouts, from [`super::EdgeLimits`].
+#[derive(Debug, Clone, Copy)]
+pub struct ConnTimeouts {
+    pub handshake: Duration,
+    /// Before the first request, and for a caller without a certificate.
+    pub first: Duration,
+    pub idle: Duration,
+}
+
+/// Closes a connection that has had no request in flight for too long:
+/// checked whenever a read would wait.
+struct IdleWatch {
+    activity: Arc<Activity>,
+    first: Duration,
+    idle: Duration,
+    sleep: Pin<Box<Sleep>>,
+}
+
+impl IdleWatch {
+    /// `Ready(err)` once the connection has timed out, else `Pending` with
+    /// a wake-up at its deadline.
+    fn poll_expired(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        loop {
+            ready!(self.sleep.as_mut().poll(cx));
+            let now = tokio::time::Instant::now();
+            let next = match self.activity.deadline(self.first, self.idle) {
+                None => now + self.idle,
+                Some(d) if d <= Instant::now() => {
+                    return Poll::Ready(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "no request in flight within the idle timeout",
+                    ))
+                }
+                Some(d) => now + d.saturating_duration_since(Instant::now()),
+            };
+            self.sleep.as_mut().reset(next);
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -103,29 +225,53 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 pub struct Conn {
     io: Box<dyn Io>,
     pub info: PeerInfo,
+    watch: IdleWatch,
+    _permit: Option<Permit>,
 }
 
 impl Conn {
     /// Completes the handshake of an accepted connection (nothing to do
-    /// without TLS); a caller silent for `HANDSHAKE_WAIT` is dropped.
-    pub async fn accept(stream: TcpStream, tls: Option<&ServerTls>) -> io::Result<Conn> {
-        tokio::time::timeout(HANDSHAKE_WAIT, Self::handshake(stream, tls))
+    /// without TLS); a caller silent for `t.handshake` is dropped.
+    pub async fn accept(
+        stream: TcpStream,
+        tls: Option<&ServerTls>,
+        t: ConnTimeouts,
+        permit: Option<Permit>,
+    ) -> io::Result<Conn> {
+        let (io, info) = tokio::time::timeout(t.handshake, Self::handshake(stream, tls))
             .await
             .unwrap_or_else(|_| {
                 Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    format!("no TLS handshake within {HANDSHAKE_WAIT:?}"),
+                    format!(
+                        "no TLS handshake within {:?} (--tls-handshake-timeout)",
+                        t.handshake
+                    ),
                 ))
-            })
+            })?;
+        // Under TLS, a caller without a certificate is refused every call.
+        let anonymous = tls.is_some() && info.role.is_none();
+        let idle = if anonymous { t.first } else { t.idle };
+        Ok(Conn {
+            io,
+            watch: IdleWatch {
+                activity: info.activity.clone(),
+                first: t.first,
+                idle,
+                sleep: Box::pin(tokio::time::sleep(t.first)),
+            },
+            info,
+            _permit: permit,
+        })
     }
 
-    async fn handshake(stream: TcpStream, tls: Option<&ServerTls>) -> io::Result<Conn> {
+    async fn handshake(
+        stream: TcpStream,
+        tls: Option<&ServerTls>,
+    ) -> io::Result<(Box<dyn Io>, PeerInfo)> {
         let addr = stream.peer_addr().ok();
         let Some(tls) = tls else {
-            return Ok(Conn {
-                io: Box::new(stream),
-                info: PeerInfo { addr, role: None },
-            });
+            return Ok((Box::new(stream), PeerInfo::new(addr, None)));
         };
         let stream = tls.acceptor.accept(stream).await?;
         let role = stream
@@ -134,10 +280,7 @@ impl Conn {
             .peer_certificates()
             .and_then(|certs| certs.first())
             .and_then(|c| role_of(c));
-        Ok(Conn {
-            io: Box::new(stream),
-            info: PeerInfo { addr, role },
-        })
+        Ok((Box::new(stream), PeerInfo::new(addr, role)))
     }
 }
 
@@ -154,7 +297,13 @@ impl AsyncRead for Conn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
+        let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        if read.is_pending() {
+            if let Poll::Ready(e) = self.watch.poll_expired(cx) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        read
     }
 }
 

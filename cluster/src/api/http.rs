@@ -19,13 +19,25 @@ use crate::raft::Raft;
 
 pub use stampede_launch::StatusReport;
 
-/// What `GET /v1/status` answers, read from raft's metrics.
+/// Whether raft's core has stopped: it ended on a fatal error (a storage
+/// failure, say) or was shut down, which sets `running_state` to the
+/// error, or its task ended without a word (a panic drops the metrics'
+/// sender, and the last metrics, a follower's, stay as they were).
+pub fn raft_stopped(raft: &Raft) -> bool {
+    let rx = raft.metrics();
+    let stopped = rx.has_changed().is_err() || rx.borrow().running_state.is_err();
+    stopped
+}
+
+/// What `GET /v1/status` answers, read from raft's metrics. A server whose
+/// raft has stopped is `Shutdown` and knows no leader, whatever its last
+/// metrics said.
 pub fn status_report(raft: &Raft) -> StatusReport {
+    let shutdown = raft_stopped(raft);
     let m = raft.metrics().borrow().clone();
-    let shutdown = m.running_state.is_err();
     StatusReport {
         id: m.id,
-        leader_id: m.current_leader,
+        leader_id: m.current_leader.filter(|_| !shutdown),
         state: if shutdown {
             "Shutdown".into()
         } else {
@@ -72,8 +84,16 @@ pub fn router(cp: HttpState) -> Router {
         .with_state(cp)
 }
 
-async fn status(State(cp): Cp) -> Json<StatusReport> {
-    Json(status_report(&cp.raft))
+/// `GET /v1/status`: `503 Service Unavailable` (with the report) once
+/// raft has stopped, so that health checks fail on a dead server.
+async fn status(State(cp): Cp) -> (StatusCode, Json<StatusReport>) {
+    let report = status_report(&cp.raft);
+    let code = if raft_stopped(&cp.raft) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (code, Json(report))
 }
 
 async fn render_metrics(State(cp): Cp) -> impl IntoResponse {

@@ -10,17 +10,20 @@
 //! - `peer`: raft and forwarded writes (server to server only).
 //! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
 //! - `conn`: an accepted connection, its TLS handshake and who called.
+//! - [`limits`]: the connection caps, timeouts and message sizes of the edge.
 
 mod auth;
 mod call_stream;
 mod conn;
 pub mod http;
+pub mod limits;
 mod peer;
 mod public;
 mod scheduling;
 
 pub use self::auth::{http_auth, GrpcAuthLayer, Guard};
-pub use self::conn::{Conn, ServerTls, TlsSetupError};
+pub use self::conn::{Conn, ConnTimeouts, PeerInfo, ServerTls, TlsSetupError};
+pub use self::limits::{ConnLimiter, ConnRefused, EdgeLimits, Port};
 pub use self::peer::PeerApi;
 
 use std::sync::Arc;

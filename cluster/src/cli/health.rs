@@ -1,5 +1,6 @@
 //! `cluster health`: asks one server's `GET /v1/status` whether it answers
-//! (and with `--leader`, whether it knows a leader), exiting 0 or 1. It is
+//! and its raft runs (and with `--leader`, whether it knows a leader),
+//! exiting 0 or 1. It is
 //! the container image's health check and the Kubernetes probes: a probe
 //! cannot present the client certificate the servers require, this can.
 
@@ -15,7 +16,7 @@ pub struct HealthOpts {
     #[arg(long, default_value = "127.0.0.1:4646")]
     pub http: String,
     /// Healthy only once the server knows a leader (readiness); without it,
-    /// answering at all is enough (liveness).
+    /// answering with raft running is enough (liveness).
     #[arg(long)]
     pub leader: bool,
     /// How long to wait for the answer.
@@ -40,9 +41,15 @@ pub enum HealthError {
     Unreachable { url: String, detail: String },
     #[error("server {id} knows no leader yet (state {state}, term {term})")]
     NoLeader { id: u64, state: String, term: u64 },
+    #[error("server {id}: raft has stopped (state {state}); the server must be restarted")]
+    RaftStopped { id: u64, state: String },
 }
 
-/// The server's status if it is healthy by `opts`.
+/// The state `/v1/status` reports once raft has stopped.
+const SHUTDOWN: &str = "Shutdown";
+
+/// The server's status if it is healthy by `opts`: it answers, its raft
+/// runs, and with `--leader` it knows a leader.
 pub async fn check(opts: &HealthOpts) -> anyhow::Result<StatusReport> {
     let host = opts
         .http
@@ -67,13 +74,23 @@ pub async fn check(opts: &HealthOpts) -> anyhow::Result<StatusReport> {
             url: url.clone(),
             source,
         })?;
-    if !response.status().is_success() {
-        return Err(unreachable(format!("answered {}", response.status())).into());
-    }
-    let status: StatusReport = response
-        .json()
-        .await
-        .map_err(|e| unreachable(format!("not a status report: {e}")))?;
+    let code = response.status();
+    let status: Option<StatusReport> = response.json().await.ok();
+    let status = match status {
+        // A server whose raft stopped answers 503 with its report.
+        Some(s) if s.state == SHUTDOWN => {
+            return Err(HealthError::RaftStopped {
+                id: s.id,
+                state: s.state,
+            }
+            .into())
+        }
+        Some(s) if code.is_success() => s,
+        Some(_) | None if !code.is_success() => {
+            return Err(unreachable(format!("answered {code}")).into())
+        }
+        _ => return Err(unreachable("not a status report".into()).into()),
+    };
     if opts.leader && status.leader_id.is_none() {
         return Err(HealthError::NoLeader {
             id: status.id,

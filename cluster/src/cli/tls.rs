@@ -85,7 +85,7 @@ pub fn init(opts: &InitOpts) -> Result<Vec<PathBuf>, TlsInitError> {
         files.push(dir.join(format!("{}.key", role.file_stem())));
     }
     if !opts.force {
-        if let Some(f) = files.iter().find(|f| f.exists()) {
+        if let Some(f) = files.iter().find(|f| f.symlink_metadata().is_ok()) {
             return Err(TlsInitError::Exists(f.clone()));
         }
     }
@@ -162,17 +162,89 @@ fn san(s: &str) -> Result<SanType, TlsInitError> {
         .map_err(|e| TlsInitError::BadName(s.to_string(), e))
 }
 
-/// Writes a file; secrets are readable by their owner only.
+/// Writes a file; secrets are readable by their owner only. The bytes go
+/// to a new file beside it (mode set at creation, never following a link),
+/// are synced, and take its name with a rename: a file already there, or a
+/// symlink planted in its place, is replaced, never written through, and
+/// keeps none of its old permissions.
 fn write(path: &Path, bytes: &[u8], secret: bool) -> Result<(), TlsInitError> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::PermissionsExt;
     let err = |e| TlsInitError::Write(path.to_path_buf(), e);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(if secret { 0o600 } else { 0o644 })
-        .open(path)
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mode = if secret { 0o600 } else { 0o644 };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tls-init-")
+        .permissions(std::fs::Permissions::from_mode(mode))
+        .tempfile_in(dir)
         .map_err(err)?;
-    f.write_all(bytes).map_err(err)
+    // The umask may have narrowed the mode at creation; set it exactly.
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(err)?;
+    tmp.write_all(bytes).map_err(err)?;
+    tmp.as_file().sync_all().map_err(err)?;
+    tmp.persist(path).map_err(|e| err(e.error))?;
+    // The rename itself is durable once the directory is synced.
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(err)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn force_writes_keys_owner_only_and_never_through_a_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "not a key").unwrap();
+        let tls = dir.path().join("tls");
+        std::fs::create_dir(&tls).unwrap();
+        // A key left world-readable, and another planted as a symlink.
+        std::fs::write(tls.join("server.key"), "old").unwrap();
+        std::fs::set_permissions(
+            tls.join("server.key"),
+            std::fs::Permissions::from_mode(0o666),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(&outside, tls.join("ca.key")).unwrap();
+        let opts = InitOpts {
+            dir: tls.clone(),
+            sans: vec![],
+            years: 1,
+            force: false,
+        };
+        assert!(matches!(init(&opts), Err(TlsInitError::Exists(_))));
+        init(&InitOpts {
+            force: true,
+            ..opts
+        })
+        .unwrap();
+        for key in [
+            "server.key",
+            "ca.key",
+            "client.key",
+            "operator.key",
+            "token",
+        ] {
+            let meta = std::fs::symlink_metadata(tls.join(key)).unwrap();
+            assert!(meta.is_file(), "{key} is a regular file");
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{key}");
+        }
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "not a key");
+        let ca = std::fs::metadata(tls.join(CA_FILE)).unwrap();
+        assert_eq!(ca.permissions().mode() & 0o777, 0o644);
+        let stray = std::fs::read_dir(&tls)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .is_ok_and(|e| e.file_name().to_string_lossy().starts_with(".tls-init-"))
+            })
+            .count();
+        assert_eq!(stray, 0, "no temporary file is left behind");
+    }
 }

@@ -9,6 +9,7 @@ use clap::Args;
 use stampede_proto::acl::Acl;
 use stampede_proto::security::{TlsArgs, TlsMaterial};
 
+use crate::api::EdgeLimits;
 use crate::control::leader::alloc_updates;
 use crate::control::leader::broker::BrokerConfig;
 use crate::control::leader::deployment_watcher::{WatcherConfig, WatcherMode};
@@ -28,6 +29,38 @@ use crate::state::parking::ParkLimits;
 /// second worker per core placed small jobs a third faster here, for no
 /// more CPU per placement (BENCHMARKS.md, the write path, twelfth round).
 pub const WORKERS_PER_CORE: usize = 2;
+
+/// The edge's defaults (docs/security.md, "Limits"). Connections per client
+/// IP, as Nomad's `limits.rpc_max_conns_per_client` and
+/// `http_max_conns_per_client`: nodesim's thousands of nodes and loadgen
+/// share a few connections, and peers a handful each.
+pub const MAX_CONNS_PER_IP: usize = 100;
+/// Connections in all, both ports together.
+pub const MAX_CONNS: usize = 4_096;
+/// Descriptors kept free for RocksDB, snapshots and raft's peers.
+pub const FD_RESERVE: usize = 256;
+/// A TLS handshake, as Nomad's `limits.rpc_handshake_timeout`.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+/// A request's headers (and, before its first request or without a client
+/// certificate, a connection's whole idle life).
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection with no request in flight.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// HTTP/2 keepalive pings, and how long an answer may take.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Concurrent calls on one connection (hyper's own default is 200; loadgen
+/// keeps more in flight on its few connections).
+pub const MAX_STREAMS: u32 = 1_024;
+/// A message of the public and node services: the largest valid job (100
+/// task groups) or a node's batch of allocation updates is well under it.
+/// Decoding may take a few hundred times a message's size (2 bytes on the
+/// wire are an empty task group of 144 bytes decoded, or an allocation of
+/// 376, in a vector that grows by doubling): 1 MiB of empty task groups
+/// took 149 MiB (cluster/tests/hostile_edge.rs).
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// A unary call: blocking queries wait up to 600 s plus a sixteenth.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(660);
 
 /// Every member of the cluster: server id to the address its peers dial.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,8 +221,8 @@ pub struct ServeOpts {
     #[arg(long, value_name = "FILE")]
     pub acl_token_file: Option<PathBuf>,
     /// Serve without TLS: anyone who reaches the ports may call anything,
-    /// raft included (with --acl-token-file, the public API still needs a
-    /// token). For benchmarks of the bare protocol on a closed network.
+    /// raft included, so it takes no --acl-token-file. For benchmarks of
+    /// the bare protocol on a closed network.
     #[arg(long, conflicts_with_all = ["tls_ca", "tls_cert", "tls_key"])]
     pub insecure: bool,
     /// Dial these servers at these addresses instead of their --peers
@@ -331,6 +364,47 @@ pub struct ServeOpts {
     /// Blocking queries per second all deployment watchers may start together.
     #[arg(long, default_value_t = WatcherConfig::default().query_rate)]
     pub deployment_query_rate: f64,
+    /// Open connections one client IP address may have, both ports together;
+    /// more are closed at accept.
+    #[arg(long, default_value_t = MAX_CONNS_PER_IP, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_conns_per_ip: usize,
+    /// Open connections in all, both ports together.
+    #[arg(long, default_value_t = MAX_CONNS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    pub max_conns: usize,
+    /// File descriptors kept free for raft's storage: no connection is
+    /// accepted with fewer than this many left under RLIMIT_NOFILE (whose
+    /// soft limit the server raises to the hard one at start).
+    #[arg(long, default_value_t = FD_RESERVE)]
+    pub fd_reserve: usize,
+    /// How long a new connection may take over its TLS handshake.
+    #[arg(long, default_value_t = HANDSHAKE_TIMEOUT.into())]
+    pub tls_handshake_timeout: humantime::Duration,
+    /// How long a request's headers may take; a connection that sends no
+    /// request this long after it opens (or one without a client
+    /// certificate, under TLS, after its last request) is closed.
+    #[arg(long, default_value_t = HEADER_TIMEOUT.into())]
+    pub header_timeout: humantime::Duration,
+    /// A connection with no request in flight for this long is closed.
+    #[arg(long, default_value_t = IDLE_TIMEOUT.into())]
+    pub idle_timeout: humantime::Duration,
+    /// HTTP/2 keepalive: ping every connection this often...
+    #[arg(long, default_value_t = KEEPALIVE_INTERVAL.into())]
+    pub keepalive_interval: humantime::Duration,
+    /// ...and close it when a ping is not answered within this long.
+    #[arg(long, default_value_t = KEEPALIVE_TIMEOUT.into())]
+    pub keepalive_timeout: humantime::Duration,
+    /// Concurrent calls (HTTP/2 streams) on one connection.
+    #[arg(long, default_value_t = MAX_STREAMS, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams: u32,
+    /// Largest message the public and node services take (jobs, nodes,
+    /// evaluations, deployments), in bytes; a larger one is refused with
+    /// ResourceExhausted before it is read. Raft and plans take up to 256 MiB.
+    #[arg(long, default_value_t = MAX_REQUEST_BYTES, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1024..=256 * 1024 * 1024))]
+    pub max_request_bytes: usize,
+    /// Longest a unary call may run; it must exceed the longest blocking
+    /// query (600 s and a sixteenth of jitter).
+    #[arg(long, default_value_t = REQUEST_TIMEOUT.into())]
+    pub request_timeout: humantime::Duration,
 }
 
 impl ServeOpts {
@@ -355,6 +429,14 @@ impl ServeOpts {
                     .into(),
             );
         }
+        if self.insecure && self.acl_token_file.is_some() {
+            return Err(
+                "--insecure cannot take --acl-token-file: without TLS, raft and the servers' \
+                 own calls (RaftService, Forward) cannot tell a server from anyone else, so a \
+                 token on the public API would protect nothing; serve with TLS for tokens"
+                    .into(),
+            );
+        }
         let tls = tls.load().map_err(|e| e.to_string())?;
         let acl = match &self.acl_token_file {
             None => None,
@@ -374,6 +456,12 @@ impl ServeOpts {
     pub fn validate(&self) -> Result<(), String> {
         if self.max_heartbeats_per_second.is_nan() || self.max_heartbeats_per_second <= 0.0 {
             return Err("--max-heartbeats-per-second must be above 0".into());
+        }
+        if *self.request_timeout <= crate::state::blocking::MAX_WAIT * 17 / 16 {
+            return Err(format!(
+                "--request-timeout must exceed the longest blocking query ({:?} and a sixteenth)",
+                crate::state::blocking::MAX_WAIT
+            ));
         }
         if !(self.deployment_query_rate > 0.0 && self.deployment_query_rate <= 1e6) {
             return Err("--deployment-query-rate must be above 0 (queries per second)".into());
@@ -408,6 +496,23 @@ impl ServeOpts {
                 self.id, self.rpc
             )),
             Some(_) => Ok(()),
+        }
+    }
+
+    /// The edge's limits, as given.
+    pub fn edge_limits(&self) -> EdgeLimits {
+        EdgeLimits {
+            max_conns_per_ip: self.max_conns_per_ip,
+            max_conns: self.max_conns,
+            fd_reserve: self.fd_reserve,
+            handshake_timeout: *self.tls_handshake_timeout,
+            header_timeout: *self.header_timeout,
+            idle_timeout: *self.idle_timeout,
+            keepalive_interval: *self.keepalive_interval,
+            keepalive_timeout: *self.keepalive_timeout,
+            max_streams: self.max_streams,
+            max_request_bytes: self.max_request_bytes,
+            request_timeout: *self.request_timeout,
         }
     }
 

@@ -14,8 +14,9 @@ use stampede_proto::job_service_server::JobServiceServer;
 use stampede_proto::node_service_server::NodeServiceServer;
 use stampede_proto::plan_service_server::PlanServiceServer;
 use stampede_proto::raft_service_server::RaftServiceServer;
+use stampede_proto::security::Role;
 use tokio::io::AsyncReadExt;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio::sync::watch;
 use tokio_stream::wrappers::ReceiverStream;
@@ -26,7 +27,10 @@ pub mod error;
 use self::config::ServeOpts;
 use self::error::ServerError;
 use crate::api::http::HttpState;
-use crate::api::{Api, Conn, GrpcAuthLayer, Guard, PeerApi, ServerTls};
+use crate::api::{
+    Api, Conn, ConnLimiter, ConnRefused, ConnTimeouts, GrpcAuthLayer, Guard, PeerApi, Port,
+    ServerTls,
+};
 use crate::control::{ControlPlane, Foundations};
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
@@ -41,6 +45,16 @@ pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
     opts.validate().map_err(anyhow::Error::msg)?;
     // Refuse a server without TLS or --insecure before binding anything.
     opts.security().map_err(anyhow::Error::msg)?;
+    // Connections must never take the descriptors raft's storage needs:
+    // the soft limit goes up to the hard one, and `--fd-reserve` of them
+    // stay free (`api::limits`).
+    match crate::api::limits::raise_nofile_limit() {
+        Ok(n) => tracing::info!(
+            "open file limit (RLIMIT_NOFILE) {n}; {} kept for raft's storage",
+            opts.fd_reserve
+        ),
+        Err(e) => tracing::warn!("cannot raise the open file limit (RLIMIT_NOFILE): {e}"),
+    }
     let rpc = TcpListener::bind(opts.rpc)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on --rpc {}: {e}", opts.rpc))?;
@@ -75,6 +89,10 @@ pub async fn serve(
     }
     let guard = Guard::new(security.tls.is_some(), security.acl.clone());
     let metrics = Arc::new(Metrics::new());
+    let edge = Edge {
+        tls: server_tls,
+        limiter: ConnLimiter::new(opts.edge_limits(), metrics.registry()),
+    };
     let identity = Identity {
         server_id: opts.id,
         members: opts.peers.0.keys().copied().collect(),
@@ -151,7 +169,7 @@ pub async fn serve(
         peer,
         Listening {
             listener: rpc,
-            tls: server_tls.clone(),
+            edge: edge.clone(),
             guard: guard.clone(),
         },
         raft_runtime.handle(),
@@ -168,7 +186,7 @@ pub async fn serve(
         http_state,
         Listening {
             listener: http,
-            tls: server_tls,
+            edge,
             guard,
         },
         stop_rx.clone(),
@@ -204,14 +222,22 @@ pub async fn serve(
         tracing::warn!("raft shutdown: {e}");
     }
     drop(raft_runtime);
-    if let Ok(Err(e)) = grpc.await {
-        return Err(e);
+    // Calls in flight get a moment to finish; blocking queries and streams
+    // that would hold the server for minutes are cut at its end.
+    match tokio::time::timeout(SHUTDOWN_GRACE, grpc).await {
+        Ok(Ok(Err(e))) => return Err(e),
+        Ok(_) => {}
+        Err(_) => tracing::info!("calls still open after {SHUTDOWN_GRACE:?} are cut"),
     }
-    if let Ok(Err(e)) = http_task.await {
+    if let Ok(Ok(Err(e))) = tokio::time::timeout(SHUTDOWN_GRACE, http_task).await {
         return Err(ServerError::Http(e));
     }
+    tracing::info!("stopped");
     Ok(())
 }
+
+/// How long calls in flight get to finish once a server is told to stop.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -222,16 +248,67 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 /// reset") and drops the connection.
 const MAX_PENDING_RESETS: usize = 1_000;
 
-/// Serves gRPC: raft's own connections (they open with the raft marker) on
-/// raft's threads, everything else on the main runtime.
-/// A listener, the TLS its connections are accepted with, and the checks
-/// every call on them passes.
+/// A listener, how its connections are admitted, and the checks every call
+/// on them passes.
 struct Listening {
     listener: TcpListener,
-    tls: Option<ServerTls>,
+    edge: Edge,
     guard: Guard,
 }
 
+/// How a connection gets in: its place under the caps, then its TLS
+/// handshake (when the server has TLS).
+#[derive(Clone)]
+struct Edge {
+    tls: Option<ServerTls>,
+    limiter: Arc<ConnLimiter>,
+}
+
+impl Edge {
+    fn timeouts(&self) -> ConnTimeouts {
+        let l = self.limiter.limits();
+        ConnTimeouts {
+            handshake: l.handshake_timeout,
+            first: l.header_timeout,
+            idle: l.idle_timeout,
+        }
+    }
+
+    /// The connection admitted and past its handshake, or `None` when it was
+    /// refused (counted) or failed its handshake.
+    async fn accept(&self, stream: TcpStream, port: Port) -> Option<Conn> {
+        let ip = stream.peer_addr().ok()?.ip();
+        let permit = self.limiter.admit(ip, port).ok()?;
+        self.handshake(stream, permit).await
+    }
+
+    async fn handshake(
+        &self,
+        stream: TcpStream,
+        permit: crate::api::limits::Permit,
+    ) -> Option<Conn> {
+        match Conn::accept(stream, self.tls.as_ref(), self.timeouts(), Some(permit)).await {
+            Ok(conn) => Some(conn),
+            Err(e) => {
+                tracing::debug!("TLS handshake failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// A raft connection goes on to raft's runtime only from a server (any
+    /// caller without TLS, where roles are unknown).
+    fn raft_may_take(&self, conn: &Conn) -> bool {
+        let from_server = self.tls.is_none() || conn.info.role == Some(Role::Server);
+        if !from_server {
+            self.limiter.refused(&ConnRefused::RaftNotServer);
+        }
+        from_server
+    }
+}
+
+/// Serves gRPC: raft's own connections (they open with the raft marker) on
+/// raft's threads, everything else on the main runtime.
 async fn serve_grpc(
     api: Api,
     peer: PeerApi,
@@ -239,9 +316,16 @@ async fn serve_grpc(
     raft_threads: tokio::runtime::Handle,
     stop: watch::Receiver<bool>,
 ) -> Result<(), ServerError> {
+    let limits = listening.edge.limiter.limits().clone();
+    // The public and node services take messages of up to
+    // --max-request-bytes; raft and plans (server to server) the most any
+    // stampede endpoint sends. Answers may be large either way (a list of
+    // every node).
     macro_rules! service {
         ($server:ident) => {
-            stampede_proto::sized!($server::new(api.clone()))
+            $server::new(api.clone())
+                .max_decoding_message_size(limits.max_request_bytes)
+                .max_encoding_message_size(stampede_proto::MAX_MESSAGE_BYTES)
         };
     }
     let (main_tx, main_rx) = mpsc::channel(64);
@@ -249,30 +333,25 @@ async fn serve_grpc(
     let auth = GrpcAuthLayer(listening.guard);
     tokio::spawn(route_connections(
         listening.listener,
-        listening.tls,
+        listening.edge,
         main_tx,
         raft_tx,
         stop.clone(),
     ));
     let raft_server = raft_threads.spawn(
-        tonic::transport::Server::builder()
-            .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        grpc_builder(&limits)
             .layer(auth.clone())
             .add_service(stampede_proto::sized!(RaftServiceServer::new(peer.clone())))
             .serve_with_incoming_shutdown(ReceiverStream::new(raft_rx), stopped(stop.clone())),
     );
-    tonic::transport::Server::builder()
-        // When a partition heals, clients cancel the calls they gave up on
-        // all at once; h2's default of 20 such resets tears the connection
-        // down, failing the calls still on it.
-        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+    grpc_builder(&limits)
         .layer(auth)
         // Forwarded writes arrive here, on unmarked connections.
         .add_service(stampede_proto::sized!(RaftServiceServer::new(peer)))
         .add_service(service!(NodeServiceServer))
         .add_service(service!(JobServiceServer))
         .add_service(service!(EvalServiceServer))
-        .add_service(service!(PlanServiceServer))
+        .add_service(stampede_proto::sized!(PlanServiceServer::new(api.clone())))
         .add_service(service!(DeploymentServiceServer))
         .serve_with_incoming_shutdown(ReceiverStream::new(main_rx), stopped(stop))
         .await?;
@@ -283,8 +362,19 @@ async fn serve_grpc(
     Ok(())
 }
 
-/// How long a new connection may take to send its first byte.
-const FIRST_BYTE_WAIT: Duration = Duration::from_secs(10);
+/// A gRPC server with the edge's limits on every connection and call.
+fn grpc_builder(limits: &crate::api::EdgeLimits) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        // When a partition heals, clients cancel the calls they gave up on
+        // all at once; h2's default of 20 such resets tears the connection
+        // down, failing the calls still on it.
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_RESETS))
+        .max_concurrent_streams(limits.max_streams)
+        .http2_keepalive_interval(Some(limits.keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.keepalive_timeout))
+        // A unary call's deadline; a stream's answer begins at once.
+        .timeout(limits.request_timeout)
+}
 
 type Accepted = std::io::Result<Conn>;
 
@@ -312,36 +402,54 @@ async fn next_connection(
 /// that serves it, by its first byte: [`RAFT_CONNECTION_MARKER`] (read and
 /// dropped) to raft's, anything else (HTTP/2's preface, or a TLS hello) to
 /// the main one. The marker comes before TLS; the handshake follows it.
+///
+/// Each connection is admitted under the caps before anything is read,
+/// and a raft connection without a server certificate is closed after its
+/// handshake, before raft's runtime sees it.
 async fn route_connections(
     listener: TcpListener,
-    tls: Option<ServerTls>,
+    edge: Edge,
     main: mpsc::Sender<Accepted>,
     raft: mpsc::Sender<Accepted>,
     stop: watch::Receiver<bool>,
 ) {
-    while let Some(mut stream) = next_connection(&listener, &stop).await {
+    while let Some(stream) = next_connection(&listener, &stop).await {
         let _ = stream.set_nodelay(true);
-        let (main, raft, tls) = (main.clone(), raft.clone(), tls.clone());
+        let Some(ip) = stream.peer_addr().ok().map(|a| a.ip()) else {
+            continue;
+        };
+        let Ok(permit) = edge.limiter.admit(ip, Port::Rpc) else {
+            continue;
+        };
+        let (main, raft, edge) = (main.clone(), raft.clone(), edge.clone());
         tokio::spawn(async move {
-            let mut first = [0u8; 1];
-            let to = match tokio::time::timeout(FIRST_BYTE_WAIT, stream.peek(&mut first)).await {
-                Ok(Ok(1)) if first[0] == RAFT_CONNECTION_MARKER => {
-                    if stream.read_exact(&mut first).await.is_err() {
-                        return;
-                    }
-                    raft
-                }
-                Ok(Ok(n)) if n > 0 => main,
-                // Closed, failed or silent before its first byte.
-                _ => return,
+            let Some((stream, to_raft)) = first_byte(stream, edge.timeouts().handshake).await
+            else {
+                return;
             };
-            match Conn::accept(stream, tls.as_ref()).await {
-                Ok(conn) => {
-                    let _ = to.send(Ok(conn)).await;
-                }
-                Err(e) => tracing::debug!("TLS handshake failed: {e}"),
+            let Some(conn) = edge.handshake(stream, permit).await else {
+                return;
+            };
+            if !to_raft {
+                let _ = main.send(Ok(conn)).await;
+            } else if edge.raft_may_take(&conn) {
+                let _ = raft.send(Ok(conn)).await;
             }
         });
+    }
+}
+
+/// Whether a connection is raft's, by its first byte (the marker, read
+/// and dropped); `None` if it closed, failed or stayed silent for `wait`.
+async fn first_byte(mut stream: TcpStream, wait: Duration) -> Option<(TcpStream, bool)> {
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(wait, stream.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == RAFT_CONNECTION_MARKER => {
+            stream.read_exact(&mut first).await.ok()?;
+            Some((stream, true))
+        }
+        Ok(Ok(n)) if n > 0 => Some((stream, false)),
+        _ => None,
     }
 }
 
@@ -352,8 +460,7 @@ async fn serve_http(
     listening: Listening,
     stop: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
-    use hyper_util::server::conn::auto;
+    use hyper_util::rt::TokioIo;
     use hyper_util::service::TowerToHyperService;
     use tower::ServiceExt;
 
@@ -361,20 +468,24 @@ async fn serve_http(
         listening.guard,
         crate::api::http_auth,
     ));
+    let limits = listening.edge.limiter.limits().clone();
     while let Some(stream) = next_connection(&listening.listener, &stop).await {
-        let (app, tls, stop) = (app.clone(), listening.tls.clone(), stop.clone());
+        let (app, edge, stop) = (app.clone(), listening.edge.clone(), stop.clone());
+        let limits = limits.clone();
         tokio::spawn(async move {
-            let conn = match Conn::accept(stream, tls.as_ref()).await {
-                Ok(conn) => conn,
-                Err(e) => return tracing::debug!("HTTP TLS handshake failed: {e}"),
+            let Some(conn) = edge.accept(stream, Port::Http).await else {
+                return;
             };
             let info = conn.info.clone();
             let app =
                 app.map_request(move |mut req: axum::http::Request<hyper::body::Incoming>| {
+                    // In flight (the connection is not idle) while the
+                    // request, and so this extension, lives.
+                    req.extensions_mut().insert(Arc::new(info.activity.begin()));
                     req.extensions_mut().insert(info.clone());
                     req
                 });
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let builder = http_builder(&limits);
             let serving =
                 builder.serve_connection(TokioIo::new(conn), TowerToHyperService::new(app));
             tokio::select! {
@@ -386,6 +497,26 @@ async fn serve_http(
         });
     }
     Ok(())
+}
+
+/// hyper's HTTP/1 and HTTP/2 with the edge's limits: a timer, so that the
+/// header-read timeout and keepalive pings run at all.
+fn http_builder(
+    limits: &crate::api::EdgeLimits,
+) -> hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor> {
+    use hyper_util::rt::{TokioExecutor, TokioTimer};
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_streams)
+        .keep_alive_interval(limits.keepalive_interval)
+        .keep_alive_timeout(limits.keepalive_timeout);
+    builder
 }
 
 /// Mirrors raft's term and leadership into the raft gauges, and tells the
@@ -434,7 +565,26 @@ mod tests {
         let (main_tx, mut main_rx) = mpsc::channel(4);
         let (raft_tx, mut raft_rx) = mpsc::channel(4);
         let (stop_tx, stop_rx) = watch::channel(false);
-        let router = tokio::spawn(route_connections(listener, None, main_tx, raft_tx, stop_rx));
+        let edge = Edge {
+            tls: None,
+            limiter: ConnLimiter::new(
+                crate::api::EdgeLimits {
+                    max_conns_per_ip: 10,
+                    max_conns: 10,
+                    fd_reserve: 0,
+                    handshake_timeout: Duration::from_secs(5),
+                    header_timeout: Duration::from_secs(5),
+                    idle_timeout: Duration::from_secs(5),
+                    keepalive_interval: Duration::from_secs(5),
+                    keepalive_timeout: Duration::from_secs(5),
+                    max_streams: 10,
+                    max_request_bytes: 1024,
+                    request_timeout: Duration::from_secs(5),
+                },
+                &prometheus::Registry::new(),
+            ),
+        };
+        let router = tokio::spawn(route_connections(listener, edge, main_tx, raft_tx, stop_rx));
 
         // A raft connection: the marker is consumed, what follows is intact.
         let mut raft_conn = TcpStream::connect(addr).await.unwrap();
