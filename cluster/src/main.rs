@@ -64,28 +64,18 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
-    // A server (and `dev`, which runs servers) keeps Rust's default of
-    // ignoring SIGPIPE: a peer or client that resets its connection must
-    // give an error on that connection, not kill the process. Only the
-    // printing commands take the default, so `cluster job status | head`
-    // ends quietly.
+    // Every command keeps Rust's default of ignoring SIGPIPE: a peer that
+    // resets its connection must give an error on that connection, not kill
+    // the process. The printing commands print with `print_out`, so that
+    // `cluster job status | head` ends quietly.
     match cli.command {
         Cmd::Serve(opts) => cluster::server::run(*opts).await,
         Cmd::Dev(opts) => cluster::cli::dev::run(opts).await,
-        Cmd::Job(cmd) => {
-            stampede_proto::default_sigpipe();
-            cluster::cli::run_job(cmd).await
-        }
-        Cmd::Node(cmd) => {
-            stampede_proto::default_sigpipe();
-            cluster::cli::run_node(cmd).await
-        }
+        Cmd::Job(cmd) => cluster::cli::run_job(cmd).await,
+        Cmd::Node(cmd) => cluster::cli::run_node(cmd).await,
         Cmd::Tls(cmd) => cluster::cli::tls::run(cmd),
         Cmd::Acl(cmd) => cluster::cli::acl::run(cmd),
-        Cmd::Health(opts) => {
-            stampede_proto::default_sigpipe();
-            cluster::cli::health::run(opts).await
-        }
+        Cmd::Health(opts) => cluster::cli::health::run(opts).await,
         Cmd::RecoverVote { data_dir } => {
             let done = cluster::raft::vote_recovery::recover_vote(&data_dir.join("raft"))?;
             println!("{}: {done}", data_dir.display());

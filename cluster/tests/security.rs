@@ -433,3 +433,64 @@ async fn an_insecure_cluster_takes_plain_calls() {
         .await
         .unwrap();
 }
+
+/// Against a plain-TCP cluster: the CLI refuses to send a token in clear
+/// unless told `--insecure`, and a reader that closes its end early (`|
+/// head`) ends it quietly, with no panic and no signal.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_cli_keeps_a_token_off_plain_tcp_and_ends_quietly_on_a_closed_pipe() {
+    let mut c = LocalCluster::start(LaunchOptions {
+        bin: cluster_bin(),
+        servers: 1,
+        root: None,
+        server_args: vec![],
+        insecure: true,
+        tls_dir: None,
+    })
+    .unwrap();
+    c.wait_for_leader(CATCH_UP).await.unwrap();
+    let addr = c.rpc_addrs().join(",");
+    let run = |args: &[&str], token: bool| {
+        let mut cmd = std::process::Command::new(cluster_bin());
+        cmd.env_remove("STAMPEDE_TOKEN").args(args);
+        if token {
+            cmd.env("STAMPEDE_TOKEN", "a-secret");
+        }
+        cmd
+    };
+    let out = run(&["job", "status", "--address", &addr], true)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--token: is sent only over TLS"), "{err}");
+    let told = ["job", "status", "--address", &addr, "--insecure"];
+    let out = run(&told, true).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A listing to print into a pipe whose reader has gone before it prints.
+    let client = ClusterClient::new(&c.rpc_addrs(), &Security::insecure()).unwrap();
+    for i in 0..20 {
+        let job = service_job(
+            &format!("a-job-with-a-long-name-to-fill-the-pipe-{i}"),
+            1,
+            1,
+            1,
+        );
+        client.register_job(job).await.unwrap();
+    }
+    let mut child = run(&["job", "status", "--address", &addr], false)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}

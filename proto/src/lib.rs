@@ -130,18 +130,21 @@ pub fn init_logging() {
         .init();
 }
 
-/// Lets a closed stdout (`cluster job status | head`) end the process quietly,
-/// as it does for other command-line tools, instead of a panic in `println!`.
-/// Only for short printing commands: with the default disposition a write to
-/// a socket the other side reset (hyper writes with `writev`, which has no
-/// MSG_NOSIGNAL) kills the process, so servers, nodesim and loadgen, which
-/// talk to processes that die and restart, never call this.
-pub fn default_sigpipe() {
-    // SAFETY: restoring the default disposition of SIGPIPE at startup, before
-    // any thread that could be writing exists.
-    #[cfg(unix)]
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+/// Prints `text` to stdout; a closed stdout (`cluster job status | head`)
+/// ends the process quietly, as it does for other command-line tools,
+/// instead of a panic in `println!`. SIGPIPE stays ignored in every
+/// stampede process: with the default disposition a write to a socket the
+/// other side reset (hyper writes with `writev`, which has no MSG_NOSIGNAL)
+/// would kill the process without a word.
+pub fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("error: writing to stdout: {e}");
+        std::process::exit(1);
     }
 }
 

@@ -206,6 +206,11 @@ pub struct ClientSecurityArgs {
     /// management token; `cluster acl token` derives read or write ones).
     #[arg(long, env = "STAMPEDE_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Send the token over plain TCP too (to a TLS-terminating proxy on
+    /// this host, say); without it, a token without TLS is refused, since it
+    /// would cross the network in clear.
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 impl ClientSecurityArgs {
@@ -217,10 +222,13 @@ impl ClientSecurityArgs {
             Some(t) => Some(t.trim().to_string()),
             None => None,
         };
-        Ok(Security {
-            tls: self.tls.load()?,
-            token,
-        })
+        let tls = self.tls.load()?;
+        if token.is_some() && tls.is_none() && !self.insecure {
+            return Err(SecurityError::Token(
+                "is sent only over TLS: give --tls-ca, --tls-cert and --tls-key, or --insecure to send it in clear (or unset STAMPEDE_TOKEN for an --insecure cluster)".into(),
+            ));
+        }
+        Ok(Security { tls, token })
     }
 
     /// The same flags, for a child process's command line. The token goes
@@ -257,5 +265,27 @@ impl Security {
     /// The value of the `authorization` header, if there is a token.
     pub fn bearer(&self) -> Option<String> {
         self.token.as_ref().map(|t| format!("Bearer {t}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_goes_only_over_tls_unless_told_insecure() {
+        let plain = ClientSecurityArgs {
+            token: Some("secret".into()),
+            ..Default::default()
+        };
+        let err = plain.load().unwrap_err().to_string();
+        assert!(err.starts_with("--token: is sent only over TLS"), "{err}");
+        let told = ClientSecurityArgs {
+            insecure: true,
+            ..plain
+        };
+        assert_eq!(told.load().unwrap().token.as_deref(), Some("secret"));
+        let none = ClientSecurityArgs::default().load().unwrap();
+        assert!(none.tls.is_none() && none.token.is_none());
     }
 }

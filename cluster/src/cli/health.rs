@@ -104,12 +104,13 @@ pub async fn check(opts: &HealthOpts) -> anyhow::Result<StatusReport> {
 
 pub async fn run(opts: HealthOpts) -> anyhow::Result<()> {
     let s = check(&opts).await?;
-    match s.leader_id {
-        Some(l) => println!(
-            "server {}: {} in term {}, leader {l}",
-            s.id, s.state, s.term
-        ),
-        None => println!("server {}: {} in term {}, no leader", s.id, s.state, s.term),
-    }
+    let leader = s
+        .leader_id
+        .map_or("no leader".into(), |l| format!("leader {l}"));
+    let line = format!(
+        "server {}: {} in term {}, {leader}\n",
+        s.id, s.state, s.term
+    );
+    stampede_proto::print_out(&line);
     Ok(())
 }

@@ -118,7 +118,7 @@ pub async fn run_job(cmd: JobCmd) -> anyhow::Result<()> {
                 .register_job(job.clone())
                 .await
                 .map_err(|e| target.explain(e))?;
-            print!("{}", render_register(&job.id, &reply));
+            stampede_proto::print_out(&render_register(&job.id, &reply));
         }
         JobCmd::Status {
             target,
@@ -129,9 +129,9 @@ pub async fn run_job(cmd: JobCmd) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| target.explain(e))?;
             if json {
-                println!("{:#}", job_status_json(&job, &allocs));
+                stampede_proto::print_out(&format!("{:#}\n", job_status_json(&job, &allocs)));
             } else {
-                print!("{}", render_job_status(&job, &allocs));
+                stampede_proto::print_out(&render_job_status(&job, &allocs));
             }
         }
         JobCmd::Status {
@@ -143,9 +143,9 @@ pub async fn run_job(cmd: JobCmd) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| target.explain(e))?;
             if json {
-                println!("{:#}", job_list_json(&jobs));
+                stampede_proto::print_out(&format!("{:#}\n", job_list_json(&jobs)));
             } else {
-                print!("{}", render_job_list(&jobs));
+                stampede_proto::print_out(&render_job_list(&jobs));
             }
         }
         JobCmd::Stop {
@@ -156,7 +156,7 @@ pub async fn run_job(cmd: JobCmd) -> anyhow::Result<()> {
             let reply = deregister(&target.client()?, &job_id, purge)
                 .await
                 .map_err(|e| target.explain(e))?;
-            print!("{}", render_deregister(&job_id, purge, &reply));
+            stampede_proto::print_out(&render_deregister(&job_id, purge, &reply));
         }
     }
     Ok(())
@@ -169,9 +169,9 @@ pub async fn run_node(cmd: NodeCmd) -> anyhow::Result<()> {
                 .await
                 .map_err(|e| target.explain(e))?;
             if json {
-                println!("{:#}", nodes_json(&nodes));
+                stampede_proto::print_out(&format!("{:#}\n", nodes_json(&nodes)));
             } else {
-                print!("{}", render_nodes(&nodes));
+                stampede_proto::print_out(&render_nodes(&nodes));
             }
         }
     }
