@@ -15,6 +15,9 @@
 //!   measured: its report and its journal of every job.
 //! - `faults`: a scenario's faults injected into a local cluster during the
 //!   stream, what each cost, and the audit of every acknowledged job.
+//! - `critical_path`: where each job's time went, stage by stage, from
+//!   the servers' traces and the stream's own times (pure, but for
+//!   fetching the traces).
 //! - `sampler`: every process's `/metrics`, read on an interval into series.
 //! - `search`: the max-rate search's bracket, probe by probe (pure).
 //! - `stats`: distribution-free confidence intervals for a median and for
@@ -44,6 +47,7 @@
 
 pub mod capacity;
 pub mod compare;
+mod critical_path;
 mod faults;
 mod inventory;
 mod metrics;
@@ -60,6 +64,10 @@ mod summary;
 mod validity;
 pub mod writes;
 
+pub use critical_path::{
+    figures as critical_path_figures, slowest as slowest_paths, CriticalPath, JobPath, TracedJob,
+    STAGES,
+};
 pub use faults::{Audit, FaultReport};
 pub use sampler::{Point, Series, Target};
 pub use scenario::{FaultAction, Scenario, BUILT_IN};

@@ -158,10 +158,22 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
         variants[0]["raft_entries_by_type"]
     );
 
+    where_the_time_went(&out, variants);
+
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
         html.contains("Raft entries by type") && html.contains("<table class=\"data summary\">")
     );
+    for class in [
+        "id=\"where-the-time-went\"",
+        "class=\"bottleneck\"",
+        "class=\"stage-bars\"",
+        "class=\"stage-legend\"",
+        "class=\"data stages\"",
+        "class=\"waterfall\"",
+    ] {
+        assert!(html.contains(class), "the report has {class}");
+    }
     assert!(!html.contains("id=\"partial\""));
     assert!(html.contains("CPU-s per 1000 placements"));
     // The browser draws them all: two latency CDFs and at least seven time
@@ -171,6 +183,101 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
     assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
     assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
     assert_eq!(drawn.legends_filled, drawn.charts, "{drawn:?}");
+}
+
+const STAGES: [&str; 10] = [
+    "register",
+    "enqueue",
+    "broker_wait",
+    "catch_up",
+    "schedule",
+    "plan_commit",
+    "deliver",
+    "runner_start",
+    "report_running",
+    "observe",
+];
+
+/// Each variant's critical path in summary.json, and traces.json in the
+/// run directory and each variant's: every slow job's stages contiguous
+/// from 0 to its time to running, within what the stream measured.
+fn where_the_time_went(out: &std::path::Path, variants: &[serde_json::Value]) {
+    let mut slowest_of_variants: f64 = 0.0;
+    for v in variants {
+        let stages: Vec<&str> = v["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["stage"].as_str().unwrap())
+            .collect();
+        assert_eq!(stages, STAGES, "{}", v["stages"]);
+        let shares: f64 = v["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["share_of_p99"].as_f64().unwrap())
+            .sum();
+        assert!((shares - 1.0).abs() < 1e-6, "{shares}");
+        let bottleneck = &v["bottleneck"];
+        assert!(STAGES.contains(&bottleneck["stage"].as_str().unwrap()));
+        assert!(!bottleneck["text"].as_str().unwrap().is_empty());
+        let check = &v["trace_check"];
+        assert!(check["traced"].as_u64().unwrap() > 0, "{check}");
+        let ran = v["stream"]["running"].as_u64().unwrap();
+        let counted = check["traced"].as_u64().unwrap() + check["untraced"].as_u64().unwrap();
+        assert_eq!(
+            counted, ran,
+            "every job that ran is traced or counted: {check}"
+        );
+        let traces = json(&out.join(v["name"].as_str().unwrap()).join("traces.json"));
+        let traces = traces.as_array().unwrap();
+        assert_eq!(
+            traces.len() as u64,
+            check["traced"].as_u64().unwrap().min(20)
+        );
+        let ttr = &v["stream"]["time_to_running_ms"];
+        let fastest = v["stream"]["latency_quantiles"]["time_to_running_ms"][0]
+            .as_f64()
+            .unwrap();
+        let slowest = ttr["max"].as_f64().unwrap();
+        let ends = contiguous(traces);
+        for end in &ends {
+            assert!(
+                *end >= fastest * 0.95 && *end <= slowest * 1.05,
+                "{end} ms outside the stream's {fastest}..{slowest} ms"
+            );
+        }
+        assert!(
+            ends.windows(2).all(|w| w[0] >= w[1]),
+            "slowest first: {ends:?}"
+        );
+        slowest_of_variants = slowest_of_variants.max(ends[0]);
+    }
+    let all = json(&out.join("traces.json"));
+    let ends = contiguous(all.as_array().unwrap());
+    assert_eq!(
+        ends[0], slowest_of_variants,
+        "the run's slowest of all variants"
+    );
+}
+
+/// Each trace's stages in path order, from 0, each starting where the one
+/// before ended; their ends.
+fn contiguous(traces: &[serde_json::Value]) -> Vec<f64> {
+    traces
+        .iter()
+        .map(|t| {
+            let spans = t.as_array().unwrap();
+            let names: Vec<&str> = spans.iter().map(|s| s["stage"].as_str().unwrap()).collect();
+            assert_eq!(names, STAGES);
+            assert_eq!(spans[0]["start_ms"].as_f64(), Some(0.0), "{t}");
+            for w in spans.windows(2) {
+                assert_eq!(w[0]["end_ms"], w[1]["start_ms"], "{t}");
+                assert!(w[0]["end_ms"].as_f64() >= w[0]["start_ms"].as_f64(), "{t}");
+            }
+            spans[9]["end_ms"].as_f64().unwrap()
+        })
+        .collect()
 }
 
 #[test]

@@ -10,8 +10,9 @@ use std::path::Path;
 
 use common::browser;
 use loadgen::{
-    sketch_quantiles, FaultAction, FaultReport, Interval, LatencyQuantiles, Method, Point, Probe,
-    RunSummary, Scenario, SearchReport, Series, Target, Validity, VariantSummary, SCHEMA_VERSION,
+    critical_path_figures, sketch_quantiles, slowest_paths, FaultAction, FaultReport, Interval,
+    JobPath, LatencyQuantiles, Method, Point, Probe, RunSummary, Scenario, SearchReport, Series,
+    Target, Validity, VariantSummary, SCHEMA_VERSION,
 };
 
 const SWEEP: &str = r#"
@@ -123,9 +124,33 @@ fn variant(rate: f64) -> VariantSummary {
             .collect(),
         q,
     };
+    let paths = job_paths(rate);
+    let cores = [("nodesim".to_string(), 0.9)].into();
+    v.critical_path = critical_path_figures(&paths, 1, &cores, rate);
+    v.slowest_paths = slowest_paths(&paths, 5, &v.name);
     v.stream.placement_ms.p99 = 100.0 * rate;
     v.stream.time_to_running_ms.p99 = 1200.0 * rate;
     v
+}
+
+/// Twelve jobs' paths: job `i` waits `i * rate` ms for its running report.
+fn job_paths(rate: f64) -> Vec<JobPath> {
+    (0..12u64)
+        .map(|i| {
+            let mut boundaries = [0u64; 11];
+            for s in 1..11 {
+                let report_running = (i as f64 * rate * 1000.0) as u64;
+                let ms = if s == 9 { report_running } else { 2000 };
+                boundaries[s] = boundaries[s - 1] + ms;
+            }
+            JobPath {
+                job_id: format!("web-{i}"),
+                boundaries: boundaries.map(|b| b + 1_700_000_000_000_000),
+                clamps: 0,
+                clamped_us: 0,
+            }
+        })
+        .collect()
 }
 
 fn summary() -> RunSummary {
@@ -219,6 +244,32 @@ fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() 
         terminal.contains("INVALID rate-8: nodesim used 0.97"),
         "{terminal}"
     );
+}
+
+#[test]
+fn the_browser_shows_where_the_time_went_for_each_variant() {
+    let dir = tempfile::tempdir().unwrap();
+    let page = write_report(dir.path());
+    let dom = browser::dom(&page, "");
+    assert_eq!(dom.matches("id=\"where-the-time-went\"").count(), 1);
+    for (class, n) in [
+        ("class=\"time-went\"", 3),
+        ("class=\"bottleneck\"", 3),
+        ("class=\"stage-bars\"", 3),
+        ("class=\"stage-legend\"", 3),
+        ("class=\"data stages\"", 3),
+        ("class=\"waterfall\"", 3),
+        ("<g class=\"job\"", 3 * 5),
+        ("<tr data-stage=", 3 * 10),
+    ] {
+        assert_eq!(dom.matches(class).count(), n, "{class}");
+    }
+    assert!(
+        dom.contains("the p99 is set by client-update batching (report_running"),
+        "the sentence"
+    );
+    let section = dom.find("id=\"where-the-time-went\"").unwrap();
+    assert!(dom.find("<h2>Summary</h2>").unwrap() < section);
 }
 
 fn write_report(dir: &Path) -> std::path::PathBuf {

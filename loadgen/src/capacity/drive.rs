@@ -4,27 +4,33 @@
 //! [`summarize`](crate::summary::summarize).
 
 use std::path::Path;
+use std::time::Duration;
 
 use stampede_launch::LocalCluster;
-use stampede_proto::client::ClusterClient;
+use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::security::Security;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::ctx::{id_safe, Ctx};
 use super::error::CapacityError;
-use super::output::write_last_metrics;
+use super::output::{write_last_metrics, write_traces};
+use crate::critical_path::{self, fetch, JobPath};
 use crate::faults::{self, FaultsConfig};
 use crate::progress::Progress;
 use crate::sampler::{self, Target};
 use crate::scenario::{Scenario, Variant};
-use crate::stream;
+use crate::stream::{self, RanJob};
 use crate::summary::{summarize, window_figures, VariantSummary};
 use crate::validity::{self, Budget, Schedule};
 
-/// How a variant reaches its cluster: the gRPC client, an HTTP client for
-/// `/metrics` (with the cluster's certificate when it has TLS), what to sample.
+/// How a variant reaches its cluster: the gRPC client, one client per
+/// server (for the traces, which each server answers from its own record),
+/// an HTTP client for `/metrics` (with the cluster's certificate when it
+/// has TLS), what to sample.
 pub(super) struct Driving {
     pub(super) client: ClusterClient,
+    pub(super) servers: Vec<ClusterClient>,
     pub(super) http: reqwest::Client,
     pub(super) targets: Vec<Target>,
     pub(super) tls: bool,
@@ -47,6 +53,7 @@ pub(super) async fn drive(
     let (stop, stopped) = watch::channel(false);
     let Driving {
         client,
+        servers,
         http,
         targets,
         tls,
@@ -84,6 +91,7 @@ pub(super) async fn drive(
     write_last_metrics(dir, &series)?;
     let seconds = start.elapsed().as_secs_f64();
     let ended_unix = unix_now();
+    let (paths, untraced) = trace(&servers, &report.jobs.ran_jobs).await;
     let mut summary = summarize(v, report, series, seconds, problems);
     summary.tls = tls;
     summary.window_figures = window_figures(v, &summary, scenario.duration.as_secs_f64());
@@ -100,6 +108,12 @@ pub(super) async fn drive(
         dropped: summary.stream.dropped,
     };
     summary.validity = validity::judge(schedule, &summary.series, &budget);
+    let jobs_per_s = summary.stream.submitted as f64 / scenario.duration.as_secs_f64();
+    summary.critical_path =
+        critical_path::figures(&paths, untraced, &summary.cpu_cores, jobs_per_s);
+    let k = scenario.trace_slowest as usize;
+    summary.slowest_paths = critical_path::slowest(&paths, k, &v.name);
+    write_traces(dir, &summary.slowest_paths)?;
     summary.started_unix = started_unix;
     summary.ended_unix = ended_unix;
     if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {
@@ -114,6 +128,33 @@ pub(super) async fn drive(
         summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
     }
     Ok(summary)
+}
+
+/// One client for each of `addrs`, for reads that each server answers from
+/// its own record: a server that does not answer is given up on soon.
+pub(super) fn per_server(
+    addrs: &[String],
+    security: &Security,
+) -> Result<Vec<ClusterClient>, ClientError> {
+    addrs
+        .iter()
+        .map(|a| {
+            Ok(ClusterClient::new(std::slice::from_ref(a), security)?
+                .with_retry_for(Duration::from_secs(3))
+                .with_attempt_timeout(Duration::from_secs(10)))
+        })
+        .collect()
+}
+
+/// The critical paths of the jobs that ran, from every server's traces,
+/// and how many ran without one. Traces no server answered are told.
+async fn trace(servers: &[ClusterClient], ran: &[RanJob]) -> (Vec<JobPath>, u64) {
+    let ids = critical_path::traced_ids(ran);
+    let (traces, errors) = fetch::fetch(servers, &ids).await;
+    for e in errors {
+        eprintln!("loadgen: where the time went: {e}");
+    }
+    critical_path::paths(ran, &traces)
 }
 
 fn unix_now() -> f64 {

@@ -11,7 +11,7 @@ use stampede_proto::client::ClusterClient;
 use stampede_proto::security::{Role, TlsArgs};
 
 use super::ctx::{id_safe, Ctx};
-use super::drive::{drive, Driving};
+use super::drive::{drive, per_server, Driving};
 use super::error::CapacityError;
 use super::fleet::wait_for_fleet;
 use crate::sampler::Target;
@@ -56,6 +56,7 @@ pub(super) async fn run_local(
     let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
     let driving = Driving {
         client,
+        servers: per_server(&cluster.rpc_addrs(), &operator)?,
         http,
         targets,
         tls: scenario.tls,

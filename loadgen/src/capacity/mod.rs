@@ -2,7 +2,8 @@
 //! scenario it starts a local cluster of real `cluster` processes and a
 //! `nodesim` fleet (or uses the ones given), runs the job stream, samples
 //! every process's `/metrics`, and writes a run directory: `summary.json`,
-//! `samples.json`, a self-contained `report.html`, and each process's last
+//! `samples.json`, `traces.json` (the slowest jobs' critical paths), a
+//! self-contained `report.html`, and each process's last
 //! `/metrics` under `VARIANT/metrics/`. When Prometheus is installed it scrapes
 //! the run too (`prometheus_run`), for the Grafana dashboards. A scenario with
 //! `[[faults]]` has them injected during the stream (`faults`), and its run
@@ -68,6 +69,9 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     }
     if let Some(n) = opts.repeat {
         scenario.repeat = n;
+    }
+    if let Some(k) = opts.trace_slowest {
+        scenario.trace_slowest = k;
     }
     scenario
         .server_args

@@ -36,6 +36,11 @@ pub struct CapacityOpts {
     /// median with a 95% interval [default: the scenario's `repeat`, or 1].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=crate::scenario::MAX_REPEAT as i64))]
     pub repeat: Option<u32>,
+    /// How many of each variant's slowest jobs traces.json keeps, each
+    /// stage by stage from its submission (0 to 1000) [default: the
+    /// scenario's `trace_slowest`, or 20].
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(0..=crate::scenario::MAX_TRACE_SLOWEST as i64))]
+    pub trace_slowest: Option<u32>,
     /// A `cluster serve` flag for every variant's servers, after the
     /// scenario's own (may be repeated; give a flag and its value apart:
     /// `--server-arg=--raft-batching --server-arg=off`): what a change of
@@ -140,6 +145,20 @@ mod tests {
     fn budget(scenario: &str, args: &[&str]) -> Option<Duration> {
         let cli = Cli::parse_from(["capacity"].iter().chain(args));
         search_budget(&Scenario::load(scenario).unwrap(), &cli.opts)
+    }
+
+    #[test]
+    fn trace_slowest_takes_0_to_1000_and_refuses_more() {
+        let parse = |k: &str| Cli::try_parse_from(["capacity", "--trace-slowest", k]);
+        assert_eq!(parse("0").unwrap().opts.trace_slowest, Some(0));
+        assert_eq!(parse("1000").unwrap().opts.trace_slowest, Some(1000));
+        let err = parse("1001").err().unwrap().to_string();
+        assert!(
+            err.contains("--trace-slowest") && err.contains("0..=1000"),
+            "{err}"
+        );
+        assert!(parse("-1").is_err());
+        assert_eq!(Cli::parse_from(["capacity"]).opts.trace_slowest, None);
     }
 
     #[test]

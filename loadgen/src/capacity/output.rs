@@ -1,5 +1,5 @@
-//! The run directory's files: `summary.json`, `samples.json` and
-//! `report.html` (rewritten after every variant, so a later failure leaves
+//! The run directory's files: `summary.json`, `samples.json`,
+//! `traces.json` and `report.html` (rewritten after every variant, so a later failure leaves
 //! what ran), each process's last `/metrics`, loadgen's own, and the
 //! `--baseline` read back.
 
@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::error::CapacityError;
+use crate::critical_path::{Span, TracedJob};
 use crate::report;
 use crate::sampler::Series;
 use crate::summary::{self, RunSummary};
@@ -26,7 +27,28 @@ pub(super) fn write_run(out: &Path, summary: &RunSummary) -> Result<(), Capacity
         out.join("samples.json"),
         serde_json::to_string(&samples).expect("samples serialize"),
     )?;
+    let mut slowest: Vec<&TracedJob> = summary
+        .variants
+        .iter()
+        .flat_map(|v| &v.slowest_paths)
+        .collect();
+    slowest.sort_by(|a, b| b.time_to_running_ms.total_cmp(&a.time_to_running_ms));
+    slowest.truncate(summary.scenario.trace_slowest as usize);
+    write_traces(out, slowest)?;
     write(out.join("report.html"), report::html(summary))
+}
+
+/// `dir/traces.json`: the slow jobs' paths, slowest first, each an array
+/// of its stages in path order (`{stage, start_ms, end_ms, ...}`).
+pub(super) fn write_traces<'a>(
+    dir: &Path,
+    jobs: impl IntoIterator<Item = &'a TracedJob>,
+) -> Result<(), CapacityError> {
+    let spans: Vec<&Vec<Span>> = jobs.into_iter().map(|j| &j.spans).collect();
+    write(
+        dir.join("traces.json"),
+        serde_json::to_string_pretty(&spans).expect("traces serialize"),
+    )
 }
 
 /// Each process's last `/metrics`, as it served it, in `dir/metrics/NAME.prom`.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use stampede_proto::client::ClusterClient;
 
 use super::ctx::Ctx;
-use super::drive::{drive, Driving};
+use super::drive::{drive, per_server, Driving};
 use super::error::CapacityError;
 use super::fleet::wait_for_fleet;
 use crate::sampler::Target;
@@ -58,6 +58,7 @@ pub(super) async fn run_remote(
     let client = ClusterClient::new(&opts.servers, &security)?;
     let driving = Driving {
         client,
+        servers: per_server(&opts.servers, &security)?,
         http,
         targets,
         tls: security.tls.is_some(),

@@ -3,14 +3,16 @@
 //!
 //! It renders from the run's summary (`summary`) and its samples (`sampler`)
 //! alone; `capacity`, which runs things, calls it, never the other way round.
-//! The page's tables are HTML made here (`tables`); its plots are data
-//! (`charts`) drawn in the browser by uPlot, which is vendored in
+//! The page's tables are HTML made here (`tables`), and so are the
+//! critical path's bars and waterfall (`time_went`, inline SVG); its plots
+//! are data (`charts`) drawn in the browser by uPlot, which is vendored in
 //! `loadgen/assets/` and inlined with the glue script, so the page loads
 //! nothing from the network and opens from a run directory anywhere.
 
 mod charts;
 mod samples;
 mod tables;
+mod time_went;
 
 use std::fmt::Write;
 
@@ -123,6 +125,7 @@ pub fn html(s: &RunSummary) -> String {
             charts.grid(cdfs)
         );
     }
+    page.push_str(&time_went::section(s));
     if let Some(sw) = &s.scenario.sweep {
         let _ = write!(
             page,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     Arrival, FaultAction, FaultStep, Kind, Scenario, ScenarioError, SweepParameter, MAX_DURATION,
-    MAX_REPEAT,
+    MAX_REPEAT, MAX_TRACE_SLOWEST,
 };
 
 impl Scenario {
@@ -24,6 +24,12 @@ impl Scenario {
         }
         if !(1..=MAX_REPEAT).contains(&self.repeat) {
             return bad("repeat", &format!("must be 1 to {MAX_REPEAT}"));
+        }
+        if self.trace_slowest > MAX_TRACE_SLOWEST {
+            return bad(
+                "trace_slowest",
+                &format!("must be 0 to {MAX_TRACE_SLOWEST}"),
+            );
         }
         if self.nodes == 0 || self.nodes > 1_000_000 {
             return bad("nodes", "must be 1 to 1,000,000");

@@ -21,6 +21,11 @@ pub use model::*;
 
 /// Longest job stream a scenario (or `--duration`) may ask for.
 pub const MAX_DURATION: Duration = Duration::from_secs(24 * 3600);
+/// How many of a variant's slowest jobs `traces.json` keeps stage by stage
+/// unless the scenario (`trace_slowest`) or `--trace-slowest` says.
+pub const DEFAULT_TRACE_SLOWEST: u32 = 20;
+/// The most it may keep.
+pub const MAX_TRACE_SLOWEST: u32 = 1000;
 /// The most repetitions of a variant a run may ask for (`repeat`, `--repeat`).
 pub const MAX_REPEAT: u32 = 100;
 

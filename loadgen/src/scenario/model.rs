@@ -60,6 +60,13 @@ pub struct Scenario {
     /// repetitions; `loadgen capacity --repeat` overrides it.
     #[serde(default = "defaults::repeat", skip_serializing_if = "defaults::is_one")]
     pub repeat: u32,
+    /// How many of each variant's slowest jobs `traces.json` keeps, stage
+    /// by stage (0 to 1,000); `loadgen capacity --trace-slowest` overrides it.
+    #[serde(
+        default = "defaults::trace_slowest",
+        skip_serializing_if = "defaults::is_trace_slowest"
+    )]
+    pub trace_slowest: u32,
     /// Faults injected during the stream of every variant, in time order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub faults: Vec<FaultStep>,
@@ -181,6 +188,12 @@ mod defaults {
     }
     pub fn is_one(n: &u32) -> bool {
         *n == 1
+    }
+    pub fn trace_slowest() -> u32 {
+        super::super::DEFAULT_TRACE_SLOWEST
+    }
+    pub fn is_trace_slowest(n: &u32) -> bool {
+        *n == trace_slowest()
     }
     pub fn servers() -> u32 {
         3

@@ -9,7 +9,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 use rand::distributions::{Distribution, WeightedIndex};
@@ -28,7 +28,9 @@ use crate::scenario::{JobKind, Kind, Scenario};
 mod report;
 
 use report::{percentiles_ms, quantiles_ms, windows};
-pub use report::{sketch_quantiles, Ack, Journal, LatencyQuantiles, StreamReport};
+pub use report::{
+    sketch_quantiles, Ack, Journal, LatencyQuantiles, Percentiles, RanJob, StreamReport,
+};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;
@@ -40,8 +42,41 @@ pub const SEED: u64 = 42;
 /// How long a blocking query of the follower waits.
 const FOLLOW_WAIT: Duration = Duration::from_secs(30);
 
+/// The stream's `Instant`s on the wall clock: `SystemTime` read once next
+/// to an `Instant`, and elapsed durations added to it, so that a job's
+/// times line up with the servers' and nodesim's Unix microseconds.
+#[derive(Debug, Clone, Copy)]
+struct WallClock {
+    at: Instant,
+    unix_us: u64,
+}
+
+impl WallClock {
+    fn now() -> Self {
+        let at = Instant::now();
+        let unix_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        Self { at, unix_us }
+    }
+
+    /// `t` in Unix microseconds.
+    fn unix_us(&self, t: Instant) -> u64 {
+        let after = t.saturating_duration_since(self.at).as_micros() as u64;
+        let before = self.at.saturating_duration_since(t).as_micros() as u64;
+        (self.unix_us + after).saturating_sub(before)
+    }
+}
+
+impl Default for WallClock {
+    fn default() -> Self {
+        Self::now()
+    }
+}
+
 #[derive(Default)]
 struct Tally {
+    clock: WallClock,
     report: StreamReport,
     journal: Journal,
     placement: Option<Histogram<u64>>,
@@ -386,13 +421,20 @@ async fn submit_and_follow(
             up >= want
         };
         if enough {
+            let now = Instant::now();
             let mut t = tally.lock().unwrap();
             Tally::record(&mut t.running, &metrics.time_to_running, scheduled);
             t.report.jobs.ran.push((
                 (scheduled - start).as_secs_f64(),
-                scheduled.elapsed().as_secs_f64() * 1000.0,
+                (now - scheduled).as_secs_f64() * 1000.0,
                 up as u64,
             ));
+            let ran = RanJob {
+                job_id: job.id.clone(),
+                scheduled_us: t.clock.unix_us(scheduled),
+                running_us: t.clock.unix_us(now),
+            };
+            t.report.jobs.ran_jobs.push(ran);
             t.settled.insert(job.id.clone());
             t.report.running += 1;
             t.report.allocations_placed += up as u64;

@@ -47,6 +47,19 @@ pub struct JobTimes {
     /// When each job that ran was scheduled, how long it took to run, and
     /// the allocations up then (the placements it counts).
     pub ran: Vec<(f64, f64, u64)>,
+    /// Every job that ran, on the wall clock: what its critical path is
+    /// traced against (a job updated and run again appears once per run).
+    pub ran_jobs: Vec<RanJob>,
+}
+
+/// A job that ran: its id, when its submission was scheduled and when the
+/// stream saw it running, in Unix microseconds (loadgen's `Instant`s put on
+/// the wall clock that every process of a local run shares).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RanJob {
+    pub job_id: String,
+    pub scheduled_us: u64,
+    pub running_us: u64,
 }
 
 impl Percentiles {

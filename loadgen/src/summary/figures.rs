@@ -80,6 +80,8 @@ pub fn summarize(
             "priority",
         ),
         stream,
+        critical_path: Default::default(),
+        slowest_paths: Vec::new(),
         cpu_cores,
         rss_mib,
         seconds,

@@ -31,6 +31,7 @@ pub use intervals::{combine, window_figures, Repetition};
 pub use memory::{Leak, Memory};
 pub use slo::{audit_failures, judge, slo_breaches};
 
+use crate::critical_path::{CriticalPath, TracedJob};
 use crate::faults::{Audit, FaultReport};
 use crate::sampler::Series;
 use crate::scenario::Scenario;
@@ -104,6 +105,14 @@ pub struct VariantSummary {
     /// Share of raft bytes that are client allocation updates.
     pub client_update_byte_share: f64,
     pub stream: StreamReport,
+    /// Where the jobs' time went, stage by stage along their critical path
+    /// (`stages`, `bottleneck`, `stages_median_ms`, `trace_check`; see
+    /// `critical_path`).
+    #[serde(flatten)]
+    pub critical_path: CriticalPath,
+    /// The slowest jobs' paths: `traces.json`, and the report's waterfall.
+    #[serde(skip)]
+    pub slowest_paths: Vec<TracedJob>,
     /// Average cores each process used over the run: every server, every
     /// nodesim and loadgen itself.
     pub cpu_cores: BTreeMap<String, f64>,

@@ -1,0 +1,119 @@
+//! Asking the servers for the traces of the jobs that ran, after the
+//! drain: every server, in chunks of at most 1,000 ids, and one trace per
+//! job made of their answers.
+//!
+//! The evaluation's and the client's steps are replicated, the same on
+//! every server; when an entry applied is each server's own record, and
+//! the first server to apply an entry is the leader (followers apply it
+//! once they learn it committed). So the earliest apply any server saw is
+//! the leader's, whichever server led: leadership may have moved during
+//! the run, and a server that restarted records its replay later still.
+
+use futures::future::join_all;
+use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::{JobTrace, JobTraceRequest};
+
+/// The most ids one `JobService.Trace` call may carry.
+pub const CHUNK: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("no server answered the traces of jobs {from}..{to}: {why}")]
+    NoAnswer { from: usize, to: usize, why: String },
+}
+
+/// The traces of `job_ids` in order, from every client of `servers` (one
+/// per server); the jobs of a chunk no server answered get a trace with
+/// `found` false, and the error says which.
+pub async fn fetch(
+    servers: &[ClusterClient],
+    job_ids: &[String],
+) -> (Vec<JobTrace>, Vec<TraceError>) {
+    let mut traces = Vec::with_capacity(job_ids.len());
+    let mut errors = Vec::new();
+    for (n, chunk) in job_ids.chunks(CHUNK).enumerate() {
+        let answers = join_all(servers.iter().map(|s| ask(s, chunk))).await;
+        let mut ok = Vec::new();
+        let mut why = Vec::new();
+        for a in answers {
+            match a {
+                Ok(t) if t.len() == chunk.len() => ok.push(t),
+                Ok(t) => why.push(format!("{} traces for {} ids", t.len(), chunk.len())),
+                Err(e) => why.push(e.to_string()),
+            }
+        }
+        if ok.is_empty() {
+            errors.push(TraceError::NoAnswer {
+                from: n * CHUNK,
+                to: n * CHUNK + chunk.len(),
+                why: why.join("; "),
+            });
+        }
+        traces.extend(chunk.iter().enumerate().map(|(i, id)| {
+            let answers: Vec<&JobTrace> = ok.iter().map(|t| &t[i]).collect();
+            merge(id, &answers)
+        }));
+    }
+    (traces, errors)
+}
+
+async fn ask(server: &ClusterClient, ids: &[String]) -> Result<Vec<JobTrace>, ClientError> {
+    server
+        .retrying(|c| {
+            let req = JobTraceRequest {
+                job_ids: ids.to_vec(),
+            };
+            async move { Ok(c.jobs().trace(req).await?.into_inner().traces) }
+        })
+        .await
+}
+
+/// One trace of job `id` from the servers' answers: the most complete one
+/// (the fewest unknown steps), with each applied boundary the earliest any
+/// server that traced the same evaluation and allocation recorded.
+pub fn merge(id: &str, answers: &[&JobTrace]) -> JobTrace {
+    let known = |t: &JobTrace| boundaries(t).iter().filter(|&&b| b != 0).count();
+    // The first of the most complete, so a tie goes the same way each time.
+    let Some(base) = answers
+        .iter()
+        .filter(|t| t.found && t.job_id == id)
+        .copied()
+        .reduce(|best, t| if known(t) > known(best) { t } else { best })
+    else {
+        return JobTrace {
+            job_id: id.to_string(),
+            ..JobTrace::default()
+        };
+    };
+    let mut out = base.clone();
+    let same = answers
+        .iter()
+        .filter(|t| t.found && t.eval_id == base.eval_id && t.alloc_id == base.alloc_id);
+    for t in same {
+        earliest(&mut out.registered_us, t.registered_us);
+        earliest(&mut out.plan_committed_us, t.plan_committed_us);
+        earliest(&mut out.running_committed_us, t.running_committed_us);
+    }
+    out
+}
+
+/// `at` becomes `other` when that is known and earlier (0 is unknown).
+fn earliest(at: &mut u64, other: u64) {
+    if other != 0 && (*at == 0 || other < *at) {
+        *at = other;
+    }
+}
+
+fn boundaries(t: &JobTrace) -> [u64; 9] {
+    [
+        t.registered_us,
+        t.enqueued_us,
+        t.dequeued_us,
+        t.caught_up_us,
+        t.plan_submitted_us,
+        t.plan_committed_us,
+        t.delivered_us,
+        t.started_us,
+        t.running_committed_us,
+    ]
+}

@@ -1,0 +1,257 @@
+//! A variant's paths summed up: each stage's p50 and p99 over every traced
+//! job, its share of the slowest 1%'s time, the medians per stage, the
+//! bottleneck in one sentence; and the slowest jobs' paths one by one.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::{JobPath, STAGES};
+use crate::stream::Percentiles;
+
+/// One stage over a variant's traced jobs.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StageFigure {
+    pub stage: String,
+    /// Where the stage runs: leader, worker, nodesim or loadgen.
+    pub process: String,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Of the slowest 1% of jobs by time to running (at least one), the
+    /// share of their time spent in this stage; the shares add up to 1.
+    pub share_of_p99: f64,
+}
+
+/// The median time per stage, in path order: over every traced job, and
+/// over the slowest 1%.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct StageMedians {
+    pub all: Vec<f64>,
+    pub slowest: Vec<f64>,
+}
+
+/// What set the p99, and which process was closest to a full core.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct Bottleneck {
+    /// The stage with the largest share of the slowest jobs' time.
+    pub stage: String,
+    pub share_of_p99: f64,
+    /// The process (as `cpu_cores` names it) that used the most cores on
+    /// average over the run; the stage's own process when none was sampled.
+    pub process: String,
+    pub cores: Option<f64>,
+    pub text: String,
+}
+
+/// How the traces were read, and the check that the stages add up.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct TraceCheck {
+    /// Jobs with a whole path (the figures are theirs).
+    pub traced: u64,
+    /// Jobs that ran without one: a boundary unknown, the job unknown to
+    /// every server, or an earlier run of a job updated since.
+    pub untraced: u64,
+    /// The jobs the shares are of: the slowest 1% (at least one).
+    pub slowest_jobs: u64,
+    /// Boundaries read before the one they follow and moved up to it, and
+    /// by how much in all.
+    pub clamps: u64,
+    pub clamped_ms: f64,
+    /// The medians of the stages added up, against the median time to
+    /// running of the traced jobs (they differ: medians do not add).
+    pub sum_of_stage_medians_ms: f64,
+    pub median_time_to_running_ms: f64,
+}
+
+/// A variant's critical path in `summary.json` (flattened into the variant).
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct CriticalPath {
+    /// Every stage in path order; empty when no job was traced.
+    pub stages: Vec<StageFigure>,
+    pub bottleneck: Option<Bottleneck>,
+    pub stages_median_ms: StageMedians,
+    pub trace_check: TraceCheck,
+}
+
+/// One stage of one job, in ms from its submission.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Span {
+    pub stage: String,
+    pub start_ms: f64,
+    pub end_ms: f64,
+    pub process: String,
+    pub job_id: String,
+    pub variant: String,
+}
+
+/// A slow job's path, stage by stage: an element of `traces.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TracedJob {
+    pub time_to_running_ms: f64,
+    pub spans: Vec<Span>,
+}
+
+/// The figures of `paths` (and `untraced` jobs without one). `cpu_cores`
+/// is each process's average cores over the run; `jobs_per_s` the rate the
+/// bottleneck's sentence is at.
+pub fn figures(
+    paths: &[JobPath],
+    untraced: u64,
+    cpu_cores: &BTreeMap<String, f64>,
+    jobs_per_s: f64,
+) -> CriticalPath {
+    let slow = slowest_share(paths);
+    let mut check = TraceCheck {
+        traced: paths.len() as u64,
+        untraced,
+        slowest_jobs: slow.len() as u64,
+        clamps: paths.iter().map(|p| p.clamps as u64).sum(),
+        clamped_ms: paths.iter().map(|p| p.clamped_us).sum::<u64>() as f64 / 1000.0,
+        ..TraceCheck::default()
+    };
+    if paths.is_empty() {
+        return CriticalPath {
+            trace_check: check,
+            ..CriticalPath::default()
+        };
+    }
+    let all: Vec<[f64; 10]> = paths.iter().map(JobPath::stages_ms).collect();
+    let slow_stages: Vec<[f64; 10]> = slow.iter().map(|p| p.stages_ms()).collect();
+    let slow_total: f64 = slow.iter().map(|p| p.time_to_running_ms()).sum();
+    let stages: Vec<StageFigure> = STAGES
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let of = Percentiles::of(&column(&all, i));
+            let spent: f64 = slow_stages.iter().map(|st| st[i]).sum();
+            StageFigure {
+                stage: s.name.into(),
+                process: s.process.into(),
+                p50_ms: of.p50,
+                p99_ms: of.p99,
+                share_of_p99: if slow_total > 0.0 {
+                    spent / slow_total
+                } else {
+                    0.0
+                },
+            }
+        })
+        .collect();
+    let medians = StageMedians {
+        all: (0..10).map(|i| median(&column(&all, i))).collect(),
+        slowest: (0..10).map(|i| median(&column(&slow_stages, i))).collect(),
+    };
+    check.sum_of_stage_medians_ms = medians.all.iter().sum();
+    let ttr: Vec<f64> = paths.iter().map(JobPath::time_to_running_ms).collect();
+    check.median_time_to_running_ms = median(&ttr);
+    CriticalPath {
+        bottleneck: bottleneck(&stages, cpu_cores, jobs_per_s),
+        stages,
+        stages_median_ms: medians,
+        trace_check: check,
+    }
+}
+
+/// The slowest 1% of `paths` by time to running (at least one), slowest first.
+fn slowest_share(paths: &[JobPath]) -> Vec<&JobPath> {
+    let n = paths.len().div_ceil(100).max(1).min(paths.len());
+    by_time_desc(paths).into_iter().take(n).collect()
+}
+
+fn by_time_desc(paths: &[JobPath]) -> Vec<&JobPath> {
+    let mut v: Vec<&JobPath> = paths.iter().collect();
+    v.sort_by(|a, b| b.time_to_running_ms().total_cmp(&a.time_to_running_ms()));
+    v
+}
+
+/// The `k` slowest jobs' paths, slowest first, in ms from each one's submission.
+pub fn slowest(paths: &[JobPath], k: usize, variant: &str) -> Vec<TracedJob> {
+    by_time_desc(paths)
+        .into_iter()
+        .take(k)
+        .map(|p| {
+            let at = |b: usize| (p.boundaries[b] - p.boundaries[0]) as f64 / 1000.0;
+            let spans = STAGES
+                .iter()
+                .enumerate()
+                .map(|(i, s)| Span {
+                    stage: s.name.into(),
+                    start_ms: at(i),
+                    end_ms: at(i + 1),
+                    process: s.process.into(),
+                    job_id: p.job_id.clone(),
+                    variant: variant.into(),
+                })
+                .collect();
+            TracedJob {
+                time_to_running_ms: p.time_to_running_ms(),
+                spans,
+            }
+        })
+        .collect()
+}
+
+fn column(rows: &[[f64; 10]], i: usize) -> Vec<f64> {
+    rows.iter().map(|r| r[i]).collect()
+}
+
+/// The nearest-rank median, as `Percentiles` takes it.
+fn median(v: &[f64]) -> f64 {
+    Percentiles::of(v).p50
+}
+
+/// The stage with the largest share, the busiest process, and the sentence.
+fn bottleneck(
+    stages: &[StageFigure],
+    cpu_cores: &BTreeMap<String, f64>,
+    jobs_per_s: f64,
+) -> Option<Bottleneck> {
+    // The first of equal shares: the earliest stage on the path.
+    let i = (0..stages.len()).reduce(|best, i| {
+        match stages[i].share_of_p99 > stages[best].share_of_p99 {
+            true => i,
+            false => best,
+        }
+    })?;
+    let top = &stages[i];
+    let busiest = cpu_cores
+        .iter()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(name, cores)| (name.clone(), *cores));
+    let mut text = format!(
+        "at {} jobs/s the p99 is set by {} ({}, {:.0}%)",
+        rate(jobs_per_s),
+        STAGES[i].what,
+        top.stage,
+        top.share_of_p99 * 100.0
+    );
+    if let Some((name, cores)) = &busiest {
+        text.push_str(&format!("; {name} used {cores:.2} of its core"));
+    }
+    Some(Bottleneck {
+        stage: top.stage.clone(),
+        share_of_p99: top.share_of_p99,
+        process: busiest
+            .as_ref()
+            .map_or(top.process.clone(), |b| b.0.clone()),
+        cores: busiest.map(|b| b.1),
+        text,
+    })
+}
+
+/// A rate as the sentence says it: whole and with thousands separated
+/// from 10/s up, one decimal below.
+pub(super) fn rate(per_s: f64) -> String {
+    if per_s < 10.0 {
+        return format!("{per_s:.1}");
+    }
+    let digits = format!("{per_s:.0}");
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}

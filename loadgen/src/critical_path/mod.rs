@@ -1,0 +1,183 @@
+//! Where a job's time went: its critical path from loadgen's submission to
+//! loadgen seeing it running, cut into ten stages at eleven boundaries.
+//!
+//! The servers record the middle nine boundaries (`JobService.Trace`, Unix
+//! microseconds, on the leader, a worker and nodesim); loadgen adds the
+//! first (the submission's scheduled instant) and the last (when it saw the
+//! job running), so a job's stages add up to its time to running as loadgen
+//! measured it. The processes share the machine's wall clock but read it at
+//! different moments, so a boundary may come out a little before the one
+//! it follows: it is clamped to that one, and the clamps are counted.
+//!
+//! - this file: the stages, and one job's path from its trace ([`path`]);
+//! - [`figures`]: a variant's paths summed up (percentiles per stage, each
+//!   stage's share of the slowest jobs' time, the bottleneck) and its
+//!   slowest jobs' paths (`traces.json`, the report's waterfall);
+//! - [`fetch`]: asking the servers for the traces after the drain.
+//!
+//! Pure but for [`fetch`].
+
+pub mod fetch;
+mod figures;
+#[cfg(test)]
+mod tests;
+
+use stampede_proto::JobTrace;
+
+use crate::stream::RanJob;
+
+pub use figures::{figures, slowest, CriticalPath, Span, TracedJob};
+
+/// One stage of the path: its name (a contract: `summary.json` and
+/// `traces.json` carry it), the process it runs in, and what it is in words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stage {
+    pub name: &'static str,
+    pub process: &'static str,
+    pub what: &'static str,
+}
+
+const fn stage(name: &'static str, process: &'static str, what: &'static str) -> Stage {
+    Stage {
+        name,
+        process,
+        what,
+    }
+}
+
+/// The stages in path order; stage `i` runs from boundary `i` to `i + 1`.
+pub const STAGES: [Stage; 10] = [
+    stage("register", "leader", "the registration's commit"),
+    stage("enqueue", "leader", "enqueueing the evaluation"),
+    stage("broker_wait", "leader", "the broker's queue"),
+    stage("catch_up", "worker", "a worker catching up"),
+    stage("schedule", "worker", "scheduling"),
+    stage("plan_commit", "leader", "the plan's commit"),
+    stage("deliver", "nodesim", "delivery to the node"),
+    stage("runner_start", "nodesim", "the runner's start"),
+    stage("report_running", "leader", "client-update batching"),
+    stage("observe", "loadgen", "loadgen's observation"),
+];
+
+/// One job's path: its eleven boundaries in Unix microseconds, in order
+/// (each at or after the one before), and what clamping them cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobPath {
+    pub job_id: String,
+    pub boundaries: [u64; 11],
+    /// Boundaries read before the one they follow, moved up to it.
+    pub clamps: u32,
+    /// How far they were moved, in all.
+    pub clamped_us: u64,
+}
+
+impl JobPath {
+    /// Each stage's time, in milliseconds, in path order.
+    pub fn stages_ms(&self) -> [f64; 10] {
+        std::array::from_fn(|i| us_to_ms(self.boundaries[i + 1] - self.boundaries[i]))
+    }
+
+    /// From the submission to loadgen seeing the job running, in milliseconds.
+    pub fn time_to_running_ms(&self) -> f64 {
+        us_to_ms(self.boundaries[10] - self.boundaries[0])
+    }
+}
+
+fn us_to_ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// Why a job that ran has no path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Untraced {
+    #[error("no server knows the job")]
+    NotFound,
+    #[error("boundary {0} is unknown")]
+    Missing(usize),
+    /// The trace is of a later submission of the job (an update registered
+    /// after the stream saw this one running).
+    #[error("the trace is of a later submission")]
+    Superseded,
+}
+
+/// The path of `run` from the servers' `trace` of its job: the boundaries
+/// in path order, each clamped to the one before when it was read earlier.
+pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
+    if !trace.found {
+        return Err(Untraced::NotFound);
+    }
+    let raw = [
+        run.scheduled_us,
+        trace.registered_us,
+        trace.enqueued_us,
+        trace.dequeued_us,
+        trace.caught_up_us,
+        trace.plan_submitted_us,
+        trace.plan_committed_us,
+        trace.delivered_us,
+        trace.started_us,
+        trace.running_committed_us,
+        run.running_us,
+    ];
+    if let Some(i) = raw.iter().position(|&b| b == 0) {
+        return Err(Untraced::Missing(i));
+    }
+    if trace.registered_us > run.running_us {
+        return Err(Untraced::Superseded);
+    }
+    let mut boundaries = raw;
+    let (mut clamps, mut clamped_us) = (0, 0);
+    for i in 1..boundaries.len() {
+        if boundaries[i] < boundaries[i - 1] {
+            clamps += 1;
+            clamped_us += boundaries[i - 1] - boundaries[i];
+            boundaries[i] = boundaries[i - 1];
+        }
+    }
+    Ok(JobPath {
+        job_id: run.job_id.clone(),
+        boundaries,
+        clamps,
+        clamped_us,
+    })
+}
+
+/// The paths of the jobs that ran, from their traces: the last run of each
+/// job id is traced (the servers keep the path of a job's newest version);
+/// its earlier runs, and runs whose trace lacks a boundary, count as
+/// untraced. `traces` answers `traced_ids(runs)`, in that order.
+pub fn paths(runs: &[RanJob], traces: &[JobTrace]) -> (Vec<JobPath>, u64) {
+    let last = last_runs(runs);
+    let mut untraced = (runs.len() - last.len()) as u64;
+    let mut out = Vec::with_capacity(last.len());
+    for (run, trace) in last.iter().zip(traces) {
+        match path(run, trace) {
+            Ok(p) => out.push(p),
+            Err(_) => untraced += 1,
+        }
+    }
+    untraced += last.len().saturating_sub(traces.len()) as u64;
+    (out, untraced)
+}
+
+/// The job ids to trace: each job's id once, in the order of its last run.
+pub fn traced_ids(runs: &[RanJob]) -> Vec<String> {
+    last_runs(runs)
+        .into_iter()
+        .map(|r| r.job_id.clone())
+        .collect()
+}
+
+/// Each job's last run (the latest scheduled), in the order runs came.
+fn last_runs(runs: &[RanJob]) -> Vec<&RanJob> {
+    let mut latest: std::collections::HashMap<&str, usize> = Default::default();
+    for (i, r) in runs.iter().enumerate() {
+        let e = latest.entry(r.job_id.as_str()).or_insert(i);
+        if runs[*e].scheduled_us <= r.scheduled_us {
+            *e = i;
+        }
+    }
+    let mut keep: Vec<usize> = latest.into_values().collect();
+    keep.sort_unstable();
+    keep.into_iter().map(|i| &runs[i]).collect()
+}

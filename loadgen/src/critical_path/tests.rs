@@ -1,0 +1,222 @@
+use std::collections::BTreeMap;
+
+use stampede_proto::JobTrace;
+
+use super::fetch::merge;
+use super::figures::rate;
+use super::*;
+use crate::stream::RanJob;
+
+const T0: u64 = 1_700_000_000_000_000;
+
+/// A job scheduled at `T0 + at_ms` whose ten stages take `ms` each.
+fn job(id: &str, at_ms: u64, ms: [u64; 10]) -> (RanJob, JobTrace) {
+    let mut b = [0u64; 11];
+    b[0] = T0 + at_ms * 1000;
+    for i in 0..10 {
+        b[i + 1] = b[i] + ms[i] * 1000;
+    }
+    let run = RanJob {
+        job_id: id.into(),
+        scheduled_us: b[0],
+        running_us: b[10],
+    };
+    let trace = JobTrace {
+        job_id: id.into(),
+        found: true,
+        eval_id: format!("eval-{id}"),
+        alloc_id: format!("alloc-{id}"),
+        node_id: "node-1".into(),
+        registered_us: b[1],
+        enqueued_us: b[2],
+        dequeued_us: b[3],
+        caught_up_us: b[4],
+        plan_submitted_us: b[5],
+        plan_committed_us: b[6],
+        delivered_us: b[7],
+        started_us: b[8],
+        running_committed_us: b[9],
+    };
+    (run, trace)
+}
+
+#[test]
+fn stages_are_contiguous_and_add_up_to_the_time_to_running() {
+    let (run, trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    let p = path(&run, &trace).unwrap();
+    assert_eq!((p.clamps, p.clamped_us), (0, 0));
+    assert_eq!(
+        p.stages_ms(),
+        [3.0, 1.0, 5.0, 2.0, 4.0, 6.0, 7.0, 1.0, 9.0, 2.0]
+    );
+    assert_eq!(p.stages_ms().iter().sum::<f64>(), 40.0);
+    assert_eq!(p.time_to_running_ms(), 40.0);
+    let spans = &figures::slowest(std::slice::from_ref(&p), 1, "v")[0].spans;
+    assert_eq!(spans.len(), 10);
+    assert_eq!(spans[0].start_ms, 0.0);
+    for w in spans.windows(2) {
+        assert_eq!(
+            w[0].end_ms, w[1].start_ms,
+            "{} to {}",
+            w[0].stage, w[1].stage
+        );
+    }
+    assert_eq!(spans[9].end_ms, 40.0);
+    let names: Vec<&str> = spans.iter().map(|s| s.stage.as_str()).collect();
+    assert_eq!(names, STAGES.map(|s| s.name));
+}
+
+#[test]
+fn a_boundary_read_before_the_one_it_follows_is_clamped_and_counted() {
+    let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    // nodesim's clock read 2.5 ms before the plan applied, and the running
+    // report's apply 500 µs before the runner started.
+    trace.delivered_us = trace.plan_committed_us - 2500;
+    trace.running_committed_us = trace.started_us - 500;
+    let p = path(&run, &trace).unwrap();
+    assert_eq!((p.clamps, p.clamped_us), (2, 3000));
+    let ms = p.stages_ms();
+    assert_eq!(ms[6], 0.0, "deliver");
+    assert_eq!(ms[8], 0.0, "report_running");
+    assert!(p.boundaries.windows(2).all(|w| w[0] <= w[1]));
+    assert_eq!(ms.iter().sum::<f64>(), p.time_to_running_ms());
+    assert_eq!(p.time_to_running_ms(), 40.0, "the ends are loadgen's own");
+}
+
+#[test]
+fn a_missing_boundary_leaves_the_job_out_and_counts_it() {
+    let (run, mut trace) = job("a", 0, [1; 10]);
+    trace.started_us = 0;
+    assert_eq!(path(&run, &trace), Err(Untraced::Missing(8)));
+    let unknown = JobTrace {
+        job_id: "a".into(),
+        ..JobTrace::default()
+    };
+    assert_eq!(path(&run, &unknown), Err(Untraced::NotFound));
+    let (b_run, b_trace) = job("b", 5, [1; 10]);
+    let (paths, untraced) = paths(&[run, b_run], &[trace, b_trace]);
+    assert_eq!(untraced, 1);
+    assert_eq!(paths.len(), 1);
+    assert_eq!(paths[0].job_id, "b");
+}
+
+#[test]
+fn only_a_jobs_last_run_is_traced_and_a_later_submissions_trace_is_refused() {
+    let (first, _) = job("a", 0, [1; 10]);
+    let (second, trace) = job("a", 100, [2; 10]);
+    let (other, other_trace) = job("b", 50, [1; 10]);
+    let runs = [first.clone(), other, second];
+    assert_eq!(traced_ids(&runs), ["b", "a"]);
+    let (p, untraced) = paths(&runs, &[other_trace, trace.clone()]);
+    assert_eq!(untraced, 1, "the first run of a");
+    assert_eq!(p.len(), 2);
+    // The trace of the update, against the first run: registered after it ran.
+    assert_eq!(path(&first, &trace), Err(Untraced::Superseded));
+}
+
+fn fleet(n: usize) -> Vec<JobPath> {
+    (0..n)
+        .map(|i| {
+            let slow = i as u64;
+            let (run, trace) = job(
+                &format!("j{i}"),
+                i as u64,
+                [1, 1, 1, 1, 1, 1, 1, 1, slow, 1],
+            );
+            path(&run, &trace).unwrap()
+        })
+        .collect()
+}
+
+#[test]
+fn shares_add_up_to_one_and_are_of_the_slowest_percent() {
+    let paths = fleet(250);
+    let cores: BTreeMap<String, f64> = [("server-1".into(), 0.4), ("nodesim".into(), 0.97)].into();
+    let f = figures(&paths, 3, &cores, 6000.0);
+    assert_eq!(f.stages.len(), 10);
+    let total: f64 = f.stages.iter().map(|s| s.share_of_p99).sum();
+    assert!((total - 1.0).abs() < 1e-9, "{total}");
+    // The slowest 1% of 250: three jobs, with report_running 249, 248, 247
+    // ms of 258, 257 and 256 ms.
+    assert_eq!(f.trace_check.slowest_jobs, 3);
+    let share = f.stages[8].share_of_p99;
+    assert!((share - 744.0 / 771.0).abs() < 1e-9, "{share}");
+    assert_eq!(f.stages_median_ms.slowest[8], 248.0);
+    assert_eq!(f.stages_median_ms.all[0], 1.0);
+    assert_eq!(f.stages[8].p50_ms, 124.0);
+    assert_eq!(f.stages[8].p99_ms, 247.0);
+    assert_eq!(f.trace_check.traced, 250);
+    assert_eq!(f.trace_check.untraced, 3);
+    assert_eq!(f.trace_check.sum_of_stage_medians_ms, 9.0 + 124.0);
+    assert_eq!(f.trace_check.median_time_to_running_ms, 133.0);
+    let b = f.bottleneck.unwrap();
+    assert_eq!(
+        (b.stage.as_str(), b.process.as_str()),
+        ("report_running", "nodesim")
+    );
+    assert_eq!(
+        b.text,
+        "at 6,000 jobs/s the p99 is set by client-update batching (report_running, 96%); nodesim used 0.97 of its core"
+    );
+}
+
+#[test]
+fn one_job_is_its_own_slowest_percent_and_no_jobs_give_no_stages() {
+    let f = figures(&fleet(1), 0, &BTreeMap::new(), 2.0);
+    assert_eq!(f.trace_check.slowest_jobs, 1);
+    // Job 0 spends 1 ms in each stage but report_running (0 ms): 1/9 each.
+    assert!((f.stages[0].share_of_p99 - 1.0 / 9.0).abs() < 1e-9);
+    assert_eq!(f.stages[8].share_of_p99, 0.0);
+    let b = f.bottleneck.unwrap();
+    assert_eq!(
+        b.process, "leader",
+        "no CPU sampled: the stage's own process"
+    );
+    assert!(b.text.starts_with("at 2.0 jobs/s"), "{}", b.text);
+    let none = figures(&[], 4, &BTreeMap::new(), 2.0);
+    assert!(none.stages.is_empty() && none.bottleneck.is_none());
+    assert_eq!(none.trace_check.untraced, 4);
+}
+
+#[test]
+fn the_slowest_come_first_and_k_bounds_them() {
+    let paths = fleet(30);
+    let slow = figures::slowest(&paths, 5, "legacy");
+    assert_eq!(slow.len(), 5);
+    assert_eq!(slow[0].spans[0].job_id, "j29");
+    assert!(slow
+        .windows(2)
+        .all(|w| w[0].time_to_running_ms >= w[1].time_to_running_ms));
+    assert_eq!(slow[0].spans[3].variant, "legacy");
+    assert!(figures::slowest(&paths, 0, "v").is_empty());
+}
+
+#[test]
+fn merged_traces_take_each_applied_boundary_from_the_earliest_server() {
+    let (_, leader) = job("a", 0, [1; 10]);
+    let mut follower = leader.clone();
+    follower.registered_us += 300;
+    follower.plan_committed_us += 300;
+    follower.running_committed_us += 300;
+    let mut lagging = leader.clone();
+    lagging.running_committed_us = 0;
+    lagging.registered_us -= 50;
+    let m = merge("a", &[&follower, &lagging, &leader]);
+    assert_eq!(m.registered_us, leader.registered_us - 50);
+    assert_eq!(m.plan_committed_us, leader.plan_committed_us);
+    assert_eq!(m.running_committed_us, leader.running_committed_us);
+    let mut other_alloc = leader.clone();
+    other_alloc.alloc_id = "another".into();
+    other_alloc.running_committed_us = 1;
+    let m = merge("a", &[&leader, &other_alloc]);
+    assert_eq!(m.running_committed_us, leader.running_committed_us);
+    assert!(!merge("a", &[]).found);
+}
+
+#[test]
+fn rates_read_as_a_person_writes_them() {
+    assert_eq!(rate(6000.0), "6,000");
+    assert_eq!(rate(1234567.4), "1,234,567");
+    assert_eq!(rate(950.0), "950");
+    assert_eq!(rate(2.0), "2.0");
+}
