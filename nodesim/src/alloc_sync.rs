@@ -358,7 +358,21 @@ mod tests {
         // Slot 0 is due on ticks 5, 10, ...: the three task events wait and
         // go out with the status change on tick 4.
         assert_eq!(prioritized, 1);
-        assert_eq!(legacy_last, prioritized_last);
+        // The running report carries the node's times; they differ by when
+        // each ran, the rest is the same.
+        let times = |a: &Allocation| a.client_times.expect("the running report's times");
+        for last in [&legacy_last, &prioritized_last] {
+            assert_eq!(times(last).delivered_us, 1);
+            assert!(times(last).started_us > 1);
+        }
+        let without_times = |a: Allocation| Allocation {
+            client_times: None,
+            ..a
+        };
+        assert_eq!(
+            without_times(legacy_last),
+            without_times(prioritized_last.clone())
+        );
         assert_eq!(
             prioritized_last.client_status,
             AllocClientStatus::Running as i32
