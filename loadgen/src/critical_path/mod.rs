@@ -47,7 +47,11 @@ const fn stage(name: &'static str, process: &'static str, what: &'static str) ->
 
 /// The stages in path order; stage `i` runs from boundary `i` to `i + 1`.
 pub const STAGES: [Stage; 10] = [
-    stage("register", "leader", "the registration's commit"),
+    stage(
+        "register",
+        "leader",
+        "the evaluation that placed the last allocation (the registration's commit, or a rolling update's later step)",
+    ),
     stage("enqueue", "leader", "enqueueing the evaluation"),
     stage("broker_wait", "leader", "the broker's queue"),
     stage("catch_up", "worker", "a worker catching up"),
