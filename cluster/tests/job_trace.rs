@@ -161,3 +161,27 @@ async fn bad_trace_requests_and_client_times_are_invalid_arguments_naming_the_fi
         "{err:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_job_times_off_nothing_is_stamped() {
+    let (c, leader) = Harness::with_leader(3, &["--job-times", "off"]).await;
+    let client = c.client();
+    let nodes = register_nodes(&client, "off", 1, 4000, 8192).await;
+    let _beat = heartbeat(&client, nodes, Duration::from_millis(500));
+    register_job(&client, service_job("untimed", 1, 100, 64)).await;
+    wait_live(&client, "untimed", 1).await;
+    let reply = c
+        .client_of(&[leader])
+        .jobs()
+        .trace(JobTraceRequest {
+            job_ids: vec!["untimed".into()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let t = &reply.traces[0];
+    assert!(t.found && !t.alloc_id.is_empty(), "{t:?}");
+    assert_eq!(steps(t).map(|(_, at)| at), [0; 9], "{t:?}");
+    let counted = "stampede_job_stage_seconds_count{stage=\"broker_wait\"}";
+    assert_eq!(c.metric(leader, counted).await.unwrap(), 0.0);
+}

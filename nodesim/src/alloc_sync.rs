@@ -111,9 +111,16 @@ pub struct AllocSync {
     tick: AtomicU64,
     metrics: Metrics,
     send: SendBatch,
+    /// Whether running reports carry the node's times (`--job-times`).
+    job_times: std::sync::atomic::AtomicBool,
 }
 
 impl AllocSync {
+    /// `--job-times`: whether running reports carry the node's times.
+    pub fn set_job_times(&self, on: bool) {
+        self.job_times.store(on, Ordering::Relaxed);
+    }
+
     /// Buffers for `nodes` node slots, numbered from 0.
     pub fn new(mode: UpdateMode, nodes: usize, metrics: Metrics, send: SendBatch) -> Arc<Self> {
         Arc::new(Self {
@@ -123,6 +130,7 @@ impl AllocSync {
             tick: AtomicU64::new(0),
             metrics,
             send,
+            job_times: std::sync::atomic::AtomicBool::new(true),
         })
     }
 
@@ -275,7 +283,9 @@ impl ReportSink for NodeSink {
     ) {
         let changed = report.client_status != previous;
         self.sync.metrics.move_alloc(previous, report.client_status);
-        let times = (changed && report.client_status == AllocClientStatus::Running).then(|| {
+        let running = changed && report.client_status == AllocClientStatus::Running;
+        let timed = running && self.sync.job_times.load(Ordering::Relaxed);
+        let times = timed.then(|| {
             self.sync
                 .metrics
                 .stage_since(JobStage::RunnerStart, delivered_us);

@@ -49,6 +49,13 @@ pub fn runtime(threads: u64) -> std::io::Result<tokio::runtime::Runtime> {
     builder.enable_all().build()
 }
 
+/// `--job-times`: on, or off to measure what the node's times cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum JobTimes {
+    On,
+    Off,
+}
+
 /// Simulates a fleet of client nodes against a stampede cluster.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "nodesim", version, about)]
@@ -72,6 +79,11 @@ pub struct Opts {
     /// How client allocation updates are sent.
     #[arg(long, value_enum, default_value_t = UpdateMode::Prioritized)]
     pub update_mode: UpdateMode,
+    /// Send, with each allocation's running report, when the node got it
+    /// and when its runner started (a job's critical path), and time those
+    /// stages; `false` measures what that costs.
+    #[arg(long, value_enum, default_value_t = JobTimes::On)]
+    pub job_times: JobTimes,
     /// Serve Prometheus metrics at http://ADDR/metrics.
     #[arg(long)]
     pub metrics: Option<SocketAddr>,
@@ -243,6 +255,7 @@ impl Fleet {
             metrics.clone(),
             update_sender(calls.clone(), channels.clone()),
         );
+        sync.set_job_times(opts.job_times == JobTimes::On);
         let id_prefix = opts.id_prefix.clone().unwrap_or_else(|| {
             let run: u32 = rand::random();
             format!("sim-{run:08x}")

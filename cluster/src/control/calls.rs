@@ -78,17 +78,16 @@ impl LeaderCalls {
                     .modify_index
                     .max(store.read(|s| s.job_alloc_index(&eval.job_id)));
                 let mut eval = Evaluation::clone(&eval);
-                let enqueued_us = self.0.broker.enqueued_us(&eval.id);
-                eval.times.get_or_insert_default().enqueued_us = enqueued_us;
-                // The write that made it pending → ready → taken.
                 let stages = &self.0.ctx.stages;
-                let made_pending = store.applied_at_us(eval.modify_index).unwrap_or(0);
-                stages.observe_between(JobStage::Enqueue, made_pending, enqueued_us);
-                stages.observe_between(
-                    JobStage::BrokerWait,
-                    enqueued_us,
-                    stampede_proto::unix_us(),
-                );
+                if stages.on() {
+                    let enqueued_us = self.0.broker.enqueued_us(&eval.id);
+                    eval.times.get_or_insert_default().enqueued_us = enqueued_us;
+                    // The write that made it pending → ready → taken.
+                    let made_pending = store.applied_at_us(eval.modify_index).unwrap_or(0);
+                    let now = stampede_proto::unix_us();
+                    stages.observe_between(JobStage::Enqueue, made_pending, enqueued_us);
+                    stages.observe_between(JobStage::BrokerWait, enqueued_us, now);
+                }
                 Ok(EvalDequeueReply {
                     eval: Some(eval),
                     token,

@@ -51,6 +51,8 @@ pub struct ControlConfig {
     pub workers: usize,
     /// How many blocking queries callers may park here.
     pub parking: ParkLimits,
+    /// Whether jobs' paths are stamped and timed (`--job-times`).
+    pub job_times: bool,
 }
 
 /// The parts that exist before raft does: the state machine's observer
@@ -63,7 +65,10 @@ pub struct Foundations {
 
 impl Foundations {
     pub fn new(config: &ControlConfig, registry: &Registry) -> Self {
-        let store = Arc::new(StateStore::default());
+        let store = Arc::new(match config.job_times {
+            true => StateStore::default(),
+            false => StateStore::without_apply_times(),
+        });
         let leader = Arc::new(LeaderParts::new(&config.leader, registry));
         let hub = Arc::new(ApplyHub::new(&leader, registry));
         Self { store, leader, hub }
@@ -104,7 +109,9 @@ impl ControlPlane {
         let Foundations { store, leader, hub } = parts;
         let (leading, leading_rx) = watch::channel(false);
         let router = Router::new(raft.clone(), channels, leading_rx.clone());
-        let blocking_metrics = Arc::new(BlockingMetrics::new(registry));
+        let mut blocking_metrics = BlockingMetrics::new(registry);
+        blocking_metrics.stages.set_on(config.job_times);
+        let blocking_metrics = Arc::new(blocking_metrics);
         let ctx = LeaderContext {
             store: store.clone(),
             proposer: LocalProposer::new(proposer.clone()),

@@ -458,7 +458,9 @@ impl<L: Leader> WorkerRun<L> {
                 }
             };
             let Some(mut eval) = reply.eval else { continue };
-            eval.times.get_or_insert_default().dequeued_us = unix_us();
+            if self.metrics.stages.on() {
+                eval.times.get_or_insert_default().dequeued_us = unix_us();
+            }
             self.set_state(WorkerState::Working, Some(&eval.id));
             let token = reply.token;
             match self
@@ -596,10 +598,14 @@ impl<L: Leader> WorkerRun<L> {
         rng: &mut rand::rngs::StdRng,
     ) -> Result<(), Nack> {
         self.wait_for_index(wait_index).await?;
-        let times = eval.times.get_or_insert_default();
-        times.caught_up_us = unix_us();
-        let (dequeued_us, caught_up_us) = (times.dequeued_us, times.caught_up_us);
         let stages = &self.metrics.stages;
+        let (dequeued_us, caught_up_us) = if stages.on() {
+            let times = eval.times.get_or_insert_default();
+            times.caught_up_us = unix_us();
+            (times.dequeued_us, times.caught_up_us)
+        } else {
+            (0, 0)
+        };
         stages.observe_between(JobStage::CatchUp, dequeued_us, caught_up_us);
         let eval = &*eval;
         if let Some(job) = CoreJob::of(eval) {
@@ -629,7 +635,7 @@ impl<L: Leader> WorkerRun<L> {
             // How the evaluation ends if the plan is made in full: the
             // leader writes it in the plan's entry (with raft batching on).
             let submitted_us = unix_us();
-            for e in evals.iter_mut().filter(|e| e.id == eval.id) {
+            for e in evals.iter_mut().filter(|e| e.id == eval.id && stages.on()) {
                 e.times.get_or_insert_default().plan_submitted_us = submitted_us;
             }
             plan.evals = evals.clone();

@@ -10,7 +10,11 @@ use stampede_proto::JobStage;
 /// Cheap to clone: the API, the leader's dequeue, the workers and the
 /// blocking queries each hold one.
 #[derive(Clone)]
-pub struct JobStages(HistogramVec);
+pub struct JobStages {
+    seconds: HistogramVec,
+    /// `--job-times`: whether the parts stamp and time jobs' paths at all.
+    on: bool,
+}
 
 impl JobStages {
     /// `register` by the API (request to reply), `enqueue` and
@@ -29,14 +33,29 @@ impl JobStages {
     ];
 
     pub fn new(registry: &Registry) -> Self {
-        Self(stampede_proto::metric_defs::job_stage_seconds(
-            registry,
-            &Self::ENDED_HERE,
-        ))
+        Self {
+            seconds: stampede_proto::metric_defs::job_stage_seconds(registry, &Self::ENDED_HERE),
+            on: true,
+        }
+    }
+
+    /// With `--job-times off`: no stamps, no stage times (what they cost is
+    /// measured against it).
+    pub fn set_on(&mut self, on: bool) {
+        self.on = on;
+    }
+
+    /// Whether jobs' paths are stamped and timed.
+    pub fn on(&self) -> bool {
+        self.on
     }
 
     pub fn observe(&self, stage: JobStage, seconds: f64) {
-        self.0.with_label_values(&[stage.label()]).observe(seconds);
+        if self.on {
+            self.seconds
+                .with_label_values(&[stage.label()])
+                .observe(seconds);
+        }
     }
 
     /// Observes the time between two unix-µs stamps; nothing if either is

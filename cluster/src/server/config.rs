@@ -278,6 +278,11 @@ pub struct ServeOpts {
     #[arg(long, default_value_t = ParkLimits::TOTAL as u64,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub max_parked_queries: u64,
+    /// Stamp each job's path (the broker's and workers' times, when each
+    /// index applied) and time its stages: what `JobService.Trace` and
+    /// "where the time went" read. `off` measures what they cost.
+    #[arg(long, value_enum, default_value_t = Switch::On)]
+    pub job_times: Switch,
     /// Scheduler workers on this server (default: two per core).
     #[arg(long, value_parser = clap::value_parser!(u64).range(0..=MAX_WORKERS as u64))]
     pub workers: Option<u64>,
@@ -569,6 +574,7 @@ impl ServeOpts {
                 per_connection: self.max_parked_per_connection as usize,
                 total: self.max_parked_queries as usize,
             },
+            job_times: self.job_times.is_on(),
         }
     }
 

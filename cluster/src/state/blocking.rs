@@ -169,6 +169,9 @@ impl Blocking {
     /// Notes how long after the apply of `index` a parked query of
     /// `source` answers with it (now: its answer is on its way out).
     fn delivered(&self, source: &'static str, index: u64) {
+        if !self.metrics.stages.on() {
+            return;
+        }
         let Some(applied) = self.store.applied_at_us(index) else {
             return;
         };

@@ -13,8 +13,9 @@ pub struct StateStore {
     applied: watch::Sender<u64>,
     /// When each index was applied here, for garbage collection's thresholds.
     times: std::sync::Mutex<gc::TimeTable>,
-    /// When each recent index was applied here, to the microsecond.
-    clock: std::sync::Mutex<ApplyClock>,
+    /// When each recent index was applied here, to the microsecond
+    /// (`None` with `--job-times off`).
+    clock: Option<std::sync::Mutex<ApplyClock>>,
 }
 
 impl Default for StateStore {
@@ -23,7 +24,7 @@ impl Default for StateStore {
             state: RwLock::default(),
             applied: watch::channel(0).0,
             times: Default::default(),
-            clock: Default::default(),
+            clock: Some(Default::default()),
         }
     }
 }
@@ -56,14 +57,24 @@ impl StateStore {
             moved
         });
         let now_us = stampede_proto::unix_us();
-        stampede_proto::lock(&self.clock).applied(index, now_us);
+        if let Some(clock) = &self.clock {
+            stampede_proto::lock(clock).applied(index, now_us);
+        }
         stampede_proto::lock(&self.times).witness(index, now_us / 1000);
         out
     }
 
     /// When this server applied `index` (unix µs), if it still knows.
     pub fn applied_at_us(&self, index: u64) -> Option<u64> {
-        stampede_proto::lock(&self.clock).at(index)
+        stampede_proto::lock(self.clock.as_ref()?).at(index)
+    }
+
+    /// A store that keeps no apply times (`--job-times off`).
+    pub fn without_apply_times() -> Self {
+        Self {
+            clock: None,
+            ..Self::default()
+        }
     }
 
     /// The newest index this server had applied `age` ago (0 if it was not
