@@ -35,6 +35,14 @@ pub struct CompareOpts {
     /// directory, or the current directory when B is a file elsewhere).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
+    /// Compare only this variant of A (with --variant-b: against another
+    /// variant, of B or of the same run: `loadgen compare RUN RUN
+    /// --variant-a untimed --variant-b timed`).
+    #[arg(long, value_name = "NAME")]
+    pub variant_a: Option<String>,
+    /// Compare only this variant of B, as if it were A's variant.
+    #[arg(long, value_name = "NAME", requires = "variant_a")]
+    pub variant_b: Option<String>,
 }
 
 /// Why two runs cannot be compared (exit code 2).
@@ -49,6 +57,12 @@ pub enum CompareError {
     NotASummary { path: PathBuf, why: String },
     #[error(transparent)]
     Mismatch(#[from] Mismatch),
+    #[error("{path}: no variant {name:?} (it has {have})")]
+    NoVariant {
+        path: PathBuf,
+        name: String,
+        have: String,
+    },
     #[error("cannot write {path}: {source}")]
     Write {
         path: PathBuf,
@@ -76,8 +90,14 @@ pub fn load(path: &Path) -> Result<Value, CompareError> {
 /// `compare.html`, and returns the comparison (its `worse` list decides the
 /// exit code).
 pub fn run(opts: &CompareOpts) -> Result<Comparison, CompareError> {
-    let (a, b) = (load(&opts.a)?, load(&opts.b)?);
-    let names = (opts.a.display().to_string(), opts.b.display().to_string());
+    let (mut a, mut b) = (load(&opts.a)?, load(&opts.b)?);
+    let mut names = (opts.a.display().to_string(), opts.b.display().to_string());
+    if let Some(va) = &opts.variant_a {
+        let vb = opts.variant_b.as_deref().unwrap_or(va);
+        pick(&mut a, &opts.a, va, va)?;
+        pick(&mut b, &opts.b, vb, va)?;
+        names = (format!("{}:{va}", names.0), format!("{}:{vb}", names.1));
+    }
     let comparison = compare(&a, &b, &opts.gates, (&names.0, &names.1))?;
     let out = match &opts.out {
         Some(dir) => dir.clone(),
@@ -98,6 +118,31 @@ pub fn run(opts: &CompareOpts) -> Result<Comparison, CompareError> {
     print!("{}", page::table(&comparison));
     println!("wrote {}", out.join("compare.json").display());
     Ok(comparison)
+}
+
+/// Keeps only variant `name` of `summary`, named `as_name` (so that two
+/// variants, even of one run, are compared as one).
+fn pick(summary: &mut Value, path: &Path, name: &str, as_name: &str) -> Result<(), CompareError> {
+    let variants = summary["variants"].as_array_mut();
+    let Some(variants) = variants else {
+        return Err(CompareError::NotASummary {
+            path: path.to_path_buf(),
+            why: "no variants".into(),
+        });
+    };
+    let have: Vec<String> = (variants.iter())
+        .filter_map(|v| v["name"].as_str().map(String::from))
+        .collect();
+    let Some(mut chosen) = variants.iter().find(|v| v["name"] == name).cloned() else {
+        return Err(CompareError::NoVariant {
+            path: path.to_path_buf(),
+            name: name.into(),
+            have: have.join(", "),
+        });
+    };
+    chosen["name"] = Value::from(as_name);
+    *variants = vec![chosen];
+    Ok(())
 }
 
 #[cfg(test)]

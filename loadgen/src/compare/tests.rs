@@ -178,3 +178,20 @@ fn the_page_and_table_show_every_verdict() {
         "{html}"
     );
 }
+
+#[test]
+fn two_variants_of_one_run_compare_as_one_and_a_missing_one_is_named() {
+    // One run of two variants: the steady build, and the slower one.
+    let mut both = steady();
+    let mut slow = slower()["variants"][0].clone();
+    slow["name"] = json!("slow");
+    both["variants"].as_array_mut().unwrap().push(slow);
+    let (mut a, mut b) = (both.clone(), both);
+    pick(&mut a, Path::new("run"), "only", "only").unwrap();
+    pick(&mut b, Path::new("run"), "slow", "only").unwrap();
+    let c = compare(&a, &b, &[], ("run:only", "run:slow")).unwrap();
+    assert_eq!(verdict_of(&c, "placements_per_s"), Verdict::Worse);
+
+    let err = pick(&mut steady(), Path::new("run"), "timed", "timed").unwrap_err();
+    assert_eq!(err.to_string(), "run: no variant \"timed\" (it has only)");
+}
