@@ -16,6 +16,7 @@ use stampede_proto::{
 };
 use tonic::Code;
 
+/// `a` reported running, with the node's times since 1970.
 fn running(a: &Allocation, delivered_us: u64, started_us: u64) -> Allocation {
     Allocation {
         id: a.id.clone(),
@@ -23,8 +24,23 @@ fn running(a: &Allocation, delivered_us: u64, started_us: u64) -> Allocation {
         client_times: Some(AllocClientTimes {
             delivered_us,
             started_us,
+            ..Default::default()
         }),
         ..Default::default()
+    }
+}
+
+/// `a` reported running as nodesim reports it: its times after the
+/// allocation's creation.
+fn running_after_create(a: &Allocation, delivered_us: u64, started_us: u64) -> Allocation {
+    let created_us = a.create_time_ms as i64 * 1000;
+    Allocation {
+        client_times: Some(AllocClientTimes {
+            delivered_after_create_us: delivered_us as i64 - created_us,
+            started_after_create_us: started_us as i64 - created_us,
+            ..Default::default()
+        }),
+        ..running(a, 0, 0)
     }
 }
 
@@ -54,13 +70,14 @@ async fn a_jobs_path_is_stamped_step_by_step_in_order() {
     register_job(&client, service_job("traced", 2, 100, 64)).await;
     let allocs = wait_live(&client, "traced", 2).await;
     let delivered = unix_us();
-    // The second one runs last: it is the job's critical path.
+    // The second one runs last: it is the job's critical path, and it
+    // reports its times as nodesim does, after the allocation's creation.
     for a in &allocs {
         let started = unix_us();
         client
             .nodes()
             .update_alloc(NodeUpdateAllocRequest {
-                allocs: vec![running(a, delivered, started)],
+                allocs: vec![running_after_create(a, delivered, started)],
             })
             .await
             .expect("a running report");

@@ -26,7 +26,7 @@ use stampede_proto::{AllocClientStatus, AllocClientTimes, Allocation, JobStage};
 use tokio::sync::watch;
 
 use crate::metrics::Metrics;
-use crate::runner::{task_states, AllocReport, ReportSink};
+use crate::runner::{task_states, AllocReport, Delivered, ReportSink};
 
 /// How often buffers are looked at (Nomad's client: 200 ms).
 pub const TICK: Duration = Duration::from_millis(200);
@@ -268,6 +268,24 @@ fn merge(updates: &mut Vec<Pending>, mut update: Pending) {
     }
 }
 
+/// The node's times as its running report carries them: after the
+/// allocation's creation when the node knows it, else since 1970.
+fn client_times(delivered: Delivered, started_us: u64) -> AllocClientTimes {
+    if delivered.created_ms == 0 {
+        return AllocClientTimes {
+            delivered_us: delivered.at_us,
+            started_us,
+            ..Default::default()
+        };
+    }
+    let created_us = delivered.created_ms as i64 * 1000;
+    AllocClientTimes {
+        delivered_after_create_us: delivered.at_us as i64 - created_us,
+        started_after_create_us: started_us as i64 - created_us,
+        ..Default::default()
+    }
+}
+
 struct NodeSink {
     slot: u32,
     sync: Arc<AllocSync>,
@@ -279,7 +297,7 @@ impl ReportSink for NodeSink {
         alloc_id: &Arc<str>,
         report: AllocReport,
         previous: AllocClientStatus,
-        delivered_us: u64,
+        delivered: Delivered,
     ) {
         let changed = report.client_status != previous;
         self.sync.metrics.move_alloc(previous, report.client_status);
@@ -288,11 +306,8 @@ impl ReportSink for NodeSink {
         let times = timed.then(|| {
             self.sync
                 .metrics
-                .stage_since(JobStage::RunnerStart, delivered_us);
-            AllocClientTimes {
-                delivered_us,
-                started_us: stampede_proto::unix_us(),
-            }
+                .stage_since(JobStage::RunnerStart, delivered.at_us);
+            client_times(delivered, stampede_proto::unix_us())
         });
         let update = Pending {
             alloc_id: alloc_id.clone(),
@@ -349,7 +364,15 @@ mod tests {
         ];
         let mut previous = AllocClientStatus::Pending;
         for (tick, (status, what)) in steps.into_iter().enumerate() {
-            sink.report(&"a1".into(), report(status, what), previous, 1);
+            sink.report(
+                &"a1".into(),
+                report(status, what),
+                previous,
+                Delivered {
+                    at_us: 1,
+                    created_ms: 0,
+                },
+            );
             previous = status;
             for send in sync.clone().tick(tick as u64 + 1, false) {
                 send.await.unwrap();
@@ -414,13 +437,13 @@ mod tests {
             &"a1".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
-            1,
+            Delivered::default(),
         );
         sink.report(
             &"a2".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
-            1,
+            Delivered::default(),
         );
         for send in sync.clone().tick(1, false) {
             send.await.unwrap();
@@ -430,7 +453,7 @@ mod tests {
             &"a1".into(),
             report(AllocClientStatus::Complete, "done"),
             AllocClientStatus::Running,
-            1,
+            Delivered::default(),
         );
         fail.store(false, Ordering::SeqCst);
         // The node waits out the retry interval (with its stagger)...

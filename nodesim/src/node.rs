@@ -280,7 +280,8 @@ impl SimNode {
             return;
         }
         let status = AllocClientStatus::try_from(a.client_status).unwrap_or_default();
-        let reporter = Reporter::new(&a.id, status, self.shared.sync.sink(self.slot));
+        let reporter = Reporter::new(&a.id, status, self.shared.sync.sink(self.slot))
+            .created_at(a.create_time_ms);
         let runner = if is_terminal(status) {
             None
         } else if stop {

@@ -30,14 +30,14 @@ pub struct AllocReport {
 pub trait ReportSink: Send + Sync {
     /// `previous` is the client status the allocation had before this report.
     /// The id is the runner's own, shared: a report allocates no copy of it.
-    /// `delivered_us`: when the node got the allocation (unix µs), for the
-    /// job's critical path.
+    /// `delivered`: when the node got the allocation, for the job's
+    /// critical path.
     fn report(
         &self,
         alloc_id: &Arc<str>,
         report: AllocReport,
         previous: AllocClientStatus,
-        delivered_us: u64,
+        delivered: Delivered,
     );
 }
 
@@ -48,8 +48,16 @@ pub struct Reporter {
     alloc_id: Arc<str>,
     last: Arc<AtomicI32>,
     sink: Arc<dyn ReportSink>,
-    /// When the node's query returned the allocation (unix µs).
-    delivered_us: u64,
+    delivered: Delivered,
+}
+
+/// When the node's query returned an allocation, and when the server
+/// created it (its `create_time_ms`, 0 if not known): a running report
+/// carries its times as offsets from that, a third of the bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Delivered {
+    pub at_us: u64,
+    pub created_ms: u64,
 }
 
 impl Reporter {
@@ -60,8 +68,17 @@ impl Reporter {
             alloc_id: alloc_id.into(),
             last: Arc::new(AtomicI32::new(status as i32)),
             sink,
-            delivered_us: stampede_proto::unix_us(),
+            delivered: Delivered {
+                at_us: stampede_proto::unix_us(),
+                created_ms: 0,
+            },
         }
+    }
+
+    /// The allocation's `create_time_ms`, which its times are sent after.
+    pub fn created_at(mut self, created_ms: u64) -> Self {
+        self.delivered.created_ms = created_ms;
+        self
     }
 
     pub fn report(&self, report: AllocReport) {
@@ -70,7 +87,7 @@ impl Reporter {
             .swap(report.client_status as i32, Ordering::Relaxed);
         let previous = AllocClientStatus::try_from(previous).unwrap_or_default();
         self.sink
-            .report(&self.alloc_id, report, previous, self.delivered_us);
+            .report(&self.alloc_id, report, previous, self.delivered);
     }
 
     /// The last client status reported (or the server's, before any report).
@@ -295,7 +312,13 @@ mod tests {
     struct Recorder(Mutex<Vec<(String, AllocReport)>>);
 
     impl ReportSink for Recorder {
-        fn report(&self, alloc_id: &Arc<str>, report: AllocReport, _: AllocClientStatus, _: u64) {
+        fn report(
+            &self,
+            alloc_id: &Arc<str>,
+            report: AllocReport,
+            _: AllocClientStatus,
+            _: Delivered,
+        ) {
             self.0.lock().unwrap().push((alloc_id.to_string(), report));
         }
     }

@@ -486,6 +486,15 @@ pub fn alloc_update(path: &str, a: &Allocation) -> Result<(), InvalidField> {
     if let Some(t) = &a.client_times {
         unix_us("", t.delivered_us).map_err(at("client_times.delivered_us"))?;
         unix_us("", t.started_us).map_err(at("client_times.started_us"))?;
+        let after = |us: i64| match us.unsigned_abs() <= DAY_US {
+            true => Ok(()),
+            false => Err(InvalidField::new(
+                "",
+                "must be within a day of the allocation's creation, in microseconds",
+            )),
+        };
+        after(t.delivered_after_create_us).map_err(at("client_times.delivered_after_create_us"))?;
+        after(t.started_after_create_us).map_err(at("client_times.started_after_create_us"))?;
     }
     Ok(())
 }
@@ -505,14 +514,17 @@ pub fn trace_request(job_ids: &[String]) -> Result<(), InvalidField> {
     Ok(())
 }
 
+/// A day in microseconds: how far a time may be ahead of this server's
+/// clock, or from an allocation's creation.
+const DAY_US: u64 = 86_400_000_000;
+
 /// A step's time on a job's critical path: 0 (not taken) or unix
 /// microseconds from 2017 to a day ahead of this server's clock (clocks of
 /// other machines may be a little ahead; a value in seconds or
 /// milliseconds, or from the far future, is a mistake).
 pub fn unix_us(path: &str, us: u64) -> Result<(), InvalidField> {
     const EARLIEST: u64 = 1_483_228_800_000_000; // 2017-01-01
-    const AHEAD: u64 = 86_400_000_000;
-    if us == 0 || (EARLIEST..=stampede_proto::unix_us() + AHEAD).contains(&us) {
+    if us == 0 || (EARLIEST..=stampede_proto::unix_us() + DAY_US).contains(&us) {
         return Ok(());
     }
     Err(InvalidField::new(
@@ -930,7 +942,7 @@ mod job_tests {
             client_status: AllocClientStatus::Running as i32,
             client_times: Some(stampede_proto::AllocClientTimes {
                 delivered_us,
-                started_us: 0,
+                ..Default::default()
             }),
             ..Default::default()
         };
@@ -941,6 +953,21 @@ mod job_tests {
         for bad in [seconds, seconds * 1000, u64::MAX] {
             let err = alloc_update("allocs[0]", &update(bad)).unwrap_err();
             assert_eq!(err.field, "allocs[0].client_times.delivered_us");
+        }
+        // After the allocation's creation: within a day either way.
+        let after = |started_after_create_us: i64| Allocation {
+            client_times: Some(stampede_proto::AllocClientTimes {
+                started_after_create_us,
+                ..Default::default()
+            }),
+            ..update(0)
+        };
+        for ok in [0, 600_000, -5_000, DAY_US as i64] {
+            assert!(alloc_update("allocs[0]", &after(ok)).is_ok(), "{ok}");
+        }
+        for bad in [DAY_US as i64 + 1, i64::MIN] {
+            let err = alloc_update("allocs[0]", &after(bad)).unwrap_err();
+            assert_eq!(err.field, "allocs[0].client_times.started_after_create_us");
         }
     }
 }

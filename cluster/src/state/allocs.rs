@@ -40,12 +40,22 @@ fn take_report(alloc: &mut Allocation, update: &Allocation, at_ms: u64, index: u
     alloc.task_states.clone_from(&update.task_states);
     alloc.healthy = update.healthy.or(alloc.healthy);
     if let Some(t) = &update.client_times {
+        // A time after the allocation's creation, as nodes send them, or
+        // one since 1970; 0: not known.
+        let created_us = alloc.create_time_ms as i64 * 1000;
+        let at = |since_1970: u64, after_create: i64| match (since_1970, after_create) {
+            (0, 0) => 0,
+            (0, after) => created_us.saturating_add(after).max(0) as u64,
+            (at, _) => at,
+        };
+        let delivered = at(t.delivered_us, t.delivered_after_create_us);
+        let started = at(t.started_us, t.started_after_create_us);
         let times = alloc.client_times.get_or_insert_default();
-        if t.delivered_us != 0 {
-            times.delivered_us = t.delivered_us;
+        if delivered != 0 {
+            times.delivered_us = delivered;
         }
-        if t.started_us != 0 {
-            times.started_us = t.started_us;
+        if started != 0 {
+            times.started_us = started;
         }
     }
     if alloc.running_index == 0 && update.client_status == AllocClientStatus::Running as i32 {

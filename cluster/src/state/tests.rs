@@ -189,6 +189,7 @@ fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
         client_times: Some(stampede_proto::AllocClientTimes {
             delivered_us: 10,
             started_us: 20,
+            ..Default::default()
         }),
         ..Default::default()
     };
@@ -213,6 +214,7 @@ fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
         client_times: Some(stampede_proto::AllocClientTimes {
             delivered_us: 10,
             started_us: 20,
+            ..Default::default()
         }),
         running_index: 3,
         ..Allocation::clone(&before)
@@ -237,6 +239,48 @@ fn a_client_report_replaces_what_the_client_owns_and_keeps_the_rest() {
     let later = s.alloc("a1").unwrap();
     assert_eq!(later.client_times, expected.client_times);
     assert_eq!((later.running_index, later.modify_index), (3, 4));
+}
+
+#[test]
+fn times_sent_after_an_allocations_creation_are_stored_since_1970() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    let placed = Allocation {
+        create_time_ms: 1_000,
+        ..alloc("a1", "n1", "web")
+    };
+    apply(&mut s, 2, plan_entry(vec![placed]));
+    let report = Allocation {
+        id: "a1".into(),
+        client_status: AllocClientStatus::Running as i32,
+        client_times: Some(stampede_proto::AllocClientTimes {
+            delivered_after_create_us: 300,
+            started_after_create_us: 450_000,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let update = LogEntry {
+        msg: Some(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+            allocs: vec![report],
+            updated_at_ms: 2_000,
+            ..Default::default()
+        })),
+    };
+    apply(&mut s, 3, update);
+    let times = s.alloc("a1").unwrap().client_times.unwrap();
+    assert_eq!(
+        (times.delivered_us, times.started_us),
+        (1_000_300, 1_450_000)
+    );
+    assert_eq!(
+        (
+            times.delivered_after_create_us,
+            times.started_after_create_us
+        ),
+        (0, 0),
+        "stored once, since 1970"
+    );
 }
 
 #[test]

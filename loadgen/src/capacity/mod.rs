@@ -37,11 +37,11 @@ mod search;
 mod variants;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use stampede_launch::sibling_bin;
-use stampede_proto::security::{Role, TlsArgs};
+use stampede_proto::security::{Role, TlsArgs, TOKEN_FILE};
 
 pub use error::CapacityError;
 pub use options::CapacityOpts;
@@ -95,6 +95,7 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         .await
         .map_err(|e| CapacityError::ServeMetrics(opts.serve_metrics, e))?;
     let tls_dir = out.join("tls");
+    let _secrets = Secrets(tls_dir.clone());
     if opts.servers.is_empty() {
         stampede_launch::make_tls_dir(&sibling_bin("cluster")?, &tls_dir)?;
     }
@@ -130,6 +131,26 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
     }
     Ok(summary)
+}
+
+/// Removes the run's private keys and management token from its TLS
+/// directory when the run ends, however it ends: the run directory is made
+/// to be shared, and only the certificates, which are not secret, stay.
+struct Secrets(PathBuf);
+
+impl Drop for Secrets {
+    fn drop(&mut self) {
+        let Ok(files) = std::fs::read_dir(&self.0) else {
+            return;
+        };
+        for path in files.flatten().map(|f| f.path()) {
+            let key = path.extension().is_some_and(|x| x == "key");
+            let token = path.file_name().is_some_and(|n| n == TOKEN_FILE);
+            if key || token {
+                let _ = std::fs::remove_file(&path);
+            }
+        }
+    }
 }
 
 /// The URL of loadgen's own `/metrics`, served at `addr` (on every address
