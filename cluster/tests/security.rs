@@ -413,8 +413,8 @@ fn tls_init_writes_every_file_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn an_insecure_cluster_takes_plain_calls() {
+/// One server with `--insecure`, leading.
+async fn insecure_server() -> LocalCluster {
     let mut c = LocalCluster::start(LaunchOptions {
         bin: cluster_bin(),
         servers: 1,
@@ -425,6 +425,12 @@ async fn an_insecure_cluster_takes_plain_calls() {
     })
     .unwrap();
     c.wait_for_leader(CATCH_UP).await.unwrap();
+    c
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_insecure_cluster_takes_plain_calls() {
+    let c = insecure_server().await;
     assert!(c.tls_dir().is_none());
     assert!(c.log(1).contains("--insecure"), "the server warns");
     let client = ClusterClient::new(&c.rpc_addrs(), &Security::insecure()).unwrap();
@@ -439,16 +445,7 @@ async fn an_insecure_cluster_takes_plain_calls() {
 /// head`) ends it quietly, with no panic and no signal.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_cli_keeps_a_token_off_plain_tcp_and_ends_quietly_on_a_closed_pipe() {
-    let mut c = LocalCluster::start(LaunchOptions {
-        bin: cluster_bin(),
-        servers: 1,
-        root: None,
-        server_args: vec![],
-        insecure: true,
-        tls_dir: None,
-    })
-    .unwrap();
-    c.wait_for_leader(CATCH_UP).await.unwrap();
+    let c = insecure_server().await;
     let addr = c.rpc_addrs().join(",");
     let run = |args: &[&str], token: bool| {
         let mut cmd = std::process::Command::new(cluster_bin());
