@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// The servers' blocking-query delivery latency, by source (the summary's
+/// `blocking_delivery_ms`).
+pub const DELIVERY_BUCKETS: &str = "stampede_blocking_query_delivery_seconds_bucket";
+
 /// Series a report uses; everything else on `/metrics` is left out.
 const KEEP: &[&str] = &[
     "stampede_raft_entries_total",
@@ -16,7 +20,7 @@ const KEEP: &[&str] = &[
     "stampede_raft_applied_index",
     "stampede_blocking_queries_started_total",
     "stampede_blocking_queries_inflight",
-    crate::summary::delivery::METRIC,
+    DELIVERY_BUCKETS,
     "stampede_broker_ready",
     "stampede_broker_unacked",
     "stampede_blocked_evals",

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::sampler::{label, Series};
-
-pub const METRIC: &str = "stampede_blocking_query_delivery_seconds_bucket";
+use crate::sampler::{label, Series, DELIVERY_BUCKETS as METRIC};
 
 /// One source's answers to parked queries during the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
