@@ -61,6 +61,8 @@ impl std::fmt::Display for Role {
 
 /// The CA certificate's file in a TLS directory.
 pub const CA_FILE: &str = "ca.pem";
+/// The CA's private key's file in a TLS directory.
+pub const CA_KEY_FILE: &str = "ca.key";
 /// The management token's file in a TLS directory.
 pub const TOKEN_FILE: &str = "token";
 

@@ -12,7 +12,7 @@ use rcgen::{
     KeyUsagePurpose, SanType,
 };
 use stampede_proto::acl::Acl;
-use stampede_proto::security::{Role, CA_FILE, TOKEN_FILE};
+use stampede_proto::security::{Role, CA_FILE, CA_KEY_FILE, TOKEN_FILE};
 use time::{Duration, OffsetDateTime};
 
 #[derive(Debug, Clone, Subcommand)]
@@ -79,7 +79,11 @@ pub fn run(cmd: TlsCmd) -> anyhow::Result<()> {
 /// files written.
 pub fn init(opts: &InitOpts) -> Result<Vec<PathBuf>, TlsInitError> {
     let dir = &opts.dir;
-    let mut files = vec![dir.join(CA_FILE), dir.join("ca.key"), dir.join(TOKEN_FILE)];
+    let mut files = vec![
+        dir.join(CA_FILE),
+        dir.join(CA_KEY_FILE),
+        dir.join(TOKEN_FILE),
+    ];
     for role in Role::ALL {
         files.push(dir.join(format!("{}.pem", role.file_stem())));
         files.push(dir.join(format!("{}.key", role.file_stem())));
@@ -106,7 +110,11 @@ pub fn init(opts: &InitOpts) -> Result<Vec<PathBuf>, TlsInitError> {
     (ca.not_before, ca.not_after) = (now - Duration::hours(1), until);
     let ca_cert = ca.self_signed(&ca_key)?;
     write(&dir.join(CA_FILE), ca_cert.pem().as_bytes(), false)?;
-    write(&dir.join("ca.key"), ca_key.serialize_pem().as_bytes(), true)?;
+    write(
+        &dir.join(CA_KEY_FILE),
+        ca_key.serialize_pem().as_bytes(),
+        true,
+    )?;
 
     for role in Role::ALL {
         let mut names = vec![SanType::DnsName(role.dns_name().try_into()?)];

@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use stampede_launch::sibling_bin;
-use stampede_proto::security::{Role, TlsArgs, TOKEN_FILE};
+use stampede_proto::security::{Role, TlsArgs, CA_KEY_FILE, TOKEN_FILE};
 
 pub use error::CapacityError;
 pub use options::CapacityOpts;
@@ -133,22 +133,18 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     Ok(summary)
 }
 
-/// Removes the run's private keys and management token from its TLS
+/// Removes the CA's key and the management token from the run's TLS
 /// directory when the run ends, however it ends: the run directory is made
-/// to be shared, and only the certificates, which are not secret, stay.
+/// to be shared, and with them anyone could mint certificates or call with
+/// every scope. The certificates stay, and so do the keys of the run's own
+/// identities (its `prometheus.yml` names the operator's), which only a
+/// cluster of that CA, gone with the run, would take.
 struct Secrets(PathBuf);
 
 impl Drop for Secrets {
     fn drop(&mut self) {
-        let Ok(files) = std::fs::read_dir(&self.0) else {
-            return;
-        };
-        for path in files.flatten().map(|f| f.path()) {
-            let key = path.extension().is_some_and(|x| x == "key");
-            let token = path.file_name().is_some_and(|n| n == TOKEN_FILE);
-            if key || token {
-                let _ = std::fs::remove_file(&path);
-            }
+        for name in [CA_KEY_FILE, TOKEN_FILE] {
+            let _ = std::fs::remove_file(self.0.join(name));
         }
     }
 }
