@@ -18,12 +18,11 @@ impl StateStore {
             ..Default::default()
         };
         // Under the read lock, briefly: one job's allocations and one eval.
-        let picked = self.read(|s| pick(s, job_id));
+        let (found, picked) = self.read(|s| (s.job(job_id).is_some(), pick(s, job_id)));
+        trace.found = found || picked.is_some();
         let Some((alloc, eval)) = picked else {
-            trace.found = self.read(|s| s.job(job_id).is_some());
             return trace;
         };
-        trace.found = true;
         let applied = |index| self.applied_at_us(index).unwrap_or(0);
         if let Some(eval) = eval {
             let times = eval.times.unwrap_or_default();
