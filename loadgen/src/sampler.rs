@@ -12,11 +12,21 @@ use tokio::time::Instant;
 /// `blocking_delivery_ms`).
 pub const DELIVERY_BUCKETS: &str = "stampede_blocking_query_delivery_seconds_bucket";
 
+/// nodesim's heartbeats: the count of its round-trip histogram (the
+/// summary's `fleet.heartbeats_per_second`).
+pub const NODESIM_HEARTBEATS: &str = "stampede_nodesim_heartbeat_seconds_count";
+/// The heartbeat TTL the servers last gave nodesim's nodes (`fleet.ttl_s`).
+pub const NODESIM_TTL: &str = "stampede_nodesim_heartbeat_ttl_seconds";
+
 /// Series a report uses; everything else on `/metrics` is left out.
 const KEEP: &[&str] = &[
     "stampede_raft_entries_total",
     "stampede_raft_entry_bytes_total",
     "stampede_raft_is_leader",
+    "stampede_raft_term",
+    "stampede_nodes",
+    NODESIM_HEARTBEATS,
+    NODESIM_TTL,
     "stampede_raft_applied_index",
     "stampede_blocking_queries_started_total",
     "stampede_blocking_queries_inflight",

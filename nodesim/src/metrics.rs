@@ -4,7 +4,8 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
+    Registry,
 };
 use stampede_proto::{AllocClientStatus, JobStage};
 
@@ -54,6 +55,9 @@ pub struct Metrics {
     pub update_rpcs: IntCounterVec,
     pub updates_per_rpc: Histogram,
     pub heartbeat_seconds: Histogram,
+    /// The TTL the servers last gave a node: the fleet's heartbeat rate
+    /// is planned as nodes / TTL.
+    pub heartbeat_ttl_seconds: Gauge,
     pub query_seconds: HistogramVec,
     pub errors: IntCounterVec,
     /// `runner_start` and `report_running` of jobs' paths
@@ -120,6 +124,11 @@ impl Metrics {
             .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
         )
         .unwrap();
+        let heartbeat_ttl_seconds = Gauge::new(
+            "stampede_nodesim_heartbeat_ttl_seconds",
+            "The heartbeat TTL the servers last gave a node.",
+        )
+        .unwrap();
         let query_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "stampede_nodesim_blocking_query_seconds",
@@ -143,6 +152,7 @@ impl Metrics {
             Box::new(update_rpcs.clone()),
             Box::new(updates_per_rpc.clone()),
             Box::new(heartbeat_seconds.clone()),
+            Box::new(heartbeat_ttl_seconds.clone()),
             Box::new(query_seconds.clone()),
             Box::new(errors.clone()),
         ] {
@@ -186,6 +196,7 @@ impl Metrics {
             update_rpcs,
             updates_per_rpc,
             heartbeat_seconds,
+            heartbeat_ttl_seconds,
             query_seconds,
             errors,
             stages,

@@ -147,6 +147,7 @@ impl SimNode {
                     // TTL, so the fleet's heartbeats spread out.
                     let ttl =
                         Duration::from_millis(reply.heartbeat_ttl_ms).max(Duration::from_secs(1));
+                    m.heartbeat_ttl_seconds.set(ttl.as_secs_f64());
                     let at = rand::thread_rng().gen_range(0.5..0.75);
                     tokio::time::sleep(ttl.mul_f64(at)).await;
                 }

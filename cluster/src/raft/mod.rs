@@ -19,7 +19,9 @@ mod write;
 
 pub use self::storage::error::StoreError;
 pub use self::storage::state_machine::StateMachine;
-pub use self::wire::network::{NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER};
+pub use self::wire::network::{
+    NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER, RAFT_H2_WINDOW,
+};
 pub use self::wire::snapshot_receiver::{ChunkRefused, SnapshotReceiver};
 pub use self::write::proposer::{LocalProposer, ProposeError, Proposer};
 pub use self::write::tickets::Tickets;

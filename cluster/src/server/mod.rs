@@ -38,6 +38,7 @@ use crate::raft::runtime::RaftRuntime;
 use crate::raft::Raft;
 use crate::raft::{
     NetworkFactory, PeerChannels, Proposer, StateMachine, Tickets, RAFT_CONNECTION_MARKER,
+    RAFT_H2_WINDOW,
 };
 
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
@@ -340,6 +341,8 @@ async fn serve_grpc(
     ));
     let raft_server = raft_threads.spawn(
         grpc_builder(&limits)
+            .initial_stream_window_size(RAFT_H2_WINDOW)
+            .initial_connection_window_size(RAFT_H2_WINDOW)
             .layer(auth.clone())
             .add_service(stampede_proto::sized!(RaftServiceServer::new(peer.clone())))
             .serve_with_incoming_shutdown(ReceiverStream::new(raft_rx), stopped(stop.clone())),

@@ -18,9 +18,10 @@ use super::output::{write_last_metrics, write_traces};
 use crate::critical_path::{self, fetch, JobPath};
 use crate::faults::{self, FaultsConfig};
 use crate::progress::Progress;
-use crate::sampler::{self, Target};
+use crate::sampler::{self, Series, Target};
 use crate::scenario::{Scenario, Variant};
 use crate::stream::{self, RanJob};
+use crate::summary::fleet::{self, FleetInput};
 use crate::summary::{summarize, window_figures, VariantSummary};
 use crate::validity::{self, Budget, Schedule};
 
@@ -36,6 +37,15 @@ pub(super) struct Driving {
     pub(super) tls: bool,
 }
 
+/// What happened before the stream: problems met, how long the fleet took
+/// to be ready, and the cluster's term when it first had a leader.
+#[derive(Debug, Default)]
+pub(super) struct BeforeStream {
+    pub(super) problems: Vec<String>,
+    pub(super) ready_s: Option<f64>,
+    pub(super) term_at_start: Option<u64>,
+}
+
 /// Runs the stream while sampling (and, given the local `cluster`, injects
 /// the scenario's faults meanwhile and audits after), keeps each process's
 /// last `/metrics` in `dir/metrics/`, and sums up.
@@ -45,9 +55,10 @@ pub(super) async fn drive(
     driving: Driving,
     dir: &Path,
     ctx: &Ctx<'_>,
-    mut problems: Vec<String>,
+    before: BeforeStream,
     mut cluster: Option<&mut LocalCluster>,
 ) -> Result<VariantSummary, CapacityError> {
+    let mut problems = before.problems;
     let start = Instant::now();
     let started_unix = unix_now();
     let (stop, stopped) = watch::channel(false);
@@ -127,7 +138,42 @@ pub(super) async fn drive(
         );
         summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
     }
+    add_fleet(
+        &mut summary,
+        scenario.nodes,
+        before.ready_s,
+        before.term_at_start,
+    );
     Ok(summary)
+}
+
+/// The run's elections and its fleet's figures, from the samples.
+fn add_fleet(
+    summary: &mut VariantSummary,
+    nodes: u64,
+    ready_s: Option<f64>,
+    term_at_start: Option<u64>,
+) {
+    let is_server = |s: &&Series| !s.names_of("stampede_raft_term").is_empty();
+    let servers: Vec<&Series> = summary.series.iter().filter(is_server).collect();
+    let nodesims: Vec<&Series> = summary
+        .series
+        .iter()
+        .filter(|s| !s.names_of("stampede_nodesim_nodes").is_empty())
+        .collect();
+    let elections = fleet::elections(&servers, term_at_start);
+    let ran = summary.stream.time_to_running_ms.count > 0;
+    let f = fleet::fleet(&FleetInput {
+        nodes,
+        ready_s,
+        servers: &servers,
+        nodesims: &nodesims,
+        faults: &summary.faults,
+        elections,
+        slowest_running_ms: ran.then_some(summary.stream.time_to_running_ms.max),
+    });
+    summary.elections = elections;
+    summary.fleet = f;
 }
 
 /// One client for each of `addrs`, for reads that each server answers from

@@ -7,15 +7,23 @@ use tokio::time::Instant;
 
 use crate::sampler;
 
+/// How long a fleet may take to be ready: five minutes, and a second more
+/// for every 500 nodes (a quarter of a million register at about 2,000/s).
+fn ready_wait(nodes: u64) -> Duration {
+    Duration::from_secs(300 + nodes / 500)
+}
+
 /// Waits until nodesim's shards (one locally, every shard of a deployed
 /// fleet with --inventory) together say `nodes` nodes are ready, or until
-/// they say the cluster refused them all.
+/// they say the cluster refused them all; returns how long it waited.
 pub(super) async fn wait_for_fleet(
     http: &reqwest::Client,
     urls: &[String],
     nodes: u64,
-) -> Result<(), String> {
-    let deadline = Instant::now() + Duration::from_secs(300);
+) -> Result<Duration, String> {
+    let started = Instant::now();
+    let wait = ready_wait(nodes);
+    let deadline = started + wait;
     let ready_series = "stampede_nodesim_nodes{state=\"ready\"}";
     let refused_series = "stampede_nodesim_errors_total{kind=\"register\"}";
     // Per shard: (ready, refused), or None while it does not answer.
@@ -44,7 +52,7 @@ pub(super) async fn wait_for_fleet(
             .flatten()
             .fold((0, 0), |(r, f), (ready, refused)| (r + ready, f + refused));
         if ready >= nodes {
-            return Ok(());
+            return Ok(started.elapsed());
         }
         if refused >= nodes {
             return Err("the cluster refused nodesim's nodes (see nodesim.log)".into());
@@ -60,7 +68,24 @@ pub(super) async fn wait_for_fleet(
         })
         .collect();
     Err(format!(
-        "fewer than the scenario's {nodes} nodes were ready after 5 minutes ({})",
+        "fewer than the scenario's {nodes} nodes were ready after {} ({})",
+        humantime::format_duration(wait),
         each.join(", ")
     ))
+}
+
+/// The highest raft term the servers at `urls` report (`/metrics`), or
+/// `None` when none answers.
+pub(super) async fn highest_term(http: &reqwest::Client, urls: &[String]) -> Option<u64> {
+    let mut highest = None;
+    for url in urls {
+        let Ok(reply) = http.get(url).send().await else {
+            continue;
+        };
+        let text = reply.text().await.unwrap_or_default();
+        if let Some(term) = sampler::parse(&text).get("stampede_raft_term") {
+            highest = highest.max(Some(*term as u64));
+        }
+    }
+    highest
 }

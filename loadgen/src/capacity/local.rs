@@ -11,9 +11,9 @@ use stampede_proto::client::ClusterClient;
 use stampede_proto::security::{Role, TlsArgs};
 
 use super::ctx::{id_safe, Ctx};
-use super::drive::{drive, per_server, Driving};
+use super::drive::{drive, per_server, BeforeStream, Driving};
 use super::error::CapacityError;
-use super::fleet::wait_for_fleet;
+use super::fleet::{highest_term, wait_for_fleet};
 use crate::sampler::Target;
 use crate::scenario::{Scenario, Variant};
 use crate::summary::VariantSummary;
@@ -28,6 +28,17 @@ pub(super) async fn run_local(
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| CapacityError::Write(dir.into(), e))?;
     let mut cluster = start_cluster(scenario, v, dir, ctx).await?;
+    let operator = cluster.security(Role::Operator)?;
+    let http = stampede_launch::http_client(&operator, Duration::from_secs(5))?;
+    let server_urls: Vec<String> = cluster
+        .servers()
+        .iter()
+        .map(|s| metrics_url(&cluster, s))
+        .collect();
+    let mut before = BeforeStream {
+        term_at_start: highest_term(&http, &server_urls).await,
+        ..BeforeStream::default()
+    };
     let (nodesim, port) = start_nodesim(scenario, v, dir, &cluster)?;
     let nodesim_url = format!("http://127.0.0.1:{port}/metrics");
     let targets = targets(&cluster, &nodesim_url, ctx);
@@ -47,11 +58,9 @@ pub(super) async fn run_local(
             eprintln!("loadgen: {e}");
         }
     }
-    let mut problems = Vec::new();
-    let operator = cluster.security(Role::Operator)?;
-    let http = stampede_launch::http_client(&operator, Duration::from_secs(5))?;
-    if let Err(e) = wait_for_fleet(&http, &[nodesim_url], scenario.nodes).await {
-        problems.push(e);
+    match wait_for_fleet(&http, &[nodesim_url], scenario.nodes).await {
+        Ok(took) => before.ready_s = Some(took.as_secs_f64()),
+        Err(e) => before.problems.push(e),
     }
     let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
     let driving = Driving {
@@ -61,7 +70,7 @@ pub(super) async fn run_local(
         targets,
         tls: scenario.tls,
     };
-    let mut summary = drive(scenario, v, driving, dir, ctx, problems, Some(&mut cluster)).await?;
+    let mut summary = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
     for s in &summary.series {
         if let Some(t) = s.lost_at {
             summary.problems.push(format!(
@@ -175,7 +184,7 @@ fn targets(cluster: &LocalCluster, nodesim_url: &str, ctx: &Ctx<'_>) -> Vec<Targ
         .iter()
         .map(|s| Target {
             name: format!("server-{}", s.id),
-            url: format!("{}://{}/metrics", cluster.scheme(), s.http),
+            url: metrics_url(cluster, s),
         })
         .collect();
     targets.push(Target {
@@ -184,6 +193,11 @@ fn targets(cluster: &LocalCluster, nodesim_url: &str, ctx: &Ctx<'_>) -> Vec<Targ
     });
     targets.push(ctx.loadgen_target());
     targets
+}
+
+/// Where server `s` serves `/metrics`.
+fn metrics_url(cluster: &LocalCluster, s: &stampede_launch::ServerProc) -> String {
+    format!("{}://{}/metrics", cluster.scheme(), s.http)
 }
 
 /// A port that was free a moment ago.

@@ -7,9 +7,9 @@ use std::time::Duration;
 use stampede_proto::client::ClusterClient;
 
 use super::ctx::Ctx;
-use super::drive::{drive, per_server, Driving};
+use super::drive::{drive, per_server, BeforeStream, Driving};
 use super::error::CapacityError;
-use super::fleet::wait_for_fleet;
+use super::fleet::{highest_term, wait_for_fleet};
 use crate::sampler::Target;
 use crate::scenario::{Scenario, Variant};
 use crate::summary::VariantSummary;
@@ -50,6 +50,12 @@ pub(super) async fn run_remote(
             eprintln!("loadgen: {e}");
         }
     }
+    // A deployed fleet may have been up long before: its time to ready is
+    // not this run's to tell.
+    let before = BeforeStream {
+        term_at_start: highest_term(&http, &opts.metrics).await,
+        ..BeforeStream::default()
+    };
     if !opts.fleet_metrics.is_empty() {
         wait_for_fleet(&http, &opts.fleet_metrics, scenario.nodes)
             .await
@@ -63,7 +69,7 @@ pub(super) async fn run_remote(
         targets,
         tls: security.tls.is_some(),
     };
-    drive(scenario, v, driving, dir, ctx, Vec::new(), None).await
+    drive(scenario, v, driving, dir, ctx, before, None).await
 }
 
 /// Splits `/metrics` URLs into nodesim shards and servers (host:port each,

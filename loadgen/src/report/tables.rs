@@ -168,6 +168,18 @@ fn rows(s: &RunSummary) -> Vec<Row> {
                 .join(" / ")
         },
     );
+    row("elections (outside faults)", &|v| match v.elections {
+        Some(e) => format!(
+            "{e} ({})",
+            v.fleet
+                .elections_outside_faults
+                .map_or("-".into(), |o| o.to_string())
+        ),
+        None => "-".into(),
+    });
+    if s.variants.iter().any(|v| v.fleet.ready_s.is_some()) {
+        fleet_rows(&mut row);
+    }
     // Faults: one row per step (the variants ran the same steps), then the audit.
     let steps = s.variants.iter().map(|v| v.faults.len()).max().unwrap_or(0);
     for i in 0..steps {
@@ -235,6 +247,56 @@ fn rows(s: &RunSummary) -> Vec<Row> {
         }
     });
     rows
+}
+
+/// The fleet's rows (`summary.fleet`).
+fn fleet_rows(row: &mut impl FnMut(&str, &dyn Fn(&VariantSummary) -> String)) {
+    let num = |x: Option<f64>| x.map_or("-".into(), figure);
+    row("fleet: nodes / ready s / registrations/s", &|v| {
+        let f = &v.fleet;
+        format!(
+            "{} / {} / {}",
+            f.nodes,
+            tenths(f.ready_s),
+            num(f.registrations_per_second)
+        )
+    });
+    row("  bytes per node: server / nodesim", &|v| {
+        let f = &v.fleet;
+        format!(
+            "{} / {}",
+            num(f.server_rss_bytes_per_node),
+            num(f.nodesim_rss_bytes_per_node)
+        )
+    });
+    row("  parked node queries per server", &|v| {
+        let by = &v.fleet.parked_node_queries_by_server;
+        match by.is_empty() {
+            true => "-".into(),
+            false => by
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" / "),
+        }
+    });
+    row("  heartbeats/s (nodes / TTL; TTL s)", &|v| {
+        let f = &v.fleet;
+        format!(
+            "{} ({}; {})",
+            num(f.heartbeats_per_second),
+            num(f.heartbeats_per_second_by_formula),
+            num(f.ttl_s)
+        )
+    });
+    row("  wrongly down after the leader kill", &|v| {
+        v.fleet
+            .wrongly_down_after_failover
+            .map_or("-".into(), |n| n.to_string())
+    });
+    row("  until every allocation ran s", &|v| {
+        tenths(v.fleet.all_running_s)
+    });
 }
 
 /// The terminal summary: one column per variant, then the search, the

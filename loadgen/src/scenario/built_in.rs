@@ -19,4 +19,12 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ("soak", include_str!("../../scenarios/soak.toml")),
     ("churn", include_str!("../../scenarios/churn.toml")),
     ("max-rate", include_str!("../../scenarios/max-rate.toml")),
+    (
+        "fleet-100k",
+        include_str!("../../scenarios/fleet-100k.toml"),
+    ),
+    (
+        "fleet-250k",
+        include_str!("../../scenarios/fleet-250k.toml"),
+    ),
 ];

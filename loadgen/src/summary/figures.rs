@@ -90,6 +90,8 @@ pub fn summarize(
         problems,
         faults: Vec::new(),
         audit: None,
+        fleet: Default::default(),
+        elections: None,
         series,
         acks_per_second: Vec::new(),
     }

@@ -16,6 +16,7 @@ mod baseline;
 pub mod comparison;
 pub mod delivery;
 mod figures;
+pub mod fleet;
 mod intervals;
 pub mod measures;
 mod memory;
@@ -154,6 +155,14 @@ pub struct VariantSummary {
     /// (present whenever the scenario has faults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<Audit>,
+    /// Raft elections over the whole run, from the cluster's first leader
+    /// (registration included) to the end: the growth of the highest term;
+    /// null when no server's term was read at the start.
+    pub elections: Option<u64>,
+    /// The simulated fleet: registration, memory per node, parked queries,
+    /// heartbeats against the TTL formula, nodes wrongly down after a
+    /// leader kill.
+    pub fleet: fleet::Fleet,
     /// A single run's figures window by window (the batch means of its intervals).
     #[serde(skip)]
     pub window_figures: Vec<BTreeMap<String, f64>>,
