@@ -103,6 +103,8 @@ pub(super) async fn drive(
     let seconds = start.elapsed().as_secs_f64();
     let ended_unix = unix_now();
     let (paths, untraced) = trace(&servers, &report.jobs.ran_jobs).await;
+    // Seconds from the stream's start, as the samples count.
+    let first_submit_s = report.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let mut summary = summarize(v, report, series, seconds, problems);
     summary.tls = tls;
     summary.window_figures = window_figures(v, &summary, scenario.duration.as_secs_f64());
@@ -138,21 +140,18 @@ pub(super) async fn drive(
         );
         summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
     }
-    add_fleet(
-        &mut summary,
-        scenario.nodes,
-        before.ready_s,
-        before.term_at_start,
-    );
+    let times = (before.ready_s, before.term_at_start, first_submit_s);
+    add_fleet(&mut summary, scenario.nodes, times);
     Ok(summary)
 }
 
 /// The run's elections and its fleet's figures, from the samples.
+/// `times`: when the fleet was ready, the term at the start, and when the
+/// first job was submitted.
 fn add_fleet(
     summary: &mut VariantSummary,
     nodes: u64,
-    ready_s: Option<f64>,
-    term_at_start: Option<u64>,
+    (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
 ) {
     let is_server = |s: &&Series| !s.names_of("stampede_raft_term").is_empty();
     let servers: Vec<&Series> = summary.series.iter().filter(is_server).collect();
@@ -166,6 +165,7 @@ fn add_fleet(
     let f = fleet::fleet(&FleetInput {
         nodes,
         ready_s,
+        first_submit_s,
         servers: &servers,
         nodesims: &nodesims,
         faults: &summary.faults,

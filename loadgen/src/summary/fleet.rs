@@ -3,8 +3,10 @@
 //! the queries it parks, its heartbeat rate against the TTL formula, and
 //! the nodes wrongly marked down after a leader kill (`summary.fleet`).
 //!
-//! "Idle" is every sample taken before the state held its first
-//! allocation: the fleet registered, heartbeating and parked, with no work.
+//! "Idle" is every sample taken before the first job was submitted and
+//! before the state held an allocation: the fleet registered, heartbeating
+//! and parked, with no work (a system job's evaluation alone holds every
+//! node's placement in memory).
 
 use serde::Serialize;
 
@@ -28,9 +30,11 @@ pub struct Fleet {
     pub ready_s: Option<f64>,
     /// `nodes / ready_s`.
     pub registrations_per_second: Option<f64>,
-    /// The fullest server's resident memory while the fleet idled, per node.
+    /// The fullest server's resident memory at the end of the fleet's idle
+    /// time, per node.
     pub server_rss_bytes_per_node: Option<f64>,
-    /// Every nodesim process's resident memory while the fleet idled, per node.
+    /// Every nodesim process's resident memory at the end of the idle
+    /// time, per node.
     pub nodesim_rss_bytes_per_node: Option<f64>,
     /// Nodes' allocation queries parked on the server holding the most, at
     /// the end of the idle time.
@@ -60,6 +64,8 @@ pub struct Fleet {
 pub struct FleetInput<'a> {
     pub nodes: u64,
     pub ready_s: Option<f64>,
+    /// When the first job was submitted, seconds into the run.
+    pub first_submit_s: Option<f64>,
     pub servers: &'a [&'a Series],
     /// nodesim's processes (every shard).
     pub nodesims: &'a [&'a Series],
@@ -70,20 +76,17 @@ pub struct FleetInput<'a> {
 
 /// The fleet's figures.
 pub fn fleet(input: &FleetInput) -> Fleet {
-    let idle_until = idle_until(input.servers);
-    let peak = |s: &&Series, name: &str| {
-        idle(s, idle_until)
-            .iter()
-            .filter_map(|p| p.values.get(name).copied())
-            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))))
-    };
+    let idle_until = idle_until(input.servers).min(input.first_submit_s.unwrap_or(f64::INFINITY));
+    // The end of the idle time: settled, after registration's own
+    // transient memory was given back.
+    let settled = |s: &&Series, name: &str| idle(s, idle_until).last()?.values.get(name).copied();
     let per_node = |bytes: Option<f64>| bytes.map(|b| b / input.nodes.max(1) as f64);
     let server_rss = input
         .servers
         .iter()
-        .filter_map(|s| peak(s, RSS))
+        .filter_map(|s| settled(s, RSS))
         .reduce(f64::max);
-    let nodesim_rss = sum(input.nodesims.iter().map(|s| peak(s, RSS)));
+    let nodesim_rss = sum(input.nodesims.iter().map(|s| settled(s, RSS)));
     let parked: Vec<u64> = input
         .servers
         .iter()
@@ -248,8 +251,11 @@ mod tests {
         let s1 = series(
             "server-1",
             &[
-                (0.0, &[(RSS, 200e6), (PARKED, 500.0), (TERM, 1.0)]),
+                // Registration's transient memory, given back by 10 s.
+                (0.0, &[(RSS, 400e6), (PARKED, 500.0), (TERM, 1.0)]),
                 (10.0, &[(RSS, 250e6), (PARKED, 510.0), (TERM, 1.0)]),
+                // Submitted at 15 s: its evaluation's memory is not the fleet's.
+                (15.0, &[(RSS, 700e6), (PARKED, 510.0), (TERM, 1.0)]),
                 (20.0, &[(RSS, 900e6), (ALLOCS, 5.0), (TERM, 1.0)]),
                 (30.0, &[(RSS, 900e6), (ALLOCS, 9.0), (TERM, 3.0)]),
             ],
@@ -275,6 +281,7 @@ mod tests {
         let f = fleet(&FleetInput {
             nodes: 1000,
             ready_s: Some(4.0),
+            first_submit_s: Some(15.0),
             servers: &servers,
             nodesims: &[&nodesim],
             faults: &[kill_at(25.0, 1)],
@@ -309,6 +316,7 @@ mod tests {
         let input = |faults| FleetInput {
             nodes: 10,
             ready_s: None,
+            first_submit_s: None,
             servers: &servers,
             nodesims: &[],
             faults,

@@ -45,6 +45,50 @@ pub struct StateMachine {
 }
 
 impl StateMachine {
+    /// Applies `entries` (with their decoded `commands`) in one write of
+    /// the state, then tells the blocking queries and the forwarded writes.
+    fn apply_slice(&mut self, entries: &[Entry], commands: &[Option<&LogEntry>]) -> Vec<Applied> {
+        let store = self.store.clone();
+        let mut changes = Changes::default();
+        let mut forwarded: Vec<(u64, Written)> = Vec::new();
+        let replies = store.write(|state| {
+            let mut replies = Vec::new();
+            for (entry, command) in entries.iter().zip(commands) {
+                let index = entry.log_id.index;
+                let commands = match (command, &entry.payload) {
+                    (Some(command), EntryPayload::Normal(cmd)) => {
+                        state.apply(index, command, &mut changes);
+                        client_write::for_each_ticket(command, index, &mut |t, w| {
+                            forwarded.push((t, w))
+                        });
+                        count_commands(&self.metrics, command, cmd)
+                    }
+                    // A command always has its decoded entry (above).
+                    (_, EntryPayload::Blank | EntryPayload::Normal(_)) => {
+                        self.metrics.entry_applied("blank", 0);
+                        1
+                    }
+                    (_, EntryPayload::Membership(m)) => {
+                        self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
+                        self.metrics.entry_applied("membership", 0);
+                        1
+                    }
+                };
+                state.set_index(index);
+                self.metrics.log_entry_applied(commands);
+                self.last_applied = Some(entry.log_id);
+                replies.push(Applied { index });
+            }
+            replies
+        });
+        (self.observer)(&changes);
+        // After the state holds them, so a forwarded write's client reads it here.
+        for (ticket, written) in forwarded {
+            self.tickets.applied(ticket, written);
+        }
+        replies
+    }
+
     /// Opens the snapshot dir and loads the state from its snapshot, if any.
     pub fn open(
         dir: &Path,
@@ -99,6 +143,26 @@ impl StateMachine {
 /// Counts an applied entry's commands by type (each command of a batch
 /// on its own, so type shares read the same with batching on or off) and
 /// returns how many there were. Sizes come from the bytes in the log.
+/// Most bytes of commands applied in one slice (see `apply`): one plan
+/// piece at its largest (`--plan-max-bytes`' default).
+const APPLY_SLICE_BYTES: usize = 512 * 1024;
+
+/// How many of `entries` make the next slice: at least one, and no more
+/// than fit in [`APPLY_SLICE_BYTES`].
+fn slice_len(entries: &[Entry]) -> usize {
+    let mut bytes = 0;
+    for (i, e) in entries.iter().enumerate() {
+        bytes += match &e.payload {
+            EntryPayload::Normal(cmd) => cmd.encoded_len(),
+            _ => 0,
+        };
+        if bytes > APPLY_SLICE_BYTES {
+            return i.max(1);
+        }
+    }
+    entries.len()
+}
+
 fn count_commands(metrics: &Metrics, entry: &LogEntry, cmd: &Command) -> usize {
     match &entry.msg {
         Some(Msg::Batch(b)) => {
@@ -162,43 +226,20 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
                 _ => None,
             });
         }
-        let store = self.store.clone();
-        let mut changes = Changes::default();
-        let mut forwarded: Vec<(u64, Written)> = Vec::new();
-        let replies = store.write(|state| {
-            let mut replies = Vec::new();
-            for (entry, command) in entries.iter().zip(commands) {
-                let index = entry.log_id.index;
-                let commands = match (command, &entry.payload) {
-                    (Some(command), EntryPayload::Normal(cmd)) => {
-                        state.apply(index, command, &mut changes);
-                        client_write::for_each_ticket(command, index, &mut |t, w| {
-                            forwarded.push((t, w))
-                        });
-                        count_commands(&self.metrics, command, cmd)
-                    }
-                    // A command always has its decoded entry (above).
-                    (_, EntryPayload::Blank | EntryPayload::Normal(_)) => {
-                        self.metrics.entry_applied("blank", 0);
-                        1
-                    }
-                    (_, EntryPayload::Membership(m)) => {
-                        self.membership = StoredMembership::new(Some(entry.log_id), m.clone());
-                        self.metrics.entry_applied("membership", 0);
-                        1
-                    }
-                };
-                state.set_index(index);
-                self.metrics.log_entry_applied(commands);
-                self.last_applied = Some(entry.log_id);
-                replies.push(Applied { index });
+        // Applied a slice at a time, each of at most APPLY_SLICE_BYTES of
+        // commands, with a yield between slices: raft's core shares this
+        // thread, and a follower catching up on a system job's plans (a
+        // hundred of them in one batch) would otherwise answer no
+        // AppendEntries, and hear no heartbeat, until all were applied.
+        let mut replies = Vec::with_capacity(entries.len());
+        let mut at = 0;
+        while at < entries.len() {
+            if at > 0 {
+                tokio::task::yield_now().await;
             }
-            replies
-        });
-        (self.observer)(&changes);
-        // After the state holds them, so a forwarded write's client reads it here.
-        for (ticket, written) in forwarded {
-            self.tickets.applied(ticket, written);
+            let end = at + slice_len(&entries[at..]);
+            replies.extend(self.apply_slice(&entries[at..end], &commands[at..end]));
+            at = end;
         }
         Ok(replies)
     }
@@ -299,5 +340,35 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .raft_snapshot_index
             .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
         Ok(to_snapshot(&stored))
+    }
+}
+
+#[cfg(test)]
+mod slice_tests {
+    use openraft::{CommittedLeaderId, LogId};
+
+    use super::*;
+    use crate::raft::Command;
+
+    fn entry(index: u64, bytes: usize) -> Entry {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(Command::from_bytes(vec![0u8; bytes])),
+        }
+    }
+
+    #[test]
+    fn a_slice_holds_what_fits_and_never_less_than_one_entry() {
+        let piece = APPLY_SLICE_BYTES / 4;
+        let entries: Vec<Entry> = (1..=10).map(|i| entry(i, piece)).collect();
+        assert_eq!(slice_len(&entries), 4);
+        assert_eq!(slice_len(&entries[8..]), 2);
+        let huge = [entry(1, APPLY_SLICE_BYTES * 3), entry(2, 1)];
+        assert_eq!(
+            slice_len(&huge),
+            1,
+            "one entry larger than a slice goes alone"
+        );
+        assert_eq!(slice_len(&[]), 0);
     }
 }
