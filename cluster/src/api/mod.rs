@@ -34,6 +34,7 @@ use tonic::{Response, Status};
 
 use crate::control::leader::broker::BrokerError;
 use crate::control::{ControlError, LeaderCalls};
+use crate::model::identity::NodeDenied;
 use crate::model::validate::InvalidField;
 use crate::raft::client_write::{ClientWrite, Refused, Written};
 use crate::raft::{ProposeError, Proposer};
@@ -138,7 +139,15 @@ impl From<Refused> for Status {
         match e {
             Refused::Invalid(e) => e.into(),
             Refused::NotFound(m) => Status::not_found(m),
+            Refused::Denied(e) => e.into(),
         }
+    }
+}
+
+/// A node call that is not the node's own.
+impl From<NodeDenied> for Status {
+    fn from(e: NodeDenied) -> Self {
+        Status::permission_denied(e.to_string())
     }
 }
 
@@ -176,6 +185,7 @@ impl From<ControlError> for Status {
             ControlError::Invalid(m) => Status::invalid_argument(m),
             ControlError::TooLarge(m) => Status::resource_exhausted(m),
             ControlError::NotFound(m) => Status::not_found(m),
+            ControlError::Denied(e) => e.into(),
             ControlError::Unavailable(m) => Status::unavailable(m),
             ControlError::NotLeader { ref addr, .. } => unavailable_at(e.to_string(), addr),
             ControlError::Broker(e) => e.into(),
