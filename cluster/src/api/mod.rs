@@ -144,10 +144,17 @@ impl From<Refused> for Status {
     }
 }
 
-/// A node call that is not the node's own.
+/// A node call that is not the node's own: `PermissionDenied`. A node
+/// registered before node identity is `NotFound`, as a node not registered
+/// is, so that its agent registers it again (and gives it a secret).
 impl From<NodeDenied> for Status {
     fn from(e: NodeDenied) -> Self {
-        Status::permission_denied(e.to_string())
+        match e {
+            NodeDenied::NoSecret(_) => Status::not_found(e.to_string()),
+            NodeDenied::Mismatch(_) | NodeDenied::Unvouched { .. } => {
+                Status::permission_denied(e.to_string())
+            }
+        }
     }
 }
 
@@ -192,5 +199,29 @@ impl From<ControlError> for Status {
             ControlError::Propose(e) => e.into(),
             ControlError::Leader(status) => *status,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_nodes_call_is_denied_and_a_node_without_a_secret_registers_again() {
+        let code = |e: NodeDenied| Status::from(e).code();
+        assert_eq!(
+            code(NodeDenied::Mismatch("n1".into())),
+            tonic::Code::PermissionDenied
+        );
+        let unvouched = NodeDenied::Unvouched {
+            index: 0,
+            node: "n1".into(),
+        };
+        assert_eq!(code(unvouched), tonic::Code::PermissionDenied);
+        // nodesim registers a node again on NotFound.
+        assert_eq!(
+            code(NodeDenied::NoSecret("n1".into())),
+            tonic::Code::NotFound
+        );
     }
 }

@@ -10,16 +10,18 @@ use stampede_proto::NodeSecret;
 
 use super::validate::{self, InvalidField};
 
-/// Why a node call may not act for a node: `PermissionDenied`, naming the
-/// node (an id, already validated, so it is printed as is).
+/// Why a node call may not act for a node, naming the node (an id, already
+/// validated, so it is printed as is): `PermissionDenied`, but `NotFound`
+/// for [`NodeDenied::NoSecret`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NodeDenied {
     /// The secret is not the one the node registered with.
     #[error("secret_id does not match node {0}")]
     Mismatch(String),
     /// The node was registered before node identity, without a secret: it
-    /// must register again (any secret), and its calls carry that one.
-    #[error("node {0} was registered without a secret_id; register it again with one")]
+    /// must register again (any secret), and its calls carry that one. Its
+    /// agent takes this as a node not registered (`NotFound`) and does.
+    #[error("node_id: node {0} was registered without a secret_id; register it again with one")]
     NoSecret(String),
     /// An allocation update for a node the call gave no secret of.
     #[error("allocs[{index}]: no secret_id given for node {node} (in secrets)")]
