@@ -165,9 +165,10 @@ impl Api {
         validate::id("node_id", &req.node_id)?;
         identity::secret_field("secret_id", &req.secret_id)?;
         // Only the node itself may ask: its allocations are its work.
+        let given = stampede_proto::node_secret::hash(&req.secret_id);
         let known = self.store.read(|s| {
             s.has_node(&req.node_id)
-                .then(|| identity::check(s.node_secret(&req.node_id), &req.node_id, &req.secret_id))
+                .then(|| identity::check_hash(s.node_secret(&req.node_id), &req.node_id, &given))
         });
         let Some(own) = known else {
             return Err(Status::not_found(format!(

@@ -3,7 +3,6 @@
 //! in-process workers alike: answered here when this server leads, sent on
 //! to the leader otherwise (see [`super::routing`]).
 
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,7 +22,7 @@ use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
 use super::routing::{eval_client, forwarded, node_client, plan_client, Route, Router};
 use super::update_relay::UpdateRelay;
 use super::worker::Leader;
-use crate::model::identity::{self, NodeDenied};
+use crate::model::identity::{self, NodeDenied, Vouched};
 use crate::model::{is_core, validate};
 use crate::state::State;
 
@@ -302,21 +301,20 @@ impl LeaderCalls {
 }
 
 /// Whether every allocation of `req` exists and `req.secrets` holds the
-/// secret of the node it was placed on (`vouched`: the nodes named there),
+/// secret of the node it was placed on (`vouched`: those secrets, hashed),
 /// each secret matching its node.
 fn updates_vouched_for(
     state: &State,
     req: &NodeUpdateAllocRequest,
-    vouched: &HashSet<&str>,
+    vouched: &Vouched<'_>,
 ) -> Result<(), ControlError> {
-    for s in &req.secrets {
-        if !state.has_node(&s.node_id) {
+    for (node_id, hash) in &vouched.hashes {
+        if !state.has_node(node_id) {
             return Err(ControlError::NotFound(format!(
-                "secrets: no node {:?} is registered",
-                s.node_id
+                "secrets: no node {node_id:?} is registered"
             )));
         }
-        identity::check(state.node_secret(&s.node_id), &s.node_id, &s.secret_id)?;
+        identity::check_hash(state.node_secret(node_id), node_id, hash)?;
     }
     for (i, a) in req.allocs.iter().enumerate() {
         let Some(node) = state.alloc_node(&a.id) else {
@@ -325,7 +323,7 @@ fn updates_vouched_for(
                 a.id
             )));
         };
-        if !vouched.contains(node) {
+        if !vouched.nodes.contains(node) {
             return Err(NodeDenied::Unvouched {
                 index: i,
                 node: node.to_string(),

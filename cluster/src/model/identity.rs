@@ -41,11 +41,21 @@ pub fn check(
     node_id: &str,
     secret_id: &str,
 ) -> Result<(), NodeDenied> {
+    check_hash(stored, node_id, &node_secret::hash(secret_id))
+}
+
+/// [`check`] with the secret already hashed: hashed before the state's
+/// lock is taken, so the lock is held for a comparison only.
+pub fn check_hash(
+    stored: Option<&SecretHash>,
+    node_id: &str,
+    given: &SecretHash,
+) -> Result<(), NodeDenied> {
     match stored {
         None => Err(NodeDenied::NoSecret(node_id.to_string())),
         // Not in constant time: what leaks is how much of a SHA-256 matched,
         // which says nothing of the secret itself.
-        Some(h) if *h == node_secret::hash(secret_id) => Ok(()),
+        Some(h) if h == given => Ok(()),
         Some(_) => Err(NodeDenied::Mismatch(node_id.to_string())),
     }
 }
@@ -64,16 +74,31 @@ pub fn may_register(
     }
 }
 
-/// The form of an allocation update's `secrets` (ids and secrets); the
-/// node ids they name, to check against the state.
-pub fn secrets_form(secrets: &[NodeSecret]) -> Result<HashSet<&str>, InvalidField> {
-    let mut nodes = HashSet::with_capacity(secrets.len());
+/// What an allocation update's `secrets` vouch for, once their form is
+/// checked: each node with its secret's hash, to compare with the state's.
+#[derive(Debug)]
+pub struct Vouched<'a> {
+    pub hashes: Vec<(&'a str, SecretHash)>,
+    /// The nodes named, to look each allocation's node up in.
+    pub nodes: HashSet<&'a str>,
+}
+
+/// Checks the form of an allocation update's `secrets` (ids and secrets)
+/// and hashes them.
+pub fn secrets_form(secrets: &[NodeSecret]) -> Result<Vouched<'_>, InvalidField> {
+    let mut vouched = Vouched {
+        hashes: Vec::with_capacity(secrets.len()),
+        nodes: HashSet::with_capacity(secrets.len()),
+    };
     for (i, s) in secrets.iter().enumerate() {
         validate::id(&format!("secrets[{i}].node_id"), &s.node_id)?;
         secret_field(&format!("secrets[{i}].secret_id"), &s.secret_id)?;
-        nodes.insert(s.node_id.as_str());
+        vouched
+            .hashes
+            .push((&s.node_id, node_secret::hash(&s.secret_id)));
+        vouched.nodes.insert(s.node_id.as_str());
     }
-    Ok(nodes)
+    Ok(vouched)
 }
 
 #[cfg(test)]
@@ -123,7 +148,8 @@ mod tests {
         ];
         let err = secrets_form(&secrets).unwrap_err();
         assert_eq!(err.field, "secrets[1].secret_id");
-        let nodes = secrets_form(&secrets[..1]).unwrap();
-        assert!(nodes.contains("n1"));
+        let vouched = secrets_form(&secrets[..1]).unwrap();
+        assert!(vouched.nodes.contains("n1"));
+        assert_eq!(vouched.hashes, [("n1", node_secret::hash(SECRET))]);
     }
 }
