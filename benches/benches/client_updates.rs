@@ -22,7 +22,7 @@ use nodesim::alloc_sync::{AllocSync, SendBatch, UpdateMode, TICK};
 use nodesim::metrics::Metrics;
 use nodesim::runner::{AllocReport, MockConfig, Reporter, TASK_EVENTS};
 use prost::Message;
-use stampede_proto::{AllocClientStatus, NodeUpdateAllocRequest};
+use stampede_proto::{AllocClientStatus, NodeSecret, NodeUpdateAllocRequest};
 
 const NODES: usize = 100;
 const UPDATES: usize = 1_000;
@@ -97,10 +97,15 @@ struct Sent {
 
 /// A send that counts instead of calling a server.
 fn counting(sent: Arc<Sent>) -> SendBatch {
-    Arc::new(move |_slot, allocs| {
+    Arc::new(move |slot, allocs| {
         let sent = sent.clone();
+        // The node's id and secret, as nodesim sends them (64 hex digits).
+        let secrets = vec![NodeSecret {
+            node_id: format!("sim-0123abcd-{slot}"),
+            secret_id: "0".repeat(64),
+        }];
         Box::pin(async move {
-            let bytes = NodeUpdateAllocRequest { allocs }.encoded_len() as u64;
+            let bytes = NodeUpdateAllocRequest { allocs, secrets }.encoded_len() as u64;
             sent.rpcs.fetch_add(1, Ordering::Relaxed);
             sent.bytes.fetch_add(bytes, Ordering::Relaxed);
             Ok(())

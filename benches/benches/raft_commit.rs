@@ -178,6 +178,7 @@ fn raft_commit(c: &mut Criterion) {
                 nodes
                     .register(NodeRegisterRequest {
                         node: Some(node(0)),
+                        secret_id: "the-benchmarks-node-secret".into(),
                     })
                     .await
                     .expect("the leader commits a node registration")

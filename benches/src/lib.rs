@@ -53,6 +53,7 @@ pub fn node_register(i: usize) -> LogEntry {
             ticket: 0,
             node: Some(node(i)),
             evals: vec![],
+            secret_hash: Vec::new(),
         })),
     }
 }

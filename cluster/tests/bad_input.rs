@@ -7,9 +7,9 @@
 
 mod common;
 
-use common::{assert_refused, register_nodes, still_serves};
+use common::{assert_refused, eventually_has_node, register_nodes, still_serves};
 use futures::future::BoxFuture;
-use stampede_launch::testing::{service_job, Harness};
+use stampede_launch::testing::{node_secrets, secret_of, service_job, Harness};
 use stampede_proto::deployment_service_client::DeploymentServiceClient;
 use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::job_service_client::JobServiceClient;
@@ -81,7 +81,10 @@ fn huge() -> String {
 fn node(change: impl FnOnce(&mut Node)) -> NodeRegisterRequest {
     let mut n = stampede_launch::testing::node("bad-node");
     change(&mut n);
-    NodeRegisterRequest { node: Some(n) }
+    NodeRegisterRequest {
+        node: Some(n),
+        secret_id: secret_of("bad-node"),
+    }
 }
 
 fn job(change: impl FnOnce(&mut Job)) -> JobRegisterRequest {
@@ -105,7 +108,10 @@ fn alloc_update(change: impl FnOnce(&mut Allocation)) -> NodeUpdateAllocRequest 
         ..Default::default()
     };
     change(&mut a);
-    NodeUpdateAllocRequest { allocs: vec![a] }
+    NodeUpdateAllocRequest {
+        allocs: vec![a],
+        secrets: node_secrets(["n-0"]),
+    }
 }
 
 fn eval_update(change: impl FnOnce(&mut EvalUpdateRequest)) -> EvalUpdateRequest {
@@ -178,14 +184,57 @@ fn cases() -> Vec<Case> {
     let node_status = |s| NodeUpdateStatusRequest {
         node_id: "bad-node".into(),
         status: s,
+        secret_id: secret_of("bad-node"),
+    };
+    // Node n-0 is registered (with its secret_of).
+    let heartbeat = |secret_id: &str| NodeUpdateStatusRequest {
+        node_id: "n-0".into(),
+        status: NodeStatus::Ready as i32,
+        secret_id: secret_id.into(),
+    };
+    let query = |secret_id: &str| NodeClientAllocsRequest {
+        node_id: "n-0".into(),
+        query: None,
+        with_changed: false,
+        secret_id: secret_id.into(),
     };
     vec![
         // NodeService.Register
         case!(
             "no node",
-            nodes.register(NodeRegisterRequest { node: None }),
+            nodes.register(NodeRegisterRequest {
+                node: None,
+                secret_id: secret_of("bad-node")
+            }),
             InvalidArgument,
             "node: is required"
+        ),
+        case!(
+            "no secret_id",
+            nodes.register(NodeRegisterRequest {
+                node: Some(stampede_launch::testing::node("bad-node")),
+                secret_id: String::new()
+            }),
+            InvalidArgument,
+            "secret_id: is required"
+        ),
+        case!(
+            "short secret_id",
+            nodes.register(NodeRegisterRequest {
+                node: Some(stampede_launch::testing::node("bad-node")),
+                secret_id: "0123456789abcde".into()
+            }),
+            InvalidArgument,
+            "secret_id: is 15 bytes long"
+        ),
+        case!(
+            "another node's id, another secret",
+            nodes.register(NodeRegisterRequest {
+                node: Some(stampede_launch::testing::node("n-0")),
+                secret_id: secret_of("bad-node")
+            }),
+            PermissionDenied,
+            "secret_id does not match node n-0"
         ),
         case!(
             "empty node id",
@@ -323,7 +372,8 @@ fn cases() -> Vec<Case> {
             "512 KiB node id",
             nodes.update_status(NodeUpdateStatusRequest {
                 node_id: huge(),
-                status: 2
+                status: 2,
+                secret_id: secret_of("bad-node")
             }),
             InvalidArgument,
             "node_id"
@@ -332,17 +382,43 @@ fn cases() -> Vec<Case> {
             "unknown node",
             nodes.update_status(NodeUpdateStatusRequest {
                 node_id: "ghost".into(),
-                status: 2
+                status: 2,
+                secret_id: secret_of("ghost")
             }),
             NotFound,
             "node_id"
+        ),
+        case!(
+            "heartbeat without secret_id",
+            nodes.update_status(heartbeat("")),
+            InvalidArgument,
+            "secret_id: is required"
+        ),
+        case!(
+            "heartbeat with another secret_id",
+            nodes.update_status(heartbeat(&secret_of("n-1"))),
+            PermissionDenied,
+            "secret_id does not match node n-0"
+        ),
+        case!(
+            "query without secret_id",
+            nodes.get_client_allocs(query("")),
+            InvalidArgument,
+            "secret_id: is required"
+        ),
+        case!(
+            "query with another secret_id",
+            nodes.get_client_allocs(query(&secret_of("n-1"))),
+            PermissionDenied,
+            "secret_id does not match node n-0"
         ),
         case!(
             "empty node id",
             nodes.get_client_allocs(NodeClientAllocsRequest {
                 node_id: String::new(),
                 query: None,
-                with_changed: false
+                with_changed: false,
+                secret_id: secret_of("bad-node")
             }),
             InvalidArgument,
             "node_id"
@@ -352,7 +428,8 @@ fn cases() -> Vec<Case> {
             nodes.get_client_allocs(NodeClientAllocsRequest {
                 node_id: "ghost".into(),
                 query: None,
-                with_changed: false
+                with_changed: false,
+                secret_id: secret_of("ghost")
             }),
             NotFound,
             "node_id"
@@ -377,9 +454,36 @@ fn cases() -> Vec<Case> {
         ),
         case!(
             "no allocs",
-            nodes.update_alloc(NodeUpdateAllocRequest { allocs: vec![] }),
+            nodes.update_alloc(NodeUpdateAllocRequest {
+                allocs: vec![],
+                secrets: node_secrets(["n-0"])
+            }),
             InvalidArgument,
             "allocs"
+        ),
+        case!(
+            "short secret in secrets",
+            nodes.update_alloc(NodeUpdateAllocRequest {
+                secrets: vec![NodeSecret {
+                    node_id: "n-0".into(),
+                    secret_id: "short".into()
+                }],
+                ..alloc_update(|_| {})
+            }),
+            InvalidArgument,
+            "secrets[0].secret_id"
+        ),
+        case!(
+            "another secret in secrets",
+            nodes.update_alloc(NodeUpdateAllocRequest {
+                secrets: vec![NodeSecret {
+                    node_id: "n-0".into(),
+                    secret_id: secret_of("n-1")
+                }],
+                ..alloc_update(|_| {})
+            }),
+            PermissionDenied,
+            "secret_id does not match node n-0"
         ),
         case!(
             "empty alloc id",
@@ -947,6 +1051,10 @@ fn cases() -> Vec<Case> {
 async fn every_bad_request_gets_a_clear_error_on_every_server() {
     let (mut c, _) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
     register_nodes(&c.client(), "n", 1, 1000, 4096).await;
+    // The node's cases read it on every server, followers included.
+    for id in c.ids() {
+        eventually_has_node(&c.client_of(&[id]), "n-0").await;
+    }
     for case in cases() {
         for id in c.ids() {
             let result = (case.call)(Clients::of(&c, id)).await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::{heartbeat, live, register_nodes, wait_live};
 use stampede_launch::testing::{
-    allocs, eventually, node_with, register_job, service_job, Harness, CATCH_UP,
+    allocs, eventually, node_with, register_job, register_node, service_job, Harness, CATCH_UP,
 };
 use stampede_proto::{
     AllocDesiredStatus, Constraint, ConstraintOperand, ConstraintTarget, JobDeregisterRequest,
@@ -93,7 +93,7 @@ async fn gpu_job_through_general_churn(by_class: &str) -> f64 {
     // Room in class gpu: placed.
     let mut node = node_with("gpu-0", 1000, 4096);
     node.node_class = "gpu".into();
-    client.register_node(node).await.unwrap();
+    register_node(&client, node).await.unwrap();
     nodes.push("gpu-0".into());
     drop(hb);
     let _hb = heartbeat(&client, nodes, Duration::from_secs(1));

@@ -3,7 +3,8 @@
 //! brings the allocations that changed.
 
 use stampede_launch::testing::{
-    eventually, node_with, register_job, service_job, Harness, CATCH_UP,
+    eventually, node_secrets, node_with, register_job, register_node, secret_of, service_job,
+    Harness, CATCH_UP,
 };
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
@@ -18,6 +19,7 @@ async fn client_allocs(
     query: Option<QueryOptions>,
 ) -> NodeClientAllocsReply {
     let req = NodeClientAllocsRequest {
+        secret_id: secret_of(&node_id),
         node_id,
         query,
         with_changed: true,
@@ -39,8 +41,8 @@ async fn a_blocking_query_wakes_for_its_own_node_only() {
     a.node_class = "a".into();
     let mut b = node_with("node-b", 1000, 4096);
     b.node_class = "b".into();
-    client.register_node(a).await.unwrap();
-    client.register_node(b).await.unwrap();
+    register_node(&client, a).await.unwrap();
+    register_node(&client, b).await.unwrap();
 
     // A node's first read answers at once; a parked one waits for a change
     // past the index that read returned.
@@ -117,8 +119,7 @@ async fn a_blocking_query_wakes_for_its_own_node_only() {
 async fn a_nodes_query_brings_what_changed_and_ignores_its_own_reports() {
     let (c, _) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
     let client = c.client_of(&[1]);
-    client
-        .register_node(node_with("node-a", 4000, 8192))
+    register_node(&client, node_with("node-a", 4000, 8192))
         .await
         .unwrap();
     let park = |min_index: u64| {
@@ -158,7 +159,10 @@ async fn a_nodes_query_brings_what_changed_and_ignores_its_own_reports() {
         .collect();
     let reported = client
         .nodes()
-        .update_alloc(NodeUpdateAllocRequest { allocs: reports })
+        .update_alloc(NodeUpdateAllocRequest {
+            allocs: reports,
+            secrets: node_secrets(placed.changed.iter().map(|a| a.node_id.as_str())),
+        })
         .await
         .unwrap()
         .into_inner()
@@ -262,8 +266,7 @@ async fn parked_queries_past_their_bounds_are_refused_and_the_server_serves_on()
     // Writes and a node's own query go on; a node's query is bounded by
     // node, not by the connections' total.
     let client = c.client_of(&[1]);
-    client
-        .register_node(node_with("n1", 1000, 4096))
+    register_node(&client, node_with("n1", 1000, 4096))
         .await
         .unwrap();
     register_job(&client, service_job("after-flood", 1, 100, 64)).await;

@@ -2,7 +2,9 @@
 
 use std::process::Command;
 
-use stampede_launch::testing::{cluster_bin, eventually, node_with, Harness, CATCH_UP};
+use stampede_launch::testing::{
+    cluster_bin, eventually, node_with, register_node, Harness, CATCH_UP,
+};
 use stampede_proto::security::Role;
 
 /// Runs `cluster ARGS` as an operator of `c` (its certificate and token in
@@ -26,8 +28,7 @@ async fn job_run_status_stop_and_node_status() {
     let addrs = c.rpc_addrs().join(",");
     let client = c.client();
     for i in 0..2 {
-        client
-            .register_node(node_with(&format!("n{i}"), 4000, 8192))
+        register_node(&client, node_with(&format!("n{i}"), 4000, 8192))
             .await
             .unwrap();
     }

@@ -6,7 +6,9 @@
 mod common;
 
 use common::{live, register_nodes, wait_live};
-use stampede_launch::testing::{allocs, eventually, register_job, service_job, Harness, CATCH_UP};
+use stampede_launch::testing::{
+    allocs, eventually, node_secrets, register_job, service_job, Harness, CATCH_UP,
+};
 use stampede_proto::{AllocClientStatus, Allocation, NodeUpdateAllocRequest};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -37,10 +39,12 @@ async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
             client_status: AllocClientStatus::Running as i32,
             ..Default::default()
         };
+        let secrets = node_secrets([a.node_id.as_str()]);
         async move {
             c.nodes()
                 .update_alloc(NodeUpdateAllocRequest {
                     allocs: vec![update],
+                    secrets,
                 })
                 .await
                 .unwrap()
@@ -80,6 +84,7 @@ async fn client_updates_are_batched_and_a_failed_allocation_is_replaced() {
                 client_description: "exit code 1".into(),
                 ..Default::default()
             }],
+            secrets: node_secrets([all[0].node_id.as_str()]),
         })
         .await
         .unwrap();
@@ -112,11 +117,13 @@ async fn a_follower_sends_its_clients_updates_on_to_the_leader_together() {
             client_status: AllocClientStatus::Running as i32,
             ..Default::default()
         };
+        let secrets = node_secrets([a.node_id.as_str()]);
         async move {
             through
                 .nodes()
                 .update_alloc(NodeUpdateAllocRequest {
                     allocs: vec![update],
+                    secrets,
                 })
                 .await
                 .map(|r| r.into_inner().index)

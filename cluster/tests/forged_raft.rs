@@ -400,6 +400,7 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
         let r = raft
             .forward(forward(Some(Write::NodeRegister(NodeRegisterRequest {
                 node: Some(node),
+                secret_id: stampede_launch::testing::secret_of("forged"),
             }))))
             .await;
         assert_refused(

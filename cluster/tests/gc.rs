@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{heartbeat, live, register_nodes, wait_live};
 use stampede_launch::testing::{
-    allocs, eventually, eventually_ok, register_job, service_job, Harness, CATCH_UP,
+    allocs, eventually, eventually_ok, node_secrets, register_job, service_job, Harness, CATCH_UP,
 };
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
@@ -46,18 +46,20 @@ const COLLECTED: Duration = Duration::from_secs(60);
 /// Reports allocations as the client would. The allocations were read from
 /// one server and the report may go to another: one that has not applied
 /// the plan yet answers NotFound, so that is "not yet"; anything else fails.
-async fn report(client: &ClusterClient, ids: &[&str], status: AllocClientStatus) {
-    let allocs: Vec<Allocation> = ids
+async fn report(client: &ClusterClient, placed: &[&Allocation], status: AllocClientStatus) {
+    let allocs: Vec<Allocation> = placed
         .iter()
-        .map(|id| Allocation {
-            id: id.to_string(),
+        .map(|a| Allocation {
+            id: a.id.clone(),
             client_status: status as i32,
             ..Default::default()
         })
         .collect();
+    let secrets = node_secrets(placed.iter().map(|a| a.node_id.as_str()));
     eventually_ok("the allocations' report is taken", CATCH_UP, || async {
         let req = NodeUpdateAllocRequest {
             allocs: allocs.clone(),
+            secrets: secrets.clone(),
         };
         match client.nodes().update_alloc(req).await {
             Ok(_) => Ok(()),
@@ -109,25 +111,24 @@ async fn each_kind_of_garbage_is_collected_after_its_threshold_and_live_work_sta
     register_job(&client, service_job("stopped", 1, 100, 64)).await;
     let placed = wait_live(&client, "stopped", 1).await;
     stop_job(&client, "stopped").await;
-    report(&client, &[&placed[0].id], AllocClientStatus::Complete).await;
+    report(&client, &[&placed[0]], AllocClientStatus::Complete).await;
 
     let mut etl = service_job("etl", 1, 100, 64);
     etl.r#type = JobType::Batch as i32;
     register_job(&client, etl).await;
     let placed = wait_live(&client, "etl", 1).await;
-    report(&client, &[&placed[0].id], AllocClientStatus::Complete).await;
+    report(&client, &[&placed[0]], AllocClientStatus::Complete).await;
 
     // Scaled down: one of keep's allocations stops and finishes.
     register_job(&client, service_job("keep", 1, 100, 64)).await;
     let all = wait_live(&client, "keep", 1).await;
-    let stopped: Vec<&str> = all
+    let stopped: Vec<&Allocation> = all
         .iter()
         .filter(|a| a.desired_status == AllocDesiredStatus::Stop as i32)
-        .map(|a| a.id.as_str())
         .collect();
     assert_eq!(stopped.len(), 1, "{all:?}");
     report(&client, &stopped, AllocClientStatus::Complete).await;
-    let finished = stopped[0].to_string();
+    let finished = stopped[0].id.clone();
 
     eventually(
         "the stopped and the finished job are collected",
@@ -198,7 +199,7 @@ async fn a_forced_collection_takes_what_is_done_whatever_its_age() {
     register_job(&client, service_job("web", 1, 100, 64)).await;
     let placed = wait_live(&client, "web", 1).await;
     stop_job(&client, "web").await;
-    report(&client, &[&placed[0].id], AllocClientStatus::Complete).await;
+    report(&client, &[&placed[0]], AllocClientStatus::Complete).await;
     assert!(job_exists(&client, "web").await);
     assert_eq!(
         c.metric(leader, "stampede_raft_entries_total{type=\"gc_jobs\"}")

@@ -373,6 +373,7 @@ async fn a_server_whose_raft_stopped_is_unhealthy() {
             .nodes()
             .register(NodeRegisterRequest {
                 node: Some(node(&format!("n{i}"))),
+                secret_id: stampede_launch::testing::secret_of(&format!("n{i}")),
             })
             .await;
     }

@@ -9,7 +9,7 @@ mod common;
 use std::time::Duration;
 
 use common::{heartbeat, register_nodes, wait_live};
-use stampede_launch::testing::{eventually_ok, register_job, service_job, Harness};
+use stampede_launch::testing::{eventually_ok, node_secrets, register_job, service_job, Harness};
 use stampede_proto::{
     unix_us, AllocClientStatus, AllocClientTimes, Allocation, JobTrace, JobTraceRequest,
     NodeUpdateAllocRequest,
@@ -78,6 +78,7 @@ async fn a_jobs_path_is_stamped_step_by_step_in_order() {
             .nodes()
             .update_alloc(NodeUpdateAllocRequest {
                 allocs: vec![running_after_create(a, delivered, started)],
+                secrets: node_secrets([a.node_id.as_str()]),
             })
             .await
             .expect("a running report");
@@ -168,6 +169,7 @@ async fn bad_trace_requests_and_client_times_are_invalid_arguments_naming_the_fi
         .nodes()
         .update_alloc(NodeUpdateAllocRequest {
             allocs: vec![running(&allocs[0], unix_us() / 1_000_000, 0)],
+            secrets: node_secrets([allocs[0].node_id.as_str()]),
         })
         .await
         .unwrap_err();

@@ -7,7 +7,7 @@
 mod common;
 
 use common::assert_refused;
-use stampede_launch::testing::{node, Harness};
+use stampede_launch::testing::{node, node_secrets, secret_of, Harness};
 use stampede_proto::node_answer::Reply;
 use stampede_proto::node_call::Request;
 use stampede_proto::node_service_client::NodeServiceClient;
@@ -65,6 +65,7 @@ impl Calls {
 fn query(node_id: &str, min_index: u64, max_wait_ms: u64) -> Option<Request> {
     Some(Request::GetClientAllocs(NodeClientAllocsRequest {
         node_id: node_id.into(),
+        secret_id: secret_of(node_id),
         query: Some(QueryOptions {
             min_index,
             max_wait_ms,
@@ -85,6 +86,7 @@ async fn calls_on_the_stream_are_served_as_calls_and_answered_by_ticket() {
         7,
         Some(Request::Register(NodeRegisterRequest {
             node: Some(node("stream-node")),
+            secret_id: secret_of("stream-node"),
         })),
     );
     let Ok(Reply::Written(w)) = calls.answer(7).await else {
@@ -103,6 +105,7 @@ async fn calls_on_the_stream_are_served_as_calls_and_answered_by_ticket() {
         Some(Request::UpdateStatus(NodeUpdateStatusRequest {
             node_id: "stream-node".into(),
             status: NodeStatus::Ready as i32,
+            secret_id: secret_of("stream-node"),
         })),
     );
     let Ok(Reply::UpdateStatus(hb)) = calls.answer(9).await else {
@@ -127,6 +130,7 @@ async fn calls_on_the_stream_are_served_as_calls_and_answered_by_ticket() {
                 client_status: AllocClientStatus::Running as i32,
                 ..Default::default()
             }],
+            secrets: node_secrets(["stream-node"]),
         })),
     );
     assert_refused(
@@ -143,6 +147,7 @@ async fn calls_on_the_stream_are_served_as_calls_and_answered_by_ticket() {
                 client_status: AllocClientStatus::Running as i32,
                 ..Default::default()
             }],
+            secrets: node_secrets(["stream-node"]),
         })),
     );
     assert_refused(
@@ -150,6 +155,21 @@ async fn calls_on_the_stream_are_served_as_calls_and_answered_by_ticket() {
         calls.answer(12).await,
         Code::InvalidArgument,
         "allocs[0].id",
+    );
+    // Another caller's stream, the node's id without its secret.
+    calls.send(
+        20,
+        Some(Request::UpdateStatus(NodeUpdateStatusRequest {
+            node_id: "stream-node".into(),
+            status: NodeStatus::Down as i32,
+            secret_id: "not-the-secret-of-stream-node".into(),
+        })),
+    );
+    assert_refused(
+        "a heartbeat with another secret",
+        calls.answer(20).await,
+        Code::PermissionDenied,
+        "secret_id does not match node stream-node",
     );
     calls.send(13, None);
     assert_refused(
@@ -191,7 +211,9 @@ async fn calls_on_the_stream_are_served_as_calls_and_answered_by_ticket() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(listed.node.unwrap().id, "stream-node");
+    let listed = listed.node.unwrap();
+    assert_eq!(listed.id, "stream-node");
+    assert_eq!(listed.status, NodeStatus::Ready as i32, "not set down");
 }
 
 #[tokio::test(flavor = "multi_thread")]

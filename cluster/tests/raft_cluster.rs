@@ -6,7 +6,9 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stampede_launch::testing::{cluster_bin, eventually_ok, node, Harness, CATCH_UP};
+use stampede_launch::testing::{
+    cluster_bin, eventually_ok, node, register_node, secret_of, Harness, CATCH_UP,
+};
 use stampede_launch::NodeId;
 use stampede_proto::{Node, NodeGetRequest, NodeListRequest, NodeRegisterRequest};
 use tokio::sync::watch;
@@ -43,7 +45,7 @@ async fn three_servers_elect_a_leader_and_take_writes_through_any_server() {
         let client = c.client_of(&[server]);
         for j in 0..10 {
             let id = format!("via-{server}-{j}");
-            max_index = max_index.max(client.register_node(node(&id)).await.unwrap());
+            max_index = max_index.max(register_node(&client, node(&id)).await.unwrap());
             want.insert(id);
         }
     }
@@ -122,8 +124,7 @@ async fn kill_9_of_the_leader_loses_no_acknowledged_write() {
                     break;
                 }
                 let id = format!("w{w}-{k}");
-                let index = client
-                    .register_node(node(&id))
+                let index = register_node(&client, node(&id))
                     .await
                     .expect("write acknowledged");
                 acked.lock().unwrap().push((id, index));
@@ -186,7 +187,7 @@ async fn a_server_left_behind_a_snapshot_catches_up_by_installing_it() {
     let mut want = BTreeSet::new();
     for k in 0..300 {
         let id = format!("snap-{k}");
-        max_index = max_index.max(client.register_node(node(&id)).await.unwrap());
+        max_index = max_index.max(register_node(&client, node(&id)).await.unwrap());
         want.insert(id);
     }
     // The log the stopped server would need is gone from the leader.
@@ -221,15 +222,17 @@ async fn a_server_left_behind_a_snapshot_catches_up_by_installing_it() {
 async fn bad_requests_get_invalid_argument_naming_the_field() {
     let (c, _) = Harness::with_leader(1, &[]).await;
     let client = c.client();
-    let register = |n: Node| {
+    let register_with = |n: Node, secret_id: &str| {
         let client = client.clone();
-        async move {
-            client
-                .nodes()
-                .register(NodeRegisterRequest { node: Some(n) })
-                .await
-                .unwrap_err()
-        }
+        let req = NodeRegisterRequest {
+            node: Some(n),
+            secret_id: secret_id.into(),
+        };
+        async move { client.nodes().register(req).await.unwrap_err() }
+    };
+    let register = |n: Node| {
+        let secret = secret_of(&n.id);
+        register_with(n, &secret)
     };
 
     let err = register(node("")).await;
@@ -254,13 +257,28 @@ async fn bad_requests_get_invalid_argument_naming_the_field() {
 
     let err = client
         .nodes()
-        .register(NodeRegisterRequest { node: None })
+        .register(NodeRegisterRequest {
+            node: None,
+            secret_id: secret_of("n1"),
+        })
         .await
         .unwrap_err();
     assert_eq!(
         (err.code(), err.message()),
         (Code::InvalidArgument, "node: is required")
     );
+
+    // A node's secret: required, 16 to 128 bytes of printable ASCII.
+    for (secret, reason) in [
+        ("", "secret_id: is required"),
+        ("too-short", "secret_id: is 9 bytes long"),
+        (&"s".repeat(129), "secret_id: is 129 bytes long"),
+        ("a secret\twith a tab", "secret_id: holds a byte"),
+    ] {
+        let err = register_with(node("n1"), secret).await;
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().starts_with(reason), "{}", err.message());
+    }
 
     let err = client
         .nodes()
@@ -323,7 +341,9 @@ async fn a_corrupt_or_foreign_data_dir_is_refused_with_a_clear_error() {
     let (mut c, _) = Harness::with_leader(1, &["--snapshot-entries", "5"]).await;
     let client = c.client();
     for k in 0..10 {
-        client.register_node(node(&format!("n{k}"))).await.unwrap();
+        register_node(&client, node(&format!("n{k}")))
+            .await
+            .unwrap();
     }
     c.wait_for_status(1, "a snapshot is built", CATCH_UP, |s| {
         s.snapshot_index.is_some()

@@ -277,6 +277,7 @@ async fn the_public_api_needs_a_token_of_the_right_scope() {
         .nodes()
         .register(NodeRegisterRequest {
             node: Some(node("n1")),
+            secret_id: stampede_launch::testing::secret_of("n1"),
         })
         .await
         .unwrap_err();

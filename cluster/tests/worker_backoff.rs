@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::worker_states;
 use stampede_launch::testing::{
-    allocs, eventually, node, register_job, service_job, Harness, CATCH_UP, ELECTION,
+    allocs, eventually, node, register_job, register_node, service_job, Harness, CATCH_UP, ELECTION,
 };
 use stampede_proto::client::ClusterClient;
 use stampede_proto::AllocDesiredStatus;
@@ -99,7 +99,9 @@ async fn run(backoff: &str) -> Lagging {
     // Clients talk to the healthy servers only, so reads are not stale.
     let client = c.client_of(&c.ids_except(lagging));
     for i in 0..NODES {
-        client.register_node(node(&format!("n-{i}"))).await.unwrap();
+        register_node(&client, node(&format!("n-{i}")))
+            .await
+            .unwrap();
     }
 
     let done = Arc::new(AtomicBool::new(false));

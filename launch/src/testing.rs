@@ -8,7 +8,8 @@
 //! [`eventually_ok`]: a condition checked until it holds or a deadline
 //! passes, never a sleep that guesses how long the cluster needs. The
 //! builders ([`node`], [`service_job`]) and calls ([`register_job`],
-//! [`allocs`]) are the ones every crate's tests make; what only one crate's
+//! [`register_node`] with its [`secret_of`], [`allocs`]) are the ones
+//! every crate's tests make; what only one crate's
 //! tests need stays in that crate's `tests/common`.
 
 use std::future::Future;
@@ -18,7 +19,8 @@ use std::time::{Duration, Instant};
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::security::Role;
 use stampede_proto::{
-    Allocation, Job, JobAllocationsRequest, JobRegisterReply, JobType, Node, Resources, TaskGroup,
+    Allocation, Job, JobAllocationsRequest, JobRegisterReply, JobType, Node, NodeSecret, Resources,
+    TaskGroup,
 };
 
 use crate::{sibling_bin, LaunchOptions, LocalCluster, NodeId};
@@ -293,6 +295,33 @@ pub fn node_with(id: &str, cpu_mhz: u64, memory_mb: u64) -> Node {
         resources: Some(Resources { cpu_mhz, memory_mb }),
         ..Default::default()
     }
+}
+
+/// The secret_id a test's node `id` registers with and acts with: fixed
+/// per id, so any part of a test can act for the node without keeping it.
+pub fn secret_of(id: &str) -> String {
+    format!("test-secret-of-node-{id}")
+}
+
+/// Registers `node` with [`secret_of`] its id, retrying across servers;
+/// returns the raft index it was applied at.
+pub async fn register_node(client: &ClusterClient, node: Node) -> Result<u64, ClientError> {
+    let secret = secret_of(&node.id);
+    client.register_node(node, &secret).await
+}
+
+/// The secrets of nodes `node_ids` (each once, by [`secret_of`]), for an
+/// allocation update from those nodes.
+pub fn node_secrets<'a>(node_ids: impl IntoIterator<Item = &'a str>) -> Vec<NodeSecret> {
+    let mut ids: Vec<&str> = node_ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.into_iter()
+        .map(|id| NodeSecret {
+            node_id: id.into(),
+            secret_id: secret_of(id),
+        })
+        .collect()
 }
 
 /// A service job of one task group `app` with `count` allocations, each

@@ -9,6 +9,7 @@ use clap::Args;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
 use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::node_secret::NodeKey;
 use stampede_proto::{
     AllocDesiredStatus, Job, JobAllocationsRequest, JobType, Node, NodeStatus,
     NodeUpdateStatusRequest, QueryOptions, Resources, TaskGroup,
@@ -25,7 +26,8 @@ pub struct PlaceOpts {
     /// TLS files and the ACL token to present (or STAMPEDE_TLS_* and STAMPEDE_TOKEN).
     #[command(flatten)]
     pub security: stampede_proto::security::ClientSecurityArgs,
-    /// Nodes to register (ids place-node-0, place-node-1, ...).
+    /// Nodes to register (ids place-node-RUN-0, place-node-RUN-1, ..., RUN
+    /// new each run: a node's secret is derived from a key of the run).
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub nodes: u64,
     /// Jobs to submit, all at once.
@@ -66,22 +68,31 @@ impl std::fmt::Display for PlaceReport {
 
 pub async fn run(opts: PlaceOpts) -> anyhow::Result<PlaceReport> {
     let client = ClusterClient::new(&opts.servers, &opts.security.load()?)?;
-    let ids: Vec<String> = (0..opts.nodes).map(|i| format!("place-node-{i}")).collect();
+    // New ids each run: the nodes of an earlier run are that run's own.
+    let run: u32 = rand::random();
+    let ids: Vec<String> = (0..opts.nodes)
+        .map(|i| format!("place-node-{run:08x}-{i}"))
+        .collect();
+    let key = NodeKey::random();
     let results: Vec<Result<u64, ClientError>> = stream::iter(ids.clone())
         .map(|id| {
             let client = client.clone();
+            let secret = key.secret(&id);
             async move {
                 client
-                    .register_node(Node {
-                        name: id.clone(),
-                        id,
-                        datacenter: "dc1".into(),
-                        resources: Some(Resources {
-                            cpu_mhz: 4000,
-                            memory_mb: 16384,
-                        }),
-                        ..Default::default()
-                    })
+                    .register_node(
+                        Node {
+                            name: id.clone(),
+                            id,
+                            datacenter: "dc1".into(),
+                            resources: Some(Resources {
+                                cpu_mhz: 4000,
+                                memory_mb: 16384,
+                            }),
+                            ..Default::default()
+                        },
+                        &secret,
+                    )
                     .await
             }
         })
@@ -91,7 +102,7 @@ pub async fn run(opts: PlaceOpts) -> anyhow::Result<PlaceReport> {
     if let Some(Err(e)) = results.into_iter().find(|r| r.is_err()) {
         anyhow::bail!("registering nodes: {e}");
     }
-    let heartbeats = tokio::spawn(heartbeat_forever(client.clone(), ids));
+    let heartbeats = tokio::spawn(heartbeat_forever(client.clone(), ids, key));
 
     let start = Instant::now();
     let jobs: Vec<String> = (0..opts.jobs)
@@ -184,13 +195,14 @@ async fn place_job(
 }
 
 /// Keeps the fleet ready while the run lasts.
-async fn heartbeat_forever(client: ClusterClient, ids: Vec<String>) {
+async fn heartbeat_forever(client: ClusterClient, ids: Vec<String>, key: NodeKey) {
     loop {
         let mut ttl = Duration::from_secs(10);
         for id in &ids {
             let req = NodeUpdateStatusRequest {
                 node_id: id.clone(),
                 status: NodeStatus::Ready as i32,
+                secret_id: key.secret(id),
             };
             if let Ok(r) = client.nodes().update_status(req).await {
                 ttl = Duration::from_millis(r.into_inner().heartbeat_ttl_ms.max(1000));

@@ -21,6 +21,7 @@ use hdrhistogram::Histogram;
 use prost::Message;
 use serde::Serialize;
 use stampede_proto::client::ClusterClient;
+use stampede_proto::node_secret::NodeKey;
 use stampede_proto::{Node, Resources};
 
 #[derive(Debug, Clone, Args)]
@@ -124,8 +125,9 @@ pub async fn run(opts: WritesOpts) -> Result<WritesReport, WritesError> {
     let ids = opts.ids_per_writer;
     let (system, writers): (&'static str, Vec<Write>) = if opts.etcd_endpoints.is_empty() {
         let client = ClusterClient::new(&opts.servers, &opts.security.load()?)?;
+        let run = Run::new();
         let writers = (0..opts.writers)
-            .map(|w| stampede_writer(client.clone(), w, ids))
+            .map(|w| stampede_writer(client.clone(), w, ids, run.clone()))
             .collect();
         ("stampede", writers)
     } else {
@@ -157,12 +159,33 @@ pub fn bench_node(w: u64, k: u64, ids: u64) -> Node {
 /// One writer: its `k`th write (from 0), acknowledged or what went wrong.
 pub type Write = Box<dyn FnMut(u64) -> BoxFuture<'static, Result<(), String>> + Send>;
 
-fn stampede_writer(client: ClusterClient, w: u64, ids: u64) -> Write {
+/// One run's node identity: each node registers with a secret derived from
+/// the run's key, so its ids are the run's own (`RUN-bench-W-I`): a later
+/// run against the same cluster could not register an earlier run's nodes.
+#[derive(Clone)]
+struct Run {
+    prefix: String,
+    key: NodeKey,
+}
+
+impl Run {
+    fn new() -> Self {
+        Self {
+            prefix: format!("{:08x}", rand::random::<u32>()),
+            key: NodeKey::random(),
+        }
+    }
+}
+
+fn stampede_writer(client: ClusterClient, w: u64, ids: u64, run: Run) -> Write {
     Box::new(move |k| {
         let client = client.clone();
+        let mut node = bench_node(w, k, ids);
+        node.id = format!("{}-{}", run.prefix, node.id);
+        let secret = run.key.secret(&node.id);
         Box::pin(async move {
             client
-                .register_node(bench_node(w, k, ids))
+                .register_node(node, &secret)
                 .await
                 .map(|_| ())
                 .map_err(|e| e.to_string())

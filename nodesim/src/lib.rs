@@ -14,6 +14,7 @@
 
 pub mod alloc_sync;
 mod calls;
+mod identity;
 pub mod metrics;
 mod node;
 pub mod profile;
@@ -76,6 +77,12 @@ pub struct Opts {
     /// of nodesim; without it every run is a new fleet.
     #[arg(long)]
     pub id_prefix: Option<String>,
+    /// A file whose contents (at least 16 bytes) are the key each node's
+    /// secret_id is derived from, so that a nodesim restarted with the same
+    /// --id-prefix can act for its nodes again; without it, a random key
+    /// of this process: another process cannot act for its nodes.
+    #[arg(long)]
+    pub secret_key_file: Option<std::path::PathBuf>,
     /// How client allocation updates are sent.
     #[arg(long, value_enum, default_value_t = UpdateMode::Prioritized)]
     pub update_mode: UpdateMode,
@@ -174,6 +181,8 @@ pub enum Error {
     Security(#[from] stampede_proto::security::SecurityError),
     #[error("--shard {shard} has no nodes in a fleet of {nodes}")]
     EmptyShard { shard: Shard, nodes: u64 },
+    #[error("--secret-key-file {0}")]
+    SecretKey(#[from] stampede_proto::node_secret::KeyFileError),
     #[error("--metrics {addr}: {source}")]
     Metrics {
         addr: SocketAddr,
@@ -192,6 +201,8 @@ pub(crate) struct Shared {
     factory: AllocRunnerFactory,
     query_wait: Duration,
     register_permits: Semaphore,
+    /// Each node's secret_id, derived when a call is built.
+    identity: Arc<identity::Identity>,
     /// Each node's current channel into `client`.
     channels: Arc<Vec<AtomicU32>>,
 }
@@ -249,17 +260,22 @@ impl Fleet {
                 .collect(),
         );
         let calls = Arc::new(calls::Calls::new(client.clone()));
-        let sync = AllocSync::new(
-            opts.update_mode,
-            indexes.len(),
-            metrics.clone(),
-            update_sender(calls.clone(), channels.clone()),
-        );
-        sync.set_job_times(opts.job_times == JobTimes::On);
         let id_prefix = opts.id_prefix.clone().unwrap_or_else(|| {
             let run: u32 = rand::random();
             format!("sim-{run:08x}")
         });
+        let identity = Arc::new(identity::Identity::new(
+            opts.secret_key_file.as_deref(),
+            id_prefix.clone(),
+            opts.shard,
+        )?);
+        let sync = AllocSync::new(
+            opts.update_mode,
+            indexes.len(),
+            metrics.clone(),
+            update_sender(calls.clone(), channels.clone(), identity.clone()),
+        );
+        sync.set_job_times(opts.job_times == JobTimes::On);
         let shared = Arc::new(Shared {
             client,
             calls,
@@ -275,6 +291,7 @@ impl Fleet {
             factory,
             query_wait: opts.query_wait,
             register_permits: Semaphore::new(opts.register_concurrency as usize),
+            identity,
             channels,
         });
         let (stop, stopped) = watch::channel(false);
@@ -342,13 +359,19 @@ impl Fleet {
     }
 }
 
-/// Sends one node's batch on that node's current channel.
-fn update_sender(calls: Arc<calls::Calls>, channels: Arc<Vec<AtomicU32>>) -> SendBatch {
+/// Sends one node's batch, with the node's secret, on that node's current
+/// channel.
+fn update_sender(
+    calls: Arc<calls::Calls>,
+    channels: Arc<Vec<AtomicU32>>,
+    identity: Arc<identity::Identity>,
+) -> SendBatch {
     Arc::new(move |slot, allocs| {
         let channel = channels[slot as usize].load(Ordering::Relaxed) as usize;
         let calls = calls.clone();
+        let secrets = vec![identity.of_slot(slot)];
         Box::pin(async move {
-            let call = calls.update_alloc(channel, NodeUpdateAllocRequest { allocs });
+            let call = calls.update_alloc(channel, NodeUpdateAllocRequest { allocs, secrets });
             match tokio::time::timeout(node::RPC_TIMEOUT, call).await {
                 Ok(Ok(_)) => Ok(()),
                 Ok(Err(s)) => Err(s.message().to_string()),

@@ -104,6 +104,7 @@ impl SimNode {
             let permit = self.shared.register_permits.acquire().await;
             let req = NodeRegisterRequest {
                 node: Some(self.shared.profile.node(self.index)),
+                secret_id: self.shared.identity.secret(&self.id),
             };
             let calls = &self.shared.calls;
             let result = timed(Box::pin(calls.register(self.channel(), req))).await;
@@ -134,6 +135,7 @@ impl SimNode {
             let req = NodeUpdateStatusRequest {
                 node_id: self.id.clone(),
                 status: NodeStatus::Ready as i32,
+                secret_id: self.shared.identity.secret(&self.id),
             };
             let started = Instant::now();
             let calls = &self.shared.calls;
@@ -186,6 +188,7 @@ impl SimNode {
                     source: SOURCE.label().into(),
                 }),
                 with_changed: true,
+                secret_id: self.shared.identity.secret(&self.id),
             };
             let started = Instant::now();
             let channel = self.channel();

@@ -120,6 +120,17 @@ impl Shard {
     pub fn indexes(&self, nodes: u64) -> impl Iterator<Item = u64> {
         (self.index..nodes).step_by(self.count as usize)
     }
+
+    /// The fleet-wide index of this shard's `slot`th node (as `indexes`
+    /// lists them).
+    pub fn index_of(&self, slot: u32) -> u64 {
+        self.index + slot as u64 * self.count
+    }
+}
+
+/// The id of node `index` of a fleet whose ids start with `id_prefix`.
+pub fn node_id(id_prefix: &str, index: u64) -> String {
+    format!("{id_prefix}-{index}")
 }
 
 /// How to build node `index` of the fleet.
@@ -134,7 +145,7 @@ pub struct NodeProfile {
 
 impl NodeProfile {
     pub fn id(&self, index: u64) -> String {
-        format!("{}-{index}", self.id_prefix)
+        node_id(&self.id_prefix, index)
     }
 
     pub fn node(&self, index: u64) -> Node {

@@ -249,15 +249,16 @@ impl ClusterClient {
         .await
     }
 
-    /// Registers (or updates) a node; returns the raft index it was applied at.
-    pub async fn register_node(&self, node: Node) -> Result<u64, ClientError> {
+    /// Registers (or updates) a node with its secret (see
+    /// [`crate::node_secret`]); returns the raft index it was applied at.
+    pub async fn register_node(&self, node: Node, secret_id: &str) -> Result<u64, ClientError> {
         self.retrying(|c| {
-            let node = node.clone();
+            let req = NodeRegisterRequest {
+                node: Some(node.clone()),
+                secret_id: secret_id.to_string(),
+            };
             async move {
-                let reply = c
-                    .nodes()
-                    .register(NodeRegisterRequest { node: Some(node) })
-                    .await?;
+                let reply = c.nodes().register(req).await?;
                 Ok(reply.into_inner().index)
             }
         })

@@ -100,6 +100,7 @@ pub mod codec;
 mod labels;
 pub mod metric_defs;
 mod metrics_http;
+pub mod node_secret;
 pub mod security;
 mod sync;
 pub use labels::{JobStage, QuerySource};

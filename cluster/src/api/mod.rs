@@ -34,6 +34,7 @@ use tonic::{Response, Status};
 
 use crate::control::leader::broker::BrokerError;
 use crate::control::{ControlError, LeaderCalls};
+use crate::model::identity::NodeDenied;
 use crate::model::validate::InvalidField;
 use crate::raft::client_write::{ClientWrite, Refused, Written};
 use crate::raft::{ProposeError, Proposer};
@@ -138,6 +139,21 @@ impl From<Refused> for Status {
         match e {
             Refused::Invalid(e) => e.into(),
             Refused::NotFound(m) => Status::not_found(m),
+            Refused::Denied(e) => e.into(),
+        }
+    }
+}
+
+/// A node call that is not the node's own: `PermissionDenied`. A node
+/// registered before node identity is `NotFound`, as a node not registered
+/// is, so that its agent registers it again (and gives it a secret).
+impl From<NodeDenied> for Status {
+    fn from(e: NodeDenied) -> Self {
+        match e {
+            NodeDenied::NoSecret(_) => Status::not_found(e.to_string()),
+            NodeDenied::Mismatch(_) | NodeDenied::Unvouched { .. } => {
+                Status::permission_denied(e.to_string())
+            }
         }
     }
 }
@@ -176,11 +192,36 @@ impl From<ControlError> for Status {
             ControlError::Invalid(m) => Status::invalid_argument(m),
             ControlError::TooLarge(m) => Status::resource_exhausted(m),
             ControlError::NotFound(m) => Status::not_found(m),
+            ControlError::Denied(e) => e.into(),
             ControlError::Unavailable(m) => Status::unavailable(m),
             ControlError::NotLeader { ref addr, .. } => unavailable_at(e.to_string(), addr),
             ControlError::Broker(e) => e.into(),
             ControlError::Propose(e) => e.into(),
             ControlError::Leader(status) => *status,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn another_nodes_call_is_denied_and_a_node_without_a_secret_registers_again() {
+        let code = |e: NodeDenied| Status::from(e).code();
+        assert_eq!(
+            code(NodeDenied::Mismatch("n1".into())),
+            tonic::Code::PermissionDenied
+        );
+        let unvouched = NodeDenied::Unvouched {
+            index: 0,
+            node: "n1".into(),
+        };
+        assert_eq!(code(unvouched), tonic::Code::PermissionDenied);
+        // nodesim registers a node again on NotFound.
+        assert_eq!(
+            code(NodeDenied::NoSecret("n1".into())),
+            tonic::Code::NotFound
+        );
     }
 }

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::call_stream::{Answers, Ticketed};
 use super::{parker_of, Api, Reply};
 use crate::control::is_forwarded;
+use crate::model::identity;
 use crate::model::validate::{self, quote};
 use crate::raft::client_write::{ClientWrite, Refused};
 use crate::state::blocking;
@@ -162,12 +163,20 @@ impl Api {
         req: NodeClientAllocsRequest,
     ) -> Result<NodeClientAllocsReply, Status> {
         validate::id("node_id", &req.node_id)?;
-        if self.store.read(|s| !s.has_node(&req.node_id)) {
+        identity::secret_field("secret_id", &req.secret_id)?;
+        // Only the node itself may ask: its allocations are its work.
+        let given = stampede_proto::node_secret::hash(&req.secret_id);
+        let known = self.store.read(|s| {
+            s.has_node(&req.node_id)
+                .then(|| identity::check_hash(s.node_secret(&req.node_id), &req.node_id, &given))
+        });
+        let Some(own) = known else {
             return Err(Status::not_found(format!(
                 "node_id: no node {} is registered",
                 quote(&req.node_id)
             )));
-        }
+        };
+        own?;
         let node = req.node_id.clone();
         // Changed since what the client has seen; nothing if it asks not to.
         let since = if req.with_changed {

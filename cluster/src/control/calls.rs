@@ -22,7 +22,9 @@ use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
 use super::routing::{eval_client, forwarded, node_client, plan_client, Route, Router};
 use super::update_relay::UpdateRelay;
 use super::worker::Leader;
+use crate::model::identity::{self, NodeDenied, Vouched};
 use crate::model::{is_core, validate};
+use crate::state::State;
 
 /// Longest a dequeue may wait for work.
 const MAX_DEQUEUE_WAIT: Duration = Duration::from_secs(30);
@@ -226,24 +228,24 @@ impl LeaderCalls {
     ) -> Result<NodeUpdateStatusReply, ControlError> {
         validate::id("node_id", &req.node_id)?;
         let status = validate::node_status("status", req.status)?;
+        identity::secret_field("secret_id", &req.secret_id)?;
         match self.0.router.route(fwd)? {
             Route::Leader(ch) => Ok(node_client(ch)
                 .update_status(forwarded(req))
                 .await?
                 .into_inner()),
             Route::Local => {
-                let node = self
-                    .0
-                    .ctx
-                    .store
-                    .snapshot()
-                    .node(&req.node_id)
-                    .ok_or_else(|| {
-                        ControlError::NotFound(format!(
-                            "node_id: no node {:?} is registered; register it first",
-                            req.node_id
-                        ))
-                    })?;
+                let state = self.0.ctx.store.snapshot();
+                let node = state.node(&req.node_id).ok_or_else(|| {
+                    ControlError::NotFound(format!(
+                        "node_id: no node {:?} is registered; register it first",
+                        req.node_id
+                    ))
+                })?;
+                // Checked where the status is written: a follower's state
+                // may not have the node's registration yet.
+                identity::check(state.node_secret(&req.node_id), &node.id, &req.secret_id)?;
+                drop(state);
                 let mut index = 0;
                 if node.status != status as i32 {
                     index = self.0.ctx.set_node_status(&req.node_id, status).await?;
@@ -282,24 +284,54 @@ impl LeaderCalls {
                 validate::alloc_update(&format!("allocs[{i}]"), a)?;
             }
         }
+        let vouched = identity::secrets_form(&req.secrets)?;
         // Read under the lock, not from a copy: a copy of the state alive
-        // while entries apply makes each apply copy what it touches.
-        let unknown = self
-            .0
+        // while entries apply makes each apply copy what it touches. Checked
+        // on every server the call passes, the leader too: any caller may
+        // mark a call forwarded.
+        self.0
             .ctx
             .store
-            .read(|state| req.allocs.iter().position(|a| !state.has_alloc(&a.id)));
-        if let Some(i) = unknown {
-            return Err(ControlError::NotFound(format!(
-                "allocs[{i}].id: no allocation {:?}",
-                req.allocs[i].id
-            )));
-        }
+            .read(|state| updates_vouched_for(state, &req, &vouched))?;
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs).await?),
+            Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs, req.secrets).await?),
             Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),
         }
     }
+}
+
+/// Whether every allocation of `req` exists and `req.secrets` holds the
+/// secret of the node it was placed on (`vouched`: those secrets, hashed),
+/// each secret matching its node.
+fn updates_vouched_for(
+    state: &State,
+    req: &NodeUpdateAllocRequest,
+    vouched: &Vouched<'_>,
+) -> Result<(), ControlError> {
+    for (node_id, hash) in &vouched.hashes {
+        if !state.has_node(node_id) {
+            return Err(ControlError::NotFound(format!(
+                "secrets: no node {node_id:?} is registered"
+            )));
+        }
+        identity::check_hash(state.node_secret(node_id), node_id, hash)?;
+    }
+    for (i, a) in req.allocs.iter().enumerate() {
+        let Some(node) = state.alloc_node(&a.id) else {
+            return Err(ControlError::NotFound(format!(
+                "allocs[{i}].id: no allocation {:?}",
+                a.id
+            )));
+        };
+        if !vouched.nodes.contains(node) {
+            return Err(NodeDenied::Unvouched {
+                index: i,
+                node: node.to_string(),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Workers call the same routed calls as the gRPC handlers, as callers on

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::control::leader::alloc_updates::UpdateError;
 use crate::control::leader::broker::BrokerError;
 use crate::control::leader::plan_apply::PlanError;
+use crate::model::identity::NodeDenied;
 use crate::model::validate::InvalidField;
 use crate::raft::NodeId;
 use crate::raft::ProposeError;
@@ -23,6 +24,9 @@ pub enum ControlError {
     /// The request names something that does not exist.
     #[error("{0}")]
     NotFound(String),
+    /// A node call without the node's secret.
+    #[error(transparent)]
+    Denied(#[from] NodeDenied),
     /// Leadership is moving or not settled; the caller should retry.
     #[error("{0}")]
     Unavailable(String),

@@ -12,12 +12,14 @@
 //! entry that carries its update.
 //!
 //! If the leader refuses a combined call because of one caller's update (an
-//! allocation it does not know, a field it rejects), each caller's updates
-//! are sent again on their own, so only that caller gets the error.
+//! allocation it does not know, a field it rejects, a node's secret that
+//! does not match), each caller's updates are sent again on their own, so
+//! only that caller gets the error. Each caller's node secrets go with its
+//! updates: the leader checks them again.
 
 use std::time::Duration;
 
-use stampede_proto::{Allocation, NodeUpdateAllocRequest};
+use stampede_proto::{Allocation, NodeSecret, NodeUpdateAllocRequest};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -35,6 +37,8 @@ struct Pending {
     /// The leader when this update was routed.
     leader: Channel,
     allocs: Vec<Allocation>,
+    /// The secrets of the nodes `allocs` belong to.
+    secrets: Vec<NodeSecret>,
     reply: oneshot::Sender<Result<u64, Status>>,
 }
 
@@ -51,15 +55,22 @@ impl UpdateRelay {
         Self { tx }
     }
 
-    /// Sends `allocs` on to `leader` with whatever else is waiting; returns
-    /// the index of the entry they were written in, or the leader's answer.
-    pub async fn send(&self, leader: Channel, allocs: Vec<Allocation>) -> Result<u64, Status> {
+    /// Sends `allocs`, with the `secrets` of their nodes, on to `leader`
+    /// with whatever else is waiting; returns the index of the entry they
+    /// were written in, or the leader's answer.
+    pub async fn send(
+        &self,
+        leader: Channel,
+        allocs: Vec<Allocation>,
+        secrets: Vec<NodeSecret>,
+    ) -> Result<u64, Status> {
         let (reply, rx) = oneshot::channel();
         let closed = || Status::unavailable("this server is shutting down; retry elsewhere");
         self.tx
             .send(Pending {
                 leader,
                 allocs,
+                secrets,
                 reply,
             })
             .map_err(|_| closed())?;
@@ -115,22 +126,27 @@ fn take_batch(waiting: &mut Vec<Pending>) -> Vec<Pending> {
 async fn relay(batch: Vec<Pending>) {
     if let [_] = batch.as_slice() {
         let p = batch.into_iter().next().expect("one call");
-        let result = forward(p.leader, p.allocs).await;
+        let result = forward(p.leader, p.allocs, p.secrets).await;
         let _ = p.reply.send(result);
         return;
     }
     // Copied, because a refusal that blames the request sends each
     // caller's updates again on their own; sized once, not grown by doubling.
     let mut allocs = Vec::with_capacity(batch.iter().map(|p| p.allocs.len()).sum());
+    let mut secrets = Vec::new();
     for p in &batch {
         allocs.extend_from_slice(&p.allocs);
+        secrets.extend_from_slice(&p.secrets);
     }
-    match forward(batch[0].leader.clone(), allocs).await {
+    // One entry per node and secret: the nodes of a fleet share calls.
+    secrets.sort_unstable_by(|a, b| (&a.node_id, &a.secret_id).cmp(&(&b.node_id, &b.secret_id)));
+    secrets.dedup();
+    match forward(batch[0].leader.clone(), allocs, secrets).await {
         Err(s) if blames_request(&s) => {
             let mut alone = JoinSet::new();
             for p in batch {
                 alone.spawn(async move {
-                    let result = forward(p.leader, p.allocs).await;
+                    let result = forward(p.leader, p.allocs, p.secrets).await;
                     let _ = p.reply.send(result);
                 });
             }
@@ -148,13 +164,21 @@ async fn relay(batch: Vec<Pending>) {
 fn blames_request(s: &Status) -> bool {
     matches!(
         s.code(),
-        Code::InvalidArgument | Code::NotFound | Code::FailedPrecondition | Code::OutOfRange
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::FailedPrecondition
+            | Code::OutOfRange
+            | Code::PermissionDenied
     )
 }
 
-async fn forward(leader: Channel, allocs: Vec<Allocation>) -> Result<u64, Status> {
+async fn forward(
+    leader: Channel,
+    allocs: Vec<Allocation>,
+    secrets: Vec<NodeSecret>,
+) -> Result<u64, Status> {
     let reply = node_client(leader)
-        .update_alloc(forwarded(NodeUpdateAllocRequest { allocs }))
+        .update_alloc(forwarded(NodeUpdateAllocRequest { allocs, secrets }))
         .await?;
     Ok(reply.into_inner().index)
 }
@@ -168,6 +192,7 @@ mod tests {
         Pending {
             leader: Channel::from_static("http://127.0.0.1:1").connect_lazy(),
             allocs: vec![Allocation::default(); n],
+            secrets: Vec::new(),
             reply: oneshot::channel().0,
         }
     }
@@ -187,6 +212,9 @@ mod tests {
     fn only_the_callers_mistakes_are_retried_alone() {
         assert!(blames_request(&Status::not_found("allocs[3].id")));
         assert!(blames_request(&Status::invalid_argument("allocs[0]")));
+        assert!(blames_request(&Status::permission_denied(
+            "secret_id does not match node n1"
+        )));
         assert!(!blames_request(&Status::unavailable("leader moved")));
         assert!(!blames_request(&Status::deadline_exceeded("slow")));
     }

@@ -1003,6 +1003,7 @@ mod tests {
                 ticket: 0,
                 node: Some(node),
                 evals: vec![],
+                secret_hash: Vec::new(),
             }),
             Msg::JobRegister(JobRegisterEntry {
                 ticket: 0,

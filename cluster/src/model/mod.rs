@@ -3,6 +3,7 @@
 //! every layer asks, and request validation. Nothing here touches raft, the
 //! state store or the network, so every layer may use it.
 
+pub mod identity;
 mod stages;
 pub mod validate;
 

@@ -258,6 +258,7 @@ mod tests {
                     ..Default::default()
                 }),
                 evals: vec![],
+                secret_hash: Vec::new(),
             })),
         });
         let bytes = bincode::serialize(&cmd).unwrap();
@@ -280,6 +281,7 @@ mod tests {
                     ..Default::default()
                 }),
                 evals: vec![],
+                secret_hash: Vec::new(),
             })),
         };
         // Sizes on both sides of the one-byte varint limit (127).

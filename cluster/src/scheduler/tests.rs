@@ -28,6 +28,7 @@ impl Cluster {
             ticket: 0,
             node: Some(node),
             evals: vec![],
+            secret_hash: Vec::new(),
         }));
     }
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use imbl::OrdMap;
+use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{
     log_entry::Msg, AllocClientStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
     Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, PlanApplyEntry,
@@ -89,6 +90,9 @@ impl State {
         match &entry.msg {
             Some(Msg::NodeRegister(e)) => {
                 if let Some(node) = &e.node {
+                    if !self.take_node_secret(&node.id, &e.secret_hash) {
+                        return;
+                    }
                     self.upsert_node(index, node.clone(), changes);
                 }
                 self.upsert_evals(index, &e.evals, changes);
@@ -134,6 +138,25 @@ impl State {
         self.nodes
             .get(node_id)
             .map_or_else(|| ANY_CLASS.to_string(), |n| class_key(n))
+    }
+
+    /// Keeps a registration's secret hash with node `node_id`; false when
+    /// the node already has another one. The leader refuses such a
+    /// registration before proposing it, but two registrations of one new
+    /// node may both pass that check before either applies: the first to
+    /// apply keeps the node, everywhere alike. A hash that is not 32 bytes
+    /// (an entry from before node identity) leaves what is kept as it is.
+    fn take_node_secret(&mut self, node_id: &str, hash: &[u8]) -> bool {
+        let Ok(hash) = SecretHash::try_from(hash) else {
+            return true;
+        };
+        match self.node_secrets.get(node_id) {
+            Some(kept) => *kept == hash,
+            None => {
+                self.node_secrets.insert(Id::from(node_id), hash);
+                true
+            }
+        }
     }
 
     fn upsert_node(&mut self, index: u64, mut node: Node, changes: &mut Changes) {

@@ -244,6 +244,7 @@ impl State {
         for id in &e.node_ids {
             if self.node_collectable(id) {
                 self.nodes.remove(id.as_str());
+                self.node_secrets.remove(id.as_str());
                 if !self.allocs_by_node.contains_key(id.as_str()) {
                     self.node_alloc_index.remove(id.as_str());
                 }
@@ -404,6 +405,7 @@ mod tests {
                         ..Default::default()
                     }),
                     evals: vec![],
+                    secret_hash: stampede_proto::node_secret::hash(n).to_vec(),
                 }));
             }
             log
@@ -692,6 +694,7 @@ mod tests {
         }));
         assert_eq!(c.collected.nodes, 2);
         assert_eq!(log.s.node_count(), 0);
+        assert_eq!(log.s.node_secret("n1"), None, "a new n1 may register");
         assert_eq!(c.objects.unwrap().nodes, 0);
     }
 

@@ -41,6 +41,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
+use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{Allocation, Deployment, Evaluation, Job, Node, TableIndexes};
 
 /// Allocations counted by (job version, desired status, client status).
@@ -78,6 +79,10 @@ type NodeTable<V> =
 #[derive(Clone, Debug, Default)]
 pub struct State {
     nodes: OrdMap<Id, Arc<Node>>,
+    /// Each node's secret hash (node identity), beside the node rather than
+    /// in it, so no read of a node can return it. A node registered before
+    /// node identity has none.
+    node_secrets: NodeTable<SecretHash>,
     jobs: OrdMap<Id, Arc<Job>>,
     evals: OrdMap<Id, Arc<Evaluation>>,
     allocs: AllocTable,

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
+use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{Allocation, Deployment, Evaluation, Job, Node, Resources, TableIndexes};
 
 use super::{AllocCounts, AllocKey, Id, Objects, State};
@@ -39,6 +40,12 @@ impl State {
     /// Whether node `id` is registered (checked at each node's query).
     pub fn has_node(&self, id: &str) -> bool {
         self.nodes.contains_key(id)
+    }
+
+    /// The SHA-256 of the secret node `id` registered with; `None` for a
+    /// node not registered, or registered before node identity.
+    pub fn node_secret(&self, id: &str) -> Option<&SecretHash> {
+        self.node_secrets.get(id)
     }
 
     /// Every node, in id order.
@@ -78,6 +85,14 @@ impl State {
     /// which need not touch the allocation itself (its count).
     pub fn has_alloc(&self, id: &str) -> bool {
         self.allocs.contains_key(&AllocKey::new(id))
+    }
+
+    /// The node allocation `id` was placed on, without touching the
+    /// allocation's count: every client report is checked against it.
+    pub fn alloc_node(&self, id: &str) -> Option<&str> {
+        self.allocs
+            .get(&AllocKey::new(id))
+            .map(|a| a.node_id.as_str())
     }
 
     /// Every allocation, in no particular order.

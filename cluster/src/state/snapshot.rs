@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use stampede_proto::{Allocation, Deployment, Evaluation, Job, Node, StateSnapshot};
+use stampede_proto::node_secret::SecretHash;
+use stampede_proto::{
+    Allocation, Deployment, Evaluation, Job, Node, NodeSecretHash, StateSnapshot,
+};
 
 use super::{AllocKey, Id, State};
 
@@ -19,6 +22,14 @@ impl State {
                 .values()
                 .map(|d| Deployment::clone(d))
                 .collect(),
+            node_secrets: self
+                .node_secrets
+                .iter()
+                .map(|(id, hash)| NodeSecretHash {
+                    node_id: id.to_string(),
+                    sha256: hash.to_vec(),
+                })
+                .collect(),
         }
     }
 
@@ -31,6 +42,13 @@ impl State {
         };
         for n in snap.nodes {
             s.nodes.insert(Id::from(n.id.as_str()), Arc::new(n));
+        }
+        // A snapshot from before node identity has none; a hash that is
+        // not a SHA-256 is not kept.
+        for h in snap.node_secrets {
+            if let Ok(hash) = SecretHash::try_from(h.sha256.as_slice()) {
+                s.node_secrets.insert(Id::from(h.node_id.as_str()), hash);
+            }
         }
         for j in snap.jobs {
             s.jobs.insert(Id::from(j.id.as_str()), Arc::new(j));

@@ -1,12 +1,18 @@
 use super::allocs::summary_key;
 use super::*;
 use stampede_proto::log_entry::Msg;
+use stampede_proto::node_secret::hash;
 use stampede_proto::{
     AllocClientStatus, AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, LogEntry,
     NamedTaskState, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry, Resources,
 };
 
 fn node_entry(id: &str) -> LogEntry {
+    node_entry_with(id, &format!("secret-of-node-{id}"))
+}
+
+/// Node `id`'s registration with `secret` (its hash, as the leader writes it).
+fn node_entry_with(id: &str, secret: &str) -> LogEntry {
     LogEntry {
         msg: Some(Msg::NodeRegister(NodeRegisterEntry {
             ticket: 0,
@@ -16,6 +22,7 @@ fn node_entry(id: &str) -> LogEntry {
                 ..Default::default()
             }),
             evals: vec![],
+            secret_hash: hash(secret).to_vec(),
         })),
     }
 }
@@ -603,4 +610,59 @@ fn snapshot_round_trip_keeps_rows_indexes_and_lookups() {
     assert_eq!(back.node_alloc_index("n1"), 2);
     assert_eq!(back.job_allocs("web").len(), 1);
     assert_eq!(back.index(), 2);
+}
+
+#[test]
+fn a_nodes_secret_is_kept_beside_it_and_only_the_first_one_counts() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry_with("n1", "the-first-secret-1"));
+    assert_eq!(s.node_secret("n1"), Some(&hash("the-first-secret-1")));
+    // A second registration with another secret that slipped past the
+    // leader's check (both prepared before either applied) changes nothing.
+    apply(&mut s, 2, node_entry_with("n1", "another-secret-22"));
+    assert_eq!(s.node_secret("n1"), Some(&hash("the-first-secret-1")));
+    assert_eq!(s.node("n1").unwrap().modify_index, 1);
+    // The same secret registers again as ever.
+    apply(&mut s, 3, node_entry_with("n1", "the-first-secret-1"));
+    assert_eq!(s.node("n1").unwrap().modify_index, 3);
+}
+
+#[test]
+fn a_registration_from_before_node_identity_keeps_no_secret_and_takes_one_later() {
+    let mut s = State::default();
+    let mut old = node_entry("n1");
+    if let Some(Msg::NodeRegister(e)) = &mut old.msg {
+        e.secret_hash.clear();
+    }
+    apply(&mut s, 1, old.clone());
+    assert!(s.has_node("n1"));
+    assert_eq!(s.node_secret("n1"), None);
+    apply(&mut s, 2, node_entry_with("n1", "a-secret-at-last"));
+    assert_eq!(s.node_secret("n1"), Some(&hash("a-secret-at-last")));
+    // An old entry again (a log replayed) leaves it.
+    apply(&mut s, 3, old);
+    assert_eq!(s.node_secret("n1"), Some(&hash("a-secret-at-last")));
+}
+
+#[test]
+fn secrets_survive_a_snapshot_and_an_old_snapshot_loads_without_them() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    apply(&mut s, 2, node_entry("n2"));
+    let snap = s.to_snapshot();
+    assert_eq!(snap.node_secrets.len(), 2);
+    // Never in the node rows a read returns.
+    let bytes = prost::Message::encode_to_vec(&snap.nodes[0]);
+    let h = hash("secret-of-node-n1");
+    assert!(!bytes.windows(h.len()).any(|w| w == h));
+    let restored = State::from_snapshot(snap.clone(), s.index());
+    assert_eq!(restored.node_secret("n2"), Some(&hash("secret-of-node-n2")));
+    assert_eq!(restored.to_snapshot(), snap);
+    let old = stampede_proto::StateSnapshot {
+        node_secrets: Vec::new(),
+        ..snap
+    };
+    let restored = State::from_snapshot(old, s.index());
+    assert!(restored.has_node("n1"));
+    assert_eq!(restored.node_secret("n1"), None);
 }

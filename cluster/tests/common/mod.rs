@@ -7,12 +7,13 @@
 use std::time::Duration;
 
 use stampede_launch::testing::{
-    allocs, eventually_ok, node_with, register_job, service_job, Harness, CATCH_UP,
+    allocs, eventually, eventually_ok, node_with, register_job, register_node, secret_of,
+    service_job, Harness, CATCH_UP,
 };
 use stampede_proto::client::ClusterClient;
 use stampede_proto::{
-    AllocClientStatus, AllocDesiredStatus, Allocation, JobListRequest, NodeListRequest, NodeStatus,
-    NodeUpdateStatusRequest,
+    AllocClientStatus, AllocDesiredStatus, Allocation, JobListRequest, NodeGetRequest,
+    NodeListRequest, NodeStatus, NodeUpdateStatusRequest,
 };
 use tokio::sync::watch;
 use tonic::{Code, Status};
@@ -28,6 +29,7 @@ pub fn heartbeat(client: &ClusterClient, ids: Vec<String>, every: Duration) -> w
                 let req = NodeUpdateStatusRequest {
                     node_id: id.clone(),
                     status: NodeStatus::Ready as i32,
+                    secret_id: secret_of(id),
                 };
                 let _ = client.nodes().update_status(req).await;
             }
@@ -49,13 +51,22 @@ pub async fn register_nodes(
     let mut ids = Vec::new();
     for i in 0..n {
         let id = format!("{prefix}-{i}");
-        client
-            .register_node(node_with(&id, cpu, mem))
+        register_node(client, node_with(&id, cpu, mem))
             .await
             .unwrap();
         ids.push(id);
     }
     ids
+}
+
+/// Waits until the server(s) of `client` have node `id` registered.
+pub async fn eventually_has_node(client: &ClusterClient, id: &str) {
+    let what = format!("node {id} is registered here");
+    eventually(&what, CATCH_UP, || async {
+        let req = NodeGetRequest { node_id: id.into() };
+        client.nodes().get(req).await.is_ok()
+    })
+    .await;
 }
 
 /// The allocations meant to run that have not ended: pending or running.

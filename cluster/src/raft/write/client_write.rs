@@ -12,6 +12,7 @@ use stampede_proto::{
     Job, JobDeregisterEntry, JobRegisterEntry, LogEntry, Node, NodeRegisterEntry, NodeStatus,
 };
 
+use crate::model::identity::{self, NodeDenied};
 use crate::model::validate::{self, quote, InvalidField};
 use crate::model::{new_eval, system_job_evals};
 use crate::state::State;
@@ -26,6 +27,9 @@ pub enum Refused {
     Invalid(#[from] InvalidField),
     #[error("{0}")]
     NotFound(String),
+    /// A registration of a node that registered with another secret.
+    #[error(transparent)]
+    Denied(#[from] NodeDenied),
 }
 
 /// The entry a write becomes, and the evaluation it creates (if any).
@@ -49,6 +53,8 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
     let (msg, eval_id) = match write {
         ClientWrite::NodeRegister(req) => {
             let node = validate::node(req.node.as_ref())?;
+            identity::secret_field("secret_id", &req.secret_id)?;
+            identity::may_register(state.node_secret(&node.id), &node.id, &req.secret_id)?;
             // A node registering as down takes no work.
             let evals = if node.status == NodeStatus::Down as i32 {
                 Vec::new()
@@ -64,6 +70,7 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
                 node: Some(node),
                 evals,
                 ticket,
+                secret_hash: stampede_proto::node_secret::hash(&req.secret_id).to_vec(),
             };
             (Msg::NodeRegister(entry), String::new())
         }
@@ -147,7 +154,10 @@ mod tests {
     #[test]
     fn a_write_is_validated_as_a_direct_call_is() {
         let state = State::default();
-        let write = ClientWrite::NodeRegister(NodeRegisterRequest { node: None });
+        let write = ClientWrite::NodeRegister(NodeRegisterRequest {
+            node: None,
+            secret_id: SECRET.into(),
+        });
         let err = prepare(&write, 0, &state).unwrap_err();
         assert_eq!(err.to_string(), "node: is required");
         let write = ClientWrite::JobRegister(JobRegisterRequest {
@@ -194,17 +204,7 @@ mod tests {
         use stampede_proto::BatchEntry;
         let state = State::default();
         let job = ClientWrite::JobRegister(JobRegisterRequest { job: Some(a_job()) });
-        let node = ClientWrite::NodeRegister(NodeRegisterRequest {
-            node: Some(Node {
-                id: "n1".into(),
-                datacenter: "dc1".into(),
-                resources: Some(stampede_proto::Resources {
-                    cpu_mhz: 1000,
-                    memory_mb: 1024,
-                }),
-                ..Default::default()
-            }),
-        });
+        let node = node_write("n1", SECRET);
         let forwarded_job = prepare(&job, 7, &state).unwrap();
         let forwarded_node = prepare(&node, 9, &state).unwrap();
         let direct = prepare(&job, 0, &state).unwrap();
@@ -318,6 +318,50 @@ mod tests {
         let job = state.job("web").unwrap();
         assert_eq!((job.version, job.job_modify_index, job.stop), (2, 5, false));
         assert_eq!(state.job_evals("web").len(), 5);
+    }
+
+    const SECRET: &str = "0123456789abcdef-secret";
+
+    fn node_write(id: &str, secret_id: &str) -> ClientWrite {
+        ClientWrite::NodeRegister(NodeRegisterRequest {
+            node: Some(Node {
+                id: id.into(),
+                datacenter: "dc1".into(),
+                resources: Some(stampede_proto::Resources {
+                    cpu_mhz: 1000,
+                    memory_mb: 1024,
+                }),
+                ..Default::default()
+            }),
+            secret_id: secret_id.into(),
+        })
+    }
+
+    #[test]
+    fn a_node_registers_with_a_secret_of_which_only_the_hash_is_written() {
+        let mut state = State::default();
+        for (secret, reason) in [
+            ("", "secret_id: is required"),
+            ("short", "secret_id: is 5 bytes long"),
+            ("0123456789abcdef\u{7}", "secret_id: holds a byte"),
+        ] {
+            let err = prepare(&node_write("n1", secret), 0, &state).unwrap_err();
+            assert!(matches!(err, Refused::Invalid(_)), "{err}");
+            assert!(err.to_string().starts_with(reason), "{err}");
+        }
+        let prepared = prepare(&node_write("n1", SECRET), 0, &state).unwrap();
+        let Some(Msg::NodeRegister(e)) = &prepared.entry.msg else {
+            panic!("not a node registration");
+        };
+        assert_eq!(e.secret_hash, stampede_proto::node_secret::hash(SECRET));
+        let bytes = prost::Message::encode_to_vec(&prepared.entry);
+        assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
+        register(&mut state, 1, &node_write("n1", SECRET));
+        // Again with its own secret, as ever; with another, refused.
+        prepare(&node_write("n1", SECRET), 0, &state).unwrap();
+        let err = prepare(&node_write("n1", "0123456789abcdef-thief"), 0, &state).unwrap_err();
+        assert_eq!(err, Refused::Denied(NodeDenied::Mismatch("n1".into())));
+        assert_eq!(err.to_string(), "secret_id does not match node n1");
     }
 
     fn a_job() -> Job {
