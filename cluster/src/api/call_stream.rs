@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use futures::stream::FuturesUnordered;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tonic::{Status, Streaming};
 
 /// One call in progress, to its answer.
@@ -68,8 +68,10 @@ impl<R: Ticketed + 'static> Answers<R> {
                     R::STREAM
                 ))));
             }
-            let call = serve(ask);
-            Ok(Box::pin(async move { R::answer(ticket, call.await) }))
+            // `map`, not an `async` block around `call.await`: the block
+            // kept the call's future twice in its state (the moved value
+            // and the awaited one), doubling what each parked call holds.
+            Ok(Box::pin(serve(ask).map(move |out| R::answer(ticket, out))))
         };
         Self {
             requests: Some(requests),

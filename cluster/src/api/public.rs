@@ -142,9 +142,12 @@ impl Api {
                 R::UpdateStatus(Box::pin(self.calls.update_status(req, false)).await?)
             }
             Some(Q::GetClientAllocs(req)) => R::GetClientAllocs(self.client_allocs(req).await?),
-            Some(Q::GetAllocs(req)) => R::GetAllocs(self.allocs(req).await?),
+            // Boxed too: a call's future is as large as its largest arm, and
+            // every node keeps an allocation query parked, so the arms that
+            // do not park are not allowed to size it.
+            Some(Q::GetAllocs(req)) => R::GetAllocs(Box::pin(self.allocs(req)).await?),
             Some(Q::UpdateAlloc(req)) => R::Written(WriteReply {
-                index: self.calls.update_alloc(req, false).await?,
+                index: Box::pin(self.calls.update_alloc(req, false)).await?,
             }),
             None => return Err(Status::invalid_argument("request: is required")),
         })
