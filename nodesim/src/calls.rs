@@ -118,7 +118,9 @@ impl Calls {
     async fn call<T: FromReply>(&self, channel: usize, request: Request) -> Result<T, Status> {
         let channel = channel % self.streams.len();
         let reply = if self.unary[channel].load(Ordering::Relaxed) {
-            self.call_alone(channel, request).await?
+            // Boxed: tonic's call future is kilobytes, and inline it would
+            // size every call, the parked queries on the stream too.
+            Box::pin(self.call_alone(channel, request)).await?
         } else {
             self.call_on_stream(channel, request).await?
         };
