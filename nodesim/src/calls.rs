@@ -12,9 +12,12 @@
 //! found out are answered `Unavailable`, and the nodes try again as after
 //! any failed call.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::future::Either;
+use futures::FutureExt;
 use stampede_proto::call_stream::CallStream;
 use stampede_proto::client::ClusterClient;
 use stampede_proto::node_answer::Reply;
@@ -74,66 +77,82 @@ impl Calls {
         }
     }
 
-    pub(crate) async fn register(
+    pub(crate) fn register(
         &self,
         channel: usize,
         req: NodeRegisterRequest,
-    ) -> Result<WriteReply, Status> {
-        self.call(channel, Request::Register(req)).await
+    ) -> impl Future<Output = Result<WriteReply, Status>> + '_ {
+        self.call(channel, Request::Register(req))
     }
 
-    pub(crate) async fn update_status(
+    pub(crate) fn update_status(
         &self,
         channel: usize,
         req: NodeUpdateStatusRequest,
-    ) -> Result<NodeUpdateStatusReply, Status> {
-        self.call(channel, Request::UpdateStatus(req)).await
+    ) -> impl Future<Output = Result<NodeUpdateStatusReply, Status>> + '_ {
+        self.call(channel, Request::UpdateStatus(req))
     }
 
-    pub(crate) async fn get_client_allocs(
+    pub(crate) fn get_client_allocs(
         &self,
         channel: usize,
         req: NodeClientAllocsRequest,
-    ) -> Result<NodeClientAllocsReply, Status> {
-        self.call(channel, Request::GetClientAllocs(req)).await
+    ) -> impl Future<Output = Result<NodeClientAllocsReply, Status>> + '_ {
+        self.call(channel, Request::GetClientAllocs(req))
     }
 
-    pub(crate) async fn get_allocs(
+    pub(crate) fn get_allocs(
         &self,
         channel: usize,
         req: AllocsGetRequest,
-    ) -> Result<AllocationsReply, Status> {
-        self.call(channel, Request::GetAllocs(req)).await
+    ) -> impl Future<Output = Result<AllocationsReply, Status>> + '_ {
+        self.call(channel, Request::GetAllocs(req))
     }
 
-    pub(crate) async fn update_alloc(
+    pub(crate) fn update_alloc(
         &self,
         channel: usize,
         req: NodeUpdateAllocRequest,
-    ) -> Result<WriteReply, Status> {
-        self.call(channel, Request::UpdateAlloc(req)).await
+    ) -> impl Future<Output = Result<WriteReply, Status>> + '_ {
+        self.call(channel, Request::UpdateAlloc(req))
     }
 
-    /// One call on `channel`, answered with the reply of type `T`.
-    async fn call<T: FromReply>(&self, channel: usize, request: Request) -> Result<T, Status> {
+    /// One call on `channel`, answered with the reply of type `T`. On the
+    /// stream the request goes out now, and the future only waits: a parked
+    /// query's future holds no copy of its request (nor, as an async block
+    /// would, a second copy of the wait).
+    fn call<T: FromReply>(
+        &self,
+        channel: usize,
+        request: Request,
+    ) -> impl Future<Output = Result<T, Status>> + '_ {
         let channel = channel % self.streams.len();
         let reply = if self.unary[channel].load(Ordering::Relaxed) {
-            self.call_alone(channel, request).await?
+            // Boxed: tonic's call future is kilobytes, and inline it would
+            // size every call, the parked queries on the stream too.
+            Either::Left(Box::pin(self.call_alone(channel, request)))
         } else {
-            self.call_on_stream(channel, request).await?
+            Either::Right(self.call_on_stream(channel, request))
         };
-        T::from_reply(reply).ok_or_else(|| {
-            Status::internal("the server answered a call with another method's reply")
+        reply.map(|reply| {
+            T::from_reply(reply?).ok_or_else(|| {
+                Status::internal("the server answered a call with another method's reply")
+            })
         })
     }
 
-    async fn call_on_stream(&self, channel: usize, request: Request) -> Result<Reply, Status> {
+    fn call_on_stream(
+        &self,
+        channel: usize,
+        request: Request,
+    ) -> impl Future<Output = Result<Reply, Status>> + '_ {
         let ticket = self.next_ticket.fetch_add(1, Ordering::Relaxed);
         let call = NodeCall {
             ticket,
             request: Some(request),
         };
-        match self.stream(channel).call(ticket, call).await {
+        let answer = self.stream(channel).call(ticket, call);
+        answer.map(move |answer| match answer {
             Ok(NodeAnswer {
                 reply: Some(Reply::Refused(refusal)),
                 ..
@@ -155,7 +174,7 @@ impl Calls {
                 ))
             }
             Err(status) => Err(status),
-        }
+        })
     }
 
     /// The call of its own, for a server without the stream.

@@ -3,8 +3,10 @@
 //! updates and stops runners as the answers change. Its runners report into
 //! the fleet's [`AllocSync`](crate::alloc_sync::AllocSync) buffers.
 //!
-//! A node is one tokio task; every RPC future is boxed, so a node waiting on
-//! its query or its next heartbeat holds only what that wait needs.
+//! A node is one tokio task, as large as its largest wait. Every RPC future
+//! and every rare step (registering again, taking a changed answer) is
+//! boxed, so an idle node, waiting on its query and its next heartbeat,
+//! holds only what those waits need.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,8 +15,9 @@ use std::time::Duration;
 use rand::Rng;
 use stampede_proto::client::retryable;
 use stampede_proto::{
-    AllocClientStatus, AllocDesiredStatus, Allocation, AllocsGetRequest, NodeClientAllocsRequest,
-    NodeRegisterRequest, NodeStatus, NodeUpdateStatusRequest, QueryOptions,
+    AllocClientStatus, AllocDesiredStatus, Allocation, AllocsGetRequest, NodeClientAllocsReply,
+    NodeClientAllocsRequest, NodeRegisterRequest, NodeStatus, NodeUpdateStatusRequest,
+    QueryOptions,
 };
 use tokio::time::Instant;
 use tonic::{Code, Status};
@@ -52,11 +55,11 @@ struct Tracked {
     stopped: bool,
 }
 
+/// Its id is made when a call needs it, not kept: a fleet holds many nodes.
 pub(crate) struct SimNode {
     shared: Arc<Shared>,
     slot: u32,
     index: u64,
-    id: String,
 }
 
 /// Whether the server wants this allocation to stop running.
@@ -67,13 +70,15 @@ fn server_stops(a: &Allocation) -> bool {
 
 impl SimNode {
     pub(crate) fn new(shared: Arc<Shared>, slot: u32, index: u64) -> Self {
-        let id = shared.profile.id(index);
         Self {
             shared,
             slot,
             index,
-            id,
         }
+    }
+
+    fn id(&self) -> String {
+        self.shared.profile.id(self.index)
     }
 
     /// The channel this node's calls go on.
@@ -104,7 +109,7 @@ impl SimNode {
             let permit = self.shared.register_permits.acquire().await;
             let req = NodeRegisterRequest {
                 node: Some(self.shared.profile.node(self.index)),
-                secret_id: self.shared.identity.secret(&self.id),
+                secret_id: self.shared.identity.secret(&self.id()),
             };
             let calls = &self.shared.calls;
             let result = timed(Box::pin(calls.register(self.channel(), req))).await;
@@ -121,7 +126,11 @@ impl SimNode {
                 }
                 Err(s) => {
                     self.shared.metrics.error("register");
-                    tracing::error!("node {}: the cluster refused it: {}", self.id, s.message());
+                    tracing::error!(
+                        "node {}: the cluster refused it: {}",
+                        self.id(),
+                        s.message()
+                    );
                     return false;
                 }
             }
@@ -133,32 +142,36 @@ impl SimNode {
         let mut backoff = Backoff(0);
         loop {
             let req = NodeUpdateStatusRequest {
-                node_id: self.id.clone(),
+                node_id: self.id(),
                 status: NodeStatus::Ready as i32,
-                secret_id: self.shared.identity.secret(&self.id),
+                secret_id: self.shared.identity.secret(&self.id()),
             };
             let started = Instant::now();
             let calls = &self.shared.calls;
-            match timed(Box::pin(calls.update_status(self.channel(), req))).await {
-                Ok(reply) => {
+            let result = timed(Box::pin(calls.update_status(self.channel(), req))).await;
+            // Only the TTL or the code is kept: what a `match` on the
+            // result holds lives across the waits in its arms.
+            match result.map(|r| r.heartbeat_ttl_ms).map_err(|s| s.code()) {
+                Ok(ttl_ms) => {
                     m.heartbeat_seconds.observe(started.elapsed().as_secs_f64());
                     m.set_node_state(Some(*state), NodeState::Ready);
                     *state = NodeState::Ready;
                     backoff = Backoff(0);
                     // Somewhere in the first half to three quarters of the
                     // TTL, so the fleet's heartbeats spread out.
-                    let ttl =
-                        Duration::from_millis(reply.heartbeat_ttl_ms).max(Duration::from_secs(1));
+                    let ttl = Duration::from_millis(ttl_ms).max(Duration::from_secs(1));
                     m.heartbeat_ttl_seconds.set(ttl.as_secs_f64());
                     let at = rand::thread_rng().gen_range(0.5..0.75);
                     tokio::time::sleep(ttl.mul_f64(at)).await;
                 }
-                Err(s) if s.code() == Code::NotFound => {
+                Err(Code::NotFound) => {
                     // The cluster lost the node (its state was reset): join again.
                     m.error("heartbeat");
                     m.set_node_state(Some(*state), NodeState::Registering);
                     *state = NodeState::Registering;
-                    if !self.register().await {
+                    // Boxed, as is all the rare work: a node's task is as
+                    // large as its largest wait, and most nodes only idle.
+                    if !Box::pin(self.register()).await {
                         return;
                     }
                 }
@@ -181,30 +194,35 @@ impl SimNode {
         let wait = self.shared.query_wait;
         loop {
             let req = NodeClientAllocsRequest {
-                node_id: self.id.clone(),
+                node_id: self.id(),
                 query: Some(QueryOptions {
                     min_index,
                     max_wait_ms: wait.as_millis() as u64,
                     source: SOURCE.label().into(),
                 }),
                 with_changed: true,
-                secret_id: self.shared.identity.secret(&self.id),
+                secret_id: self.shared.identity.secret(&self.id()),
             };
             let started = Instant::now();
             let channel = self.channel();
             let calls = &self.shared.calls;
             let call = Box::pin(calls.get_client_allocs(channel, req));
             let reply = match tokio::time::timeout(wait + RPC_TIMEOUT, call).await {
-                Ok(Ok(r)) => r,
+                Ok(Ok(r)) => Some(r),
                 failed => {
                     observe(m, "error", started);
                     m.error("allocs_query");
                     if !matches!(&failed, Ok(Err(s)) if s.code() == Code::NotFound) {
                         self.rotate();
                     }
-                    backoff.wait().await;
-                    continue;
+                    None
                 }
+            };
+            // The backoff is out of the `match`, whose failure would live
+            // across it.
+            let Some(reply) = reply else {
+                backoff.wait().await;
+                continue;
             };
             backoff = Backoff(0);
             if reply.index == min_index {
@@ -212,59 +230,75 @@ impl SimNode {
                 continue;
             }
             observe(m, "changed", started);
-            // An index below ours means the cluster's state was reset: the
-            // diff below is the same either way, so take the answer as it is.
-            let gone: Vec<String> = known
-                .keys()
-                .filter(|id| !reply.allocs.contains_key(*id))
-                .cloned()
-                .collect();
-            for id in gone {
-                if let Some(t) = known.remove(&id) {
-                    self.forget(t);
-                }
+            let index = reply.index;
+            if Box::pin(self.take(&mut known, reply, channel)).await {
+                min_index = index;
+            } else {
+                // Ask again from the same index, elsewhere.
+                self.rotate();
+                backoff.wait().await;
             }
-            // What changed since `min_index` came with the answer; anything
-            // else newer than what we know (after a reset) is fetched.
-            for a in reply.changed {
-                if known
-                    .get(&a.id)
-                    .is_none_or(|t| t.alloc_modify_index < a.alloc_modify_index)
-                {
-                    self.apply(&mut known, a);
-                }
+        }
+    }
+
+    /// Brings the runners in line with a changed answer; false if the
+    /// allocations it lists could not be fetched.
+    async fn take(
+        &self,
+        known: &mut HashMap<String, Tracked>,
+        reply: NodeClientAllocsReply,
+        channel: usize,
+    ) -> bool {
+        // An index below ours means the cluster's state was reset: the
+        // diff below is the same either way, so take the answer as it is.
+        let gone: Vec<String> = known
+            .keys()
+            .filter(|id| !reply.allocs.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            if let Some(t) = known.remove(&id) {
+                self.forget(t);
             }
-            let pull: Vec<String> = reply
-                .allocs
-                .iter()
-                .filter(|(id, ami)| known.get(*id).is_none_or(|t| t.alloc_modify_index < **ami))
-                .map(|(id, _)| id.clone())
-                .collect();
-            if !pull.is_empty() {
-                let req = AllocsGetRequest {
-                    alloc_ids: pull,
-                    query: Some(QueryOptions {
-                        min_index: reply.index,
-                        max_wait_ms: CATCH_UP_WAIT.as_millis() as u64,
-                        source: SOURCE.label().into(),
-                    }),
-                };
-                match timed(Box::pin(calls.get_allocs(channel, req))).await {
-                    Ok(r) => {
-                        for a in r.allocs {
-                            self.apply(&mut known, a);
-                        }
-                    }
-                    Err(_) => {
-                        // Ask again from the same index, elsewhere.
-                        m.error("get_allocs");
-                        self.rotate();
-                        backoff.wait().await;
-                        continue;
-                    }
-                }
+        }
+        // What changed since `min_index` came with the answer; anything
+        // else newer than what we know (after a reset) is fetched.
+        for a in reply.changed {
+            if known
+                .get(&a.id)
+                .is_none_or(|t| t.alloc_modify_index < a.alloc_modify_index)
+            {
+                self.apply(known, a);
             }
-            min_index = reply.index;
+        }
+        let pull: Vec<String> = reply
+            .allocs
+            .iter()
+            .filter(|(id, ami)| known.get(*id).is_none_or(|t| t.alloc_modify_index < **ami))
+            .map(|(id, _)| id.clone())
+            .collect();
+        if pull.is_empty() {
+            return true;
+        }
+        let req = AllocsGetRequest {
+            alloc_ids: pull,
+            query: Some(QueryOptions {
+                min_index: reply.index,
+                max_wait_ms: CATCH_UP_WAIT.as_millis() as u64,
+                source: SOURCE.label().into(),
+            }),
+        };
+        match timed(Box::pin(self.shared.calls.get_allocs(channel, req))).await {
+            Ok(r) => {
+                for a in r.allocs {
+                    self.apply(known, a);
+                }
+                true
+            }
+            Err(_) => {
+                self.shared.metrics.error("get_allocs");
+                false
+            }
         }
     }
 

@@ -15,7 +15,9 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -26,7 +28,12 @@ pub trait Ticketed {
     fn ticket(&self) -> u64;
 }
 
-type Waiting<A> = HashMap<u64, oneshot::Sender<Result<A, Status>>>;
+/// A call's answer, or the status the stream ended with: boxed, as a
+/// `Status` is several times an answer's size and every waiting call's
+/// channel has room for one.
+type Answer<A> = Result<A, Box<Status>>;
+
+type Waiting<A> = HashMap<u64, oneshot::Sender<Answer<A>>>;
 
 /// One open stream: where requests go, and who waits for which ticket.
 pub struct CallStream<Req, Ans> {
@@ -84,29 +91,69 @@ where
         self.waiting().is_some() && !self.requests.is_closed()
     }
 
-    /// Sends `request`, which carries `ticket`, and waits for its answer.
-    /// Whoever stops waiting (a timeout, a dropped future) takes its ticket
-    /// off the stream; its answer, if it comes, is dropped.
-    pub async fn call(&self, ticket: u64, request: Req) -> Result<Ans, Status> {
-        let (tx, rx) = oneshot::channel();
+    /// Sends `request`, which carries `ticket`, at once, and returns the
+    /// wait for its answer, which holds no copy of the request: a caller
+    /// may have thousands parked. Whoever stops waiting (a timeout, a
+    /// dropped future) takes its ticket off the stream; its answer, if it
+    /// comes, is dropped.
+    pub fn call(self: &Arc<Self>, ticket: u64, request: Req) -> Pending<Req, Ans> {
+        let failed = |status| {
+            let (tx, answer) = oneshot::channel();
+            let _ = tx.send(Err(Box::new(status)));
+            Pending {
+                answer,
+                _waiter: None,
+                name: self.name,
+            }
+        };
+        let (tx, answer) = oneshot::channel();
         match self.waiting().as_mut() {
             Some(w) if w.contains_key(&ticket) => {
-                return Err(Status::already_exists(format!(
+                let status = Status::already_exists(format!(
                     "ticket {ticket} is waiting on {} already",
                     self.name
-                )))
+                ));
+                return failed(status);
             }
             Some(w) => w.insert(ticket, tx),
-            None => return Err(self.closed()),
+            None => return failed(closed(self.name)),
         };
-        let _waiter = Waiter {
-            stream: self,
+        let waiter = Waiter {
+            stream: self.clone(),
             ticket,
         };
         if self.requests.send(request).is_err() {
-            return Err(self.closed());
+            drop(waiter);
+            return failed(closed(self.name));
         }
-        rx.await.unwrap_or_else(|_| Err(self.closed()))
+        Pending {
+            answer,
+            _waiter: Some(waiter),
+            name: self.name,
+        }
+    }
+}
+
+/// The wait for one call's answer on a [`CallStream`].
+pub struct Pending<Req, Ans: Ticketed> {
+    /// Filled at once when the call could not be sent.
+    answer: oneshot::Receiver<Answer<Ans>>,
+    /// Held for its drop.
+    _waiter: Option<Waiter<Req, Ans>>,
+    name: &'static str,
+}
+
+impl<Req, Ans: Ticketed> Future for Pending<Req, Ans> {
+    type Output = Result<Ans, Status>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let name = self.name;
+        Pin::new(&mut self.answer)
+            .poll(cx)
+            .map(|answer| match answer {
+                Ok(answer) => answer.map_err(|status| *status),
+                Err(_) => Err(closed(name)),
+            })
     }
 }
 
@@ -116,7 +163,7 @@ impl<Req, Ans: Ticketed> CallStream<Req, Ans> {
     }
 
     fn closed(&self) -> Status {
-        Status::unavailable(format!("{} closed", self.name))
+        closed(self.name)
     }
 
     /// An answer arrived: to whoever waits for its ticket, if anyone still
@@ -136,19 +183,24 @@ impl<Req, Ans: Ticketed> CallStream<Req, Ans> {
     fn end(&self, status: Status) {
         let waiting = self.waiting().take().unwrap_or_default();
         for (_, tx) in waiting {
-            let _ = tx.send(Err(status.clone()));
+            let _ = tx.send(Err(Box::new(status.clone())));
         }
     }
 }
 
+/// The status of calls on the stream `name` once it closed.
+fn closed(name: &str) -> Status {
+    Status::unavailable(format!("{name} closed"))
+}
+
 /// Takes its ticket off the stream when the call stops waiting, however it
 /// stops.
-struct Waiter<'a, Req, Ans: Ticketed> {
-    stream: &'a CallStream<Req, Ans>,
+struct Waiter<Req, Ans: Ticketed> {
+    stream: Arc<CallStream<Req, Ans>>,
     ticket: u64,
 }
 
-impl<Req, Ans: Ticketed> Drop for Waiter<'_, Req, Ans> {
+impl<Req, Ans: Ticketed> Drop for Waiter<Req, Ans> {
     fn drop(&mut self) {
         if let Some(w) = self.stream.waiting().as_mut() {
             w.remove(&self.ticket);
