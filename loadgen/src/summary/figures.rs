@@ -212,14 +212,14 @@ fn server_rss_growth_after(servers: &[&Series], settle: Duration) -> Option<f64>
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::sampler::{Point, Target};
 
     const MB: f64 = MIB;
 
     /// A process's samples: at each time, its series' values.
-    fn series(name: &str, points: &[(f64, &[(&str, f64)])]) -> Series {
+    pub(in crate::summary) fn series(name: &str, points: &[(f64, &[(&str, f64)])]) -> Series {
         Series {
             target: Target {
                 name: name.into(),

@@ -200,31 +200,8 @@ fn wrongly_down(servers: &[&Series], faults: &[FaultReport]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::sampler::Target;
-
-    fn series(name: &str, points: &[(f64, &[(&str, f64)])]) -> Series {
-        Series {
-            target: Target {
-                name: name.into(),
-                url: String::new(),
-            },
-            points: points
-                .iter()
-                .map(|(t, values)| Point {
-                    t: *t,
-                    values: values
-                        .iter()
-                        .map(|(k, v)| (k.to_string(), *v))
-                        .collect::<BTreeMap<_, _>>(),
-                })
-                .collect(),
-            lost_at: None,
-            last_text: None,
-        }
-    }
+    use crate::summary::figures::tests::series;
 
     fn kill_at(at_s: f64, elections: u64) -> FaultReport {
         FaultReport {
