@@ -60,6 +60,12 @@ pub const MAX_DURATION_MS: u64 = 24 * 60 * 60 * 1000;
 /// Most allocations one task group may ask for: a typo like `count: 1000000`
 /// gets a clear error instead of flooding the scheduler and the raft log.
 pub const MAX_GROUP_COUNT: u32 = 100_000;
+/// Most allocations one job may ask for, its groups' counts together: a
+/// job's plan is made whole in the worker's memory before it is submitted
+/// in pieces (about 2 KiB an allocation), so a hundred groups of the most
+/// a group may ask for would take gigabytes. A system job is bounded by
+/// the nodes instead (one allocation per group per feasible node).
+pub const MAX_JOB_ALLOCS: u64 = 100_000;
 /// Highest job priority; 0 on the wire means [`DEFAULT_PRIORITY`].
 pub const MAX_PRIORITY: u32 = 100;
 /// Priority of a job that does not give one (0 on the wire, or absent from a
@@ -362,6 +368,21 @@ pub fn job(job: Option<&Job>) -> Result<&Job, InvalidField> {
             ));
         }
         task_group(&path, job_type, group)?;
+    }
+    if job_type != JobType::System {
+        let total: u64 = job
+            .task_groups
+            .iter()
+            .map(|g| u64::from(requested_count(g)))
+            .sum();
+        if total > MAX_JOB_ALLOCS {
+            return Err(InvalidField::new(
+                "job.task_groups",
+                format!(
+                    "ask for {total} allocations in all; at most {MAX_JOB_ALLOCS} allowed per job"
+                ),
+            ));
+        }
     }
     Ok(job)
 }
@@ -748,7 +769,13 @@ mod job_tests {
         let mut edge = good();
         edge.priority = MAX_PRIORITY;
         edge.task_groups[0].count = Some(MAX_GROUP_COUNT);
+        edge.task_groups.truncate(1);
         assert!(job(Some(&edge)).is_ok());
+        // The job's allocations in all, split over groups, at the bound.
+        let mut split = good();
+        split.task_groups[0].count = Some(MAX_GROUP_COUNT / 2);
+        split.task_groups[1].count = Some(MAX_GROUP_COUNT / 2);
+        assert!(job(Some(&split)).is_ok());
         let mut zero = good();
         zero.task_groups[0].count = Some(0);
         assert!(job(Some(&zero)).is_ok(), "a group may be scaled to zero");
@@ -880,6 +907,14 @@ mod job_tests {
                         .collect()
                 }),
                 "job.task_groups[0].meta: has 65 entries; at most 64 allowed",
+            ),
+            (
+                Box::new(|j| {
+                    j.task_groups = (0..3)
+                        .map(|i| group(&format!("g{i}"), 40_000))
+                        .collect()
+                }),
+                "job.task_groups: ask for 120000 allocations in all; at most 100000 allowed per job",
             ),
             (
                 Box::new(|j| {

@@ -109,7 +109,7 @@ impl StateMachine {
             builds: Arc::default(),
             apply_delay: Duration::ZERO,
         };
-        if let Some(snap) = sm.snapshots.current() {
+        if let Some(snap) = sm.snapshots.current()? {
             let index = snap.meta.last_log_id.map_or(0, |l| l.index);
             let state = decode_state(&snap.data, index).map_err(|detail| StoreError::Corrupt {
                 path: dir.to_path_buf(),
@@ -289,7 +289,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(self.snapshots.current().as_ref().map(to_snapshot))
+        // Read from its file, off raft's thread: it may be tens of MiB.
+        let snapshots = self.snapshots.clone();
+        let read = tokio::task::spawn_blocking(move || snapshots.current())
+            .await
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?
+            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
+        Ok(read.as_ref().map(to_snapshot))
     }
 }
 
