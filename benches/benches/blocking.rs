@@ -79,7 +79,7 @@ impl Fleet {
             };
             let keys = [WatchKey::NodeAllocs(node.clone())];
             blocking
-                .query(Some(&opts), &keys, |s| ((), s.node_alloc_index(&node)))
+                .query(Some(&opts), &keys, |s| s.node_alloc_index(&node), |_| ())
                 .await;
             let _ = answered.send(());
         });
@@ -96,7 +96,7 @@ impl Fleet {
         let entry = plan_apply(nodes.iter().map(|&i| node_alloc(i)).collect());
         let changes = self.blocking.store.write(|s| apply(s, &entry));
         let start = Instant::now();
-        self.blocking.watchers.notify(&changes.keys);
+        self.blocking.watchers.notify(&changes.keys, changes.index);
         for _ in nodes {
             self.answers.recv().await.expect("the parked queries run");
         }

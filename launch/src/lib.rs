@@ -710,7 +710,12 @@ pub fn security_in(dir: Option<&Path>, role: Role) -> Result<Security, LaunchErr
 /// An HTTP client of the servers' `--http` addresses, presenting
 /// `security`, whose requests give up after `timeout`.
 pub fn http_client(security: &Security, timeout: Duration) -> Result<reqwest::Client, LaunchError> {
-    let mut builder = reqwest::Client::builder().timeout(timeout);
+    // A server closes a connection that sends no request for its
+    // header-read timeout (10 s by default); a pooled connection kept
+    // longer than that races the close and fails the next request.
+    let mut builder = reqwest::Client::builder()
+        .timeout(timeout)
+        .pool_idle_timeout(Duration::from_secs(5));
     let tls_err = |detail: String| LaunchError::Tls {
         dir: PathBuf::new(),
         detail,

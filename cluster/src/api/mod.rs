@@ -81,9 +81,12 @@ impl Api {
         parker: &Parker,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
+        index: impl Fn(&State) -> u64,
+        answer: impl Fn(&State) -> T,
     ) -> Result<(T, u64), Status> {
-        let answer = self.blocking.query_for(parker, Look::Copy, opts, keys, run);
+        let answer = self
+            .blocking
+            .query_for(parker, Look::Copy, opts, keys, index, answer);
         Ok(answer.await?)
     }
 
@@ -94,11 +97,12 @@ impl Api {
         parker: &Parker,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
+        index: impl Fn(&State) -> u64,
+        answer: impl Fn(&State) -> T,
     ) -> Result<(T, u64), Status> {
         let answer = self
             .blocking
-            .query_for(parker, Look::Locked, opts, keys, run);
+            .query_for(parker, Look::Locked, opts, keys, index, answer);
         Ok(answer.await?)
     }
 }

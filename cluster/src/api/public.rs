@@ -44,12 +44,13 @@ impl NodeService for Api {
         let parker = parker_of(&req);
         let req = req.into_inner();
         let (nodes, index) = self
-            .query(&parker, req.query.as_ref(), &[WatchKey::Nodes], |s| {
-                (
-                    s.nodes().map(|n| Node::clone(n)).collect(),
-                    s.indexes().nodes.max(1),
-                )
-            })
+            .query(
+                &parker,
+                req.query.as_ref(),
+                &[WatchKey::Nodes],
+                |s| s.indexes().nodes.max(1),
+                |s| s.nodes().map(|n| Node::clone(n)).collect(),
+            )
             .await?;
         Ok(Response::new(NodeListReply { nodes, index }))
     }
@@ -196,7 +197,8 @@ impl Api {
                 &Parker::Node(node.as_str().into()),
                 req.query.as_ref(),
                 &[WatchKey::NodeAllocs(node.clone())],
-                |s| (s.node_alloc_map(&node), s.node_alloc_index(&node).max(1)),
+                |s| s.node_alloc_index(&node).max(1),
+                |s| s.node_alloc_map(&node),
             )
             .await?;
         let allocs = mine
@@ -275,7 +277,8 @@ impl Api {
                 parker,
                 query,
                 &[WatchKey::JobAllocs(job_id.to_string())],
-                |s| (view(s, job_id), s.job_alloc_index(job_id).max(1)),
+                |s| s.job_alloc_index(job_id).max(1),
+                |s| view(s, job_id),
             )
             .await?;
         Ok(answer)
@@ -328,9 +331,10 @@ impl JobService for Api {
                 req.query.as_ref(),
                 &[WatchKey::Job(id.clone())],
                 |s| match s.job(&id) {
-                    Some(j) => (Some(Job::clone(&j)), j.modify_index),
-                    None => (None, s.indexes().jobs.max(1)),
+                    Some(j) => j.modify_index,
+                    None => s.indexes().jobs.max(1),
                 },
+                |s| s.job(&id).map(|j| Job::clone(&j)),
             )
             .await?;
         match job {
@@ -348,12 +352,13 @@ impl JobService for Api {
         let parker = parker_of(&req);
         let req = req.into_inner();
         let (jobs, index) = self
-            .query(&parker, req.query.as_ref(), &[WatchKey::Jobs], |s| {
-                (
-                    s.jobs().map(|j| Job::clone(j)).collect(),
-                    s.indexes().jobs.max(1),
-                )
-            })
+            .query(
+                &parker,
+                req.query.as_ref(),
+                &[WatchKey::Jobs],
+                |s| s.indexes().jobs.max(1),
+                |s| s.jobs().map(|j| Job::clone(j)).collect(),
+            )
             .await?;
         Ok(Response::new(JobListReply { jobs, index }))
     }
@@ -416,13 +421,14 @@ impl JobService for Api {
                 req.query.as_ref(),
                 &[WatchKey::JobEvals(id.clone())],
                 |s| {
-                    let evals: Vec<Evaluation> = s
-                        .job_evals(&id)
+                    let evals = s.job_evals(&id);
+                    evals.iter().map(|e| e.modify_index).max().unwrap_or(1)
+                },
+                |s| {
+                    s.job_evals(&id)
                         .iter()
                         .map(|e| Evaluation::clone(e))
-                        .collect();
-                    let index = evals.iter().map(|e| e.modify_index).max().unwrap_or(1);
-                    (evals, index)
+                        .collect()
                 },
             )
             .await?;
@@ -443,9 +449,10 @@ impl DeploymentService for Api {
                 req.query.as_ref(),
                 &[WatchKey::Deployment(id.clone())],
                 |s| match s.deployment(&id) {
-                    Some(d) => (Some(Deployment::clone(&d)), d.modify_index),
-                    None => (None, s.indexes().deployments.max(1)),
+                    Some(d) => d.modify_index,
+                    None => s.indexes().deployments.max(1),
                 },
+                |s| s.deployment(&id).map(|d| Deployment::clone(&d)),
             )
             .await?;
         match d {
@@ -471,13 +478,14 @@ impl DeploymentService for Api {
                 req.query.as_ref(),
                 &[WatchKey::JobDeployments(id.clone())],
                 |s| {
-                    let ds: Vec<Deployment> = s
-                        .job_deployments(&id)
+                    let ds = s.job_deployments(&id);
+                    ds.iter().map(|d| d.modify_index).max().unwrap_or(1)
+                },
+                |s| {
+                    s.job_deployments(&id)
                         .iter()
                         .map(|d| Deployment::clone(d))
-                        .collect();
-                    let index = ds.iter().map(|d| d.modify_index).max().unwrap_or(1);
-                    (ds, index)
+                        .collect()
                 },
             )
             .await?;

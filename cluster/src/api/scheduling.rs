@@ -27,9 +27,10 @@ impl EvalService for Api {
                 req.query.as_ref(),
                 &[WatchKey::Eval(id.clone())],
                 |s| match s.eval(&id) {
-                    Some(e) => (Some(Evaluation::clone(&e)), e.modify_index),
-                    None => (None, s.indexes().evals.max(1)),
+                    Some(e) => e.modify_index,
+                    None => s.indexes().evals.max(1),
                 },
+                |s| s.eval(&id).map(|e| Evaluation::clone(&e)),
             )
             .await?;
         match eval {

@@ -75,7 +75,7 @@ impl ApplyHub {
     /// Called by the state machine after each applied batch. The leader-only
     /// parts ignore what they are told while switched off.
     pub fn applied(&self, changes: &Changes) {
-        let woken = self.watchers.notify(&changes.keys);
+        let woken = self.watchers.notify(&changes.keys, changes.index);
         self.metrics.fanout.observe(woken as f64);
         for (table, rows) in changes.objects.iter().flat_map(|o| o.by_table()) {
             self.metrics

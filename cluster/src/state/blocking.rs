@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 use rand::Rng;
+use smallvec::SmallVec;
 use stampede_proto::metric_defs::{histogram_vec, int_counter_vec, int_gauge_vec};
 use stampede_proto::QueryOptions;
 use stampede_proto::{lock, JobStage, QuerySource};
@@ -90,36 +91,65 @@ impl BlockingMetrics {
     }
 }
 
-/// Parked queries, by what they watch.
+/// Parked queries, by what they watch and by the index they wait to pass.
+///
+/// A change at raft index `i` can move only a query waiting to pass an index
+/// below `i` (what any query reads last changed at `i` or before), so only
+/// those are woken: a query parked far above the current index (a caller
+/// that means to hold a place, not to read) costs a write nothing.
 #[derive(Default)]
 pub struct Watchers {
-    keys: Mutex<HashMap<WatchKey, Arc<Notify>>>,
+    keys: Mutex<HashMap<WatchKey, Waiting>>,
 }
 
+/// One key's parked queries, grouped by the index they wait to pass, in
+/// order of it. Most keys (a node's allocations) have one group: inline.
+type Waiting = SmallVec<[(u64, Arc<Notify>); 1]>;
+
 impl Watchers {
-    fn register(&self, key: &WatchKey) -> Arc<Notify> {
+    fn register(&self, key: &WatchKey, min_index: u64) -> Arc<Notify> {
         let mut keys = lock(&self.keys);
-        keys.entry(key.clone()).or_default().clone()
+        let waiting = keys.entry(key.clone()).or_default();
+        match waiting.binary_search_by_key(&min_index, |(m, _)| *m) {
+            Ok(at) => waiting[at].1.clone(),
+            Err(at) => {
+                let notify = Arc::new(Notify::new());
+                waiting.insert(at, (min_index, notify.clone()));
+                notify
+            }
+        }
     }
 
-    fn release(&self, key: &WatchKey, notify: Arc<Notify>) {
+    fn release(&self, key: &WatchKey, min_index: u64, notify: Arc<Notify>) {
         let mut keys = lock(&self.keys);
-        // The map's reference and ours: nobody else waits on this key.
-        if Arc::strong_count(&notify) == 2 {
+        // The map's reference and ours: nobody else waits in this group.
+        if Arc::strong_count(&notify) != 2 {
+            return;
+        }
+        let Some(waiting) = keys.get_mut(key) else {
+            return;
+        };
+        if let Ok(at) = waiting.binary_search_by_key(&min_index, |(m, _)| *m) {
+            waiting.remove(at);
+        }
+        if waiting.is_empty() {
             keys.remove(key);
         }
     }
 
-    /// Wakes every query watching any of `keys`; returns how many it woke
-    /// (a query watching two of them counts twice).
-    pub fn notify(&self, keys: &[WatchKey]) -> usize {
+    /// Wakes every query watching any of `keys` that waits to pass an index
+    /// below `index`, the batch's last; returns how many it woke (a query
+    /// watching two of them counts twice).
+    pub fn notify(&self, keys: &[WatchKey], index: u64) -> usize {
         let map = lock(&self.keys);
         if map.is_empty() {
             return 0;
         }
         let mut woken = 0;
         for k in keys {
-            if let Some(n) = map.get(k) {
+            let Some(waiting) = map.get(k) else { continue };
+            let below = waiting.partition_point(|(m, _)| *m < index);
+            for (_, n) in &waiting[..below] {
                 // The map's reference and one per parked query.
                 woken += Arc::strong_count(n) - 1;
                 n.notify_waiters();
@@ -188,19 +218,34 @@ impl Blocking {
         }
     }
 
-    /// Answers `run` on the current state; if its index is not above
-    /// `opts.min_index`, waits for a change to `keys` and asks again, until
-    /// the index moves or the wait ends. Returns the answer and its index.
+    /// Answers with `answer` of the current state; if its `index` is not
+    /// above `opts.min_index`, waits for a change to `keys` and asks again,
+    /// until the index moves or the wait ends. Returns the answer and its
+    /// index.
+    ///
+    /// A wake asks only `index`, under the state's lock: the answer (a copy
+    /// of a whole table, for a list) is built once, when the query returns,
+    /// so however many queries a write wakes and however often, none of
+    /// them copies anything until its data has really moved.
     pub async fn query<T>(
         &self,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
+        index: impl Fn(&State) -> u64,
+        answer: impl Fn(&State) -> T,
     ) -> (T, u64) {
-        self.query_as(Look::Copy, opts, keys, run).await
+        self.query_as(Look::Copy, opts, keys, index, answer).await
     }
 
-    fn look<T>(&self, how: Look, run: &impl Fn(&State) -> T) -> T {
+    /// The answer and its index, from one view of the state, looked at as
+    /// `how` says.
+    fn look<T>(
+        &self,
+        how: Look,
+        index: &impl Fn(&State) -> u64,
+        answer: &impl Fn(&State) -> T,
+    ) -> (T, u64) {
+        let run = |s: &State| (answer(s), index(s));
         match how {
             Look::Copy => run(&self.store.snapshot()),
             Look::Locked => self.store.read(run),
@@ -214,10 +259,11 @@ impl Blocking {
         how: Look,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
+        index: impl Fn(&State) -> u64,
+        answer: impl Fn(&State) -> T,
     ) -> (T, u64) {
         let admit = || Ok::<_, std::convert::Infallible>(None);
-        match self.ask(how, opts, keys, run, admit).await {
+        match self.ask(how, opts, keys, index, answer, admit).await {
             Ok(answer) => answer,
             Err(never) => match never {},
         }
@@ -231,10 +277,11 @@ impl Blocking {
         how: Look,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
+        index: impl Fn(&State) -> u64,
+        answer: impl Fn(&State) -> T,
     ) -> Result<(T, u64), ParkRefused> {
         let admit = || self.parking.admit(parker).map(Some);
-        self.ask(how, opts, keys, run, admit).await
+        self.ask(how, opts, keys, index, answer, admit).await
     }
 
     async fn ask<T, E>(
@@ -242,27 +289,24 @@ impl Blocking {
         how: Look,
         opts: Option<&QueryOptions>,
         keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
+        index: impl Fn(&State) -> u64,
+        answer: impl Fn(&State) -> T,
         admit: impl FnOnce() -> Result<Option<Permit>, E>,
     ) -> Result<(T, u64), E> {
         let default = QueryOptions::default();
         let opts = opts.unwrap_or(&default);
         if opts.min_index == 0 {
             // A plain read.
-            return Ok(self.look(how, &run));
+            return Ok(self.look(how, &index, &answer));
         }
         // Every blocking query counts, also one answered at once: each is a
         // request the caller made in its watch loop.
         let source = QuerySource::parse(&opts.source).label();
         self.metrics.started.with_label_values(&[source]).inc();
-        let (answer, index) = self.look(how, &run);
-        if index > opts.min_index {
-            return Ok((answer, index));
+        let moved = || self.store.read(&index) > opts.min_index;
+        if moved() {
+            return Ok(self.look(how, &index, &answer));
         }
-        // Not kept while parked: an answer may share parts of the state, and
-        // while anything shares them, a write copies them instead of
-        // changing them.
-        drop(answer);
         let _permit = admit()?;
         self.metrics.inflight.with_label_values(&[source]).inc();
         let _inflight = Inflight(&self.metrics, source);
@@ -274,7 +318,7 @@ impl Blocking {
 
         let registered: Vec<(WatchKey, Arc<Notify>)> = keys
             .iter()
-            .map(|k| (k.clone(), self.watchers.register(k)))
+            .map(|k| (k.clone(), self.watchers.register(k, opts.min_index)))
             .collect();
         let result = loop {
             let notified: Vec<_> = registered.iter().map(|(_, n)| n.notified()).collect();
@@ -282,22 +326,21 @@ impl Blocking {
             for n in &mut notified {
                 n.as_mut().enable();
             }
-            // Read after registering, so a change in between is not missed.
-            let (answer, index) = self.look(how, &run);
-            if index > opts.min_index {
+            // Asked after registering, so a change in between is not missed.
+            if moved() {
+                let (answer, index) = self.look(how, &index, &answer);
                 self.delivered(source, index);
                 break (answer, index);
             }
-            drop(answer);
             tokio::select! {
                 _ = futures::future::select_all(notified) => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
                 }
-                _ = tokio::time::sleep_until(deadline) => break self.look(how, &run),
+                _ = tokio::time::sleep_until(deadline) => break self.look(how, &index, &answer),
             }
         };
         for (k, n) in registered {
-            self.watchers.release(&k, n);
+            self.watchers.release(&k, opts.min_index, n);
         }
         Ok(result)
     }
@@ -332,11 +375,15 @@ mod tests {
         };
         let mut changes = Changes::default();
         b.store.write(|s| s.apply(index, &entry, &mut changes));
-        b.watchers.notify(&changes.keys);
+        b.watchers.notify(&changes.keys, changes.index);
     }
 
-    fn client_allocs(node: &str) -> impl Fn(&State) -> (usize, u64) + '_ {
-        move |s| (s.node_allocs(node).len(), s.node_alloc_index(node))
+    fn allocs_index(node: &str) -> impl Fn(&State) -> u64 + '_ {
+        move |s| s.node_alloc_index(node)
+    }
+
+    fn allocs_count(node: &str) -> impl Fn(&State) -> usize + '_ {
+        move |s| s.node_allocs(node).len()
     }
 
     fn opts(min_index: u64, max_wait_ms: u64) -> QueryOptions {
@@ -355,7 +402,8 @@ mod tests {
             .query(
                 Some(&opts(4, 60_000)),
                 &[WatchKey::NodeAllocs("n1".into())],
-                client_allocs("n1"),
+                allocs_index("n1"),
+                allocs_count("n1"),
             )
             .await;
         assert_eq!((n, index), (1, 5));
@@ -396,7 +444,8 @@ mod tests {
                 how,
                 Some(&opts(1, 60_000)),
                 &[WatchKey::NodeAllocs("n1".into())],
-                client_allocs("n1"),
+                allocs_index("n1"),
+                allocs_count("n1"),
             )
             .await
         });
@@ -454,10 +503,96 @@ mod tests {
                 how,
                 Some(&opts(200, 1_000)),
                 &[WatchKey::NodeAllocs("n1".into())],
-                client_allocs("n1"),
+                allocs_index("n1"),
+                allocs_count("n1"),
             )
             .await;
         assert_eq!(index, 200);
+    }
+
+    /// The probe of issue 41: queries parked far above the current index,
+    /// on a key every write touches. No write below their index wakes them
+    /// or builds their answer (a copy of a table); the first above does,
+    /// once each.
+    #[tokio::test(start_paused = true)]
+    async fn a_query_parked_above_the_index_sleeps_through_writes_below_it() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let b = Arc::new(blocking());
+        place(&b, 1, "n1");
+        let built = Arc::new(AtomicUsize::new(0));
+        let parked: Vec<_> = (0..10)
+            .map(|_| {
+                let (b, built) = (b.clone(), built.clone());
+                tokio::spawn(async move {
+                    b.query(
+                        Some(&opts(150, 60_000)),
+                        &[WatchKey::NodeAllocs("n1".into())],
+                        allocs_index("n1"),
+                        |s| {
+                            built.fetch_add(1, Ordering::SeqCst);
+                            s.node_allocs("n1").len()
+                        },
+                    )
+                    .await
+                })
+            })
+            .collect();
+        let inflight = || {
+            b.metrics
+                .inflight
+                .with_label_values(&["client_allocs"])
+                .get()
+        };
+        let wakeups = || {
+            b.metrics
+                .wakeups
+                .with_label_values(&["client_allocs"])
+                .get()
+        };
+        while inflight() < 10 {
+            tokio::task::yield_now().await;
+        }
+        for i in 2..=150 {
+            place(&b, i, "n1");
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(wakeups(), 0, "no write below their index woke them");
+        assert_eq!(built.load(Ordering::SeqCst), 0, "no answer built");
+        assert_eq!(inflight(), 10);
+        place(&b, 151, "n1");
+        for p in parked {
+            assert_eq!(
+                p.await.unwrap(),
+                (151, 151),
+                "every allocation, at the new index"
+            );
+        }
+        assert_eq!(wakeups(), 10);
+        assert_eq!(built.load(Ordering::SeqCst), 10, "one answer per query");
+        assert_eq!(b.watchers.watched(), 0, "no waiter left behind");
+    }
+
+    #[test]
+    fn a_change_wakes_the_groups_below_its_index_and_release_keeps_the_others() {
+        let w = Watchers::default();
+        let key = WatchKey::Jobs;
+        let high = w.register(&key, 100);
+        let low = w.register(&key, 5);
+        let low_too = w.register(&key, 5);
+        assert!(Arc::ptr_eq(&low, &low_too), "one group per index");
+        assert_eq!(w.notify(std::slice::from_ref(&key), 5), 0, "not above 5");
+        assert_eq!(w.notify(std::slice::from_ref(&key), 6), 2, "the two at 5");
+        assert_eq!(w.notify(std::slice::from_ref(&key), 101), 3, "all");
+        assert_eq!(w.notify(&[WatchKey::Nodes], 101), 0, "another key");
+        w.release(&key, 5, low_too);
+        w.release(&key, 5, low);
+        assert_eq!(
+            w.notify(std::slice::from_ref(&key), 101),
+            1,
+            "the one at 100"
+        );
+        w.release(&key, 100, high);
+        assert_eq!(w.watched(), 0);
     }
 
     #[test]

@@ -165,9 +165,12 @@ impl Shared {
         let job = job_id.to_string();
         let ((), index) = self
             .blocking
-            .query(Some(&opts), &[WatchKey::JobAllocs(job.clone())], |s| {
-                ((), s.job_alloc_index(&job).max(1))
-            })
+            .query(
+                Some(&opts),
+                &[WatchKey::JobAllocs(job.clone())],
+                |s| s.job_alloc_index(&job).max(1),
+                |_| (),
+            )
             .await;
         index
     }
@@ -202,14 +205,17 @@ pub(super) async fn run(
         };
         let (running, index) = shared
             .blocking
-            .query(Some(&opts), &[WatchKey::Deployments], |s| {
-                let running: Vec<(String, u64)> = s
-                    .deployments()
-                    .filter(|d| deployment_running(d))
-                    .map(|d| (d.id.clone(), d.modify_index))
-                    .collect();
-                (running, s.indexes().deployments.max(1))
-            })
+            .query(
+                Some(&opts),
+                &[WatchKey::Deployments],
+                |s| s.indexes().deployments.max(1),
+                |s| {
+                    s.deployments()
+                        .filter(|d| deployment_running(d))
+                        .map(|d| (d.id.clone(), d.modify_index))
+                        .collect::<Vec<(String, u64)>>()
+                },
+            )
             .await;
         min_index = index;
         while watchers.try_join_next().is_some() {}
