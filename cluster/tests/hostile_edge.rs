@@ -425,3 +425,131 @@ fn insecure_refuses_a_token_file_it_could_not_enforce_on_raft() {
         "it stopped before opening anything"
     );
 }
+
+/// Raises this test process's own descriptor limit to its hard limit: it
+/// holds thousands of connections.
+fn raise_own_nofile() -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit write and read only the local `l`.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
+        l.rlim_cur = l.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &l), 0);
+    }
+    l.rlim_cur
+}
+
+/// The probe that shut raft down, at a real low limit: a server started
+/// under 1,024 descriptors (soft and hard, so it cannot raise them) gets
+/// 4,000 connection attempts from 40 addresses, held open, while the other
+/// servers restart (so their raft connections to it are new) and jobs are
+/// written through them, which it applies, building its snapshots. Past the
+/// reserve, connections are closed at accept, but its peers' raft
+/// connections are let into it; raft's storage never fails; and once the
+/// connections go, the server is healthy and holds every write.
+#[tokio::test(flavor = "multi_thread")]
+async fn under_1024_descriptors_4000_connections_never_fail_raft_storage() {
+    const ATTEMPTS: usize = 4_000;
+    assert!(
+        raise_own_nofile() > ATTEMPTS as u64 + 1_000,
+        "this test holds {ATTEMPTS} connections"
+    );
+    // Held connections stay until the test lets them go (no handshake
+    // timeout closes them first); a snapshot every 20 entries.
+    let args = [
+        "--tls-handshake-timeout",
+        "120s",
+        "--snapshot-entries",
+        "20",
+    ];
+    let (mut c, _) = Harness::with_leader(3, &args).await;
+    c.kill(3).unwrap();
+    c.spawn_with_nofile(3, 1_024).unwrap();
+    let before = eventually_ok("server 3 is back", CATCH_UP, || async {
+        match c.status(3).await {
+            Ok(s) if s.leader_id.is_some() => Ok(s),
+            Ok(s) => Err(format!("no leader yet: {s:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", c.pid(3).unwrap())).unwrap();
+    let nofile = limits.lines().find(|l| l.starts_with("Max open files"));
+    assert_eq!(
+        nofile.map(|l| l.split_whitespace().collect::<Vec<_>>()),
+        Some(vec!["Max", "open", "files", "1024", "1024", "files"]),
+        "server 3 runs under 1,024 descriptors"
+    );
+
+    let (rpc, http) = (c.server(3).unwrap().rpc, c.server(3).unwrap().http);
+    let mut held = Vec::with_capacity(ATTEMPTS);
+    for i in 0..ATTEMPTS {
+        let from = format!("127.0.0.{}", 2 + i / 100);
+        held.push(tcp_from(&from, if i % 2 == 0 { rpc } else { http }).await);
+    }
+
+    // The other two start again: their raft connections to server 3 are
+    // new ones, made while it is at its limit.
+    for id in [1, 2] {
+        c.restart(id).unwrap();
+    }
+    c.leader().await;
+    // Writes through them, while server 3 is at its limit.
+    let others = c.client_of(&[1, 2]);
+    let mut last = 0;
+    for i in 0..200 {
+        let job = stampede_launch::testing::service_job(&format!("held-{i}"), 1, 10, 16);
+        last = stampede_launch::testing::register_job(&others, job)
+            .await
+            .index;
+    }
+    // Server 3 applies them all and snapshots past them, its ports still
+    // full: this status comes over the connection it already had.
+    eventually_ok(
+        "server 3 applies and snapshots every write",
+        CATCH_UP,
+        || async {
+            let s = c.status(3).await.map_err(|e| e.to_string())?;
+            let snapshot = s.snapshot_index.unwrap_or(0);
+            if s.applied_index >= last && snapshot > before.applied_index + 100 {
+                Ok(())
+            } else {
+                Err(format!("{s:?}"))
+            }
+        },
+    )
+    .await;
+    let refused = c
+        .metric(
+            3,
+            r#"stampede_connections_refused_total{reason="descriptors"}"#,
+        )
+        .await
+        .unwrap();
+    assert!(
+        refused >= 1_000.0,
+        "connections past the reserve were closed at accept ({refused})"
+    );
+    drop(held);
+
+    let status = c.status(3).await.unwrap();
+    assert!(
+        matches!(status.state.as_str(), "Follower" | "Leader"),
+        "{status:?}"
+    );
+    let log = std::fs::read_to_string(c.server(3).unwrap().log.clone()).unwrap();
+    for bad in ["Too many open files", "StorageError", "panicked"] {
+        assert!(!log.contains(bad), "server 3's log says {bad:?}");
+    }
+    eventually("a new caller is answered again", CATCH_UP, || async {
+        c.client_of(&[3])
+            .jobs()
+            .list(JobListRequest::default())
+            .await
+            .is_ok_and(|r| r.into_inner().jobs.len() == 200)
+    })
+    .await;
+}

@@ -121,6 +121,8 @@ pub struct ServerProc {
     child: Option<Child>,
     /// Stopped with SIGSTOP and not yet continued.
     paused: bool,
+    /// RLIMIT_NOFILE (soft and hard) for its next start, if not inherited.
+    nofile: Option<u64>,
 }
 
 pub struct LocalCluster {
@@ -181,6 +183,7 @@ impl LocalCluster {
                     log: root.join(format!("server-{id}.log")),
                     child: None,
                     paused: false,
+                    nofile: None,
                 }
             })
             .collect::<Vec<ServerProc>>();
@@ -352,7 +355,25 @@ impl LocalCluster {
         let log2 = log
             .try_clone()
             .map_err(|e| LaunchError::Io(s.log.clone(), e))?;
-        let child = Command::new(&bin)
+        let mut cmd = Command::new(&bin);
+        if let Some(n) = s.nofile {
+            let limit = libc::rlimit {
+                rlim_cur: n as libc::rlim_t,
+                rlim_max: n as libc::rlim_t,
+            };
+            // SAFETY: between fork and exec the closure only calls
+            // setrlimit, which is async-signal-safe, on a local value.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) == 0 {
+                        Ok(())
+                    } else {
+                        Err(std::io::Error::last_os_error())
+                    }
+                });
+            }
+        }
+        let child = cmd
             .arg("serve")
             .args(["--id", &id.to_string()])
             .args(["--rpc", &s.rpc.to_string()])
@@ -369,6 +390,23 @@ impl LocalCluster {
         s.child = Some(child);
         s.paused = false;
         Ok(())
+    }
+
+    /// Starts server `id` (again) under a limit of `n` open file
+    /// descriptors, soft and hard: a host whose limit is low, which the
+    /// server cannot raise.
+    pub fn spawn_with_nofile(&mut self, id: NodeId, n: u64) -> Result<(), LaunchError> {
+        self.server_mut(id)?.nofile = Some(n);
+        let spawned = self.spawn(id);
+        if let Ok(s) = self.server_mut(id) {
+            s.nofile = None;
+        }
+        spawned
+    }
+
+    /// Server `id`'s process id, while it runs.
+    pub fn pid(&self, id: NodeId) -> Option<u32> {
+        self.server(id).ok()?.child.as_ref().map(|c| c.id())
     }
 
     /// Whether server `id`'s process is alive.

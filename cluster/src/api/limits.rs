@@ -4,10 +4,10 @@
 //! defaults and flags are in `server::config` (`cluster serve --help`);
 //! docs/security.md lists them under "Limits".
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use prometheus::{IntCounterVec, IntGaugeVec, Registry};
@@ -42,6 +42,14 @@ pub struct EdgeLimits {
     /// Longest a unary call may run (above the longest blocking query).
     pub request_timeout: Duration,
 }
+
+/// Connections that may be taken from the descriptor reserve at once, on
+/// the `--rpc` port, each from a peer's address and only to become another
+/// server's: a server short of descriptors must still hear its leader (or
+/// it campaigns in vain until they come back) and, as leader, its
+/// followers' forwarded writes. One admitted there is closed unless its
+/// certificate (or, without TLS, its first byte) shows it is a server's.
+pub const PEER_CONNS_IN_RESERVE: usize = 16;
 
 /// Which listener a connection came in on (a label of the gauges).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +189,11 @@ pub struct ConnLimiter {
     limits: EdgeLimits,
     by_ip: Mutex<HashMap<IpAddr, usize>>,
     open: AtomicUsize,
+    /// Connections admitted into the descriptor reserve.
+    in_reserve: AtomicUsize,
+    /// The peers' addresses (their `--peers` names resolved): the only
+    /// ones whose connections may enter the reserve.
+    peer_ips: RwLock<HashSet<IpAddr>>,
     fds: FdBudget,
     metrics: ConnMetrics,
 }
@@ -208,6 +221,8 @@ impl ConnLimiter {
             limits,
             by_ip: Mutex::new(HashMap::new()),
             open: AtomicUsize::new(0),
+            in_reserve: AtomicUsize::new(0),
+            peer_ips: RwLock::default(),
             metrics,
         })
     }
@@ -216,18 +231,27 @@ impl ConnLimiter {
         &self.limits
     }
 
+    /// The addresses the peers connect from, as last resolved.
+    pub fn set_peer_ips(&self, ips: HashSet<IpAddr>) {
+        *stampede_proto::write(&self.peer_ips) = ips;
+    }
+
     /// A permit for a connection from `ip` on `port`, or why there is none
-    /// (counted in `stampede_connections_refused_total`).
+    /// (counted in `stampede_connections_refused_total`). On the `--rpc`
+    /// port a connection may be let into the descriptor reserve, on
+    /// condition (see [`Permit::in_reserve`] and [`PEER_CONNS_IN_RESERVE`]).
     pub fn admit(self: &Arc<Self>, ip: IpAddr, port: Port) -> Result<Permit, ConnRefused> {
-        let admitted = self.try_admit(ip);
+        let reserve = port == Port::Rpc && stampede_proto::read(&self.peer_ips).contains(&ip);
+        let admitted = self.try_admit(ip, reserve);
         match &admitted {
-            Ok(()) => self.metrics.open.with_label_values(&[port.label()]).inc(),
+            Ok(_) => self.metrics.open.with_label_values(&[port.label()]).inc(),
             Err(e) => self.refused(e),
         }
-        admitted.map(|()| Permit {
+        admitted.map(|in_reserve| Permit {
             limiter: self.clone(),
             ip,
             port,
+            in_reserve,
         })
     }
 
@@ -240,7 +264,9 @@ impl ConnLimiter {
         tracing::debug!("connection refused: {why}");
     }
 
-    fn try_admit(&self, ip: IpAddr) -> Result<(), ConnRefused> {
+    /// Admits a connection from `ip` under the caps; `Ok(Some(why))` when
+    /// only the descriptors were short and `reserve` let it into the reserve.
+    fn try_admit(&self, ip: IpAddr, reserve: bool) -> Result<Option<ConnRefused>, ConnRefused> {
         let mut by_ip = stampede_proto::lock(&self.by_ip);
         let here = by_ip.get(&ip).copied().unwrap_or(0);
         if here >= self.limits.max_conns_per_ip {
@@ -254,13 +280,25 @@ impl ConnLimiter {
                 limit: self.limits.max_conns,
             });
         }
-        self.fds.check()?;
+        let in_reserve = match self.fds.check() {
+            Ok(()) => None,
+            Err(why)
+                if reserve && self.in_reserve.load(Ordering::Relaxed) < PEER_CONNS_IN_RESERVE =>
+            {
+                self.in_reserve.fetch_add(1, Ordering::Relaxed);
+                Some(why)
+            }
+            Err(why) => return Err(why),
+        };
         by_ip.insert(ip, here + 1);
         self.open.fetch_add(1, Ordering::Relaxed);
-        Ok(())
+        Ok(in_reserve)
     }
 
-    fn release(&self, ip: IpAddr, port: Port) {
+    fn release(&self, ip: IpAddr, port: Port, in_reserve: bool) {
+        if in_reserve {
+            self.in_reserve.fetch_sub(1, Ordering::Relaxed);
+        }
         let mut by_ip = stampede_proto::lock(&self.by_ip);
         if let Some(n) = by_ip.get_mut(&ip) {
             *n -= 1;
@@ -278,11 +316,23 @@ pub struct Permit {
     limiter: Arc<ConnLimiter>,
     ip: IpAddr,
     port: Port,
+    /// Why it is in the descriptor reserve, if it is: it may stay only as
+    /// another server's connection.
+    in_reserve: Option<ConnRefused>,
+}
+
+impl Permit {
+    /// Why this connection was let in only into the descriptor reserve
+    /// (`None` for one admitted within the budget).
+    pub fn in_reserve(&self) -> Option<&ConnRefused> {
+        self.in_reserve.as_ref()
+    }
 }
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        self.limiter.release(self.ip, self.port);
+        let in_reserve = self.in_reserve.is_some();
+        self.limiter.release(self.ip, self.port, in_reserve);
     }
 }
 
@@ -377,5 +427,34 @@ mod tests {
             "{refused:?}"
         );
         assert!(refused.unwrap().to_string().contains("--fd-reserve"));
+    }
+
+    #[test]
+    fn only_a_few_rpc_connections_enter_the_reserve_and_leave_it_on_drop() {
+        let mut tight = limits(1_000, 1_000);
+        tight.fd_reserve = nofile_limit().0 as usize;
+        let l = ConnLimiter::new(tight, &Registry::new());
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        assert!(l.admit(ip, Port::Rpc).is_err(), "not from a peer's address");
+        l.set_peer_ips(HashSet::from([ip]));
+        let held: Vec<Permit> = (0..PEER_CONNS_IN_RESERVE)
+            .map(|_| l.admit(ip, Port::Rpc).unwrap())
+            .collect();
+        assert!(held.iter().all(|p| p.in_reserve().is_some()));
+        assert!(matches!(
+            l.admit(ip, Port::Rpc).err(),
+            Some(ConnRefused::Descriptors { .. })
+        ));
+        let mut held = held.into_iter();
+        drop(held.next());
+        assert_eq!(
+            l.metrics.refused.with_label_values(&["descriptors"]).get(),
+            2
+        );
+        assert!(
+            l.admit(ip, Port::Rpc).unwrap().in_reserve().is_some(),
+            "a closed one makes room in the reserve"
+        );
+        assert!(l.admit(ip, Port::Http).is_err(), "never on the HTTP port");
     }
 }

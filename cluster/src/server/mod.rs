@@ -94,6 +94,16 @@ pub async fn serve(
         tls: server_tls,
         limiter: ConnLimiter::new(opts.edge_limits(), metrics.registry()),
     };
+    let peer_addrs = opts
+        .peers
+        .0
+        .iter()
+        .filter(|(id, _)| **id != opts.id)
+        .map(|(_, a)| a.to_string())
+        .chain(opts.dial_overrides().into_values())
+        .collect();
+    let resolving = tokio::spawn(resolve_peers(edge.limiter.clone(), peer_addrs));
+    let _resolving = AbortOnDrop(resolving);
     let identity = Identity {
         server_id: opts.id,
         members: opts.peers.0.keys().copied().collect(),
@@ -297,6 +307,16 @@ impl Edge {
         }
     }
 
+    /// Whether a connection is another server's, as the descriptor
+    /// reserve requires: its certificate says so, or, without TLS, where
+    /// roles are unknown, it is a raft connection.
+    fn is_peer(&self, conn: &Conn, to_raft: bool) -> bool {
+        match self.tls {
+            Some(_) => conn.info.role == Some(Role::Server),
+            None => to_raft,
+        }
+    }
+
     /// A raft connection goes on to raft's runtime only from a server (any
     /// caller without TLS, where roles are unknown).
     fn raft_may_take(&self, conn: &Conn) -> bool {
@@ -365,6 +385,36 @@ async fn serve_grpc(
     Ok(())
 }
 
+/// How often the peers' names are resolved again for the descriptor reserve
+/// (a rescheduled pod comes back on a new address).
+const PEER_RESOLVE_EVERY: Duration = Duration::from_secs(10);
+
+/// Keeps the limiter's set of peer addresses current, for the descriptor
+/// reserve (`api::limits::PEER_CONNS_IN_RESERVE`): the other servers'
+/// `--peers` and `--peer-via` addresses, names resolved.
+async fn resolve_peers(limiter: Arc<ConnLimiter>, addrs: Vec<String>) {
+    loop {
+        let mut ips = std::collections::HashSet::new();
+        for a in &addrs {
+            match tokio::net::lookup_host(a.as_str()).await {
+                Ok(found) => ips.extend(found.map(|s| s.ip())),
+                Err(e) => tracing::debug!("resolving peer {a}: {e}"),
+            }
+        }
+        limiter.set_peer_ips(ips);
+        tokio::time::sleep(PEER_RESOLVE_EVERY).await;
+    }
+}
+
+/// Aborts its task when dropped: a task that lives as long as the server.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// A gRPC server with the edge's limits on every connection and call.
 fn grpc_builder(limits: &crate::api::EdgeLimits) -> tonic::transport::Server {
     tonic::transport::Server::builder()
@@ -408,7 +458,9 @@ async fn next_connection(
 ///
 /// Each connection is admitted under the caps before anything is read,
 /// and a raft connection without a server certificate is closed after its
-/// handshake, before raft's runtime sees it.
+/// handshake, before raft's runtime sees it. When descriptors are short, a
+/// few connections are let into the reserve, to stay only if they are
+/// another server's (its raft or its forwarded writes).
 async fn route_connections(
     listener: TcpListener,
     edge: Edge,
@@ -430,9 +482,15 @@ async fn route_connections(
             else {
                 return;
             };
+            let in_reserve = permit.in_reserve().cloned();
             let Some(conn) = edge.handshake(stream, permit).await else {
                 return;
             };
+            if let Some(why) = in_reserve {
+                if !edge.is_peer(&conn, to_raft) {
+                    return edge.limiter.refused(&why);
+                }
+            }
             if !to_raft {
                 let _ = main.send(Ok(conn)).await;
             } else if edge.raft_may_take(&conn) {
