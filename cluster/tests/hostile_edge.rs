@@ -553,3 +553,49 @@ async fn under_1024_descriptors_4000_connections_never_fail_raft_storage() {
     })
     .await;
 }
+
+/// `--max-jobs`: past it a new job is refused with `ResourceExhausted`
+/// naming the flag, through the leader or a follower; an update of a job
+/// already there is not a new one; purging one makes room.
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_past_the_quota_are_refused_naming_it_until_one_is_purged() {
+    use stampede_launch::testing::{register_job, service_job};
+    let (c, leader) = Harness::with_leader(3, &["--max-jobs", "3"]).await;
+    let follower = c.ids_except(leader)[0];
+    let (via_leader, via_follower) = (c.client_of(&[leader]), c.client_of(&[follower]));
+    for i in 0..3 {
+        register_job(&via_leader, service_job(&format!("j{i}"), 1, 10, 16)).await;
+    }
+    for client in [&via_leader, &via_follower] {
+        let err = client
+            .register_job(service_job("j3", 1, 10, 16))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Some(Code::ResourceExhausted), "{err}");
+        let refused = err.to_string();
+        assert!(
+            refused.contains("3 jobs are registered") && refused.contains("--max-jobs"),
+            "{refused}"
+        );
+    }
+    // An update of a registered job is not one more.
+    register_job(&via_follower, service_job("j1", 2, 10, 16)).await;
+    via_leader
+        .jobs()
+        .deregister(stampede_proto::JobDeregisterRequest {
+            job_id: "j0".into(),
+            purge: true,
+        })
+        .await
+        .unwrap();
+    register_job(&via_follower, service_job("j3", 1, 10, 16)).await;
+    let jobs = via_leader
+        .jobs()
+        .list(JobListRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .jobs;
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["j1", "j2", "j3"]);
+}

@@ -4,7 +4,7 @@
 //! message.
 
 use cluster::model::validate::{self, InvalidField};
-use cluster::raft::client_write::{prepare, ClientWrite};
+use cluster::raft::client_write::{prepare, ClientWrite, Quotas};
 use cluster::raft::{inbound, NodeId, TypeConfig};
 use cluster::state::State;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
@@ -134,16 +134,16 @@ proptest! {
     fn random_bytes_never_panic_decoding_or_checking(bytes in vec(any::<u8>(), 0..2048)) {
         let state = State::default();
         if let Ok(r) = NodeRegisterRequest::decode(&bytes[..]) {
-            let _ = prepare(&ClientWrite::NodeRegister(r), 0, &state);
+            let _ = prepare(&ClientWrite::NodeRegister(r), 0, &state, &Quotas::NONE);
         }
         if let Ok(r) = JobRegisterRequest::decode(&bytes[..]) {
-            let _ = prepare(&ClientWrite::JobRegister(r), 0, &state);
+            let _ = prepare(&ClientWrite::JobRegister(r), 0, &state, &Quotas::NONE);
         }
         if let Ok(r) = JobDeregisterRequest::decode(&bytes[..]) {
-            let _ = prepare(&ClientWrite::JobDeregister(r), 0, &state);
+            let _ = prepare(&ClientWrite::JobDeregister(r), 0, &state, &Quotas::NONE);
         }
         if let Ok(ForwardRequest { write: Some(w), ticket }) = ForwardRequest::decode(&bytes[..]) {
-            let _ = prepare(&w, ticket, &state);
+            let _ = prepare(&w, ticket, &state, &Quotas::NONE);
         }
         if let Ok(r) = NodeUpdateAllocRequest::decode(&bytes[..]) {
             for a in &r.allocs {
@@ -199,7 +199,7 @@ proptest! {
                 }
                 // What the leader writes for it is made without a panic.
                 let write = ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) });
-                prop_assert!(prepare(&write, 0, &State::default()).is_ok());
+                prop_assert!(prepare(&write, 0, &State::default(), &Quotas::NONE).is_ok());
             }
         }
     }

@@ -144,6 +144,7 @@ impl From<Refused> for Status {
             Refused::Invalid(e) => e.into(),
             Refused::NotFound(m) => Status::not_found(m),
             Refused::Denied(e) => e.into(),
+            Refused::Exhausted(m) => Status::resource_exhausted(m),
         }
     }
 }

@@ -291,7 +291,7 @@ fn a_job_too_big_places_what_fits_and_counts_the_rest() {
 
 #[test]
 fn a_group_registered_without_a_count_runs_one_allocation() {
-    use crate::raft::client_write::{prepare, ClientWrite};
+    use crate::raft::client_write::{prepare, ClientWrite, Quotas};
     use stampede_proto::JobRegisterRequest;
     let mut c = Cluster::default();
     c.add_nodes(2, 1000, 1000);
@@ -302,7 +302,7 @@ fn a_group_registered_without_a_count_runs_one_allocation() {
     let write = ClientWrite::JobRegister(JobRegisterRequest {
         job: Some(job("web", JobType::Service, vec![unset.clone(), zero])),
     });
-    let prepared = prepare(&write, 0, &c.state).unwrap();
+    let prepared = prepare(&write, 0, &c.state, &Quotas::NONE).unwrap();
     c.apply(prepared.entry.msg.unwrap());
     let out = c.schedule("web");
     let groups: Vec<&str> = placed(&out.plan)

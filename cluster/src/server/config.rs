@@ -17,6 +17,7 @@ use crate::control::leader::gc;
 use crate::control::leader::heartbeat::HeartbeatConfig;
 use crate::control::leader::LeaderConfig;
 use crate::control::{ControlConfig, WorkerConfig, MAX_WORKERS};
+use crate::raft::client_write::Quotas;
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
 use crate::scheduler::PlanBudget;
@@ -278,6 +279,11 @@ pub struct ServeOpts {
     #[arg(long, default_value_t = ParkLimits::TOTAL as u64,
           value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub max_parked_queries: u64,
+    /// Jobs the cluster holds (stopped ones until purged or collected);
+    /// registering one more is refused with ResourceExhausted.
+    #[arg(long, default_value_t = Quotas::MAX_JOBS as u64,
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_jobs: u64,
     /// Stamp each job's path (the broker's and workers' times, when each
     /// index applied) and time its stages: what `JobService.Trace` and
     /// "where the time went" read. `off` measures what they cost.
@@ -505,6 +511,12 @@ impl ServeOpts {
     }
 
     /// The edge's limits, as given.
+    pub fn quotas(&self) -> Quotas {
+        Quotas {
+            max_jobs: self.max_jobs as usize,
+        }
+    }
+
     pub fn edge_limits(&self) -> EdgeLimits {
         EdgeLimits {
             max_conns_per_ip: self.max_conns_per_ip,

@@ -150,7 +150,8 @@ pub async fn serve(
         metrics.clone(),
         opts.leader_wait(),
         opts.raft_batching.is_on(),
-    );
+    )
+    .with_quotas(opts.quotas());
     let cp = ControlPlane::new(
         opts.id,
         raft.clone(),

@@ -30,6 +30,29 @@ pub enum Refused {
     /// A registration of a node that registered with another secret.
     #[error(transparent)]
     Denied(#[from] NodeDenied),
+    /// A write past one of the cluster's quotas (`ResourceExhausted`).
+    #[error("{0}")]
+    Exhausted(String),
+}
+
+/// How much the state may hold: a write past a quota is refused before it
+/// is proposed. The flags and defaults are `cluster serve`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quotas {
+    /// Jobs registered (stopped ones count until they are purged or
+    /// collected): each is a row every snapshot and every new follower
+    /// carries, and a key every job list reads.
+    pub max_jobs: usize,
+}
+
+impl Quotas {
+    /// `--max-jobs`' default.
+    pub const MAX_JOBS: usize = 100_000;
+
+    /// No quota: for the server's own writes in tests.
+    pub const NONE: Quotas = Quotas {
+        max_jobs: usize::MAX,
+    };
 }
 
 /// The entry a write becomes, and the evaluation it creates (if any).
@@ -49,7 +72,12 @@ pub struct Written {
 /// Validates `write` and turns it into its log entry, on `state`. `ticket`
 /// is the forwarding follower's name for the write (the ticket it waits
 /// on), 0 for a direct call.
-pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepared, Refused> {
+pub fn prepare(
+    write: &ClientWrite,
+    ticket: u64,
+    state: &State,
+    quotas: &Quotas,
+) -> Result<Prepared, Refused> {
     let (msg, eval_id) = match write {
         ClientWrite::NodeRegister(req) => {
             let node = validate::node(req.node.as_ref())?;
@@ -76,6 +104,13 @@ pub fn prepare(write: &ClientWrite, ticket: u64, state: &State) -> Result<Prepar
         }
         ClientWrite::JobRegister(req) => {
             let job = validate::job(req.job.as_ref())?;
+            let jobs = state.objects().jobs as usize;
+            if jobs >= quotas.max_jobs && state.job(&job.id).is_none() {
+                return Err(Refused::Exhausted(format!(
+                    "{jobs} jobs are registered, the most this cluster takes (--max-jobs); \
+                     deregister one with purge first"
+                )));
+            }
             // Only the spec is the client's; the server sets the rest.
             let mut job = Job {
                 priority: match job.priority {
@@ -158,7 +193,7 @@ mod tests {
             node: None,
             secret_id: SECRET.into(),
         });
-        let err = prepare(&write, 0, &state).unwrap_err();
+        let err = prepare(&write, 0, &state, &Quotas::NONE).unwrap_err();
         assert_eq!(err.to_string(), "node: is required");
         let write = ClientWrite::JobRegister(JobRegisterRequest {
             job: Some(Job {
@@ -166,7 +201,7 @@ mod tests {
                 ..Default::default()
             }),
         });
-        let err = prepare(&write, 0, &state).unwrap_err();
+        let err = prepare(&write, 0, &state, &Quotas::NONE).unwrap_err();
         assert_eq!(
             err.to_string(),
             "job.id: is 1048576 bytes long; at most 128 allowed"
@@ -175,7 +210,7 @@ mod tests {
             job_id: "ghost".into(),
             purge: false,
         });
-        let err = prepare(&write, 0, &state).unwrap_err();
+        let err = prepare(&write, 0, &state, &Quotas::NONE).unwrap_err();
         assert!(matches!(err, Refused::NotFound(_)), "{err}");
     }
 
@@ -187,7 +222,7 @@ mod tests {
             ..a_job()
         };
         let write = ClientWrite::JobRegister(JobRegisterRequest { job: Some(job) });
-        let prepared = prepare(&write, 0, &State::default()).unwrap();
+        let prepared = prepare(&write, 0, &State::default(), &Quotas::NONE).unwrap();
         let Some(Msg::JobRegister(e)) = prepared.entry.msg else {
             panic!("not a job registration");
         };
@@ -205,9 +240,9 @@ mod tests {
         let state = State::default();
         let job = ClientWrite::JobRegister(JobRegisterRequest { job: Some(a_job()) });
         let node = node_write("n1", SECRET);
-        let forwarded_job = prepare(&job, 7, &state).unwrap();
-        let forwarded_node = prepare(&node, 9, &state).unwrap();
-        let direct = prepare(&job, 0, &state).unwrap();
+        let forwarded_job = prepare(&job, 7, &state, &Quotas::NONE).unwrap();
+        let forwarded_node = prepare(&node, 9, &state, &Quotas::NONE).unwrap();
+        let direct = prepare(&job, 0, &state, &Quotas::NONE).unwrap();
         let mut found = Vec::new();
         for_each_ticket(&forwarded_job.entry, 5, &mut |t, w| found.push((t, w)));
         assert_eq!(
@@ -246,7 +281,7 @@ mod tests {
     /// Prepares `write` on `state` as the leader does and applies its entry
     /// at `index`; returns the evaluation id the call answers with.
     fn register(state: &mut State, index: u64, write: &ClientWrite) -> String {
-        let prepared = prepare(write, 0, state).unwrap();
+        let prepared = prepare(write, 0, state, &Quotas::NONE).unwrap();
         state.apply(
             index,
             &prepared.entry,
@@ -345,11 +380,11 @@ mod tests {
             ("short", "secret_id: is 5 bytes long"),
             ("0123456789abcdef\u{7}", "secret_id: holds a byte"),
         ] {
-            let err = prepare(&node_write("n1", secret), 0, &state).unwrap_err();
+            let err = prepare(&node_write("n1", secret), 0, &state, &Quotas::NONE).unwrap_err();
             assert!(matches!(err, Refused::Invalid(_)), "{err}");
             assert!(err.to_string().starts_with(reason), "{err}");
         }
-        let prepared = prepare(&node_write("n1", SECRET), 0, &state).unwrap();
+        let prepared = prepare(&node_write("n1", SECRET), 0, &state, &Quotas::NONE).unwrap();
         let Some(Msg::NodeRegister(e)) = &prepared.entry.msg else {
             panic!("not a node registration");
         };
@@ -358,8 +393,14 @@ mod tests {
         assert!(!bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()));
         register(&mut state, 1, &node_write("n1", SECRET));
         // Again with its own secret, as ever; with another, refused.
-        prepare(&node_write("n1", SECRET), 0, &state).unwrap();
-        let err = prepare(&node_write("n1", "0123456789abcdef-thief"), 0, &state).unwrap_err();
+        prepare(&node_write("n1", SECRET), 0, &state, &Quotas::NONE).unwrap();
+        let err = prepare(
+            &node_write("n1", "0123456789abcdef-thief"),
+            0,
+            &state,
+            &Quotas::NONE,
+        )
+        .unwrap_err();
         assert_eq!(err, Refused::Denied(NodeDenied::Mismatch("n1".into())));
         assert_eq!(err.to_string(), "secret_id does not match node n1");
     }

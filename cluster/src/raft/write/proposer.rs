@@ -14,7 +14,7 @@ use tonic::Status;
 use crate::raft::metrics::Metrics;
 use crate::raft::wire::network::PeerChannels;
 use crate::raft::write::batcher::{Batcher, Failed};
-use crate::raft::write::client_write::{prepare, ClientWrite, Refused, Written};
+use crate::raft::write::client_write::{prepare, ClientWrite, Quotas, Refused, Written};
 use crate::raft::write::forwarder::Forwarder;
 use crate::raft::write::tickets::Tickets;
 use crate::raft::{leader_view, LeaderView, NodeId, Raft};
@@ -71,6 +71,8 @@ pub struct Proposer {
     metrics: Arc<Metrics>,
     /// How long a write may wait for a leader before it is refused.
     leader_wait: Duration,
+    /// What a client's write may not take the state past.
+    quotas: Quotas,
 }
 
 impl Proposer {
@@ -91,7 +93,14 @@ impl Proposer {
             tickets,
             metrics,
             leader_wait,
+            quotas: Quotas::NONE,
         }
+    }
+
+    /// This proposer, refusing client writes past `quotas`.
+    pub fn with_quotas(mut self, quotas: Quotas) -> Self {
+        self.quotas = quotas;
+        self
     }
 
     /// Commits a client's write through whichever server leads, waiting
@@ -106,7 +115,8 @@ impl Proposer {
                 // Straight to the leader: trying raft here first would only
                 // cost a round through this server's raft core to learn the same.
                 LeaderView::Elsewhere { id, addr } => {
-                    prepare(&write, 0, &self.store.snapshot())?;
+                    // The quotas are the leader's to check, on its newer state.
+                    prepare(&write, 0, &self.store.snapshot(), &Quotas::NONE)?;
                     Err(ProposeError::NotLeader { id, addr })
                 }
                 _ => self.write_here_until(&write, 0, deadline).await,
@@ -165,7 +175,7 @@ impl Proposer {
         ticket: u64,
         deadline: Instant,
     ) -> Result<Written, ProposeError> {
-        let prepared = prepare(write, ticket, &self.store.snapshot())?;
+        let prepared = prepare(write, ticket, &self.store.snapshot(), &self.quotas)?;
         let index = self.write_local_until(prepared.entry, deadline).await?;
         Ok(Written {
             index,
