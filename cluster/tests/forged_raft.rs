@@ -514,4 +514,18 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
     c.restart(follower).unwrap();
     c.leader().await;
     still_serves(&mut c, "after-restart").await;
+    // No forged term or membership lingers to block an election: with the
+    // leader killed, the other two elect one within 2 s.
+    let leader = c.leader().await;
+    c.kill(leader).unwrap();
+    let killed = std::time::Instant::now();
+    let next = c
+        .wait_for_leader(std::time::Duration::from_secs(2))
+        .await
+        .expect("a new leader within 2 s of the leader's kill");
+    assert_ne!(next, leader);
+    eprintln!("new leader {next} after {:?}", killed.elapsed());
+    c.spawn(leader).unwrap();
+    c.leader().await;
+    still_serves(&mut c, "after-failover").await;
 }
