@@ -1,8 +1,9 @@
 //! How many blocking queries callers may park on a server
 //! (`--max-parked-per-connection`, `--max-parked-queries`): a parked query
-//! holds a task, its watch registrations and, at each wake, a fresh answer,
-//! so a caller that parks thousands makes every write cost thousands of
-//! answers. Past a bound the caller gets `ResourceExhausted` naming it. A
+//! holds a task and its watch registrations, and each write that can move
+//! it wakes it and, once it moves, builds its answer, so a caller that
+//! parks thousands makes such a write cost thousands of answers. Past a
+//! bound the caller gets `ResourceExhausted` naming it. A
 //! node's own allocation query is bounded by node instead: a fleet of a
 //! quarter of a million nodes shares a few connections.
 
