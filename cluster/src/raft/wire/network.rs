@@ -35,11 +35,31 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// prefix within this budget and report it as a partial success.
 pub const APPEND_BUDGET_BYTES: u64 = 256 * 1024;
 
+/// The slowest a peer is assumed to take a message's bytes in (the link
+/// and the follower's write): an AppendEntries' timeout grows by its size
+/// at this rate, so a large one is not given up on (and sent again, and
+/// again) within the heartbeat-sized timeout that suits an empty one.
+pub const PEER_BYTES_PER_SECOND_FLOOR: u64 = 2 * 1024 * 1024;
+
+/// The longest an AppendEntries is given, in heartbeat intervals: under the
+/// 16 that openraft waits at most (our patch of its replication,
+/// vendor/openraft/PATCHES.md), so that this timeout, which names the
+/// message's size, is the one that fires.
+const APPEND_TIMEOUT_CAP: u32 = 15;
+
 /// HTTP/2 flow-control window of raft connections, per stream and per
 /// connection: a large AppendEntries (a plan piece of up to 512 KiB, an
 /// entry batch of up to 4 MiB) goes in one flight instead of waiting for
 /// the receiver's window updates, each a scheduling delay on a busy machine.
 pub const RAFT_H2_WINDOW: u32 = 8 * 1024 * 1024;
+
+/// The timeout of an AppendEntries of `bytes`: openraft's `base` (the
+/// heartbeat interval) and the time its bytes take at
+/// [`PEER_BYTES_PER_SECOND_FLOOR`], at most [`APPEND_TIMEOUT_CAP`] bases.
+fn sized_ttl(base: Duration, bytes: usize) -> Duration {
+    let sized = base + Duration::from_secs_f64(bytes as f64 / PEER_BYTES_PER_SECOND_FLOOR as f64);
+    sized.min(base * APPEND_TIMEOUT_CAP)
+}
 
 /// How many of `entries` fit in `budget` bytes; at least one, so that any
 /// single entry, however large, is sent.
@@ -232,6 +252,10 @@ impl PeerConnection {
         let payload = RaftPayload {
             data: bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&*e)))?,
         };
+        let ttl = match method {
+            Method::AppendEntries => sized_ttl(ttl, payload.data.len()),
+            _ => ttl,
+        };
         let reply = match tokio::time::timeout(ttl, self.exchange(method, payload)).await {
             Err(_) => {
                 let e = std::io::Error::new(
@@ -386,6 +410,15 @@ mod tests {
         RaftPayload {
             data: data.to_vec(),
         }
+    }
+
+    #[test]
+    fn a_larger_append_is_given_longer_up_to_a_cap() {
+        let base = Duration::from_millis(200);
+        assert_eq!(sized_ttl(base, 0), base);
+        let half_mib = 512 * 1024;
+        assert_eq!(sized_ttl(base, half_mib), Duration::from_millis(450));
+        assert_eq!(sized_ttl(base, 64 << 20), base * APPEND_TIMEOUT_CAP);
     }
 
     #[tokio::test]

@@ -63,6 +63,10 @@ use crate::StorageError;
 use crate::StorageIOError;
 use crate::Vote;
 
+/// How many heartbeat intervals openraft waits for an AppendEntries at most:
+/// the network times each message by its size within this backstop.
+pub(crate) const APPEND_ENTRIES_TIMEOUT_FACTOR: u32 = 16;
+
 /// The handle to a spawned replication stream.
 pub(crate) struct ReplicationHandle<C>
 where C: RaftTypeConfig
@@ -452,8 +456,13 @@ where
             self.config.heartbeat_interval
         );
 
+        // The network is told the heartbeat interval and times the message
+        // itself, longer for a larger one (it knows the bytes); this outer
+        // timeout is only a backstop, so that a large AppendEntries is not
+        // given up on, and sent again, within a time that suits an empty one.
         let the_timeout = Duration::from_millis(self.config.heartbeat_interval);
         let option = RPCOption::new(the_timeout);
+        let the_timeout = the_timeout * APPEND_ENTRIES_TIMEOUT_FACTOR;
         let res = C::timeout(the_timeout, self.network.append_entries(payload, option)).await;
 
         tracing::debug!("append_entries res: {:?}", res);
