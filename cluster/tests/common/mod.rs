@@ -182,3 +182,33 @@ pub async fn still_serves(c: &mut Harness, label: &str) {
     register_job(&client, service_job(&job, 3, 100, 64)).await;
     wait_live(&client, &job, 3).await;
 }
+
+/// Parks `n` job-list queries on `client`'s one connection (each waiting
+/// for an index the cluster will not reach), and returns them running and
+/// a channel of the refusals as they come.
+pub fn flood(
+    client: &ClusterClient,
+    n: usize,
+) -> (
+    Vec<tokio::task::JoinHandle<()>>,
+    tokio::sync::mpsc::UnboundedReceiver<tonic::Status>,
+) {
+    let (refused, refusals) = tokio::sync::mpsc::unbounded_channel();
+    let parked = (0..n)
+        .map(|_| {
+            let (client, refused) = (client.clone(), refused.clone());
+            tokio::spawn(async move {
+                let query = stampede_proto::QueryOptions {
+                    min_index: 1 << 40,
+                    max_wait_ms: 120_000,
+                    source: "other".into(),
+                };
+                let req = stampede_proto::JobListRequest { query: Some(query) };
+                if let Err(status) = client.jobs().list(req).await {
+                    let _ = refused.send(status);
+                }
+            })
+        })
+        .collect();
+    (parked, refusals)
+}
