@@ -80,25 +80,10 @@ impl Api {
         &self,
         parker: &Parker,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         run: impl Fn(&State) -> (T, u64),
     ) -> Result<(T, u64), Status> {
-        let answer = self.blocking.query_for(parker, Look::Copy, opts, keys, run);
-        Ok(answer.await?)
-    }
-
-    /// [`Api::query`] for a short read, under the state's lock instead of
-    /// on a copy (see [`Look::Locked`]).
-    async fn query_short<T>(
-        &self,
-        parker: &Parker,
-        opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
-    ) -> Result<(T, u64), Status> {
-        let answer = self
-            .blocking
-            .query_for(parker, Look::Locked, opts, keys, run);
+        let answer = self.blocking.query_for(parker, Look::Copy, opts, key, run);
         Ok(answer.await?)
     }
 }

@@ -10,7 +10,9 @@ use stampede_proto::{
     Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, PlanApplyEntry,
 };
 
-use super::{same_group, same_spec, AllocKey, Changes, Id, NodeTable, State, WatchKey, ANY_CLASS};
+use super::{
+    same_group, same_spec, AllocKey, Changes, Id, NodeRow, NodeTable, State, WatchKey, ANY_CLASS,
+};
 use crate::model::{alloc_terminal, class_key, deployment_done, deployment_running};
 
 /// Changes `key`'s row in `map` with `change`, or adds the row `new`
@@ -135,9 +137,10 @@ impl State {
 
     /// The class of a node, for a capacity change there.
     pub(super) fn class_of(&self, node_id: &str) -> String {
-        self.nodes
-            .get(node_id)
-            .map_or_else(|| ANY_CLASS.to_string(), |n| class_key(n))
+        self.nodes.get(node_id).map_or_else(
+            || ANY_CLASS.to_string(),
+            |n| class_key(&n.datacenter, &n.node_class),
+        )
     }
 
     /// Keeps a registration's secret hash with node `node_id`; false when
@@ -159,7 +162,8 @@ impl State {
         }
     }
 
-    fn upsert_node(&mut self, index: u64, mut node: Node, changes: &mut Changes) {
+    fn upsert_node(&mut self, index: u64, node: Node, changes: &mut Changes) {
+        let mut node = NodeRow::from(node);
         let old = self.nodes.get(node.id.as_str()).cloned();
         node.create_index = old.as_ref().map_or(index, |o| o.create_index);
         node.modify_index = index;
@@ -168,12 +172,12 @@ impl State {
         }
         let ready = node.status == NodeStatus::Ready as i32;
         if ready && old.is_none_or(|o| o.status != NodeStatus::Ready as i32) {
-            changes.capacity(class_key(&node));
+            changes.capacity(class_key(&node.datacenter, &node.node_class));
         }
         let node = Arc::new(node);
         changes.keys.push(WatchKey::Nodes);
         changes.nodes.push(node.clone());
-        self.nodes.insert(Id::from(node.id.as_str()), node);
+        self.nodes.insert(node.id.clone(), node);
         self.indexes.nodes = index;
     }
 
@@ -181,17 +185,17 @@ impl State {
         let Some(old) = self.nodes.get(node_id).cloned() else {
             return;
         };
-        let node = Arc::new(Node {
+        let node = Arc::new(NodeRow {
             status,
             modify_index: index,
-            ..Node::clone(&old)
+            ..NodeRow::clone(&old)
         });
         changes.keys.push(WatchKey::Nodes);
         changes.nodes.push(node.clone());
         self.nodes.insert(Id::from(node_id), node);
         self.indexes.nodes = index;
         if status == NodeStatus::Ready as i32 && old.status != status {
-            changes.capacity(class_key(&old));
+            changes.capacity(class_key(&old.datacenter, &old.node_class));
         }
         if status == NodeStatus::Down as i32 {
             // Everything still running there is lost.

@@ -3,11 +3,17 @@
 //! otherwise it parks until what it watches changes, or the wait (plus a
 //! little jitter) ends, and then answers with the current data and index.
 //!
-//! Waiters register on [`WatchKey`]s. Applying an entry notifies only the keys
-//! it changed, so a write to one node's allocations wakes only the queries on
-//! that node, however many are parked.
+//! A query watches one [`WatchKey`] (each reads one table, or the rows of
+//! one job or node). Applying an entry notifies only the keys it changed, so
+//! a write to one node's allocations wakes only the queries on that node,
+//! however many are parked.
+//!
+//! Every node keeps a query parked, so what a parked query holds is
+//! multiplied by the fleet: it keeps its key, one registration and the
+//! future it waits in, and nothing it could drop before parking.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -102,10 +108,10 @@ impl Watchers {
         keys.entry(key.clone()).or_default().clone()
     }
 
-    fn release(&self, key: &WatchKey, notify: Arc<Notify>) {
+    fn release(&self, key: &WatchKey, notify: &Arc<Notify>) {
         let mut keys = lock(&self.keys);
         // The map's reference and ours: nobody else waits on this key.
-        if Arc::strong_count(&notify) == 2 {
+        if Arc::strong_count(notify) == 2 {
             keys.remove(key);
         }
     }
@@ -131,6 +137,31 @@ impl Watchers {
     /// Keys with at least one parked query (for tests and metrics).
     pub fn watched(&self) -> usize {
         lock(&self.keys).len()
+    }
+}
+
+/// A parked query's registration on its key, released when it is dropped:
+/// also when the query is, a call whose caller went away.
+struct Watch<'a> {
+    watchers: &'a Watchers,
+    key: WatchKey,
+    notify: Arc<Notify>,
+}
+
+impl<'a> Watch<'a> {
+    fn new(watchers: &'a Watchers, key: WatchKey) -> Self {
+        let notify = watchers.register(&key);
+        Self {
+            watchers,
+            key,
+            notify,
+        }
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        self.watchers.release(&self.key, &self.notify);
     }
 }
 
@@ -189,15 +220,15 @@ impl Blocking {
     }
 
     /// Answers `run` on the current state; if its index is not above
-    /// `opts.min_index`, waits for a change to `keys` and asks again, until
+    /// `opts.min_index`, waits for a change to `key` and asks again, until
     /// the index moves or the wait ends. Returns the answer and its index.
     pub async fn query<T>(
         &self,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         run: impl Fn(&State) -> (T, u64),
     ) -> (T, u64) {
-        self.query_as(Look::Copy, opts, keys, run).await
+        self.query_as(Look::Copy, opts, key, run).await
     }
 
     fn look<T>(&self, how: Look, run: &impl Fn(&State) -> T) -> T {
@@ -213,11 +244,11 @@ impl Blocking {
         &self,
         how: Look,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         run: impl Fn(&State) -> (T, u64),
     ) -> (T, u64) {
         let admit = || Ok::<_, std::convert::Infallible>(None);
-        match self.ask(how, opts, keys, run, admit).await {
+        match self.ask(how, opts, key, run, admit).await {
             Ok(answer) => answer,
             Err(never) => match never {},
         }
@@ -225,38 +256,39 @@ impl Blocking {
 
     /// A caller's query: as [`Blocking::query_as`], but it parks only if
     /// `parker` has room (`ResourceExhausted` otherwise, see [`Parking`]).
-    pub async fn query_for<T>(
-        &self,
-        parker: &Parker,
+    /// (Not an `async fn` around [`Blocking::ask`]: that would keep its
+    /// arguments a second time in every parked node query.)
+    pub fn query_for<'a, T: 'a>(
+        &'a self,
+        parker: &'a Parker,
         how: Look,
-        opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
-        run: impl Fn(&State) -> (T, u64),
-    ) -> Result<(T, u64), ParkRefused> {
+        opts: Option<&'a QueryOptions>,
+        key: WatchKey,
+        run: impl Fn(&State) -> (T, u64) + 'a,
+    ) -> impl Future<Output = Result<(T, u64), ParkRefused>> + 'a {
         let admit = || self.parking.admit(parker).map(Some);
-        self.ask(how, opts, keys, run, admit).await
+        self.ask(how, opts, key, run, admit)
     }
 
     async fn ask<T, E>(
         &self,
         how: Look,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         run: impl Fn(&State) -> (T, u64),
         admit: impl FnOnce() -> Result<Option<Permit>, E>,
     ) -> Result<(T, u64), E> {
-        let default = QueryOptions::default();
-        let opts = opts.unwrap_or(&default);
-        if opts.min_index == 0 {
+        let Some(opts) = opts.filter(|o| o.min_index > 0) else {
             // A plain read.
             return Ok(self.look(how, &run));
-        }
+        };
+        let min_index = opts.min_index;
         // Every blocking query counts, also one answered at once: each is a
         // request the caller made in its watch loop.
         let source = QuerySource::parse(&opts.source).label();
         self.metrics.started.with_label_values(&[source]).inc();
         let (answer, index) = self.look(how, &run);
-        if index > opts.min_index {
+        if index > min_index {
             return Ok((answer, index));
         }
         // Not kept while parked: an answer may share parts of the state, and
@@ -272,34 +304,25 @@ impl Blocking {
         let jitter = rand::thread_rng().gen_range(0..=wait.as_millis() as u64 / 16);
         let deadline = tokio::time::Instant::now() + wait + Duration::from_millis(jitter);
 
-        let registered: Vec<(WatchKey, Arc<Notify>)> = keys
-            .iter()
-            .map(|k| (k.clone(), self.watchers.register(k)))
-            .collect();
-        let result = loop {
-            let notified: Vec<_> = registered.iter().map(|(_, n)| n.notified()).collect();
-            let mut notified: Vec<_> = notified.into_iter().map(Box::pin).collect();
-            for n in &mut notified {
-                n.as_mut().enable();
-            }
+        let watch = Watch::new(&self.watchers, key);
+        loop {
+            let notified = watch.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             // Read after registering, so a change in between is not missed.
             let (answer, index) = self.look(how, &run);
-            if index > opts.min_index {
+            if index > min_index {
                 self.delivered(source, index);
-                break (answer, index);
+                return Ok((answer, index));
             }
             drop(answer);
             tokio::select! {
-                _ = futures::future::select_all(notified) => {
+                _ = notified => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
                 }
-                _ = tokio::time::sleep_until(deadline) => break self.look(how, &run),
+                _ = tokio::time::sleep_until(deadline) => return Ok(self.look(how, &run)),
             }
-        };
-        for (k, n) in registered {
-            self.watchers.release(&k, n);
         }
-        Ok(result)
     }
 }
 
@@ -354,7 +377,7 @@ mod tests {
         let (n, index) = b
             .query(
                 Some(&opts(4, 60_000)),
-                &[WatchKey::NodeAllocs("n1".into())],
+                WatchKey::NodeAllocs("n1".into()),
                 client_allocs("n1"),
             )
             .await;
@@ -395,7 +418,7 @@ mod tests {
             b2.query_as(
                 how,
                 Some(&opts(1, 60_000)),
-                &[WatchKey::NodeAllocs("n1".into())],
+                WatchKey::NodeAllocs("n1".into()),
                 client_allocs("n1"),
             )
             .await
@@ -453,7 +476,7 @@ mod tests {
             .query_as(
                 how,
                 Some(&opts(200, 1_000)),
-                &[WatchKey::NodeAllocs("n1".into())],
+                WatchKey::NodeAllocs("n1".into()),
                 client_allocs("n1"),
             )
             .await;

@@ -166,7 +166,7 @@ impl State {
                 .nodes
                 .values()
                 .filter(|n| n.modify_index <= cutoff && self.node_collectable(&n.id))
-                .map(|n| n.id.clone())
+                .map(|n| n.id.to_string())
                 .collect(),
         }
     }

@@ -22,6 +22,7 @@ mod apply_clock;
 pub mod blocking;
 mod changes;
 pub(crate) mod gc;
+mod node_row;
 pub mod parking;
 mod reads;
 mod snapshot;
@@ -34,6 +35,7 @@ mod trace;
 pub use alloc_key::AllocKey;
 pub use apply_clock::ApplyClock;
 pub use changes::{Changes, Collected, Objects, WatchKey, ANY_CLASS, TABLES};
+pub use node_row::NodeRow;
 pub use spec::{same_group, same_spec};
 pub use store::StateStore;
 
@@ -42,7 +44,7 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 use stampede_proto::node_secret::SecretHash;
-use stampede_proto::{Allocation, Deployment, Evaluation, Job, Node, TableIndexes};
+use stampede_proto::{Allocation, Deployment, Evaluation, Job, TableIndexes};
 
 /// Allocations counted by (job version, desired status, client status).
 pub type AllocCounts = BTreeMap<(u64, i32, i32), u64>;
@@ -78,7 +80,7 @@ type NodeTable<V> =
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
 pub struct State {
-    nodes: OrdMap<Id, Arc<Node>>,
+    nodes: OrdMap<Id, Arc<NodeRow>>,
     /// Each node's secret hash (node identity), beside the node rather than
     /// in it, so no read of a node can return it. A node registered before
     /// node identity has none.

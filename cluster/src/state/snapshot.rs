@@ -3,16 +3,14 @@
 use std::sync::Arc;
 
 use stampede_proto::node_secret::SecretHash;
-use stampede_proto::{
-    Allocation, Deployment, Evaluation, Job, Node, NodeSecretHash, StateSnapshot,
-};
+use stampede_proto::{Allocation, Deployment, Evaluation, Job, NodeSecretHash, StateSnapshot};
 
-use super::{AllocKey, Id, State};
+use super::{AllocKey, Id, NodeRow, State};
 
 impl State {
     pub fn to_snapshot(&self) -> StateSnapshot {
         StateSnapshot {
-            nodes: self.nodes.values().map(|n| Node::clone(n)).collect(),
+            nodes: self.nodes.values().map(|n| n.to_proto()).collect(),
             indexes: Some(self.indexes),
             jobs: self.jobs.values().map(|j| Job::clone(j)).collect(),
             evals: self.evals.values().map(|e| Evaluation::clone(e)).collect(),
@@ -41,7 +39,8 @@ impl State {
             ..Default::default()
         };
         for n in snap.nodes {
-            s.nodes.insert(Id::from(n.id.as_str()), Arc::new(n));
+            s.nodes
+                .insert(Id::from(n.id.as_str()), Arc::new(NodeRow::from(n)));
         }
         // A snapshot from before node identity has none; a hash that is
         // not a SHA-256 is not kept.

@@ -165,7 +165,7 @@ impl Shared {
         let job = job_id.to_string();
         let ((), index) = self
             .blocking
-            .query(Some(&opts), &[WatchKey::JobAllocs(job.clone())], |s| {
+            .query(Some(&opts), WatchKey::JobAllocs(job.clone()), |s| {
                 ((), s.job_alloc_index(&job).max(1))
             })
             .await;
@@ -202,7 +202,7 @@ pub(super) async fn run(
         };
         let (running, index) = shared
             .blocking
-            .query(Some(&opts), &[WatchKey::Deployments], |s| {
+            .query(Some(&opts), WatchKey::Deployments, |s| {
                 let running: Vec<(String, u64)> = s
                     .deployments()
                     .filter(|d| deployment_running(d))
