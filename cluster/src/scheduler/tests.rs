@@ -646,7 +646,7 @@ fn datacenter_and_node_class_constraints_are_honoured() {
 
 #[test]
 fn feasibility_rules() {
-    let n = NodeRow::from(node("a", "dc1", "gpu", 1, 1));
+    let n = NodeRow::new(&node("a", "dc1", "gpu", 1, 1), None);
     let mut j = job("j", JobType::Service, vec![]);
     let tg = group("g", 1, 1, 1);
     assert!(feasible(
@@ -730,7 +730,7 @@ fn ineligible_and_down_nodes_get_nothing() {
 
 #[test]
 fn fits_checks_cpu_and_memory() {
-    let n = NodeRow::from(node("a", "dc1", "", 1000, 500));
+    let n = NodeRow::new(&node("a", "dc1", "", 1000, 500), None);
     let used = Resources {
         cpu_mhz: 600,
         memory_mb: 100,

@@ -43,7 +43,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
-use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{Allocation, Deployment, Evaluation, Job, TableIndexes};
 
 /// Allocations counted by (job version, desired status, client status).
@@ -81,10 +80,7 @@ type NodeTable<V> =
 #[derive(Clone, Debug, Default)]
 pub struct State {
     nodes: OrdMap<Id, Arc<NodeRow>>,
-    /// Each node's secret hash (node identity), beside the node rather than
-    /// in it, so no read of a node can return it. A node registered before
-    /// node identity has none.
-    node_secrets: NodeTable<SecretHash>,
+    /// Each node, with its secret's hash (node identity).
     jobs: OrdMap<Id, Arc<Job>>,
     evals: OrdMap<Id, Arc<Evaluation>>,
     allocs: AllocTable,

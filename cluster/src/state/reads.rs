@@ -45,7 +45,7 @@ impl State {
     /// The SHA-256 of the secret node `id` registered with; `None` for a
     /// node not registered, or registered before node identity.
     pub fn node_secret(&self, id: &str) -> Option<&SecretHash> {
-        self.node_secrets.get(id)
+        self.nodes.get(id)?.secret.as_ref()
     }
 
     /// Every node, in id order.

@@ -1,5 +1,6 @@
 //! The state as a snapshot's `StateSnapshot`, and back.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use stampede_proto::node_secret::SecretHash;
@@ -21,11 +22,13 @@ impl State {
                 .map(|d| Deployment::clone(d))
                 .collect(),
             node_secrets: self
-                .node_secrets
-                .iter()
-                .map(|(id, hash)| NodeSecretHash {
-                    node_id: id.to_string(),
-                    sha256: hash.to_vec(),
+                .nodes
+                .values()
+                .filter_map(|n| {
+                    Some(NodeSecretHash {
+                        node_id: n.id.to_string(),
+                        sha256: n.secret?.to_vec(),
+                    })
                 })
                 .collect(),
         }
@@ -38,16 +41,17 @@ impl State {
             index,
             ..Default::default()
         };
+        // A snapshot from before node identity has no secrets; a hash that
+        // is not a SHA-256 is not kept.
+        let mut secrets: HashMap<String, SecretHash> = snap
+            .node_secrets
+            .into_iter()
+            .filter_map(|h| Some((h.node_id, SecretHash::try_from(h.sha256.as_slice()).ok()?)))
+            .collect();
         for n in snap.nodes {
+            let secret = secrets.remove(&n.id);
             s.nodes
-                .insert(Id::from(n.id.as_str()), Arc::new(NodeRow::from(n)));
-        }
-        // A snapshot from before node identity has none; a hash that is
-        // not a SHA-256 is not kept.
-        for h in snap.node_secrets {
-            if let Ok(hash) = SecretHash::try_from(h.sha256.as_slice()) {
-                s.node_secrets.insert(Id::from(h.node_id.as_str()), hash);
-            }
+                .insert(Id::from(n.id.as_str()), Arc::new(NodeRow::new(&n, secret)));
         }
         for j in snap.jobs {
             s.jobs.insert(Id::from(j.id.as_str()), Arc::new(j));
