@@ -11,7 +11,8 @@
 //!
 //! The type and its tables are here; what it does is in files of their own:
 //! applying entries (`apply`, allocations in `allocs`), what a batch
-//! changed (`changes`), reads (`reads`), snapshots (`snapshot`),
+//! changed (`changes`), reads (`reads`), snapshots (`snapshot`), a node's
+//! row (`node_row`),
 //! comparing job versions (`spec`), the live store (`store`), garbage
 //! collection (`gc`), when each index applied (`apply_clock`) and blocking queries ([`blocking`]).
 
