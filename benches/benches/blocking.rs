@@ -77,9 +77,9 @@ impl Fleet {
                 max_wait_ms: 600_000,
                 source: stampede_proto::QuerySource::ClientAllocs.label().into(),
             };
-            let keys = [WatchKey::NodeAllocs(node.clone())];
+            let key = WatchKey::NodeAllocs(node.clone());
             blocking
-                .query(Some(&opts), &keys, |s| s.node_alloc_index(&node), |_| ())
+                .query(Some(&opts), key, |s| s.node_alloc_index(&node), |_| ())
                 .await;
             let _ = answered.send(());
         });

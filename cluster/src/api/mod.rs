@@ -80,29 +80,13 @@ impl Api {
         &self,
         parker: &Parker,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         index: impl Fn(&State) -> u64,
         answer: impl Fn(&State) -> T,
     ) -> Result<(T, u64), Status> {
         let answer = self
             .blocking
-            .query_for(parker, Look::Copy, opts, keys, index, answer);
-        Ok(answer.await?)
-    }
-
-    /// [`Api::query`] for a short read, under the state's lock instead of
-    /// on a copy (see [`Look::Locked`]).
-    async fn query_short<T>(
-        &self,
-        parker: &Parker,
-        opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
-        index: impl Fn(&State) -> u64,
-        answer: impl Fn(&State) -> T,
-    ) -> Result<(T, u64), Status> {
-        let answer = self
-            .blocking
-            .query_for(parker, Look::Locked, opts, keys, index, answer);
+            .query_for(parker, Look::Copy, opts, key, index, answer);
         Ok(answer.await?)
     }
 }

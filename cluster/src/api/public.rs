@@ -3,6 +3,11 @@
 //! answer once this server has applied them, so a client reads its own
 //! writes wherever it asks.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::TryFutureExt;
 use stampede_proto::deployment_service_server::DeploymentService;
 use stampede_proto::job_service_server::JobService;
 use stampede_proto::node_service_server::NodeService;
@@ -15,9 +20,9 @@ use crate::control::is_forwarded;
 use crate::model::identity;
 use crate::model::validate::{self, quote};
 use crate::raft::client_write::{ClientWrite, Refused};
-use crate::state::blocking;
+use crate::state::blocking::{self, Look};
 use crate::state::parking::Parker;
-use crate::state::{State, WatchKey};
+use crate::state::{Id, State, WatchKey};
 
 #[tonic::async_trait]
 impl NodeService for Api {
@@ -31,7 +36,7 @@ impl NodeService for Api {
         let state = self.store.snapshot();
         match state.node(&id) {
             Some(node) => Ok(Response::new(NodeGetReply {
-                node: Some(Node::clone(&node)),
+                node: Some(node.to_proto()),
                 index: state.index(),
             })),
             None => Err(Status::not_found(format!(
@@ -47,9 +52,9 @@ impl NodeService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::Nodes],
+                WatchKey::Nodes,
                 |s| s.indexes().nodes.max(1),
-                |s| s.nodes().map(|n| Node::clone(n)).collect(),
+                |s| s.nodes().map(|n| n.to_proto()).collect(),
             )
             .await?;
         Ok(Response::new(NodeListReply { nodes, index }))
@@ -69,7 +74,8 @@ impl NodeService for Api {
         &self,
         req: Request<NodeClientAllocsRequest>,
     ) -> Reply<NodeClientAllocsReply> {
-        Ok(Response::new(self.client_allocs(req.into_inner()).await?))
+        let api = Arc::new(self.clone());
+        Ok(Response::new(api.client_allocs(req.into_inner()).await?))
     }
 
     async fn get_allocs(&self, req: Request<AllocsGetRequest>) -> Reply<AllocationsReply> {
@@ -89,14 +95,11 @@ impl NodeService for Api {
     async fn call_stream(&self, req: Request<Streaming<NodeCall>>) -> Reply<Answers<NodeCall>> {
         // One shared handle for the stream's calls: a call clones a count,
         // not every handle the service holds.
-        let api = std::sync::Arc::new(self.clone());
+        let api = Arc::new(self.clone());
         Ok(Response::new(Answers::new(
             req.into_inner(),
             NODE_STREAM_CALLS,
-            move |request| {
-                let api = api.clone();
-                async move { api.node_call(request).await }
-            },
+            move |request| api.node_call(request),
         )))
     }
 }
@@ -126,32 +129,40 @@ impl Ticketed for NodeCall {
     }
 }
 
+/// One node call in progress, boxed on its own: each kind of call is a
+/// box of its own size. Every node keeps an allocation query parked, so
+/// that query's box is what the fleet multiplies; one future type for every
+/// call would be the size of the largest, and an `async` block around a
+/// call would keep the call's request a second time.
+type NodeCallFuture = Pin<Box<dyn Future<Output = Result<node_answer::Reply, Status>> + Send>>;
+
 impl Api {
     /// A node's call on a call stream, served as the call of its own is.
-    async fn node_call(
-        &self,
-        request: Option<node_call::Request>,
-    ) -> Result<node_answer::Reply, Status> {
+    fn node_call(self: &Arc<Self>, request: Option<node_call::Request>) -> NodeCallFuture {
         use node_answer::Reply as R;
         use node_call::Request as Q;
-        // A registration or a heartbeat is rare beside a node's queries and
-        // reports, but its future is ten times their size: boxed, it is not
-        // the size of every call's future, which is moved twice per call.
-        Ok(match request {
-            Some(Q::Register(req)) => R::Written(Box::pin(self.register_node(req)).await?),
-            Some(Q::UpdateStatus(req)) => {
-                R::UpdateStatus(Box::pin(self.calls.update_status(req, false)).await?)
+        let api = self.clone();
+        match request {
+            Some(Q::Register(req)) => {
+                Box::pin(async move { Ok::<_, Status>(R::Written(api.register_node(req).await?)) })
             }
-            Some(Q::GetClientAllocs(req)) => R::GetClientAllocs(self.client_allocs(req).await?),
-            // Boxed too: a call's future is as large as its largest arm, and
-            // every node keeps an allocation query parked, so the arms that
-            // do not park are not allowed to size it.
-            Some(Q::GetAllocs(req)) => R::GetAllocs(Box::pin(self.allocs(req)).await?),
-            Some(Q::UpdateAlloc(req)) => R::Written(WriteReply {
-                index: Box::pin(self.calls.update_alloc(req, false)).await?,
+            Some(Q::UpdateStatus(req)) => Box::pin(async move {
+                Ok::<_, Status>(R::UpdateStatus(api.calls.update_status(req, false).await?))
             }),
-            None => return Err(Status::invalid_argument("request: is required")),
-        })
+            Some(Q::GetClientAllocs(req)) => {
+                Box::pin(api.client_allocs(req).map_ok(R::GetClientAllocs))
+            }
+            Some(Q::GetAllocs(req)) => {
+                Box::pin(async move { Ok::<_, Status>(R::GetAllocs(api.allocs(req).await?)) })
+            }
+            Some(Q::UpdateAlloc(req)) => Box::pin(async move {
+                let index = api.calls.update_alloc(req, false).await?;
+                Ok::<_, Status>(R::Written(WriteReply { index }))
+            }),
+            None => Box::pin(std::future::ready(Err(Status::invalid_argument(
+                "request: is required",
+            )))),
+        }
     }
 
     async fn register_node(&self, req: NodeRegisterRequest) -> Result<WriteReply, Status> {
@@ -161,60 +172,77 @@ impl Api {
         })
     }
 
-    /// `GetClientAllocs`: a blocking query on one node's allocations.
-    async fn client_allocs(
-        &self,
+    /// `GetClientAllocs`: a blocking query on one node's allocations. The
+    /// checks run at once, and the query keeps only what it answers from:
+    /// the node's id (inside the `Id`) and the query's options, not the
+    /// request with its secret.
+    fn client_allocs(
+        self: Arc<Self>,
         req: NodeClientAllocsRequest,
-    ) -> Result<NodeClientAllocsReply, Status> {
-        validate::id("node_id", &req.node_id)?;
-        identity::secret_field("secret_id", &req.secret_id)?;
+    ) -> impl Future<Output = Result<NodeClientAllocsReply, Status>> + Send + 'static {
+        let checked = self.check_node_caller(&req.node_id, &req.secret_id);
+        let node = Id::from(req.node_id.as_str());
+        let (query, with_changed) = (req.query, req.with_changed);
+        async move {
+            checked.map_err(|refused| *refused)?;
+            // Changed since what the client has seen; nothing if it asks not to.
+            let since = match &query {
+                Some(q) if with_changed => q.min_index,
+                None if with_changed => 0,
+                _ => u64::MAX,
+            };
+            // The query keeps the node's allocations it answers from (a copy
+            // costs a count, and shares nothing the other nodes' writes touch),
+            // and the answer is built from them once: a query parked and woken
+            // looks at the state two or three times.
+            let (mine, index) = self
+                .blocking
+                .query_for(
+                    &Parker::Node(node.clone()),
+                    Look::Locked,
+                    query.as_ref(),
+                    WatchKey::NodeAllocs(node.to_string()),
+                    |s| s.node_alloc_index(&node).max(1),
+                    |s| s.node_alloc_map(&node),
+                )
+                .await?;
+            let allocs = mine
+                .values()
+                .map(|a| (a.id.clone(), a.alloc_modify_index))
+                .collect();
+            let changed = mine
+                .values()
+                .filter(|a| a.alloc_modify_index > since)
+                .map(|a| Allocation::clone(a))
+                .collect();
+            Ok(NodeClientAllocsReply {
+                allocs,
+                index,
+                changed,
+            })
+        }
+    }
+
+    /// Whether the caller of a node's allocation query is that node: it
+    /// is registered here, and the secret is the one it registered with.
+    /// The refusal is boxed: the query's future keeps the outcome.
+    fn check_node_caller(&self, node_id: &str, secret_id: &str) -> Result<(), Box<Status>> {
+        let refused = |status: Status| Box::new(status);
+        validate::id("node_id", node_id).map_err(|e| refused(e.into()))?;
+        identity::secret_field("secret_id", secret_id).map_err(|e| refused(e.into()))?;
         // Only the node itself may ask: its allocations are its work.
-        let given = stampede_proto::node_secret::hash(&req.secret_id);
+        let given = stampede_proto::node_secret::hash(secret_id);
         let known = self.store.read(|s| {
-            s.has_node(&req.node_id)
-                .then(|| identity::check_hash(s.node_secret(&req.node_id), &req.node_id, &given))
+            s.has_node(node_id)
+                .then(|| identity::check_hash(s.node_secret(node_id), node_id, &given))
         });
         let Some(own) = known else {
-            return Err(Status::not_found(format!(
+            return Err(refused(Status::not_found(format!(
                 "node_id: no node {} is registered",
-                quote(&req.node_id)
-            )));
+                quote(node_id)
+            ))));
         };
-        own?;
-        let node = req.node_id.clone();
-        // Changed since what the client has seen; nothing if it asks not to.
-        let since = if req.with_changed {
-            req.query.as_ref().map_or(0, |q| q.min_index)
-        } else {
-            u64::MAX
-        };
-        // The query keeps the node's allocations it answers from (a copy
-        // costs a count, and shares nothing the other nodes' writes touch),
-        // and the answer is built from them once: a query parked and woken
-        // looks at the state two or three times.
-        let (mine, index) = self
-            .query_short(
-                &Parker::Node(node.as_str().into()),
-                req.query.as_ref(),
-                &[WatchKey::NodeAllocs(node.clone())],
-                |s| s.node_alloc_index(&node).max(1),
-                |s| s.node_alloc_map(&node),
-            )
-            .await?;
-        let allocs = mine
-            .values()
-            .map(|a| (a.id.clone(), a.alloc_modify_index))
-            .collect();
-        let changed = mine
-            .values()
-            .filter(|a| a.alloc_modify_index > since)
-            .map(|a| Allocation::clone(a))
-            .collect();
-        Ok(NodeClientAllocsReply {
-            allocs,
-            index,
-            changed,
-        })
+        own.map_err(|e| refused(e.into()))
     }
 
     /// `GetAllocs`: allocations by id, once this server has caught up with
@@ -276,7 +304,7 @@ impl Api {
             .query(
                 parker,
                 query,
-                &[WatchKey::JobAllocs(job_id.to_string())],
+                WatchKey::JobAllocs(job_id.to_string()),
                 |s| s.job_alloc_index(job_id).max(1),
                 |s| view(s, job_id),
             )
@@ -329,7 +357,7 @@ impl JobService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::Job(id.clone())],
+                WatchKey::Job(id.clone()),
                 |s| match s.job(&id) {
                     Some(j) => j.modify_index,
                     None => s.indexes().jobs.max(1),
@@ -355,7 +383,7 @@ impl JobService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::Jobs],
+                WatchKey::Jobs,
                 |s| s.indexes().jobs.max(1),
                 |s| s.jobs().map(|j| Job::clone(j)).collect(),
             )
@@ -419,7 +447,7 @@ impl JobService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::JobEvals(id.clone())],
+                WatchKey::JobEvals(id.clone()),
                 |s| {
                     let evals = s.job_evals(&id);
                     evals.iter().map(|e| e.modify_index).max().unwrap_or(1)
@@ -447,7 +475,7 @@ impl DeploymentService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::Deployment(id.clone())],
+                WatchKey::Deployment(id.clone()),
                 |s| match s.deployment(&id) {
                     Some(d) => d.modify_index,
                     None => s.indexes().deployments.max(1),
@@ -476,7 +504,7 @@ impl DeploymentService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::JobDeployments(id.clone())],
+                WatchKey::JobDeployments(id.clone()),
                 |s| {
                     let ds = s.job_deployments(&id);
                     ds.iter().map(|d| d.modify_index).max().unwrap_or(1)

@@ -25,7 +25,7 @@ impl EvalService for Api {
             .query(
                 &parker,
                 req.query.as_ref(),
-                &[WatchKey::Eval(id.clone())],
+                WatchKey::Eval(id.clone()),
                 |s| match s.eval(&id) {
                     Some(e) => e.modify_index,
                     None => s.indexes().evals.max(1),

@@ -11,7 +11,7 @@ pub use stages::JobStages;
 
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
-    Evaluation, Job, JobType, Node,
+    Evaluation, Job, JobType,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of entries and deadlines.
@@ -98,6 +98,6 @@ pub fn alloc_collectable(a: &Allocation) -> bool {
 /// A node's class for blocked evaluations: `datacenter/node_class`, the
 /// two things a job's constraints can tell nodes apart by (Nomad's
 /// computed class, for our constraints).
-pub fn class_key(node: &Node) -> String {
-    format!("{}/{}", node.datacenter, node.node_class)
+pub fn class_key(datacenter: &str, node_class: &str) -> String {
+    format!("{datacenter}/{node_class}")
 }

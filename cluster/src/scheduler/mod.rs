@@ -16,8 +16,8 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, ConstraintOperand, ConstraintTarget,
-    Deployment, DeploymentGroupState, DeploymentStatus, Evaluation, Job, JobType, Node, NodeStatus,
-    Plan, Resources, TaskGroup, UpdateStrategy,
+    Deployment, DeploymentGroupState, DeploymentStatus, Evaluation, Job, JobType, NodeStatus, Plan,
+    Resources, TaskGroup, UpdateStrategy,
 };
 
 pub(crate) mod core;
@@ -27,7 +27,7 @@ mod split;
 pub use split::{split, PlanBudget};
 
 use crate::model::{alloc_terminal, now_ms};
-use crate::state::State;
+use crate::state::{NodeRow, State};
 
 /// How many nodes with room a service or batch placement compares: Nomad's
 /// "power of two choices" gets most of the packing of a full scan at a tiny
@@ -79,7 +79,7 @@ pub fn plan_is_empty(plan: &Plan) -> bool {
 
 /// Whether `node` may run allocations of this job's task group at all: status READY, not `ineligible`,
 /// and its class allowed by the job ([`class_allows`]).
-pub fn feasible(node: &Node, job: &Job, tg: &TaskGroup) -> bool {
+pub fn feasible(node: &NodeRow, job: &Job, tg: &TaskGroup) -> bool {
     node.status == NodeStatus::Ready as i32
         && !node.ineligible
         && class_allows(&node.datacenter, &node.node_class, job, tg)
@@ -116,7 +116,7 @@ pub fn class_eligibility<'a>(
 ) -> BTreeMap<String, bool> {
     let mut out = BTreeMap::new();
     for node in state.nodes() {
-        let key = crate::model::class_key(node);
+        let key = crate::model::class_key(&node.datacenter, &node.node_class);
         if out.contains_key(&key) {
             continue;
         }
@@ -138,7 +138,7 @@ fn outdated(a: &Allocation, tg: &TaskGroup) -> bool {
 }
 
 /// Whether `ask` fits on `node` given `used` (both cpu_mhz and memory_mb).
-pub fn fits(node: &Node, used: &Resources, ask: &Resources) -> bool {
+pub fn fits(node: &NodeRow, used: &Resources, ask: &Resources) -> bool {
     let cap = node.resources.unwrap_or_default();
     used.cpu_mhz.saturating_add(ask.cpu_mhz) <= cap.cpu_mhz
         && used.memory_mb.saturating_add(ask.memory_mb) <= cap.memory_mb
@@ -147,7 +147,7 @@ pub fn fits(node: &Node, used: &Resources, ask: &Resources) -> bool {
 /// Bin-packing score: how full the node would be after placing `ask`, summed
 /// over cpu and memory. Higher is better, so work is packed onto busy nodes and
 /// empty nodes stay free for large asks.
-fn score(node: &Node, used: &Resources, ask: &Resources) -> f64 {
+fn score(node: &NodeRow, used: &Resources, ask: &Resources) -> f64 {
     let cap = node.resources.unwrap_or_default();
     let ratio = |used: u64, ask: u64, cap: u64| {
         if cap == 0 {
@@ -240,7 +240,7 @@ impl<'a> Planner<'a> {
             if placements.is_empty() {
                 continue;
             }
-            let mut nodes: Vec<Arc<Node>> = self
+            let mut nodes: Vec<Arc<NodeRow>> = self
                 .state
                 .nodes()
                 .filter(|n| feasible(n, job, tg))
@@ -471,7 +471,7 @@ impl<'a> Planner<'a> {
     /// nothing the list is empty and later placements fail at once.
     fn pick(
         &mut self,
-        nodes: &mut Vec<Arc<Node>>,
+        nodes: &mut Vec<Arc<NodeRow>>,
         cursor: &mut usize,
         ask: &Resources,
     ) -> Option<String> {
@@ -488,7 +488,7 @@ impl<'a> Planner<'a> {
             if fits(node, &used, ask) {
                 let s = score(node, &used, ask);
                 if best.as_ref().is_none_or(|(b, _)| s > *b) {
-                    best = Some((s, node.id.clone()));
+                    best = Some((s, node.id.to_string()));
                 }
                 found += 1;
                 *cursor += 1;
@@ -526,7 +526,7 @@ impl<'a> Planner<'a> {
                     self.stop(a, "duplicate on node".into());
                 }
             }
-            let nodes: Vec<Arc<Node>> = self
+            let nodes: Vec<Arc<NodeRow>> = self
                 .state
                 .nodes()
                 .filter(|n| !covered.contains(n.id.as_str()) && feasible(n, job, tg))

@@ -5,7 +5,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use stampede_proto::{
     log_entry::Msg, AllocClientUpdateEntry, Constraint, JobDeregisterEntry, JobRegisterEntry,
-    LogEntry, NodeRegisterEntry, NodeStatusEntry, PlanApplyEntry,
+    LogEntry, Node, NodeRegisterEntry, NodeStatusEntry, PlanApplyEntry,
 };
 
 /// A state built the way servers build it: by applying log entries.
@@ -646,11 +646,11 @@ fn datacenter_and_node_class_constraints_are_honoured() {
 
 #[test]
 fn feasibility_rules() {
-    let n = node("a", "dc1", "gpu", 1, 1);
+    let n = NodeRow::new(&node("a", "dc1", "gpu", 1, 1), None);
     let mut j = job("j", JobType::Service, vec![]);
     let tg = group("g", 1, 1, 1);
     assert!(feasible(
-        &Node {
+        &NodeRow {
             status: NodeStatus::Ready as i32,
             ..n.clone()
         },
@@ -663,7 +663,7 @@ fn feasibility_rules() {
         NodeStatus::Unspecified,
     ] {
         assert!(!feasible(
-            &Node {
+            &NodeRow {
                 status: bad as i32,
                 ..n.clone()
             },
@@ -671,12 +671,12 @@ fn feasibility_rules() {
             &tg
         ));
     }
-    let ready = Node {
+    let ready = NodeRow {
         status: NodeStatus::Ready as i32,
         ..n
     };
     assert!(!feasible(
-        &Node {
+        &NodeRow {
             ineligible: true,
             ..ready.clone()
         },
@@ -730,7 +730,7 @@ fn ineligible_and_down_nodes_get_nothing() {
 
 #[test]
 fn fits_checks_cpu_and_memory() {
-    let n = node("a", "dc1", "", 1000, 500);
+    let n = NodeRow::new(&node("a", "dc1", "", 1000, 500), None);
     let used = Resources {
         cpu_mhz: 600,
         memory_mb: 100,
@@ -795,7 +795,7 @@ fn system_job_runs_once_per_feasible_node() {
 
     // A new node gets its own; a node made ineligible loses them.
     c.add_node(node("n00004", "dc1", "", 1000, 1000));
-    let mut n1 = Node::clone(&c.state.node("n00001").unwrap());
+    let mut n1 = c.state.node("n00001").unwrap().to_proto();
     n1.ineligible = true;
     c.add_node(n1);
     let out = c.run("agent");

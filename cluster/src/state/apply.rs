@@ -7,10 +7,12 @@ use imbl::OrdMap;
 use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{
     log_entry::Msg, AllocClientStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
-    Evaluation, Job, JobStatus, LogEntry, Node, NodeStatus, PlanApplyEntry,
+    Evaluation, Job, JobStatus, LogEntry, NodeStatus, PlanApplyEntry,
 };
 
-use super::{same_group, same_spec, AllocKey, Changes, Id, NodeTable, State, WatchKey, ANY_CLASS};
+use super::{
+    same_group, same_spec, AllocKey, Changes, Id, NodeRow, NodeTable, State, WatchKey, ANY_CLASS,
+};
 use crate::model::{alloc_terminal, class_key, deployment_done, deployment_running};
 
 /// Changes `key`'s row in `map` with `change`, or adds the row `new`
@@ -90,10 +92,10 @@ impl State {
         match &entry.msg {
             Some(Msg::NodeRegister(e)) => {
                 if let Some(node) = &e.node {
-                    if !self.take_node_secret(&node.id, &e.secret_hash) {
+                    let Some(secret) = self.node_secret_kept(&node.id, &e.secret_hash) else {
                         return;
-                    }
-                    self.upsert_node(index, node.clone(), changes);
+                    };
+                    self.upsert_node(index, NodeRow::new(node, secret), changes);
                 }
                 self.upsert_evals(index, &e.evals, changes);
             }
@@ -135,31 +137,29 @@ impl State {
 
     /// The class of a node, for a capacity change there.
     pub(super) fn class_of(&self, node_id: &str) -> String {
-        self.nodes
-            .get(node_id)
-            .map_or_else(|| ANY_CLASS.to_string(), |n| class_key(n))
+        self.nodes.get(node_id).map_or_else(
+            || ANY_CLASS.to_string(),
+            |n| class_key(&n.datacenter, &n.node_class),
+        )
     }
 
-    /// Keeps a registration's secret hash with node `node_id`; false when
-    /// the node already has another one. The leader refuses such a
-    /// registration before proposing it, but two registrations of one new
-    /// node may both pass that check before either applies: the first to
-    /// apply keeps the node, everywhere alike. A hash that is not 32 bytes
-    /// (an entry from before node identity) leaves what is kept as it is.
-    fn take_node_secret(&mut self, node_id: &str, hash: &[u8]) -> bool {
-        let Ok(hash) = SecretHash::try_from(hash) else {
-            return true;
-        };
-        match self.node_secrets.get(node_id) {
-            Some(kept) => *kept == hash,
-            None => {
-                self.node_secrets.insert(Id::from(node_id), hash);
-                true
-            }
+    /// The secret hash node `node_id` keeps after a registration with
+    /// `hash`: the one it has, or else this one; `None` (the registration
+    /// is not applied) when the node already has another one. The leader
+    /// refuses such a registration before proposing it, but two
+    /// registrations of one new node may both pass that check before either
+    /// applies: the first to apply keeps the node, everywhere alike. A hash
+    /// that is not 32 bytes (an entry from before node identity) leaves what
+    /// is kept as it is.
+    fn node_secret_kept(&self, node_id: &str, hash: &[u8]) -> Option<Option<SecretHash>> {
+        let kept = self.nodes.get(node_id).and_then(|n| n.secret);
+        match (kept, SecretHash::try_from(hash).ok()) {
+            (Some(kept), Some(hash)) if kept != hash => None,
+            (kept, hash) => Some(kept.or(hash)),
         }
     }
 
-    fn upsert_node(&mut self, index: u64, mut node: Node, changes: &mut Changes) {
+    fn upsert_node(&mut self, index: u64, mut node: NodeRow, changes: &mut Changes) {
         let old = self.nodes.get(node.id.as_str()).cloned();
         node.create_index = old.as_ref().map_or(index, |o| o.create_index);
         node.modify_index = index;
@@ -168,12 +168,12 @@ impl State {
         }
         let ready = node.status == NodeStatus::Ready as i32;
         if ready && old.is_none_or(|o| o.status != NodeStatus::Ready as i32) {
-            changes.capacity(class_key(&node));
+            changes.capacity(class_key(&node.datacenter, &node.node_class));
         }
         let node = Arc::new(node);
         changes.keys.push(WatchKey::Nodes);
         changes.nodes.push(node.clone());
-        self.nodes.insert(Id::from(node.id.as_str()), node);
+        self.nodes.insert(node.id.clone(), node);
         self.indexes.nodes = index;
     }
 
@@ -181,17 +181,17 @@ impl State {
         let Some(old) = self.nodes.get(node_id).cloned() else {
             return;
         };
-        let node = Arc::new(Node {
+        let node = Arc::new(NodeRow {
             status,
             modify_index: index,
-            ..Node::clone(&old)
+            ..NodeRow::clone(&old)
         });
         changes.keys.push(WatchKey::Nodes);
         changes.nodes.push(node.clone());
         self.nodes.insert(Id::from(node_id), node);
         self.indexes.nodes = index;
         if status == NodeStatus::Ready as i32 && old.status != status {
-            changes.capacity(class_key(&old));
+            changes.capacity(class_key(&old.datacenter, &old.node_class));
         }
         if status == NodeStatus::Down as i32 {
             // Everything still running there is lost.

@@ -3,11 +3,23 @@
 //! otherwise it parks until what it watches changes, or the wait (plus a
 //! little jitter) ends, and then answers with the current data and index.
 //!
-//! Waiters register on [`WatchKey`]s. Applying an entry notifies only the keys
-//! it changed, so a write to one node's allocations wakes only the queries on
-//! that node, however many are parked.
+//! A query watches one [`WatchKey`] (each reads one table, or the rows of
+//! one job or node). Applying an entry notifies only the keys it changed, so
+//! a write to one node's allocations wakes only the queries on that node,
+//! however many are parked.
+//!
+//! Every node keeps a query parked, so what a parked query holds is
+//! multiplied by the fleet: it keeps its key, one registration and the
+//! future it waits in, and nothing it could drop before parking.
+//!
+//! A query's read comes in two parts: the index its data last changed at,
+//! cheap, and its answer, a copy of rows. A wake asks only the index; the
+//! answer is built once, when the query returns. And a change at raft index
+//! `i` wakes only the queries waiting to pass an index below `i`: a query
+//! parked far above the current index costs a write nothing.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -120,10 +132,10 @@ impl Watchers {
         }
     }
 
-    fn release(&self, key: &WatchKey, min_index: u64, notify: Arc<Notify>) {
+    fn release(&self, key: &WatchKey, min_index: u64, notify: &Arc<Notify>) {
         let mut keys = lock(&self.keys);
         // The map's reference and ours: nobody else waits in this group.
-        if Arc::strong_count(&notify) != 2 {
+        if Arc::strong_count(notify) != 2 {
             return;
         }
         let Some(waiting) = keys.get_mut(key) else {
@@ -138,8 +150,7 @@ impl Watchers {
     }
 
     /// Wakes every query watching any of `keys` that waits to pass an index
-    /// below `index`, the batch's last; returns how many it woke (a query
-    /// watching two of them counts twice).
+    /// below `index`, the batch's last; returns how many it woke.
     pub fn notify(&self, keys: &[WatchKey], index: u64) -> usize {
         let map = lock(&self.keys);
         if map.is_empty() {
@@ -161,6 +172,34 @@ impl Watchers {
     /// Keys with at least one parked query (for tests and metrics).
     pub fn watched(&self) -> usize {
         lock(&self.keys).len()
+    }
+}
+
+/// A parked query's registration on its key, released when it is dropped:
+/// also when the query is, a call whose caller went away.
+struct Watch<'a> {
+    watchers: &'a Watchers,
+    key: WatchKey,
+    min_index: u64,
+    notify: Arc<Notify>,
+}
+
+impl<'a> Watch<'a> {
+    fn new(watchers: &'a Watchers, key: WatchKey, min_index: u64) -> Self {
+        let notify = watchers.register(&key, min_index);
+        Self {
+            watchers,
+            key,
+            min_index,
+            notify,
+        }
+    }
+}
+
+impl Drop for Watch<'_> {
+    fn drop(&mut self) {
+        self.watchers
+            .release(&self.key, self.min_index, &self.notify);
     }
 }
 
@@ -219,22 +258,17 @@ impl Blocking {
     }
 
     /// Answers with `answer` of the current state; if its `index` is not
-    /// above `opts.min_index`, waits for a change to `keys` and asks again,
+    /// above `opts.min_index`, waits for a change to `key` and asks again,
     /// until the index moves or the wait ends. Returns the answer and its
     /// index.
-    ///
-    /// A wake asks only `index`, under the state's lock: the answer (a copy
-    /// of a whole table, for a list) is built once, when the query returns,
-    /// so however many queries a write wakes and however often, none of
-    /// them copies anything until its data has really moved.
     pub async fn query<T>(
         &self,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         index: impl Fn(&State) -> u64,
         answer: impl Fn(&State) -> T,
     ) -> (T, u64) {
-        self.query_as(Look::Copy, opts, keys, index, answer).await
+        self.query_as(Look::Copy, opts, key, index, answer).await
     }
 
     /// The answer and its index, from one view of the state, looked at as
@@ -258,12 +292,12 @@ impl Blocking {
         &self,
         how: Look,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         index: impl Fn(&State) -> u64,
         answer: impl Fn(&State) -> T,
     ) -> (T, u64) {
         let admit = || Ok::<_, std::convert::Infallible>(None);
-        match self.ask(how, opts, keys, index, answer, admit).await {
+        match self.ask(how, opts, key, index, answer, admit).await {
             Ok(answer) => answer,
             Err(never) => match never {},
         }
@@ -271,39 +305,41 @@ impl Blocking {
 
     /// A caller's query: as [`Blocking::query_as`], but it parks only if
     /// `parker` has room (`ResourceExhausted` otherwise, see [`Parking`]).
-    pub async fn query_for<T>(
-        &self,
-        parker: &Parker,
+    /// (Not an `async fn` around [`Blocking::ask`]: that would keep its
+    /// arguments a second time in every parked node query.)
+    pub fn query_for<'a, T: 'a>(
+        &'a self,
+        parker: &'a Parker,
         how: Look,
-        opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
-        index: impl Fn(&State) -> u64,
-        answer: impl Fn(&State) -> T,
-    ) -> Result<(T, u64), ParkRefused> {
+        opts: Option<&'a QueryOptions>,
+        key: WatchKey,
+        index: impl Fn(&State) -> u64 + 'a,
+        answer: impl Fn(&State) -> T + 'a,
+    ) -> impl Future<Output = Result<(T, u64), ParkRefused>> + 'a {
         let admit = || self.parking.admit(parker).map(Some);
-        self.ask(how, opts, keys, index, answer, admit).await
+        self.ask(how, opts, key, index, answer, admit)
     }
 
     async fn ask<T, E>(
         &self,
         how: Look,
         opts: Option<&QueryOptions>,
-        keys: &[WatchKey],
+        key: WatchKey,
         index: impl Fn(&State) -> u64,
         answer: impl Fn(&State) -> T,
         admit: impl FnOnce() -> Result<Option<Permit>, E>,
     ) -> Result<(T, u64), E> {
-        let default = QueryOptions::default();
-        let opts = opts.unwrap_or(&default);
-        if opts.min_index == 0 {
+        let Some(opts) = opts.filter(|o| o.min_index > 0) else {
             // A plain read.
             return Ok(self.look(how, &index, &answer));
-        }
+        };
+        let min_index = opts.min_index;
         // Every blocking query counts, also one answered at once: each is a
         // request the caller made in its watch loop.
         let source = QuerySource::parse(&opts.source).label();
         self.metrics.started.with_label_values(&[source]).inc();
-        let moved = || self.store.read(&index) > opts.min_index;
+        // The index alone, under the lock: no answer is built to be dropped.
+        let moved = || self.store.read(&index) > min_index;
         if moved() {
             return Ok(self.look(how, &index, &answer));
         }
@@ -316,33 +352,26 @@ impl Blocking {
         let jitter = rand::thread_rng().gen_range(0..=wait.as_millis() as u64 / 16);
         let deadline = tokio::time::Instant::now() + wait + Duration::from_millis(jitter);
 
-        let registered: Vec<(WatchKey, Arc<Notify>)> = keys
-            .iter()
-            .map(|k| (k.clone(), self.watchers.register(k, opts.min_index)))
-            .collect();
-        let result = loop {
-            let notified: Vec<_> = registered.iter().map(|(_, n)| n.notified()).collect();
-            let mut notified: Vec<_> = notified.into_iter().map(Box::pin).collect();
-            for n in &mut notified {
-                n.as_mut().enable();
-            }
+        let watch = Watch::new(&self.watchers, key, min_index);
+        loop {
+            let notified = watch.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
             // Asked after registering, so a change in between is not missed.
             if moved() {
                 let (answer, index) = self.look(how, &index, &answer);
                 self.delivered(source, index);
-                break (answer, index);
+                return Ok((answer, index));
             }
             tokio::select! {
-                _ = futures::future::select_all(notified) => {
+                _ = notified => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
                 }
-                _ = tokio::time::sleep_until(deadline) => break self.look(how, &index, &answer),
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Ok(self.look(how, &index, &answer));
+                }
             }
-        };
-        for (k, n) in registered {
-            self.watchers.release(&k, opts.min_index, n);
         }
-        Ok(result)
     }
 }
 
@@ -401,7 +430,7 @@ mod tests {
         let (n, index) = b
             .query(
                 Some(&opts(4, 60_000)),
-                &[WatchKey::NodeAllocs("n1".into())],
+                WatchKey::NodeAllocs("n1".into()),
                 allocs_index("n1"),
                 allocs_count("n1"),
             )
@@ -443,7 +472,7 @@ mod tests {
             b2.query_as(
                 how,
                 Some(&opts(1, 60_000)),
-                &[WatchKey::NodeAllocs("n1".into())],
+                WatchKey::NodeAllocs("n1".into()),
                 allocs_index("n1"),
                 allocs_count("n1"),
             )
@@ -502,7 +531,7 @@ mod tests {
             .query_as(
                 how,
                 Some(&opts(200, 1_000)),
-                &[WatchKey::NodeAllocs("n1".into())],
+                WatchKey::NodeAllocs("n1".into()),
                 allocs_index("n1"),
                 allocs_count("n1"),
             )
@@ -526,7 +555,7 @@ mod tests {
                 tokio::spawn(async move {
                     b.query(
                         Some(&opts(150, 60_000)),
-                        &[WatchKey::NodeAllocs("n1".into())],
+                        WatchKey::NodeAllocs("n1".into()),
                         allocs_index("n1"),
                         |s| {
                             built.fetch_add(1, Ordering::SeqCst);
@@ -584,14 +613,16 @@ mod tests {
         assert_eq!(w.notify(std::slice::from_ref(&key), 6), 2, "the two at 5");
         assert_eq!(w.notify(std::slice::from_ref(&key), 101), 3, "all");
         assert_eq!(w.notify(&[WatchKey::Nodes], 101), 0, "another key");
-        w.release(&key, 5, low_too);
-        w.release(&key, 5, low);
+        w.release(&key, 5, &low_too);
+        drop(low_too);
+        w.release(&key, 5, &low);
+        drop(low);
         assert_eq!(
             w.notify(std::slice::from_ref(&key), 101),
             1,
             "the one at 100"
         );
-        w.release(&key, 100, high);
+        w.release(&key, 100, &high);
         assert_eq!(w.watched(), 0);
     }
 

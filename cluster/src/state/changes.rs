@@ -3,9 +3,9 @@
 
 use std::sync::Arc;
 
-use stampede_proto::{Evaluation, Node};
+use stampede_proto::Evaluation;
 
-use super::State;
+use super::{NodeRow, State};
 
 /// What a blocking query can wait on. Applying an entry wakes only the
 /// queries watching what it changed.
@@ -37,7 +37,7 @@ pub struct Changes {
     /// [`crate::model::class_key`]) where it did; [`ANY_CLASS`] when unknown.
     pub capacity_classes: std::collections::BTreeSet<String>,
     /// Nodes registered or whose status changed.
-    pub nodes: Vec<Arc<Node>>,
+    pub nodes: Vec<Arc<NodeRow>>,
     /// The raft index of the last entry applied in the batch.
     pub index: u64,
     /// Rows garbage collection removed.
@@ -116,7 +116,7 @@ impl Changes {
             keys.push(WatchKey::JobDeployments(j.id.clone()));
         }
         for n in state.nodes() {
-            keys.push(WatchKey::NodeAllocs(n.id.clone()));
+            keys.push(WatchKey::NodeAllocs(n.id.to_string()));
         }
         for e in state.evals() {
             keys.push(WatchKey::Eval(e.id.clone()));

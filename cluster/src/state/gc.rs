@@ -166,7 +166,7 @@ impl State {
                 .nodes
                 .values()
                 .filter(|n| n.modify_index <= cutoff && self.node_collectable(&n.id))
-                .map(|n| n.id.clone())
+                .map(|n| n.id.to_string())
                 .collect(),
         }
     }
@@ -244,7 +244,6 @@ impl State {
         for id in &e.node_ids {
             if self.node_collectable(id) {
                 self.nodes.remove(id.as_str());
-                self.node_secrets.remove(id.as_str());
                 if !self.allocs_by_node.contains_key(id.as_str()) {
                     self.node_alloc_index.remove(id.as_str());
                 }

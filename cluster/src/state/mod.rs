@@ -11,7 +11,8 @@
 //!
 //! The type and its tables are here; what it does is in files of their own:
 //! applying entries (`apply`, allocations in `allocs`), what a batch
-//! changed (`changes`), reads (`reads`), snapshots (`snapshot`),
+//! changed (`changes`), reads (`reads`), snapshots (`snapshot`), a node's
+//! row (`node_row`),
 //! comparing job versions (`spec`), the live store (`store`), garbage
 //! collection (`gc`), when each index applied (`apply_clock`) and blocking queries ([`blocking`]).
 
@@ -22,6 +23,7 @@ mod apply_clock;
 pub mod blocking;
 mod changes;
 pub(crate) mod gc;
+mod node_row;
 pub mod parking;
 mod reads;
 mod snapshot;
@@ -34,6 +36,7 @@ mod trace;
 pub use alloc_key::AllocKey;
 pub use apply_clock::ApplyClock;
 pub use changes::{Changes, Collected, Objects, WatchKey, ANY_CLASS, TABLES};
+pub use node_row::NodeRow;
 pub use spec::{same_group, same_spec};
 pub use store::StateStore;
 
@@ -41,8 +44,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
-use stampede_proto::node_secret::SecretHash;
-use stampede_proto::{Allocation, Deployment, Evaluation, Job, Node, TableIndexes};
+use stampede_proto::{Allocation, Deployment, Evaluation, Job, TableIndexes};
 
 /// Allocations counted by (job version, desired status, client status).
 pub type AllocCounts = BTreeMap<(u64, i32, i32), u64>;
@@ -78,11 +80,8 @@ type NodeTable<V> =
 /// One consistent version of every table.
 #[derive(Clone, Debug, Default)]
 pub struct State {
-    nodes: OrdMap<Id, Arc<Node>>,
-    /// Each node's secret hash (node identity), beside the node rather than
-    /// in it, so no read of a node can return it. A node registered before
-    /// node identity has none.
-    node_secrets: NodeTable<SecretHash>,
+    nodes: OrdMap<Id, Arc<NodeRow>>,
+    /// Each node, with its secret's hash (node identity).
     jobs: OrdMap<Id, Arc<Job>>,
     evals: OrdMap<Id, Arc<Evaluation>>,
     allocs: AllocTable,

@@ -5,9 +5,9 @@ use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
 use stampede_proto::node_secret::SecretHash;
-use stampede_proto::{Allocation, Deployment, Evaluation, Job, Node, Resources, TableIndexes};
+use stampede_proto::{Allocation, Deployment, Evaluation, Job, Resources, TableIndexes};
 
-use super::{AllocCounts, AllocKey, Id, Objects, State};
+use super::{AllocCounts, AllocKey, Id, NodeRow, Objects, State};
 use crate::model::alloc_terminal;
 
 impl State {
@@ -33,7 +33,7 @@ impl State {
         &self.indexes
     }
 
-    pub fn node(&self, id: &str) -> Option<Arc<Node>> {
+    pub fn node(&self, id: &str) -> Option<Arc<NodeRow>> {
         self.nodes.get(id).cloned()
     }
 
@@ -45,11 +45,11 @@ impl State {
     /// The SHA-256 of the secret node `id` registered with; `None` for a
     /// node not registered, or registered before node identity.
     pub fn node_secret(&self, id: &str) -> Option<&SecretHash> {
-        self.node_secrets.get(id)
+        self.nodes.get(id)?.secret.as_ref()
     }
 
     /// Every node, in id order.
-    pub fn nodes(&self) -> impl Iterator<Item = &Arc<Node>> {
+    pub fn nodes(&self) -> impl Iterator<Item = &Arc<NodeRow>> {
         self.nodes.values()
     }
 

@@ -1,18 +1,17 @@
 //! The state as a snapshot's `StateSnapshot`, and back.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use stampede_proto::node_secret::SecretHash;
-use stampede_proto::{
-    Allocation, Deployment, Evaluation, Job, Node, NodeSecretHash, StateSnapshot,
-};
+use stampede_proto::{Allocation, Deployment, Evaluation, Job, NodeSecretHash, StateSnapshot};
 
-use super::{AllocKey, Id, State};
+use super::{AllocKey, Id, NodeRow, State};
 
 impl State {
     pub fn to_snapshot(&self) -> StateSnapshot {
         StateSnapshot {
-            nodes: self.nodes.values().map(|n| Node::clone(n)).collect(),
+            nodes: self.nodes.values().map(|n| n.to_proto()).collect(),
             indexes: Some(self.indexes),
             jobs: self.jobs.values().map(|j| Job::clone(j)).collect(),
             evals: self.evals.values().map(|e| Evaluation::clone(e)).collect(),
@@ -23,11 +22,13 @@ impl State {
                 .map(|d| Deployment::clone(d))
                 .collect(),
             node_secrets: self
-                .node_secrets
-                .iter()
-                .map(|(id, hash)| NodeSecretHash {
-                    node_id: id.to_string(),
-                    sha256: hash.to_vec(),
+                .nodes
+                .values()
+                .filter_map(|n| {
+                    Some(NodeSecretHash {
+                        node_id: n.id.to_string(),
+                        sha256: n.secret?.to_vec(),
+                    })
                 })
                 .collect(),
         }
@@ -40,15 +41,17 @@ impl State {
             index,
             ..Default::default()
         };
+        // A snapshot from before node identity has no secrets; a hash that
+        // is not a SHA-256 is not kept.
+        let mut secrets: HashMap<String, SecretHash> = snap
+            .node_secrets
+            .into_iter()
+            .filter_map(|h| Some((h.node_id, SecretHash::try_from(h.sha256.as_slice()).ok()?)))
+            .collect();
         for n in snap.nodes {
-            s.nodes.insert(Id::from(n.id.as_str()), Arc::new(n));
-        }
-        // A snapshot from before node identity has none; a hash that is
-        // not a SHA-256 is not kept.
-        for h in snap.node_secrets {
-            if let Ok(hash) = SecretHash::try_from(h.sha256.as_slice()) {
-                s.node_secrets.insert(Id::from(h.node_id.as_str()), hash);
-            }
+            let secret = secrets.remove(&n.id);
+            s.nodes
+                .insert(Id::from(n.id.as_str()), Arc::new(NodeRow::new(&n, secret)));
         }
         for j in snap.jobs {
             s.jobs.insert(Id::from(j.id.as_str()), Arc::new(j));

@@ -4,7 +4,8 @@ use stampede_proto::log_entry::Msg;
 use stampede_proto::node_secret::hash;
 use stampede_proto::{
     AllocClientStatus, AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, LogEntry,
-    NamedTaskState, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry, Resources,
+    NamedTaskState, Node, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry,
+    Resources,
 };
 
 fn node_entry(id: &str) -> LogEntry {
@@ -106,7 +107,7 @@ fn ids_kept_in_the_key_and_beside_it_order_and_look_up_as_their_texts() {
     let stored: Vec<&str> = s.nodes().map(|n| n.id.as_str()).collect();
     assert_eq!(stored, sorted);
     for id in ids {
-        assert_eq!(s.node(id).map(|n| n.id.clone()), Some(id.to_string()));
+        assert_eq!(s.node(id).map(|n| n.id.to_string()), Some(id.to_string()));
     }
     assert!(s.node("sim-0000abcd-1000000000x").is_none());
 }

@@ -167,7 +167,7 @@ impl Shared {
             .blocking
             .query(
                 Some(&opts),
-                &[WatchKey::JobAllocs(job.clone())],
+                WatchKey::JobAllocs(job.clone()),
                 |s| s.job_alloc_index(&job).max(1),
                 |_| (),
             )
@@ -207,7 +207,7 @@ pub(super) async fn run(
             .blocking
             .query(
                 Some(&opts),
-                &[WatchKey::Deployments],
+                WatchKey::Deployments,
                 |s| s.indexes().deployments.max(1),
                 |s| {
                     s.deployments()
