@@ -150,3 +150,56 @@ async fn a_follower_sends_its_clients_updates_on_to_the_leader_together() {
     })
     .await;
 }
+
+/// A node may learn of its allocation from a server further ahead than the
+/// one it reports through: a follower that has not applied the allocation
+/// yet sends the report on to the leader, which checks it and takes it,
+/// rather than answering `NotFound`. A report of an allocation that exists
+/// nowhere is still `NotFound`, from the leader.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lagging_follower_sends_on_a_report_of_an_allocation_it_has_not_applied() {
+    let (mut c, leader) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
+    let lagging = c.ids_except(leader)[0];
+    c.kill(lagging).unwrap();
+    c.spawn_with(lagging, &["--apply-delay", "3s"]).unwrap();
+    let ahead = c.client_of(&[leader]);
+    register_nodes(&ahead, "n", 1, 1000, 4096).await;
+    register_job(&ahead, service_job("web", 1, 100, 64)).await;
+    let placed = wait_live(&ahead, "web", 1).await;
+    let a = &placed[0];
+    let behind = c.client_of(&[lagging]);
+    let report = |id: &str| NodeUpdateAllocRequest {
+        allocs: vec![Allocation {
+            id: id.to_string(),
+            client_status: AllocClientStatus::Running as i32,
+            ..Default::default()
+        }],
+        secrets: node_secrets([a.node_id.as_str()]),
+    };
+    let status = c.status(lagging).await.unwrap();
+    assert!(
+        status.applied_index < a.create_index,
+        "the follower lags: applied {} < {}",
+        status.applied_index,
+        a.create_index
+    );
+    behind
+        .nodes()
+        .update_alloc(report(&a.id))
+        .await
+        .expect("the report is sent on to the leader and taken");
+    eventually("the leader has it running", CATCH_UP, || async {
+        allocs(&ahead, "web").await.is_ok_and(|all| {
+            all.iter()
+                .any(|x| x.id == a.id && x.client_status == AllocClientStatus::Running as i32)
+        })
+    })
+    .await;
+    let missing = behind
+        .nodes()
+        .update_alloc(report("no-such-alloc"))
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), tonic::Code::NotFound, "{missing:?}");
+    assert!(missing.message().contains("allocs[0].id"), "{missing:?}");
+}

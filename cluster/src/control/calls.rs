@@ -285,15 +285,19 @@ impl LeaderCalls {
             }
         }
         let vouched = identity::secrets_form(&req.secrets)?;
+        // Where the call goes; an error (a forwarded call here, not the
+        // leader) only after the caller's identity is checked.
+        let route = self.0.router.route(fwd);
         // Read under the lock, not from a copy: a copy of the state alive
         // while entries apply makes each apply copy what it touches. Checked
         // on every server the call passes, the leader too: any caller may
         // mark a call forwarded.
+        let leader_here = matches!(route, Ok(Route::Local));
         self.0
             .ctx
             .store
-            .read(|state| updates_vouched_for(state, &req, &vouched))?;
-        match self.0.router.route(fwd)? {
+            .read(|state| updates_vouched_for(state, &req, &vouched, leader_here))?;
+        match route? {
             Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs, req.secrets).await?),
             Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),
         }
@@ -302,14 +306,21 @@ impl LeaderCalls {
 
 /// Whether every allocation of `req` exists and `req.secrets` holds the
 /// secret of the node it was placed on (`vouched`: those secrets, hashed),
-/// each secret matching its node.
+/// each secret matching its node. A follower (`leader_here` false) that has
+/// not applied a node or an allocation yet leaves it to the leader, which
+/// checks the call again: the node may have learnt of it from a server
+/// further ahead.
 fn updates_vouched_for(
     state: &State,
     req: &NodeUpdateAllocRequest,
     vouched: &Vouched<'_>,
+    leader_here: bool,
 ) -> Result<(), ControlError> {
     for (node_id, hash) in &vouched.hashes {
         if !state.has_node(node_id) {
+            if !leader_here {
+                continue;
+            }
             return Err(ControlError::NotFound(format!(
                 "secrets: no node {node_id:?} is registered"
             )));
@@ -318,6 +329,9 @@ fn updates_vouched_for(
     }
     for (i, a) in req.allocs.iter().enumerate() {
         let Some(node) = state.alloc_node(&a.id) else {
+            if !leader_here {
+                continue;
+            }
             return Err(ControlError::NotFound(format!(
                 "allocs[{i}].id: no allocation {:?}",
                 a.id
