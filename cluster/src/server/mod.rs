@@ -94,7 +94,7 @@ pub async fn serve(
         tls: server_tls,
         limiter: ConnLimiter::new(opts.edge_limits(), metrics.registry()),
     };
-    let peer_addrs = opts
+    let peer_addrs: Vec<String> = opts
         .peers
         .0
         .iter()
@@ -102,8 +102,7 @@ pub async fn serve(
         .map(|(_, a)| a.to_string())
         .chain(opts.dial_overrides().into_values())
         .collect();
-    let resolving = tokio::spawn(resolve_peers(edge.limiter.clone(), peer_addrs));
-    let _resolving = AbortOnDrop(resolving);
+    let limiter = edge.limiter.clone();
     let identity = Identity {
         server_id: opts.id,
         members: opts.peers.0.keys().copied().collect(),
@@ -163,6 +162,7 @@ pub async fn serve(
     );
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(resolve_peers(limiter, peer_addrs, stop_rx.clone()));
     let api = Api {
         store: cp.store().clone(),
         blocking: cp.blocking.clone(),
@@ -393,7 +393,7 @@ const PEER_RESOLVE_EVERY: Duration = Duration::from_secs(10);
 /// Keeps the limiter's set of peer addresses current, for the descriptor
 /// reserve (`api::limits::PEER_CONNS_IN_RESERVE`): the other servers'
 /// `--peers` and `--peer-via` addresses, names resolved.
-async fn resolve_peers(limiter: Arc<ConnLimiter>, addrs: Vec<String>) {
+async fn resolve_peers(limiter: Arc<ConnLimiter>, addrs: Vec<String>, stop: watch::Receiver<bool>) {
     loop {
         let mut ips = std::collections::HashSet::new();
         for a in &addrs {
@@ -403,16 +403,10 @@ async fn resolve_peers(limiter: Arc<ConnLimiter>, addrs: Vec<String>) {
             }
         }
         limiter.set_peer_ips(ips);
-        tokio::time::sleep(PEER_RESOLVE_EVERY).await;
-    }
-}
-
-/// Aborts its task when dropped: a task that lives as long as the server.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+        tokio::select! {
+            _ = tokio::time::sleep(PEER_RESOLVE_EVERY) => {}
+            _ = stopped(stop.clone()) => return,
+        }
     }
 }
 
