@@ -426,22 +426,6 @@ fn insecure_refuses_a_token_file_it_could_not_enforce_on_raft() {
     );
 }
 
-/// Raises this test process's own descriptor limit to its hard limit: it
-/// holds thousands of connections.
-fn raise_own_nofile() -> u64 {
-    let mut l = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit write and read only the local `l`.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut l), 0);
-        l.rlim_cur = l.rlim_max;
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &l), 0);
-    }
-    l.rlim_cur
-}
-
 /// The probe that shut raft down, at a real low limit: a server started
 /// under 1,024 descriptors (soft and hard, so it cannot raise them) gets
 /// 4,000 connection attempts from 40 addresses, held open, while the other
@@ -453,8 +437,11 @@ fn raise_own_nofile() -> u64 {
 #[tokio::test(flavor = "multi_thread")]
 async fn under_1024_descriptors_4000_connections_never_fail_raft_storage() {
     const ATTEMPTS: usize = 4_000;
+    // This test process holds them all: its own limit up to the hard one,
+    // as the server raises its own.
+    let own = cluster::api::limits::raise_nofile_limit().unwrap();
     assert!(
-        raise_own_nofile() > ATTEMPTS as u64 + 1_000,
+        own > ATTEMPTS as u64 + 1_000,
         "this test holds {ATTEMPTS} connections"
     );
     // Held connections stay until the test lets them go (no handshake
