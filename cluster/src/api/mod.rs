@@ -166,9 +166,10 @@ impl From<ProposeError> for Status {
             | ProposeError::LeaderUnreachable { ref addr, .. } => {
                 unavailable_at(e.to_string(), addr)
             }
-            ProposeError::NoLeader | ProposeError::NotCommitted(_) | ProposeError::ShuttingDown => {
-                Status::unavailable(e.to_string())
-            }
+            ProposeError::NoLeader
+            | ProposeError::NotCommitted(_)
+            | ProposeError::ShuttingDown
+            | ProposeError::InDoubt { .. } => Status::unavailable(e.to_string()),
             ProposeError::Raft(_) => Status::internal(e.to_string()),
             ProposeError::Refused(e) => e.into(),
         }

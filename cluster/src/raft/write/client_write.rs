@@ -35,6 +35,16 @@ pub enum Refused {
     Exhausted(String),
 }
 
+impl Refused {
+    /// Whether the refusal depends on the state (what exists, a node's
+    /// secret, the quotas) rather than on the request alone: such a
+    /// refusal is definite only where the state is current, on the leader
+    /// after a read barrier.
+    pub fn depends_on_state(&self) -> bool {
+        !matches!(self, Refused::Invalid(_))
+    }
+}
+
 /// How much the state may hold: a write past a quota is refused before it
 /// is proposed. The flags and defaults are `cluster serve`'s.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

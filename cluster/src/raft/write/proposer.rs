@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use openraft::error::{CheckIsLeaderError, RaftError};
 use stampede_proto::{ForwardRequest, LogEntry};
 use tonic::Status;
 
@@ -18,7 +19,7 @@ use crate::raft::write::client_write::{prepare, ClientWrite, Quotas, Refused, Wr
 use crate::raft::write::forwarder::Forwarder;
 use crate::raft::write::tickets::Tickets;
 use crate::raft::{leader_view, LeaderView, NodeId, Raft};
-use crate::state::StateStore;
+use crate::state::{State, StateStore};
 
 /// Pause between attempts while leadership moves.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
@@ -52,6 +53,62 @@ pub enum ProposeError {
     /// The client's write is invalid, or names what does not exist.
     #[error(transparent)]
     Refused(#[from] Refused),
+    /// A retry was refused, but an earlier attempt may have committed the
+    /// write: the refusal may be that write's own effect, so it is not
+    /// definite (`Unavailable`).
+    #[error("the write may have taken effect: an earlier attempt was cut off ({earlier}), and a retry was refused ({refusal}); read the state before writing again")]
+    InDoubt { earlier: String, refusal: String },
+}
+
+impl ProposeError {
+    /// Whether this is a refusal that says the write did not happen,
+    /// rather than that its outcome is unknown. A malformed request is
+    /// refused whatever the state, so its refusal stays definite after any
+    /// earlier attempt (which was refused too).
+    fn is_definite_refusal(&self) -> bool {
+        match self {
+            ProposeError::Refused(r) => r.depends_on_state(),
+            ProposeError::Rejected(status) => {
+                status.code() != tonic::Code::InvalidArgument
+                    && !stampede_proto::client::retryable(status)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A failed attempt at a client's write, and whether the write may have
+/// been committed all the same (it reached raft or the leader, and the
+/// answer was lost).
+struct Attempt {
+    error: ProposeError,
+    may_have_committed: bool,
+}
+
+impl Attempt {
+    fn sent(error: ProposeError) -> Self {
+        Self {
+            error,
+            may_have_committed: true,
+        }
+    }
+
+    fn not_sent(error: ProposeError) -> Self {
+        Self {
+            error,
+            may_have_committed: false,
+        }
+    }
+}
+
+/// The checks of `write` that need no state: what a follower refuses
+/// itself before it sends the write on. Whether a job exists, a node's
+/// secret and the quotas are the leader's to decide.
+fn check_request(write: &ClientWrite) -> Result<(), ProposeError> {
+    match prepare(write, 0, &State::default(), &Quotas::NONE) {
+        Err(refused) if !refused.depends_on_state() => Err(refused.into()),
+        _ => Ok(()),
+    }
 }
 
 /// Writes through whichever server leads. Cheap to clone: every part that
@@ -105,31 +162,66 @@ impl Proposer {
 
     /// Commits a client's write through whichever server leads, waiting
     /// out an election and following the leadership when it moves, and
-    /// returns the raft index at which it was applied. The write is
-    /// validated here first, so a bad one is refused without a round trip,
-    /// and again by the leader, which makes its entry.
+    /// returns the raft index at which it was applied. The request's own
+    /// checks run here first, so a malformed write is refused without a
+    /// round trip; what depends on the state (whether a job exists, a
+    /// node's secret, the quotas) is decided by the leader on current state.
+    ///
+    /// A definite refusal means the write did not happen. So once an
+    /// attempt may have committed without this server hearing of it (the
+    /// leader died or moved while it held the write), a later attempt's
+    /// refusal that depends on the state may be that attempt's own effect
+    /// (a purge that finds its job gone), and is answered `InDoubt` instead.
     pub async fn write(&self, write: ClientWrite) -> Result<Written, ProposeError> {
         let deadline = Instant::now() + self.leader_wait;
+        // Why an earlier attempt may have taken effect, once one may have.
+        let mut in_doubt: Option<String> = None;
         loop {
             let attempt = match leader_view(&self.raft) {
                 // Straight to the leader: trying raft here first would only
                 // cost a round through this server's raft core to learn the same.
                 LeaderView::Elsewhere { id, addr } => {
-                    // The quotas are the leader's to check, on its newer state.
-                    prepare(&write, 0, &self.store.snapshot(), &Quotas::NONE)?;
-                    Err(ProposeError::NotLeader { id, addr })
+                    check_request(&write)?;
+                    self.forward(id, &addr, write.clone(), deadline)
+                        .await
+                        .map_err(Attempt::sent)
                 }
-                _ => self.write_here_until(&write, 0, deadline).await,
+                _ => match self.write_here_until(&write, 0, deadline).await {
+                    Err(Attempt {
+                        error: ProposeError::NotLeader { id, addr },
+                        may_have_committed,
+                    }) => {
+                        if may_have_committed {
+                            in_doubt.get_or_insert_with(|| {
+                                format!("this server lost the leadership to server {id} while it held the write")
+                            });
+                        }
+                        self.forward(id, &addr, write.clone(), deadline)
+                            .await
+                            .map_err(Attempt::sent)
+                    }
+                    other => other,
+                },
             };
             let err = match attempt {
                 Ok(written) => return Ok(written),
-                Err(ProposeError::NotLeader { id, addr }) => {
-                    match self.forward(id, &addr, write.clone(), deadline).await {
-                        Ok(written) => return Ok(written),
-                        Err(e) => e,
+                Err(Attempt {
+                    error,
+                    may_have_committed,
+                }) => {
+                    if let Some(earlier) = &in_doubt {
+                        if error.is_definite_refusal() {
+                            return Err(ProposeError::InDoubt {
+                                earlier: earlier.clone(),
+                                refusal: error.to_string(),
+                            });
+                        }
                     }
+                    if may_have_committed {
+                        in_doubt.get_or_insert_with(|| error.to_string());
+                    }
+                    error
                 }
-                Err(e) => e,
             };
             let retry = matches!(
                 err,
@@ -165,22 +257,62 @@ impl Proposer {
     ) -> Result<Written, ProposeError> {
         self.write_here_until(&write, ticket, Instant::now() + self.leader_wait)
             .await
+            .map_err(|a| a.error)
     }
 
     /// Validates `write` on this server's state, makes its entry and
-    /// proposes it here.
+    /// proposes it here. A refusal that depends on the state is given only
+    /// after a read barrier: a leader that was paused still believes it
+    /// leads, on state that may be behind the cluster's.
     async fn write_here_until(
         &self,
         write: &ClientWrite,
         ticket: u64,
         deadline: Instant,
-    ) -> Result<Written, ProposeError> {
-        let prepared = prepare(write, ticket, &self.store.snapshot(), &self.quotas)?;
-        let index = self.write_local_until(prepared.entry, deadline).await?;
+    ) -> Result<Written, Attempt> {
+        let prepared = match prepare(write, ticket, &self.store.snapshot(), &self.quotas) {
+            Ok(prepared) => prepared,
+            Err(refused) if refused.depends_on_state() => {
+                self.read_barrier(deadline)
+                    .await
+                    .map_err(Attempt::not_sent)?;
+                prepare(write, ticket, &self.store.snapshot(), &self.quotas)
+                    .map_err(|r| Attempt::not_sent(r.into()))?
+            }
+            Err(refused) => return Err(Attempt::not_sent(refused.into())),
+        };
+        let index = self
+            .write_local_until(prepared.entry, deadline)
+            .await
+            .map_err(Attempt::sent)?;
         Ok(Written {
             index,
             eval_id: prepared.eval_id,
         })
+    }
+
+    /// Returns once this server has confirmed with a quorum that it leads
+    /// and has applied everything committed before: its state is then
+    /// current. Fails as a write does where it does not lead.
+    async fn read_barrier(&self, deadline: Instant) -> Result<(), ProposeError> {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(wait, self.raft.ensure_linearizable()).await {
+            Err(_) => Err(ProposeError::NotCommitted(wait)),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                match (f.leader_id, f.leader_node) {
+                    (Some(id), Some(node)) => Err(ProposeError::NotLeader {
+                        id,
+                        addr: node.addr,
+                    }),
+                    _ => Err(ProposeError::NoLeader),
+                }
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(ProposeError::NoLeader)
+            }
+            Ok(Err(RaftError::Fatal(_))) => Err(ProposeError::ShuttingDown),
+        }
     }
 
     /// Proposes on this server; fails with `NotLeader` on a follower, and
