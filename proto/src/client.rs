@@ -204,7 +204,31 @@ impl ClusterClient {
     /// first failure) is spent.
     /// An attempt that takes longer than the attempt timeout is abandoned and
     /// tried on the next server.
-    pub async fn retrying<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    pub async fn retrying<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClusterClient) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.attempts(call, false).await
+    }
+
+    /// As [`ClusterClient::retrying`], for a write that is not idempotent
+    /// (a deregistration, a purge). An attempt whose answer was lost (a
+    /// timeout, a server gone) may still have taken effect, so a later
+    /// attempt's refusal may be that write's own effect: a purge retried
+    /// after its first attempt purged the job finds no job. Such a refusal
+    /// is answered `Unavailable` (the outcome is unknown), never as the
+    /// definite error it would otherwise be. A malformed request
+    /// (`InvalidArgument`) is refused whatever the state, and stays so.
+    pub async fn writing<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClusterClient) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.attempts(call, true).await
+    }
+
+    async fn attempts<T, F, Fut>(&self, mut call: F, write: bool) -> Result<T, ClientError>
     where
         F: FnMut(ClusterClient) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
@@ -214,6 +238,8 @@ impl ClusterClient {
         // still gets the whole budget to find another.
         let mut deadline = None;
         let mut pause = Duration::from_millis(20);
+        // Why an earlier attempt of a write may have taken effect.
+        let mut in_doubt: Option<String> = None;
         loop {
             let attempt = tokio::time::timeout(self.attempt_timeout, call(self.clone()));
             let status = match attempt.await {
@@ -224,6 +250,18 @@ impl ClusterClient {
                     self.attempt_timeout
                 )),
             };
+            if write && retryable(&status) {
+                in_doubt.get_or_insert_with(|| status.message().to_string());
+            } else if let Some(earlier) = in_doubt.as_deref() {
+                if status.code() != Code::InvalidArgument {
+                    return Err(ClientError::Status(Box::new(Status::unavailable(format!(
+                        "the write may have taken effect: an earlier attempt got no answer \
+                             ({earlier}), and a retry was refused ({}); read the state before \
+                             writing again",
+                        status.message()
+                    )))));
+                }
+            }
             let deadline = *deadline.get_or_insert_with(|| Instant::now() + self.retry_for);
             if !retryable(&status) || Instant::now() >= deadline {
                 return Err(ClientError::Status(Box::new(status)));
@@ -236,7 +274,7 @@ impl ClusterClient {
     /// Registers (or updates) a job: its evaluation, raft index and job
     /// modify index.
     pub async fn register_job(&self, job: Job) -> Result<JobRegisterReply, ClientError> {
-        self.retrying(|c| {
+        self.writing(|c| {
             let job = job.clone();
             async move {
                 let reply = c
@@ -323,5 +361,58 @@ mod tests {
             })
             .await;
         assert_eq!(answer.unwrap(), 1);
+    }
+
+    /// Runs `answers` as one attempt each (an attempt of `None` outlasts
+    /// the attempt timeout) through `writing` or `retrying`.
+    async fn scripted(write: bool, answers: Vec<Option<Status>>) -> Result<u32, ClientError> {
+        let client = ClusterClient::new(&["127.0.0.1:1"], &Security::insecure())
+            .unwrap()
+            .with_attempt_timeout(Duration::from_millis(50));
+        let answers = std::sync::Mutex::new(answers.into_iter());
+        let call = |_| {
+            let next = answers.lock().unwrap().next().expect("no more attempts");
+            async move {
+                match next {
+                    Some(status) => Err(status),
+                    None => {
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        Ok(0)
+                    }
+                }
+            }
+        };
+        match write {
+            true => client.writing(call).await,
+            false => client.retrying(call).await,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writes_refusal_after_an_attempt_that_may_have_taken_effect_is_not_definite() {
+        let gone = || Some(Status::not_found("job_id: no job \"web\" is registered"));
+        for first in [
+            Some(Status::unavailable(
+                "the leader died while it held the write",
+            )),
+            None,
+        ] {
+            let err = scripted(true, vec![first.clone(), gone()])
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), Some(Code::Unavailable), "{err}");
+            assert!(err.to_string().contains("may have taken effect"), "{err}");
+            assert!(err.to_string().contains("no job"), "{err}");
+            // A read is retried as before: its NotFound is an answer.
+            let err = scripted(false, vec![first, gone()]).await.unwrap_err();
+            assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+        }
+        // The first attempt's refusal is definite: nothing was in doubt.
+        let err = scripted(true, vec![gone()]).await.unwrap_err();
+        assert_eq!(err.code(), Some(Code::NotFound), "{err}");
+        // A malformed request is refused whatever happened before.
+        let bad = Some(Status::invalid_argument("job.id: is required"));
+        let err = scripted(true, vec![None, bad]).await.unwrap_err();
+        assert_eq!(err.code(), Some(Code::InvalidArgument), "{err}");
     }
 }

@@ -209,7 +209,7 @@ async fn deregister(
     purge: bool,
 ) -> Result<JobRegisterReply, ClientError> {
     client
-        .retrying(|c| {
+        .writing(|c| {
             let req = JobDeregisterRequest {
                 job_id: job_id.to_string(),
                 purge,

@@ -108,7 +108,7 @@ fn job_id(prefix: &str, k: &JobKind, n: u64) -> String {
 /// `nomad job stop` does), counting what came of it.
 async fn stop_job(client: ClusterClient, job_id: String, tally: Arc<Mutex<Tally>>) {
     let result = client
-        .retrying(|c| {
+        .writing(|c| {
             let req = JobDeregisterRequest {
                 job_id: job_id.clone(),
                 purge: false,
