@@ -7,12 +7,16 @@ mod common;
 use std::time::Duration;
 
 use common::{heartbeat, live, register_nodes, wait_live};
-use stampede_launch::testing::{allocs, eventually, register_job, service_job, Harness, CATCH_UP};
-use stampede_proto::{AllocClientStatus, NodeGetRequest, NodeStatus};
+use stampede_launch::testing::{
+    allocs, eventually, node_secrets, register_job, service_job, Harness, CATCH_UP,
+};
+use stampede_proto::{
+    AllocClientStatus, Allocation, NodeGetRequest, NodeStatus, NodeUpdateAllocRequest,
+};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_stops_heartbeating_goes_down_and_its_allocations_are_replaced() {
-    let (c, _) =
+    let (c, leader) =
         Harness::with_leader(3, &["--heartbeat-min-ttl", "1s", "--heartbeat-grace", "0s"]).await;
     let client = c.client();
     // With one node in the cluster, both allocations land on it.
@@ -49,6 +53,41 @@ async fn a_node_that_stops_heartbeating_goes_down_and_its_allocations_are_replac
         },
     )
     .await;
+    // The victim wakes and reports both allocations running, as it last
+    // saw them: a lost allocation stays lost, beside its replacement, and
+    // the job's summary does not count it.
+    let lost: Vec<Allocation> = allocs(&client, "web")
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|a| a.node_id == "victim-0")
+        .collect();
+    let on_leader = c.client_of(&[leader]);
+    on_leader
+        .nodes()
+        .update_alloc(NodeUpdateAllocRequest {
+            allocs: lost
+                .iter()
+                .map(|a| Allocation {
+                    id: a.id.clone(),
+                    client_status: AllocClientStatus::Running as i32,
+                    ..Default::default()
+                })
+                .collect(),
+            secrets: node_secrets(["victim-0"]),
+        })
+        .await
+        .expect("the stale report is taken as a call");
+    let after = allocs(&on_leader, "web").await.unwrap();
+    for a in lost {
+        let now = after.iter().find(|x| x.id == a.id).unwrap();
+        assert_eq!(
+            now.client_status,
+            AllocClientStatus::Lost as i32,
+            "a lost allocation came back to life: {now:?}"
+        );
+    }
+    assert_eq!(live(&after).len(), 2, "{after:?}");
     // The leader counted the missed heartbeat and wrote the node's new status.
     for series in [
         "stampede_heartbeats_missed_total",

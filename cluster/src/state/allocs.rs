@@ -8,7 +8,8 @@ use stampede_proto::{AllocClientStatus, Allocation, Job, JobStatus};
 
 use super::apply::{change_or_insert, set_or_insert};
 use super::{AllocCounts, AllocKey, Changes, State, WatchKey};
-use crate::model::alloc_terminal;
+use crate::model::planted::planted;
+use crate::model::{alloc_terminal, client_terminal};
 
 pub(super) fn summary_key(a: &Allocation) -> (u64, i32, i32) {
     (a.job_version, a.desired_status, a.client_status)
@@ -185,6 +186,15 @@ impl State {
         let Some((id, slot)) = self.allocs.get_key_value_mut(&AllocKey::new(&update.id)) else {
             return;
         };
+        // A terminal allocation stays terminal: a report from a client that
+        // has not yet heard (a node that was down, its allocations lost and
+        // replaced, reporting `running` as it wakes) would make it live
+        // beside its replacement, on resources the scheduler counted free.
+        // The client learns of the terminal status from its allocation
+        // query, and stops the allocation.
+        if client_terminal(slot.client_status) && !planted("accept_terminal_report") {
+            return;
+        }
         // The node's allocations hold the other reference to it: let go of
         // that one while the report is taken (it is put back below), and
         // unless a reader or a copy of the state holds it too, the

@@ -667,3 +667,48 @@ fn secrets_survive_a_snapshot_and_an_old_snapshot_loads_without_them() {
     assert!(restored.has_node("n1"));
     assert_eq!(restored.node_secret("n1"), None);
 }
+
+#[test]
+fn a_lost_or_finished_allocation_stays_so_whatever_its_client_reports() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    apply(
+        &mut s,
+        2,
+        plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]),
+    );
+    apply(
+        &mut s,
+        3,
+        statuses(&[
+            ("a1", AllocClientStatus::Running),
+            ("a2", AllocClientStatus::Complete),
+        ]),
+    );
+    // The node goes down: its running allocation is lost.
+    apply(&mut s, 4, node_down_entry("n1"));
+    let lost = s.alloc("a1").unwrap();
+    assert_eq!(lost.client_status, AllocClientStatus::Lost as i32);
+    // The node wakes and reports both as running, from before it went down.
+    apply(
+        &mut s,
+        5,
+        statuses(&[
+            ("a1", AllocClientStatus::Running),
+            ("a2", AllocClientStatus::Running),
+        ]),
+    );
+    assert_eq!(s.alloc("a1").unwrap(), lost, "a lost allocation came back");
+    let done = s.alloc("a2").unwrap();
+    assert_eq!(done.client_status, AllocClientStatus::Complete as i32);
+    assert_eq!(done.modify_index, 3, "a finished allocation took a report");
+    let web = s.job_summary("web");
+    let running = web
+        .iter()
+        .filter(|((_, _, client), _)| *client == AllocClientStatus::Running as i32)
+        .count();
+    assert_eq!(
+        running, 0,
+        "the job's summary counts a revived allocation: {web:?}"
+    );
+}
