@@ -4,6 +4,7 @@
 //! state store or the network, so every layer may use it.
 
 pub mod identity;
+pub mod planted;
 mod stages;
 pub mod validate;
 
