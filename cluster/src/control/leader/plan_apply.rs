@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::broker::{BrokerError, EvalBroker};
 use super::context::LeaderContext;
 use super::unapplied::{add_placed, Unapplied};
+use crate::model::alloc_terminal;
 use crate::raft::ProposeError;
 use crate::scheduler::fits;
 use crate::state::State;
@@ -395,7 +396,11 @@ fn evaluate_plan(
         alloc_index: 0,
         evals_recorded: false,
     };
-    if checked.placed.is_empty() && checked.stopped.is_empty() && plan.deployment.is_none() {
+    if checked.placed.is_empty()
+        && checked.updated.is_empty()
+        && checked.stopped.is_empty()
+        && plan.deployment.is_none()
+    {
         return (result, None, (0, 0));
     }
     let counts = (checked.placed.len() as u64, checked.stopped.len() as u64);
@@ -407,6 +412,7 @@ fn evaluate_plan(
     result.evals_recorded = !evals.is_empty();
     let mut allocs = checked.stopped;
     allocs.extend(checked.placed);
+    allocs.extend(checked.updated);
     let entry = PlanApplyEntry {
         allocs,
         deployment: plan.deployment.clone(),
@@ -419,13 +425,17 @@ fn evaluate_plan(
 /// What of a plan can still be done on `state`.
 pub struct Checked {
     pub placed: Vec<Allocation>,
+    /// Allocations the state holds, updated in place where they run.
+    pub updated: Vec<Allocation>,
     pub stopped: Vec<Allocation>,
     pub rejected: Vec<String>,
 }
 
 /// Checks a plan against the latest state with what is accepted and not
-/// yet applied on top. Stops are always accepted; a node's placements are
-/// accepted all together or not at all.
+/// yet applied on top. Stops are always accepted; a node's placements and
+/// in-place updates are accepted all together or not at all. A node with
+/// only in-place updates need not be ready or eligible, nor have room: it
+/// keeps running what it runs.
 pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
     let stopped: Vec<Allocation> = plan
         .node_update
@@ -435,29 +445,48 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
     let stopped_ids: HashSet<&str> = stopped.iter().map(|a| a.id.as_str()).collect();
     let job_live = state.job(&plan.job_id).is_some_and(|j| !j.stop);
     let mut placed = Vec::new();
+    let mut updated = Vec::new();
     let mut rejected = Vec::new();
     let mut nodes: Vec<&String> = plan.node_allocation.keys().collect();
     nodes.sort();
     for node_id in nodes {
         let list = &plan.node_allocation[node_id].allocs;
+        let (updates, new): (Vec<&Allocation>, Vec<&Allocation>) =
+            list.iter().partition(|a| state.has_alloc(&a.id));
         let ok = job_live
-            && state.node(node_id).is_some_and(|node| {
-                node.status == NodeStatus::Ready as i32 && !node.ineligible && {
-                    let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
-                    fits(&node, &Resources::default(), &used)
-                }
-            });
+            && updates
+                .iter()
+                .all(|a| in_place(state, unapplied, node_id, a))
+            && (new.is_empty()
+                || state.node(node_id).is_some_and(|node| {
+                    node.status == NodeStatus::Ready as i32 && !node.ineligible && {
+                        let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
+                        fits(&node, &Resources::default(), &used)
+                    }
+                }));
         if ok {
-            placed.extend(list.iter().cloned());
+            placed.extend(new.into_iter().cloned());
+            updated.extend(updates.into_iter().cloned());
         } else {
             rejected.push(node_id.clone());
         }
     }
     Checked {
         placed,
+        updated,
         stopped,
         rejected,
     }
+}
+
+/// Whether `a` can update in place the allocation of its id that the state
+/// holds: still live, on node `node_id`, with the same resources, and not
+/// stopped by a plan accepted since. A plan made on older state is refused
+/// instead, so a stopped allocation is never brought back.
+fn in_place(state: &State, unapplied: &Unapplied, node_id: &str, a: &Allocation) -> bool {
+    state.alloc(&a.id).is_some_and(|stored| {
+        stored.node_id == node_id && !alloc_terminal(&stored) && stored.resources == a.resources
+    }) && !unapplied.stops(node_id, &a.id)
 }
 
 /// What the node would hold with this plan: its live allocations, less
