@@ -620,6 +620,65 @@ mod tests {
     }
 
     #[test]
+    fn an_in_place_update_needs_no_room_but_a_live_allocation() {
+        let mut state = state_with_node(1000);
+        let (_, entry, _) = evaluate_plan(&state, &Unapplied::default(), &plan("a1", 600));
+        let apply = |state: &mut State, index, msg| {
+            state.apply(index, &LogEntry { msg: Some(msg) }, &mut Changes::default())
+        };
+        apply(&mut state, 3, Msg::PlanApply(entry.unwrap()));
+        // The node is ineligible now, and full: a1 moves onto a new
+        // version where it runs all the same.
+        let node = Node {
+            id: "n1".into(),
+            status: NodeStatus::Ready as i32,
+            ineligible: true,
+            resources: Some(Resources {
+                cpu_mhz: 500,
+                memory_mb: 1024,
+            }),
+            ..Default::default()
+        };
+        apply(
+            &mut state,
+            4,
+            Msg::NodeRegister(NodeRegisterEntry {
+                node: Some(node),
+                ..Default::default()
+            }),
+        );
+        let mut unapplied = Unapplied::default();
+        let mut update = plan("a1", 600);
+        update.node_allocation.get_mut("n1").unwrap().allocs[0].job_version = 1;
+        let checked = evaluate(&state, &unapplied, &update);
+        assert!(checked.rejected.is_empty());
+        assert_eq!((checked.updated.len(), checked.placed.len()), (1, 0));
+        // Beside a new placement, the node's ineligibility refuses both.
+        let mut both = update.clone();
+        let new = plan("a2", 10).node_allocation["n1"].allocs[0].clone();
+        both.node_allocation.get_mut("n1").unwrap().allocs.push(new);
+        assert_eq!(evaluate(&state, &unapplied, &both).rejected, ["n1"]);
+        // Stopped by a plan not yet applied: never brought back.
+        let mut stop = plan("a1", 600);
+        stop.node_update = std::mem::take(&mut stop.node_allocation);
+        stop.node_update.get_mut("n1").unwrap().allocs[0].desired_status =
+            AllocDesiredStatus::Stop as i32;
+        let (_, entry, _) = evaluate_plan(&state, &unapplied, &stop);
+        unapplied.add(1, &entry.expect("the stop is written"));
+        assert_eq!(evaluate(&state, &unapplied, &update).rejected, ["n1"]);
+        // Nor once it is applied.
+        let stopped = entry_of(&state, &stop);
+        apply(&mut state, 5, Msg::PlanApply(stopped));
+        unapplied.applied(1);
+        assert_eq!(evaluate(&state, &unapplied, &update).rejected, ["n1"]);
+    }
+
+    /// The entry the plan applier makes of `plan` on `state`.
+    fn entry_of(state: &State, plan: &Plan) -> PlanApplyEntry {
+        evaluate_plan(state, &Unapplied::default(), plan).1.unwrap()
+    }
+
+    #[test]
     fn a_later_batch_keeps_an_allocation_when_an_earlier_one_is_applied() {
         let state = state_with_node(1000);
         let mut unapplied = Unapplied::default();
