@@ -635,6 +635,10 @@ impl<'a> Planner<'a> {
             deployment_id: deployment_id.to_string(),
             min_healthy_time_ms: tg.update.map_or(0, |u| u.min_healthy_time_ms),
             modify_time_ms: self.now_ms,
+            // The stored allocation's are kept when the plan applies: not
+            // carried through raft for nothing.
+            client_description: String::new(),
+            task_states: Vec::new(),
             ..alloc.clone()
         };
         self.plan

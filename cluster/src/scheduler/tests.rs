@@ -579,6 +579,16 @@ fn a_scale_up_moves_the_kept_allocations_onto_the_new_deployment() {
     let mut c = Cluster::default();
     deployed(&mut c, 3);
     let kept: Vec<String> = c.live("web").iter().map(|a| a.id.clone()).collect();
+    c.apply(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+        allocs: vec![Allocation {
+            id: kept[0].clone(),
+            client_status: AllocClientStatus::Running as i32,
+            client_description: "serving".into(),
+            healthy: Some(true),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }));
 
     c.register(rolling(5, 2, 0, 100));
     let out = c.schedule("web");
@@ -606,6 +616,11 @@ fn a_scale_up_moves_the_kept_allocations_onto_the_new_deployment() {
         .iter()
         .filter(|a| kept.contains(&a.id))
         .all(|a| a.healthy == Some(true) && a.job_version == 1));
+    let first = c.state.alloc(&kept[0]).unwrap();
+    assert_eq!(
+        first.client_description, "serving",
+        "the client's report stays"
+    );
     let summary = c.state.job_summary("web");
     assert!(summary.keys().all(|(version, _, _)| *version == 1));
     assert_eq!(summary.values().sum::<u64>(), 5);
