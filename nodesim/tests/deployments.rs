@@ -1,14 +1,17 @@
 //! Deployments on a real cluster, run by a real simulated fleet: rolling
-//! updates in rounds, and what the deployment watcher's two query modes cost.
+//! updates in rounds, deployments of a scale up and down, and what the
+//! deployment watcher's two query modes cost.
 
 mod common;
 
 use std::cell::RefCell;
 
 use common::{fleet, job, ready_nodes, running};
-use stampede_launch::testing::{eventually_ok, register_job, Harness, CATCH_UP};
+use stampede_launch::testing::{allocs, eventually_ok, register_job, Harness, CATCH_UP};
 use stampede_proto::client::ClusterClient;
-use stampede_proto::{Deployment, DeploymentStatus, Job, JobDeploymentsRequest, UpdateStrategy};
+use stampede_proto::{
+    AllocDesiredStatus, Deployment, DeploymentStatus, Job, JobDeploymentsRequest, UpdateStrategy,
+};
 
 const WATCHER_QUERIES: &str =
     "stampede_blocking_queries_started_total{source=\"deployment_watcher\"}";
@@ -44,12 +47,30 @@ async fn deployments(client: &ClusterClient, job_id: &str) -> Vec<Deployment> {
         .unwrap_or_default()
 }
 
+/// How a deployment stands, for a failure message: its version, status and
+/// each group's healthy of desired.
+fn standing(d: &Deployment) -> String {
+    let status = DeploymentStatus::try_from(d.status).unwrap_or_default();
+    let groups: Vec<String> = d
+        .task_groups
+        .iter()
+        .map(|(name, g)| format!("{name} {}/{} healthy", g.healthy, g.desired_total))
+        .collect();
+    format!(
+        "v{} {} ({})",
+        d.job_version,
+        status.label(),
+        groups.join(", ")
+    )
+}
+
 /// Waits until the job's deployment for `version` has ended, and returns it.
 async fn finished(client: &ClusterClient, job_id: &str, version: u64) -> Deployment {
     let what = format!("the deployment of {job_id} v{version} ends");
     eventually_ok(&what, CATCH_UP, || async {
         let ds = deployments(client, job_id).await;
-        let seen = format!("{} deployments", ds.len());
+        let seen: Vec<String> = ds.iter().map(standing).collect();
+        let seen = seen.join("; ");
         ds.into_iter()
             .find(|d| d.job_version == version && d.status != DeploymentStatus::Running as i32)
             .ok_or(seen)
@@ -111,6 +132,72 @@ async fn a_rolling_update_of_20_by_5_takes_4_rounds() {
             .count(),
         20
     );
+    fleet.shutdown().await;
+}
+
+/// Re-registers `web` with `count` allocations, nothing else changed, and
+/// waits for the deployment of `version` to end successful, counting every
+/// allocation, all of them running healthy on that version and deployment.
+async fn scale(client: &ClusterClient, count: u32, version: u64) {
+    register_job(client, rolling_job("web", count, 2, 300, "1")).await;
+    let d = finished(client, "web", version).await;
+    assert_eq!(d.status, DeploymentStatus::Successful as i32, "{d:?}");
+    let g = &d.task_groups["app"];
+    assert_eq!(
+        (g.desired_total, g.placed, g.healthy),
+        (count, count, count)
+    );
+    // `running` waits for exactly `count` healthy: scaled-down ones may
+    // still be stopping.
+    let live = running(client, "web", count as usize).await;
+    let current: Vec<_> = live
+        .iter()
+        .filter(|a| a.desired_status == AllocDesiredStatus::Run as i32)
+        .collect();
+    assert_eq!(current.len(), count as usize);
+    for a in current {
+        assert_eq!((a.job_version, &a.deployment_id), (version, &d.id), "{a:?}");
+    }
+}
+
+/// Issue 48: a scale-up's deployment counted only the new allocations and
+/// ran for ever. The kept ones move onto it in place, so it ends; and so
+/// does a scale-down's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deployment_after_a_scale_up_or_down_counts_the_kept_allocations() {
+    let (h, _) = Harness::with_leader(3, &[]).await;
+    let client = h.client();
+    let fleet = fleet(&h, &["--nodes", "4"]).await;
+    ready_nodes(&h, 4.0).await;
+    register_job(&client, rolling_job("web", 3, 2, 300, "1")).await;
+    let first = finished(&client, "web", 0).await;
+    assert_eq!(
+        first.status,
+        DeploymentStatus::Successful as i32,
+        "{first:?}"
+    );
+    let kept: Vec<String> = running(&client, "web", 3)
+        .await
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+
+    scale(&client, 5, 1).await;
+    // Reads go to any server: one may not have applied the latest yet.
+    eventually_ok("the kept allocations run on v1", CATCH_UP, || async {
+        let after = allocs(&client, "web").await.unwrap_or_default();
+        let moved = kept
+            .iter()
+            .filter(|id| after.iter().any(|a| &&a.id == id && a.job_version == 1))
+            .count();
+        if moved == kept.len() {
+            Ok(())
+        } else {
+            Err(format!("{moved} of {} kept ones on v1", kept.len()))
+        }
+    })
+    .await;
+    scale(&client, 2, 2).await;
     fleet.shutdown().await;
 }
 

@@ -38,7 +38,8 @@ const CANDIDATES: usize = 2;
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
     /// The plan to submit: eval_id, job_id, priority, snapshot_index (= state.index()),
-    /// node_allocation (new allocations by node id) and node_update (allocations to stop, by node id).
+    /// node_allocation (new allocations, and kept ones updated in place, by node id) and
+    /// node_update (allocations to stop, by node id).
     pub plan: Plan,
     /// Placements that found no node with room, by task group name.
     pub failed: BTreeMap<String, u32>,
@@ -135,6 +136,18 @@ pub fn class_eligibility<'a>(
 /// current one (a change of count alone leaves allocations current).
 fn outdated(a: &Allocation, tg: &TaskGroup) -> bool {
     a.job_version < tg.spec_version
+}
+
+/// Whether a rollout moves the allocations it keeps (current, but of an
+/// older job version or another deployment) onto the job's version and
+/// deployment in place, as Nomad does, so the deployment counts them. Off
+/// only with the planted bug `deployment_ignores_kept` (debug builds).
+fn moves_kept() -> bool {
+    #[cfg(debug_assertions)]
+    if crate::model::planted::planted("deployment_ignores_kept") {
+        return false;
+    }
+    true
 }
 
 /// Whether `ask` fits on `node` given `used` (both cpu_mhz and memory_mb).
@@ -289,7 +302,13 @@ impl<'a> Planner<'a> {
                 .collect();
             let replacing = live.iter().any(|a| outdated(a, tg));
             let current = live.iter().filter(|a| !outdated(a, tg)).count();
-            work |= replacing || current < tg.count() as usize;
+            // A new version that changes only the count (either way) still
+            // deploys: the kept allocations move onto it in place.
+            let kept = moves_kept()
+                && live.iter().any(|a| {
+                    !outdated(a, tg) && a.index < tg.count() && a.job_version != job.version
+                });
+            work |= replacing || kept || current < tg.count() as usize;
             groups.insert(
                 tg.name.clone(),
                 DeploymentGroupState {
@@ -324,10 +343,11 @@ impl<'a> Planner<'a> {
     }
 
     /// A group that rolls out under deployment `d`: stops what is scaled
-    /// down or duplicated, then, per index, replaces outdated allocations at
-    /// most `max_parallel` at a time (counting new ones not yet healthy),
-    /// after canaries are placed and promoted. Missing indexes are placed at
-    /// once. Returns the (index, canary) placements to make.
+    /// down or duplicated, moves the current allocations it keeps onto `d`
+    /// in place, then, per index, replaces outdated allocations at most
+    /// `max_parallel` at a time (counting new ones not yet healthy), after
+    /// canaries are placed and promoted. Missing indexes are placed at once.
+    /// Returns the (index, canary) placements to make.
     fn reconcile_rollout(
         &mut self,
         job: &Job,
@@ -358,7 +378,16 @@ impl<'a> Planner<'a> {
                 current[i] = Some(a);
             }
         }
-        let ours = |a: &&Allocation| a.deployment_id == d.id;
+        let moved = moves_kept();
+        if moved {
+            for a in current.iter().flatten() {
+                if a.job_version != job.version || a.deployment_id != d.id {
+                    self.update_in_place(job, tg, a, &d.id);
+                }
+            }
+        }
+        // Every kept allocation is the deployment's once this plan commits.
+        let ours = |a: &&Allocation| moved || a.deployment_id == d.id;
         let running = d.status == DeploymentStatus::Running as i32;
         let mut placements = Vec::new();
         let canarying = g.desired_canaries > 0 && !g.promoted;
@@ -583,6 +612,41 @@ impl<'a> Planner<'a> {
             .or_default()
             .allocs
             .push(stopped);
+    }
+
+    /// Moves a kept allocation onto the job's version and deployment
+    /// `deployment_id` where it runs: a change of the server's fields only,
+    /// carried with the placements of its node. Its spec is the same (the
+    /// version changed nothing that needs a new allocation), so it holds
+    /// the same resources, and the client keeps running it. The state keeps
+    /// what the client reported of it, its health too: a kept allocation
+    /// that was healthy counts as healthy for the new deployment at once,
+    /// and one not yet healthy is awaited as a new one is.
+    fn update_in_place(
+        &mut self,
+        job: &Job,
+        tg: &TaskGroup,
+        alloc: &Allocation,
+        deployment_id: &str,
+    ) {
+        let updated = Allocation {
+            eval_id: self.eval.id.clone(),
+            job_version: job.version,
+            deployment_id: deployment_id.to_string(),
+            min_healthy_time_ms: tg.update.map_or(0, |u| u.min_healthy_time_ms),
+            modify_time_ms: self.now_ms,
+            // The stored allocation's are kept when the plan applies: not
+            // carried through raft for nothing.
+            client_description: String::new(),
+            task_states: Vec::new(),
+            ..alloc.clone()
+        };
+        self.plan
+            .node_allocation
+            .entry(alloc.node_id.clone())
+            .or_default()
+            .allocs
+            .push(updated);
     }
 
     fn place(&mut self, job: &Job, tg: &TaskGroup, index: u32, node_id: &str, canary: bool) {

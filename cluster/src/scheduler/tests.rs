@@ -551,6 +551,177 @@ fn canaries_run_beside_the_old_version_until_promoted() {
     assert_eq!(placed(&out.plan).len(), 2);
 }
 
+/// A first version of `rolling(count, 2, 0, 100)` deployed and healthy;
+/// returns its deployment's id.
+fn deployed(c: &mut Cluster, count: u32) -> String {
+    c.add_nodes(4, 8000, 8000);
+    c.register(rolling(count, 2, 0, 100));
+    let d0 = c.run("web").plan.deployment.unwrap().id;
+    for a in c.live("web") {
+        c.healthy(&a.id);
+    }
+    c.watch(&d0);
+    let d = c.state.deployment(&d0).unwrap();
+    assert_eq!(d.status, DeploymentStatus::Successful as i32);
+    d0
+}
+
+/// The plan's allocations that the state holds already: in-place updates.
+fn updated<'a>(c: &Cluster, plan: &'a Plan) -> Vec<&'a Allocation> {
+    placed(plan)
+        .into_iter()
+        .filter(|a| c.state.has_alloc(&a.id))
+        .collect()
+}
+
+#[test]
+fn a_scale_up_moves_the_kept_allocations_onto_the_new_deployment() {
+    let mut c = Cluster::default();
+    deployed(&mut c, 3);
+    let kept: Vec<String> = c.live("web").iter().map(|a| a.id.clone()).collect();
+    c.apply(Msg::AllocClientUpdate(AllocClientUpdateEntry {
+        allocs: vec![Allocation {
+            id: kept[0].clone(),
+            client_status: AllocClientStatus::Running as i32,
+            client_description: "serving".into(),
+            healthy: Some(true),
+            ..Default::default()
+        }],
+        ..Default::default()
+    }));
+
+    c.register(rolling(5, 2, 0, 100));
+    let out = c.schedule("web");
+    let d1 = out.plan.deployment.clone().expect("a count change deploys");
+    assert_eq!(d1.task_groups["app"].desired_total, 5);
+    assert!(stopped(&out.plan).is_empty(), "nothing is replaced");
+    let moved = updated(&c, &out.plan);
+    assert_eq!(indexes(moved.iter().copied()), vec![0, 1, 2]);
+    assert!(moved.iter().all(|a| kept.contains(&a.id)));
+    let new: Vec<&Allocation> = placed(&out.plan)
+        .into_iter()
+        .filter(|a| !kept.contains(&a.id))
+        .collect();
+    assert_eq!(indexes(new), vec![3, 4]);
+    assert!(placed(&out.plan)
+        .iter()
+        .all(|a| a.job_version == 1 && a.deployment_id == d1.id));
+    c.commit(&out.plan);
+
+    // Kept healthy, still counted as healthy; the job's summary counts
+    // all five under the new version.
+    let live = c.live("web");
+    assert_eq!(live.len(), 5);
+    assert!(live
+        .iter()
+        .filter(|a| kept.contains(&a.id))
+        .all(|a| a.healthy == Some(true) && a.job_version == 1));
+    let first = c.state.alloc(&kept[0]).unwrap();
+    assert_eq!(
+        first.client_description, "serving",
+        "the client's report stays"
+    );
+    let summary = c.state.job_summary("web");
+    assert!(summary.keys().all(|(version, _, _)| *version == 1));
+    assert_eq!(summary.values().sum::<u64>(), 5);
+    assert!(!c.watch(&d1.id));
+    let d = c.state.deployment(&d1.id).unwrap();
+    assert_eq!(
+        (d.task_groups["app"].placed, d.task_groups["app"].healthy),
+        (5, 3)
+    );
+    assert_eq!(d.status, DeploymentStatus::Running as i32);
+
+    for a in c.live("web") {
+        if !kept.contains(&a.id) {
+            c.healthy(&a.id);
+        }
+    }
+    c.watch(&d1.id);
+    let d = c.state.deployment(&d1.id).unwrap();
+    assert_eq!(d.status, DeploymentStatus::Successful as i32, "{d:?}");
+    assert_eq!(d.task_groups["app"].healthy, 5);
+    assert!(
+        scheduler_is_done(&c),
+        "the moved allocations are not moved again"
+    );
+}
+
+/// Whether scheduling the job now changes nothing.
+fn scheduler_is_done(c: &Cluster) -> bool {
+    plan_is_empty(&c.schedule("web").plan)
+}
+
+#[test]
+fn a_scale_down_under_an_update_block_deploys_and_ends_at_once() {
+    let mut c = Cluster::default();
+    let d0 = deployed(&mut c, 5);
+    c.register(rolling(3, 2, 0, 100));
+    let out = c.run("web");
+    let d1 = out.plan.deployment.clone().expect("a count change deploys");
+    assert_eq!(indexes(stopped(&out.plan)), vec![3, 4]);
+    assert_eq!(indexes(placed(&out.plan)), vec![0, 1, 2], "all in place");
+    c.watch(&d1.id);
+    let d = c.state.deployment(&d1.id).unwrap();
+    assert_eq!(d.status, DeploymentStatus::Successful as i32, "{d:?}");
+    assert_eq!(d.task_groups["app"].healthy, 3);
+    assert_eq!(
+        c.state.deployment(&d0).unwrap().status,
+        DeploymentStatus::Successful as i32,
+        "the finished deployment stays as it ended"
+    );
+    assert!(c.live("web").iter().all(|a| a.job_version == 1));
+    assert!(scheduler_is_done(&c));
+}
+
+#[test]
+fn a_kept_allocation_not_yet_healthy_is_awaited_by_the_new_deployment() {
+    let mut c = Cluster::default();
+    c.add_nodes(4, 8000, 8000);
+    c.register(rolling(3, 2, 0, 100));
+    let d0 = c.run("web").plan.deployment.unwrap().id;
+    let live = c.live("web");
+    let late = live[2].id.clone();
+    c.healthy(&live[0].id);
+    c.healthy(&live[1].id);
+
+    c.register(rolling(4, 2, 0, 100));
+    let out = c.run("web");
+    let d1 = out.plan.deployment.clone().unwrap().id;
+    assert_eq!(
+        c.state.deployment(&d0).unwrap().status,
+        DeploymentStatus::Cancelled as i32,
+        "superseded by the new version"
+    );
+    let new: Vec<String> = placed(&out.plan)
+        .iter()
+        .filter(|a| a.index == 3)
+        .map(|a| a.id.clone())
+        .collect();
+    c.healthy(&new[0]);
+    c.watch(&d1);
+    let d = c.state.deployment(&d1).unwrap();
+    assert_eq!(d.status, DeploymentStatus::Running as i32);
+    assert_eq!(d.task_groups["app"].healthy, 3);
+
+    c.healthy(&late);
+    c.watch(&d1);
+    let d = c.state.deployment(&d1).unwrap();
+    assert_eq!(d.status, DeploymentStatus::Successful as i32, "{d:?}");
+}
+
+#[test]
+fn a_destructive_change_with_a_new_count_still_rolls_by_max_parallel() {
+    let mut c = Cluster::default();
+    deployed(&mut c, 3);
+    c.register(rolling(5, 2, 0, 200));
+    let out = c.schedule("web");
+    // Two missing indexes at once, two of the three outdated replaced.
+    assert_eq!(indexes(stopped(&out.plan)), vec![0, 1]);
+    assert_eq!(indexes(placed(&out.plan)), vec![0, 1, 3, 4]);
+    assert!(updated(&c, &out.plan).is_empty());
+}
+
 #[test]
 fn lost_allocations_are_replaced_on_other_nodes() {
     let mut c = Cluster::default();

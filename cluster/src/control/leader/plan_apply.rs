@@ -20,6 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::broker::{BrokerError, EvalBroker};
 use super::context::LeaderContext;
 use super::unapplied::{add_placed, Unapplied};
+use crate::model::alloc_terminal;
 use crate::model::planted::planted;
 use crate::raft::ProposeError;
 use crate::scheduler::fits;
@@ -396,7 +397,11 @@ fn evaluate_plan(
         alloc_index: 0,
         evals_recorded: false,
     };
-    if checked.placed.is_empty() && checked.stopped.is_empty() && plan.deployment.is_none() {
+    if checked.placed.is_empty()
+        && checked.updated.is_empty()
+        && checked.stopped.is_empty()
+        && plan.deployment.is_none()
+    {
         return (result, None, (0, 0));
     }
     let counts = (checked.placed.len() as u64, checked.stopped.len() as u64);
@@ -408,6 +413,7 @@ fn evaluate_plan(
     result.evals_recorded = !evals.is_empty();
     let mut allocs = checked.stopped;
     allocs.extend(checked.placed);
+    allocs.extend(checked.updated);
     let entry = PlanApplyEntry {
         allocs,
         deployment: plan.deployment.clone(),
@@ -420,13 +426,17 @@ fn evaluate_plan(
 /// What of a plan can still be done on `state`.
 pub struct Checked {
     pub placed: Vec<Allocation>,
+    /// Allocations the state holds, updated in place where they run.
+    pub updated: Vec<Allocation>,
     pub stopped: Vec<Allocation>,
     pub rejected: Vec<String>,
 }
 
 /// Checks a plan against the latest state with what is accepted and not
-/// yet applied on top. Stops are always accepted; a node's placements are
-/// accepted all together or not at all.
+/// yet applied on top. Stops are always accepted; a node's placements and
+/// in-place updates are accepted all together or not at all. A node with
+/// only in-place updates need not be ready or eligible, nor have room: it
+/// keeps running what it runs.
 pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
     let stopped: Vec<Allocation> = plan
         .node_update
@@ -436,29 +446,48 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
     let stopped_ids: HashSet<&str> = stopped.iter().map(|a| a.id.as_str()).collect();
     let job_live = state.job(&plan.job_id).is_some_and(|j| !j.stop);
     let mut placed = Vec::new();
+    let mut updated = Vec::new();
     let mut rejected = Vec::new();
     let mut nodes: Vec<&String> = plan.node_allocation.keys().collect();
     nodes.sort();
     for node_id in nodes {
         let list = &plan.node_allocation[node_id].allocs;
+        let (updates, new): (Vec<&Allocation>, Vec<&Allocation>) =
+            list.iter().partition(|a| state.has_alloc(&a.id));
         let ok = job_live
-            && state.node(node_id).is_some_and(|node| {
-                node.status == NodeStatus::Ready as i32 && !node.ineligible && {
-                    let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
-                    fits(&node, &Resources::default(), &used) || planted("skip_fit_check")
-                }
-            });
+            && updates
+                .iter()
+                .all(|a| in_place(state, unapplied, node_id, a))
+            && (new.is_empty()
+                || state.node(node_id).is_some_and(|node| {
+                    node.status == NodeStatus::Ready as i32 && !node.ineligible && {
+                        let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
+                        fits(&node, &Resources::default(), &used) || planted("skip_fit_check")
+                    }
+                }));
         if ok {
-            placed.extend(list.iter().cloned());
+            placed.extend(new.into_iter().cloned());
+            updated.extend(updates.into_iter().cloned());
         } else {
             rejected.push(node_id.clone());
         }
     }
     Checked {
         placed,
+        updated,
         stopped,
         rejected,
     }
+}
+
+/// Whether `a` can update in place the allocation of its id that the state
+/// holds: still live, on node `node_id`, with the same resources, and not
+/// stopped by a plan accepted since. A plan made on older state is refused
+/// instead, so a stopped allocation is never brought back.
+fn in_place(state: &State, unapplied: &Unapplied, node_id: &str, a: &Allocation) -> bool {
+    state.alloc(&a.id).is_some_and(|stored| {
+        stored.node_id == node_id && !alloc_terminal(&stored) && stored.resources == a.resources
+    }) && !unapplied.stops(node_id, &a.id)
 }
 
 /// What the node would hold with this plan: its live allocations, less
@@ -589,6 +618,65 @@ mod tests {
         // The stop's entry failed: it is forgotten, and a1 holds the node.
         unapplied.clear();
         assert_eq!(evaluate(&state, &unapplied, &second).rejected, refused);
+    }
+
+    #[test]
+    fn an_in_place_update_needs_no_room_but_a_live_allocation() {
+        let mut state = state_with_node(1000);
+        let (_, entry, _) = evaluate_plan(&state, &Unapplied::default(), &plan("a1", 600));
+        let apply = |state: &mut State, index, msg| {
+            state.apply(index, &LogEntry { msg: Some(msg) }, &mut Changes::default())
+        };
+        apply(&mut state, 3, Msg::PlanApply(entry.unwrap()));
+        // The node is ineligible now, and full: a1 moves onto a new
+        // version where it runs all the same.
+        let node = Node {
+            id: "n1".into(),
+            status: NodeStatus::Ready as i32,
+            ineligible: true,
+            resources: Some(Resources {
+                cpu_mhz: 500,
+                memory_mb: 1024,
+            }),
+            ..Default::default()
+        };
+        apply(
+            &mut state,
+            4,
+            Msg::NodeRegister(NodeRegisterEntry {
+                node: Some(node),
+                ..Default::default()
+            }),
+        );
+        let mut unapplied = Unapplied::default();
+        let mut update = plan("a1", 600);
+        update.node_allocation.get_mut("n1").unwrap().allocs[0].job_version = 1;
+        let checked = evaluate(&state, &unapplied, &update);
+        assert!(checked.rejected.is_empty());
+        assert_eq!((checked.updated.len(), checked.placed.len()), (1, 0));
+        // Beside a new placement, the node's ineligibility refuses both.
+        let mut both = update.clone();
+        let new = plan("a2", 10).node_allocation["n1"].allocs[0].clone();
+        both.node_allocation.get_mut("n1").unwrap().allocs.push(new);
+        assert_eq!(evaluate(&state, &unapplied, &both).rejected, ["n1"]);
+        // Stopped by a plan not yet applied: never brought back.
+        let mut stop = plan("a1", 600);
+        stop.node_update = std::mem::take(&mut stop.node_allocation);
+        stop.node_update.get_mut("n1").unwrap().allocs[0].desired_status =
+            AllocDesiredStatus::Stop as i32;
+        let (_, entry, _) = evaluate_plan(&state, &unapplied, &stop);
+        unapplied.add(1, &entry.expect("the stop is written"));
+        assert_eq!(evaluate(&state, &unapplied, &update).rejected, ["n1"]);
+        // Nor once it is applied.
+        let stopped = entry_of(&state, &stop);
+        apply(&mut state, 5, Msg::PlanApply(stopped));
+        unapplied.applied(1);
+        assert_eq!(evaluate(&state, &unapplied, &update).rejected, ["n1"]);
+    }
+
+    /// The entry the plan applier makes of `plan` on `state`.
+    fn entry_of(state: &State, plan: &Plan) -> PlanApplyEntry {
+        evaluate_plan(state, &Unapplied::default(), plan).1.unwrap()
     }
 
     #[test]

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use stampede_proto::{Allocation, PlanApplyEntry, Resources};
+use stampede_proto::{AllocDesiredStatus, Allocation, PlanApplyEntry, Resources};
 
 use crate::model::statuses_terminal;
 use crate::state::{AllocKey, State};
@@ -60,6 +60,15 @@ impl Unapplied {
     /// Forgets everything: nothing accepted is in flight any more.
     pub fn clear(&mut self) {
         self.on_node.clear();
+    }
+
+    /// Whether an accepted plan not yet applied here stops allocation `id`
+    /// on node `node_id`.
+    pub fn stops(&self, node_id: &str, id: &str) -> bool {
+        self.on_node
+            .get(node_id)
+            .and_then(|allocs| allocs.get(id))
+            .is_some_and(|a| a.desired_status == AllocDesiredStatus::Stop as i32)
     }
 
     /// What node `node_id` holds on `state` with everything accepted on
