@@ -50,6 +50,7 @@ pub mod compare;
 mod critical_path;
 mod faults;
 mod inventory;
+mod invariants;
 mod metrics;
 pub mod place;
 mod progress;
