@@ -166,7 +166,8 @@ pub(super) async fn drive(
             ..Default::default()
         };
         let job_ids = journal.writes.iter().map(|w| w.job_id.clone()).collect();
-        summary.invariants = invariants::audit(cluster, &journal.writes, &job_ids, seen, &cfg).await;
+        summary.invariants =
+            invariants::audit(cluster, &journal.writes, &job_ids, seen, &cfg).await;
     }
     let times = (before.ready_s, before.term_at_start, first_submit_s);
     add_fleet(&mut summary, scenario.nodes, times);

@@ -46,8 +46,7 @@ pub fn duplicates(servers: &[ServerState]) -> Invariant {
         let mut per_group: BTreeMap<(&str, &str), u32> = BTreeMap::new();
         for a in s.allocs.values().filter(|a| live(a) && !a.canary) {
             let system = a.job_type == JobType::System as i32
-                || s
-                    .jobs
+                || s.jobs
                     .get(&a.job_id)
                     .is_some_and(|j| j.r#type == JobType::System as i32);
             let slot = match system {
@@ -128,9 +127,10 @@ fn describe(s: &ServerState, job_id: &str) -> String {
         None => format!("absent, {live} live allocations"),
         Some(j) if j.stop => format!("stopped, {live} live allocations"),
         Some(j) => {
-            let (spec, count) = j.task_groups.first().map_or((None, 0), |tg| {
-                (tg.meta.get("spec").cloned(), tg.count())
-            });
+            let (spec, count) = j
+                .task_groups
+                .first()
+                .map_or((None, 0), |tg| (tg.meta.get("spec").cloned(), tg.count()));
             format!(
                 "running at spec {} count {count}",
                 spec.unwrap_or_else(|| "?".into())
@@ -234,7 +234,8 @@ pub fn definite_errors(servers: &[ServerState], writes: &[Write]) -> Invariant {
                         "server {}: {job_id} {} refused with {code} at {:.1}s, yet it is {}",
                         s.server,
                         match w.kind {
-                            WriteKind::Register { .. } => format!("registration ({})", kind_name(w.kind)),
+                            WriteKind::Register { .. } =>
+                                format!("registration ({})", kind_name(w.kind)),
                             WriteKind::Stop => "stop".into(),
                             WriteKind::Purge => "purge".into(),
                         },
@@ -262,7 +263,10 @@ pub fn convergence(servers: &[ServerState]) -> Invariant {
     type Row = String;
     let rows = |s: &ServerState| -> BTreeMap<String, Row> {
         let jobs = s.jobs.values().map(|j| {
-            let row = format!("version {} stop {} modified at {}", j.version, j.stop, j.modify_index);
+            let row = format!(
+                "version {} stop {} modified at {}",
+                j.version, j.stop, j.modify_index
+            );
             (format!("job {}", j.id), row)
         });
         let allocs = s.allocs.values().map(|a| {
@@ -278,7 +282,10 @@ pub fn convergence(servers: &[ServerState]) -> Invariant {
             (format!("alloc {}", a.id), row)
         });
         let deployments = s.deployments.values().map(|d| {
-            let row = format!("status {} version {} modified at {}", d.status, d.job_version, d.modify_index);
+            let row = format!(
+                "status {} version {} modified at {}",
+                d.status, d.job_version, d.modify_index
+            );
             (format!("deployment {}", d.id), row)
         });
         jobs.chain(allocs).chain(deployments).collect()
@@ -340,8 +347,10 @@ pub fn liveness(s: &ServerState) -> Invariant {
                 feasible(node, job, tg) && room(node, used_on(&node.id), ask)
             };
             if system {
-                let covered: BTreeSet<&str> =
-                    ours().filter(|a| live(a)).map(|a| a.node_id.as_str()).collect();
+                let covered: BTreeSet<&str> = ours()
+                    .filter(|a| live(a))
+                    .map(|a| a.node_id.as_str())
+                    .collect();
                 let missing: Vec<&str> = s
                     .nodes
                     .values()
@@ -362,7 +371,12 @@ pub fn liveness(s: &ServerState) -> Invariant {
             }
             // A batch allocation that completed has done its index's work.
             let placed: BTreeSet<u32> = ours()
-                .filter(|a| live(a) || (batch && a.client_status == stampede_proto::AllocClientStatus::Complete as i32))
+                .filter(|a| {
+                    live(a)
+                        || (batch
+                            && a.client_status
+                                == stampede_proto::AllocClientStatus::Complete as i32)
+                })
                 .map(|a| a.index)
                 .collect();
             let short = (tg.count() as usize).saturating_sub(placed.len());
@@ -432,7 +446,11 @@ pub fn deployments(s: &ServerState) -> Invariant {
     Invariant::new(
         super::DEPLOYMENTS,
         found,
-        format!("server {}: {} deployments checked", s.server, s.deployments.len()),
+        format!(
+            "server {}: {} deployments checked",
+            s.server,
+            s.deployments.len()
+        ),
     )
 }
 

@@ -183,11 +183,21 @@ impl Reader {
             };
         }
         if indexes.len() != 1 {
-            return Err(format!("the servers have applied different indexes: {indexes:?}"));
+            return Err(format!(
+                "the servers have applied different indexes: {indexes:?}"
+            ));
         }
         let mut queued = 0.0;
         for url in &self.metrics {
-            let text = async { self.http.get(url).send().await?.error_for_status()?.text().await };
+            let text = async {
+                self.http
+                    .get(url)
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .text()
+                    .await
+            };
             let text = text.await.map_err(|e| format!("reading {url}: {e}"))?;
             queued += queued_in(&sampler::parse(&text));
         }
@@ -234,7 +244,13 @@ async fn read_server(
     job_ids: &BTreeSet<String>,
     seen: &Sightings,
 ) -> Result<ServerState, ReadError> {
-    let fail = |what| move |source| ReadError::Call { server, what, source };
+    let fail = |what| {
+        move |source| ReadError::Call {
+            server,
+            what,
+            source,
+        }
+    };
     let nodes = client
         .retrying(|c| async move {
             let req = NodeListRequest { query: None };
@@ -261,8 +277,12 @@ async fn read_server(
         .buffer_unordered(8);
     while let Some(read) = reads.next().await {
         let (allocs, evals, deployments) = read.map_err(fail("reading a job"))?;
-        state.allocs.extend(allocs.into_iter().map(|a| (a.id.clone(), a)));
-        state.evals.extend(evals.into_iter().map(|e| (e.id.clone(), e)));
+        state
+            .allocs
+            .extend(allocs.into_iter().map(|a| (a.id.clone(), a)));
+        state
+            .evals
+            .extend(evals.into_iter().map(|e| (e.id.clone(), e)));
         state
             .deployments
             .extend(deployments.into_iter().map(|d| (d.id.clone(), d)));
@@ -283,7 +303,9 @@ async fn read_server(
             })
             .await
             .map_err(fail("reading allocations by id"))?;
-        state.allocs.extend(allocs.into_iter().map(|a| (a.id.clone(), a)));
+        state
+            .allocs
+            .extend(allocs.into_iter().map(|a| (a.id.clone(), a)));
     }
     Ok(state)
 }
@@ -296,7 +318,10 @@ type JobRead = (
 
 /// A job's allocations, evaluations and deployments on one server; nothing
 /// for a job that server does not have.
-pub(super) async fn read_job(client: &ClusterClient, job_id: String) -> Result<JobRead, ClientError> {
+pub(super) async fn read_job(
+    client: &ClusterClient,
+    job_id: String,
+) -> Result<JobRead, ClientError> {
     let absent = |e: &ClientError| e.code() == Some(tonic::Code::NotFound);
     let id = &job_id;
     let allocs = client

@@ -27,11 +27,16 @@ pub enum Outcome {
     Acked,
     /// An answer that says the write was refused, so did not take effect
     /// (NOT_FOUND, INVALID_ARGUMENT, ...).
-    Definite { code: String, message: String },
+    Definite {
+        code: String,
+        message: String,
+    },
     /// No answer that says either way (UNAVAILABLE, DEADLINE_EXCEEDED, an
     /// internal error, a torn connection): the write may or may not have
     /// taken effect, at any time.
-    Indefinite { message: String },
+    Indefinite {
+        message: String,
+    },
 }
 
 impl Outcome {

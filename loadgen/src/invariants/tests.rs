@@ -122,7 +122,12 @@ fn fails(i: &Invariant, violations: u64, names: &[&str]) {
 
 #[track_caller]
 fn holds(i: &Invariant) {
-    assert!(i.ok && i.violations == 0, "{} should hold: {}", i.name, i.detail);
+    assert!(
+        i.ok && i.violations == 0,
+        "{} should hold: {}",
+        i.name,
+        i.detail
+    );
 }
 
 #[test]
@@ -130,14 +135,21 @@ fn capacity_flags_a_node_whose_live_allocations_exceed_it_and_ignores_terminal_o
     holds(&capacity(&[good()]));
     let mut s = good();
     // A third fits (300 of 300); a terminal fourth takes nothing.
-    s.allocs.insert("a2".into(), alloc("a2", "j", 2, "n1", C::Pending));
-    s.allocs.insert("a3".into(), alloc("a3", "j", 3, "n1", C::Lost));
+    s.allocs
+        .insert("a2".into(), alloc("a2", "j", 2, "n1", C::Pending));
+    s.allocs
+        .insert("a3".into(), alloc("a3", "j", 3, "n1", C::Lost));
     let mut stopped = alloc("a4", "j", 4, "n1", C::Running);
     stopped.desired_status = D::Stop as i32;
     s.allocs.insert("a4".into(), stopped);
     holds(&capacity(&[s.clone()]));
-    s.allocs.insert("a5".into(), alloc("a5", "j", 5, "n1", C::Running));
-    fails(&capacity(&[good(), s]), 1, &["server 1", "n1", "400/300 MHz"]);
+    s.allocs
+        .insert("a5".into(), alloc("a5", "j", 5, "n1", C::Running));
+    fails(
+        &capacity(&[good(), s]),
+        1,
+        &["server 1", "n1", "400/300 MHz"],
+    );
 }
 
 #[test]
@@ -174,7 +186,12 @@ fn duplicates_of_a_system_job_are_two_live_on_one_node() {
         a
     };
     let nodes = vec![node("n1", 1000, 1000), node("n2", 1000, 1000)];
-    let one_each = server(1, nodes.clone(), vec![sys.clone()], vec![on("s1", "n1"), on("s2", "n2")]);
+    let one_each = server(
+        1,
+        nodes.clone(),
+        vec![sys.clone()],
+        vec![on("s1", "n1"), on("s2", "n2")],
+    );
     holds(&duplicates(&[one_each]));
     let two = server(1, nodes, vec![sys], vec![on("s1", "n1"), on("s2", "n1")]);
     fails(&duplicates(&[two]), 1, &["on node n1", "s1", "s2"]);
@@ -194,7 +211,11 @@ fn acked_writes_wants_the_last_acknowledged_write_on_every_server() {
     fails(
         &acked_writes(&[good(), stale.clone()], &writes),
         1,
-        &["server 2", "j is running at spec 0 count 3", "expected spec 0 count 2"],
+        &[
+            "server 2",
+            "j is running at spec 0 count 3",
+            "expected spec 0 count 2",
+        ],
     );
     // Overlapping writes: either may be last.
     let overlapping = vec![
@@ -228,10 +249,18 @@ fn acked_writes_wants_a_stopped_job_stopped_with_nothing_live_and_a_purged_one_g
     holds(&acked_writes(&[stopped.clone()], &stop));
     // Collected since: gone is fine for a stopped job.
     holds(&acked_writes(&[server(1, vec![], vec![], vec![])], &stop));
-    fails(&acked_writes(&[good()], &stop), 1, &["j is running", "expected stopped"]);
+    fails(
+        &acked_writes(&[good()], &stop),
+        1,
+        &["j is running", "expected stopped"],
+    );
     let mut still_live = stopped.clone();
     still_live.allocs.get_mut("a0").unwrap().desired_status = D::Run as i32;
-    fails(&acked_writes(&[still_live], &stop), 1, &["stopped, 1 live allocations"]);
+    fails(
+        &acked_writes(&[still_live], &stop),
+        1,
+        &["stopped, 1 live allocations"],
+    );
 
     let purge = vec![
         write("j", reg(0, 2), 0.0, 0.1, Outcome::Acked),
@@ -240,7 +269,11 @@ fn acked_writes_wants_a_stopped_job_stopped_with_nothing_live_and_a_purged_one_g
     let mut purged = stopped.clone();
     purged.jobs.clear();
     holds(&acked_writes(&[purged], &purge));
-    fails(&acked_writes(&[stopped], &purge), 1, &["j is stopped", "expected purged"]);
+    fails(
+        &acked_writes(&[stopped], &purge),
+        1,
+        &["j is stopped", "expected purged"],
+    );
 }
 
 #[test]
@@ -249,16 +282,25 @@ fn definite_errors_flags_a_refused_write_whose_effect_is_there() {
     let purge_refused = write("j", WriteKind::Purge, 1.0, 1.1, refused("NotFound"));
     let gone = server(1, vec![], vec![], vec![]);
     // Refused, and the job is still there: as it should be.
-    holds(&definite_errors(&[good()], &[registered.clone(), purge_refused.clone()]));
+    holds(&definite_errors(
+        &[good()],
+        &[registered.clone(), purge_refused.clone()],
+    ));
     // Refused, yet the job is gone and nothing else removed it.
     fails(
-        &definite_errors(&[gone.clone()], &[registered.clone(), purge_refused.clone()]),
+        &definite_errors(
+            std::slice::from_ref(&gone),
+            &[registered.clone(), purge_refused.clone()],
+        ),
         1,
         &["j purge refused with NotFound", "absent"],
     );
     // Another purge without an answer may have removed it: undecided.
     let other = write("j", WriteKind::Purge, 2.0, 3.0, unknown());
-    holds(&definite_errors(&[gone], &[registered.clone(), purge_refused, other]));
+    holds(&definite_errors(
+        &[gone],
+        &[registered.clone(), purge_refused, other],
+    ));
     // A refused stop, yet the job is stopped.
     let mut stopped = good();
     stopped.jobs.get_mut("j").unwrap().stop = true;
@@ -271,7 +313,7 @@ fn definite_errors_flags_a_refused_write_whose_effect_is_there() {
     // A refused registration whose exact spec and count the job holds.
     let reg_refused = write("j", reg(0, 2), 2.0, 2.1, refused("InvalidArgument"));
     fails(
-        &definite_errors(&[good()], &[reg_refused.clone()]),
+        &definite_errors(&[good()], std::slice::from_ref(&reg_refused)),
         1,
         &["registration (spec 0 count 2) refused with InvalidArgument"],
     );
@@ -289,7 +331,12 @@ fn convergence_flags_what_differs_between_servers() {
     fails(
         &convergence(&[good(), other]),
         2,
-        &["alloc a1: server 1", "client running", "client lost", "job k: server 1 absent"],
+        &[
+            "alloc a1: server 1",
+            "client running",
+            "client lost",
+            "job k: server 1 absent",
+        ],
     );
 }
 
@@ -299,7 +346,11 @@ fn liveness_wants_every_shortfall_explained_by_capacity_and_a_blocked_evaluation
     // Count 4 with two placed, and room on n1 for one more.
     let mut short = good();
     short.jobs.insert("j".into(), job("j", 4, 0));
-    fails(&liveness(&short), 1, &["j.web: 2 unplaced while node n1 has room"]);
+    fails(
+        &liveness(&short),
+        1,
+        &["j.web: 2 unplaced while node n1 has room"],
+    );
     // No room anywhere (n1 full, n2 down): needs a blocked evaluation.
     short.nodes.insert("n1".into(), node("n1", 200, 200));
     let mut down = node("n2", 1000, 1000);
@@ -317,7 +368,12 @@ fn liveness_wants_every_shortfall_explained_by_capacity_and_a_blocked_evaluation
     );
     holds(&liveness(&short));
     // A stopped job wants nothing.
-    let mut stopped = server(1, vec![node("n1", 1000, 1000)], vec![job("j", 4, 0)], vec![]);
+    let mut stopped = server(
+        1,
+        vec![node("n1", 1000, 1000)],
+        vec![job("j", 4, 0)],
+        vec![],
+    );
     stopped.jobs.get_mut("j").unwrap().stop = true;
     holds(&liveness(&stopped));
 }
@@ -326,10 +382,18 @@ fn liveness_wants_every_shortfall_explained_by_capacity_and_a_blocked_evaluation
 fn liveness_of_a_system_job_wants_it_on_every_node_with_room() {
     let mut sys = job("sys", 1, 0);
     sys.r#type = JobType::System as i32;
-    let nodes = vec![node("n1", 1000, 1000), node("n2", 1000, 1000), node("full", 50, 50)];
+    let nodes = vec![
+        node("n1", 1000, 1000),
+        node("n2", 1000, 1000),
+        node("full", 50, 50),
+    ];
     let a = alloc("s1", "sys", 0, "n1", C::Running);
     let s = server(1, nodes, vec![sys], vec![a]);
-    fails(&liveness(&s), 1, &["sys.web: not on 1 node(s) with room, e.g. n2"]);
+    fails(
+        &liveness(&s),
+        1,
+        &["sys.web: not on 1 node(s) with room, e.g. n2"],
+    );
 }
 
 #[test]
@@ -387,17 +451,35 @@ fn terminal_stays_terminal_orders_sightings_by_index_not_by_when_they_were_seen(
     let mut other_way = Sightings::default();
     other_way.see(&at(C::Running, 12));
     other_way.see(&at(C::Complete, 10));
-    fails(&terminal_stays_terminal(&other_way), 1, &["complete at index 10"]);
+    fails(
+        &terminal_stays_terminal(&other_way),
+        1,
+        &["complete at index 10"],
+    );
 }
 
 #[test]
 fn an_answer_is_definite_only_when_it_says_the_write_was_refused() {
     let of = |s: tonic::Status| Outcome::of::<()>(&Err(ClientError::Status(Box::new(s))));
-    assert!(matches!(of(tonic::Status::not_found("no job")), Outcome::Definite { code, .. } if code == "NotFound"));
-    assert!(matches!(of(tonic::Status::invalid_argument("bad")), Outcome::Definite { .. }));
-    assert!(matches!(of(tonic::Status::unavailable("no leader")), Outcome::Indefinite { .. }));
-    assert!(matches!(of(tonic::Status::deadline_exceeded("slow")), Outcome::Indefinite { .. }));
-    assert!(matches!(of(tonic::Status::internal("raft")), Outcome::Indefinite { .. }));
+    assert!(
+        matches!(of(tonic::Status::not_found("no job")), Outcome::Definite { code, .. } if code == "NotFound")
+    );
+    assert!(matches!(
+        of(tonic::Status::invalid_argument("bad")),
+        Outcome::Definite { .. }
+    ));
+    assert!(matches!(
+        of(tonic::Status::unavailable("no leader")),
+        Outcome::Indefinite { .. }
+    ));
+    assert!(matches!(
+        of(tonic::Status::deadline_exceeded("slow")),
+        Outcome::Indefinite { .. }
+    ));
+    assert!(matches!(
+        of(tonic::Status::internal("raft")),
+        Outcome::Indefinite { .. }
+    ));
     assert_eq!(Outcome::of::<()>(&Ok(())), Outcome::Acked);
 }
 
@@ -411,11 +493,18 @@ fn every_invariant_is_checked_and_named_and_failures_say_which() {
     let many: Vec<String> = (0..8).map(|i| format!("v{i}")).collect();
     let bad = Invariant::new(CAPACITY, many, String::new());
     assert_eq!(bad.violations, 8);
-    assert!(bad.detail.contains("v4; and 3 more") && !bad.detail.contains("v5"), "{}", bad.detail);
+    assert!(
+        bad.detail.contains("v4; and 3 more") && !bad.detail.contains("v5"),
+        "{}",
+        bad.detail
+    );
     let mut some = all.clone();
     some[0] = bad.clone();
     let f = failure(&some).unwrap();
-    assert!(f.contains("capacity (8 violations") && !f.contains("duplicates"), "{f}");
+    assert!(
+        f.contains("capacity (8 violations") && !f.contains("duplicates"),
+        "{f}"
+    );
     // Across variants: failed if failed in one, violations summed.
     let run = across(&[("a", &all), ("b", &some)]);
     assert_eq!(run.len(), 8);

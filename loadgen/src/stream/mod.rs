@@ -127,7 +127,11 @@ async fn deregister(
     let mut t = tally.lock().unwrap();
     t.journal.writes.push(Write {
         job_id: job_id.clone(),
-        kind: if purge { WriteKind::Purge } else { WriteKind::Stop },
+        kind: if purge {
+            WriteKind::Purge
+        } else {
+            WriteKind::Stop
+        },
         sent_s,
         answered_s: start.elapsed().as_secs_f64(),
         outcome: Outcome::of(&result),
@@ -253,7 +257,11 @@ pub async fn run(
         // Scales and purges are drawn likewise, each from what is left.
         let mut rest = 1.0 - scenario.update_share - scenario.stop_share;
         let mut draw = |share: f64, rng: &mut rand::rngs::StdRng, before: bool| {
-            let p = if rest > 0.0 { (share / rest).min(1.0) } else { 1.0 };
+            let p = if rest > 0.0 {
+                (share / rest).min(1.0)
+            } else {
+                1.0
+            };
             rest -= share;
             !before && share > 0.0 && rng.gen_bool(p)
         };
