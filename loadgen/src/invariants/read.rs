@@ -84,8 +84,15 @@ pub async fn audit(
     let deadline = Instant::now() + cfg.wait;
     let mut last = String::new();
     let mut states = None;
+    // At rest on two looks a poll apart before the servers are read: a
+    // moment between two writes is not rest.
+    let mut before: Option<u64> = None;
     loop {
-        match reader.at_rest().await {
+        let rest = reader.at_rest().await;
+        let steady = rest.as_ref().ok() == before.as_ref();
+        before = rest.as_ref().ok().copied();
+        match rest {
+            Ok(index) if !steady => last = format!("the servers reached index {index}"),
             Ok(index) => match reader.read_all(job_ids, &seen).await {
                 Ok(read) => {
                     if reader.at_rest().await.as_ref() == Ok(&index) {
