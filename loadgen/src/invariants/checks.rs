@@ -437,9 +437,21 @@ pub fn deployments(s: &ServerState) -> Invariant {
                     })
             });
         if done {
+            // What the deployment wants against the job's count tells a
+            // deployment left behind by a scale from one that was not watched.
+            let wants: Vec<String> = rolling
+                .iter()
+                .map(|tg| {
+                    let total = d.task_groups.get(&tg.name).map_or(0, |g| g.desired_total);
+                    format!("{} wants {total} of count {}", tg.name, tg.count())
+                })
+                .collect();
             found.push(format!(
-                "deployment {} of {} version {} is running with every allocation running and healthy",
-                d.id, job.id, job.version
+                "deployment {} of {} version {} is running with every allocation running and healthy ({})",
+                d.id,
+                job.id,
+                job.version,
+                wants.join(", ")
             ));
         }
     }
