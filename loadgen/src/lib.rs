@@ -15,6 +15,9 @@
 //!   measured: its report and its journal of every job.
 //! - `faults`: a scenario's faults injected into a local cluster during the
 //!   stream, what each cost, and the audit of every acknowledged job.
+//! - `invariants`: the invariant audit that ends a run with faults or
+//!   `--audit`: the stream's record of every write and of the allocation
+//!   statuses seen, every server read at rest, and the checks (pure).
 //! - `critical_path`: where each job's time went, stage by stage, from
 //!   the servers' traces and the stream's own times (pure, but for
 //!   fetching the traces).
@@ -49,6 +52,7 @@ pub mod capacity;
 pub mod compare;
 mod critical_path;
 mod faults;
+mod invariants;
 mod inventory;
 mod metrics;
 pub mod place;

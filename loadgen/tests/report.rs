@@ -178,6 +178,7 @@ fn summary() -> RunSummary {
         slo_breaches: vec![],
         regressions: vec![],
         audit_failures: vec![],
+        invariants: vec![],
         complete: true,
         prometheus: None,
         search: Some(SearchReport {

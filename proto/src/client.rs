@@ -189,6 +189,16 @@ impl ClusterClient {
         ))
     }
 
+    /// The same client with its own turn, starting at channel `first`
+    /// (modulo the channel count): a caller's calls start at a server of its
+    /// choosing, and retries go round from there.
+    pub fn starting_at(&self, first: usize) -> Self {
+        Self {
+            next: std::sync::Arc::new(AtomicUsize::new(first % self.channels.len())),
+            ..self.clone()
+        }
+    }
+
     /// How many channels (servers times connections) this client holds.
     pub fn channel_count(&self) -> usize {
         self.channels.len()

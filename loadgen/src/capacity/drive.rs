@@ -17,6 +17,7 @@ use super::error::CapacityError;
 use super::output::{write_last_metrics, write_traces};
 use crate::critical_path::{self, fetch, JobPath};
 use crate::faults::{self, FaultsConfig};
+use crate::invariants;
 use crate::progress::Progress;
 use crate::sampler::{self, Series, Target};
 use crate::scenario::{Scenario, Variant};
@@ -35,7 +36,12 @@ pub(super) struct Driving {
     pub(super) http: reqwest::Client,
     pub(super) targets: Vec<Target>,
     pub(super) tls: bool,
+    /// The nodesim processes loadgen started (for `pause_fleet`).
+    pub(super) fleet: Vec<u32>,
 }
+
+/// How often the invariant audit reads allocation statuses during the stream.
+const SAMPLE_ALLOCS_EVERY: Duration = Duration::from_secs(3);
 
 /// What happened before the stream: problems met, how long the fleet took
 /// to be ready, and the cluster's term when it first had a leader.
@@ -68,6 +74,7 @@ pub(super) async fn drive(
         http,
         targets,
         tls,
+        fleet,
     } = driving;
     let sampling = tokio::spawn(sampler::run(
         http,
@@ -83,10 +90,20 @@ pub(super) async fn drive(
         audit_wait: ctx.opts.audit_wait,
         ..FaultsConfig::default()
     };
+    // The invariant audit's record of allocation statuses during the stream.
+    let auditing = cluster.is_some() && (ctx.opts.audit || !scenario.faults.is_empty());
+    let (stop_sampling, sampling_stopped) = watch::channel(false);
+    let statuses = auditing.then(|| {
+        tokio::spawn(invariants::sample::run(
+            servers.clone(),
+            SAMPLE_ALLOCS_EVERY,
+            sampling_stopped,
+        ))
+    });
     let stream = stream::run(client, scenario, &prefix, ctx.metrics, start);
     let ((report, journal), injected) = match cluster.as_deref_mut() {
         Some(cluster) if !scenario.faults.is_empty() => {
-            let injecting = faults::inject(cluster, &scenario.faults, start, &fault_cfg);
+            let injecting = faults::inject(cluster, &fleet, &scenario.faults, start, &fault_cfg);
             let (stream, (injected, fault_problems)) = tokio::join!(stream, injecting);
             problems.extend(fault_problems);
             (stream, injected)
@@ -139,6 +156,18 @@ pub(super) async fn drive(
             journal.acked.len()
         );
         summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
+    }
+    if let (Some(cluster), Some(statuses)) = (cluster.as_deref(), statuses) {
+        let _ = stop_sampling.send(true);
+        let seen = statuses.await.unwrap_or_default();
+        eprintln!("loadgen: checking the invariants on every server");
+        let cfg = invariants::AuditConfig {
+            wait: ctx.opts.audit_wait,
+            ..Default::default()
+        };
+        let job_ids = journal.writes.iter().map(|w| w.job_id.clone()).collect();
+        summary.invariants =
+            invariants::audit(cluster, &journal.writes, &job_ids, seen, &cfg).await;
     }
     let times = (before.ready_s, before.term_at_start, first_submit_s);
     add_fleet(&mut summary, scenario.nodes, times);

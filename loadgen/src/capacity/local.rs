@@ -69,6 +69,7 @@ pub(super) async fn run_local(
         http,
         targets,
         tls: scenario.tls,
+        fleet: nodesim.0.iter().map(|c| c.id()).collect(),
     };
     let mut summary = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
     for s in &summary.series {

@@ -13,7 +13,7 @@ use crate::scenario::Scenario;
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, audit, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// How long jobs are submitted, overriding the scenario's `duration`
@@ -86,11 +86,18 @@ pub struct CapacityOpts {
     /// is reported without one.
     #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
     pub fault_leader_wait: Duration,
-    /// With [[faults]]: how long the servers may take, after the stream, to
-    /// answer and apply the same raft index before the audit gives up (and
-    /// the run fails).
+    /// With [[faults]] or --audit: how long the servers may take, after the
+    /// stream, to answer and apply the same raft index (and, for the
+    /// invariants, empty their queues) before the audit gives up (and the
+    /// run fails).
     #[arg(long, default_value = "120s", value_parser = humantime::parse_duration)]
     pub audit_wait: Duration,
+    /// End each variant with the invariant audit (always on with [[faults]]):
+    /// once the cluster is at rest, every server is read and checked
+    /// against the scheduler's promises (`invariants` in summary.json).
+    /// Needs servers loadgen starts.
+    #[arg(long, conflicts_with_all = ["servers", "inventory"])]
+    pub audit: bool,
 }
 
 impl CapacityOpts {

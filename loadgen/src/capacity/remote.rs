@@ -68,6 +68,7 @@ pub(super) async fn run_remote(
         http,
         targets,
         tls: security.tls.is_some(),
+        fleet: Vec::new(),
     };
     drive(scenario, v, driving, dir, ctx, before, None).await
 }

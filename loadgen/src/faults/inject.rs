@@ -8,12 +8,14 @@ use super::probe::{named_leader, Probe, Settled};
 use super::{FaultsConfig, Injected};
 use crate::scenario::{FaultAction, FaultStep};
 
-/// Runs the steps against `cluster`, each at its `at` from `start` (the
+/// Runs the steps against `cluster` (and `fleet`, the nodesim process ids,
+/// for fleet faults), each at its `at` from `start` (the
 /// start of the job stream) or, if the cluster has not settled from the
 /// previous one by then, once it has. Returns the steps injected and, in
 /// words, those that could not be (or not undone).
 pub async fn inject(
     cluster: &mut LocalCluster,
+    fleet: &[u32],
     steps: &[FaultStep],
     start: Instant,
     cfg: &FaultsConfig,
@@ -37,7 +39,7 @@ pub async fn inject(
         if let Some(prev) = done.last_mut() {
             prev.term_after.get_or_insert(settled.term);
         }
-        match strike(cluster, &probe, step, &settled, start, cfg).await {
+        match strike(cluster, fleet, &probe, step, &settled, start, cfg).await {
             Ok(injected) => done.push(injected),
             Err(e) => problems.push(format!("{name}: {e}")),
         }
@@ -56,6 +58,7 @@ pub async fn inject(
 /// fault lasts, and undoes it after its duration.
 async fn strike(
     cluster: &mut LocalCluster,
+    fleet: &[u32],
     probe: &Probe,
     step: &FaultStep,
     settled: &Settled,
@@ -66,7 +69,9 @@ async fn strike(
     let leader = settled.leader;
     let follower = ids.iter().copied().find(|id| *id != leader);
     let one = |id: Option<NodeId>| id.map(|id| vec![id]).ok_or("no follower to strike");
+    // A fleet fault strikes no server: the leader stays, and is found at once.
     let struck = match step.action {
+        FaultAction::PauseFleet => Vec::new(),
         FaultAction::KillAll => ids.clone(),
         a if a.hits_leader() => vec![leader],
         _ => one(follower)?,
@@ -74,14 +79,14 @@ async fn strike(
     let any_leader_counts = step.action == FaultAction::KillAll;
 
     let at = Instant::now();
-    apply(cluster, step.action, &struck, true)?;
+    apply(cluster, fleet, step.action, &struck, true)?;
     let undo_at = at + step.duration;
     let deadline = undo_at.max(at + cfg.leader_wait);
     let mut undone: Option<Instant> = None;
     let mut found: Option<(Instant, NodeId)> = None;
     loop {
         if undone.is_none() && Instant::now() >= undo_at {
-            apply(cluster, step.action, &struck, false)?;
+            apply(cluster, fleet, step.action, &struck, false)?;
             undone = Some(Instant::now());
         }
         if found.is_none() {
@@ -123,14 +128,18 @@ async fn strike(
     })
 }
 
-/// Strikes (`on`) or undoes a fault on `servers`.
+/// Strikes (`on`) or undoes a fault on `servers`, or on the `fleet`.
 fn apply(
     cluster: &mut LocalCluster,
+    fleet: &[u32],
     action: FaultAction,
     servers: &[NodeId],
     on: bool,
 ) -> Result<(), String> {
     use FaultAction::*;
+    if action == PauseFleet {
+        return signal_fleet(fleet, if on { libc::SIGSTOP } else { libc::SIGCONT });
+    }
     for &id in servers {
         let done = match (action, on) {
             (KillLeader | KillFollower | KillAll, true) => cluster.kill(id),
@@ -139,11 +148,27 @@ fn apply(
             (PauseLeader | PauseFollower, false) => cluster.resume(id),
             (PartitionLeader | PartitionFollower, true) => cluster.partition(id),
             (PartitionLeader | PartitionFollower, false) => cluster.heal(id),
+            (PauseFleet, _) => unreachable!("handled above"),
         };
         done.map_err(|e| {
             let what = if on { "strike" } else { "undo the fault on" };
             format!("could not {what} server {id}: {e}")
         })?;
+    }
+    Ok(())
+}
+
+/// Sends `sig` to every nodesim process.
+fn signal_fleet(fleet: &[u32], sig: libc::c_int) -> Result<(), String> {
+    if fleet.is_empty() {
+        return Err("no nodesim process to pause: the fleet is not loadgen's own".into());
+    }
+    for &pid in fleet {
+        // SAFETY: kill(2) on a child loadgen started and has not reaped.
+        if unsafe { libc::kill(pid as i32, sig) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(format!("could not signal nodesim (pid {pid}): {e}"));
+        }
     }
     Ok(())
 }

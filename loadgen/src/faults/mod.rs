@@ -19,7 +19,7 @@
 mod audit;
 mod inject;
 mod measure;
-mod probe;
+pub(crate) mod probe;
 #[cfg(test)]
 mod tests;
 

@@ -9,7 +9,7 @@ use stampede_proto::security::Role;
 use tokio::time::Instant;
 
 /// Reads every server's `/v1/status`, all at once, each with a short timeout.
-pub(super) struct Probe {
+pub(crate) struct Probe {
     http: reqwest::Client,
     scheme: &'static str,
     servers: Vec<(NodeId, SocketAddr)>,
@@ -23,7 +23,7 @@ pub(super) struct Settled {
 }
 
 impl Probe {
-    pub(super) fn new(cluster: &LocalCluster, timeout: Duration) -> Result<Self, String> {
+    pub(crate) fn new(cluster: &LocalCluster, timeout: Duration) -> Result<Self, String> {
         let security = cluster
             .security(Role::Operator)
             .map_err(|e| e.to_string())?;
@@ -39,7 +39,7 @@ impl Probe {
     }
 
     /// The status of every server but `skip`; `None` for one that does not answer.
-    pub(super) async fn statuses(&self, skip: &[NodeId]) -> Vec<(NodeId, Option<StatusReport>)> {
+    pub(crate) async fn statuses(&self, skip: &[NodeId]) -> Vec<(NodeId, Option<StatusReport>)> {
         let reads = self
             .servers
             .iter()

@@ -212,6 +212,7 @@ mod tests {
             slo_breaches: vec![],
             regressions: vec![],
             audit_failures: vec![],
+            invariants: vec![],
             complete: true,
             prometheus: None,
             search: None,

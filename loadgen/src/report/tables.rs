@@ -216,6 +216,19 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             None => "-".into(),
         });
     }
+    // The invariant audit: one row per invariant, its violations or ok.
+    for name in crate::invariants::NAMES {
+        let of = |v: &VariantSummary| v.invariants.iter().find(|i| i.name == name).cloned();
+        if !s.variants.iter().any(|v| of(v).is_some()) {
+            continue;
+        }
+        row(&format!("invariant {name}"), &|v| match of(v) {
+            Some(i) if i.ok => "ok".into(),
+            Some(i) if i.violations == 0 => "not checked".into(),
+            Some(i) => format!("{} violations", i.violations),
+            None => "-".into(),
+        });
+    }
     // Each measure's median and 95% interval: over the repetitions, or
     // over one run's 10 s windows (batch means).
     for m in MEASURES {
@@ -417,6 +430,24 @@ pub fn faults(v: &VariantSummary) -> String {
         }
         html.push_str("</tbody></table>");
     }
+    if !v.invariants.is_empty() {
+        html.push_str(
+            "<table class=\"data invariants\"><thead><tr><th>invariant</th><th>ok</th>\
+             <th>violations</th><th>detail</th></tr></thead><tbody>",
+        );
+        for i in &v.invariants {
+            let _ = write!(
+                html,
+                "<tr class=\"{}\"><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                if i.ok { "ok" } else { "warn" },
+                escape(&i.name),
+                if i.ok { "yes" } else { "no" },
+                i.violations,
+                escape(&i.detail)
+            );
+        }
+        html.push_str("</tbody></table>");
+    }
     if let Some(a) = &v.audit {
         match a.failure() {
             None => {
@@ -577,6 +608,7 @@ mod tests {
             slo_breaches: vec![],
             regressions: vec![],
             audit_failures: vec![],
+            invariants: vec![],
             complete: true,
             prometheus: None,
             search: None,

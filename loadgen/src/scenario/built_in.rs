@@ -14,6 +14,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("c2m-mini", include_str!("../../scenarios/c2m-mini.toml")),
     ("faults", include_str!("../../scenarios/faults.toml")),
+    ("audit", include_str!("../../scenarios/audit.toml")),
     ("failover", include_str!("../../scenarios/failover.toml")),
     ("tls", include_str!("../../scenarios/tls.toml")),
     ("soak", include_str!("../../scenarios/soak.toml")),

@@ -51,10 +51,21 @@ impl Scenario {
         if !(0.0..=1.0).contains(&self.update_share) {
             return bad("update_share", "must be between 0 and 1");
         }
-        if !(0.0..=1.0).contains(&self.stop_share) || self.update_share + self.stop_share > 1.0 {
+        let shares = [
+            ("stop_share", self.stop_share),
+            ("scale_share", self.scale_share),
+            ("purge_share", self.purge_share),
+        ];
+        for (field, share) in shares {
+            if !(0.0..=1.0).contains(&share) {
+                return bad(field, "must be between 0 and 1");
+            }
+        }
+        let writes = self.update_share + self.stop_share + self.scale_share + self.purge_share;
+        if writes > 1.0 {
             return bad(
                 "stop_share",
-                "must be between 0 and 1, and with update_share at most 1",
+                "update_share, stop_share, scale_share and purge_share add up to at most 1",
             );
         }
         if self.job_mix.is_empty() {
@@ -165,7 +176,7 @@ impl Scenario {
                     );
                 }
             }
-            if self.servers < 3 && f.action != FaultAction::KillAll {
+            if self.servers < 3 && f.action != FaultAction::KillAll && !f.action.hits_fleet() {
                 return bad(
                     i,
                     f,

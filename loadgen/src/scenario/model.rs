@@ -33,6 +33,14 @@ pub struct Scenario {
     /// followed: its allocations stop, and garbage collection has work.
     #[serde(default)]
     pub stop_share: f64,
+    /// Share (0 to 1) of submissions that scale an earlier service job: the
+    /// same spec registered again with a different count.
+    #[serde(default)]
+    pub scale_share: f64,
+    /// Share (0 to 1) of submissions that purge an earlier service or system
+    /// job (deregister it, not kept for history).
+    #[serde(default)]
+    pub purge_share: f64,
     #[serde(rename = "jobs")]
     pub job_mix: Vec<JobKind>,
     /// `cluster serve` flags for every variant.
@@ -105,10 +113,13 @@ pub enum FaultAction {
     PartitionLeader,
     /// A follower cut off from the other servers.
     PartitionFollower,
+    /// SIGSTOP of every nodesim process, SIGCONT after `duration`: the nodes
+    /// miss their heartbeats, are marked down and their allocations lost.
+    PauseFleet,
 }
 
 impl FaultAction {
-    pub const ALL: [FaultAction; 7] = [
+    pub const ALL: [FaultAction; 8] = [
         Self::KillLeader,
         Self::KillFollower,
         Self::KillAll,
@@ -116,6 +127,7 @@ impl FaultAction {
         Self::PauseFollower,
         Self::PartitionLeader,
         Self::PartitionFollower,
+        Self::PauseFleet,
     ];
 
     /// The name a scenario gives it.
@@ -128,12 +140,18 @@ impl FaultAction {
             Self::PauseFollower => "pause_follower",
             Self::PartitionLeader => "partition_leader",
             Self::PartitionFollower => "partition_follower",
+            Self::PauseFleet => "pause_fleet",
         }
     }
 
     /// Whether it cuts peer links (and so needs the cluster started with them).
     pub fn partitions(self) -> bool {
         matches!(self, Self::PartitionLeader | Self::PartitionFollower)
+    }
+
+    /// Whether it strikes the fleet rather than a server.
+    pub fn hits_fleet(self) -> bool {
+        self == Self::PauseFleet
     }
 
     /// Whether it strikes the leader (all servers count).

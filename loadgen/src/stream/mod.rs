@@ -22,7 +22,8 @@ use stampede_proto::{
 };
 use tokio::time::Instant;
 
-use crate::metrics::{LoadMetrics, Outcome};
+use crate::invariants::{Outcome, Write, WriteKind};
+use crate::metrics::LoadMetrics;
 use crate::scenario::{JobKind, Kind, Scenario};
 
 mod report;
@@ -105,32 +106,59 @@ fn job_id(prefix: &str, k: &JobKind, n: u64) -> String {
 }
 
 /// Stops a job the stream registered earlier (kept for history, as
-/// `nomad job stop` does), counting what came of it.
-async fn stop_job(client: ClusterClient, job_id: String, tally: Arc<Mutex<Tally>>) {
+/// `nomad job stop` does), or purges it; counts and records what came of it.
+async fn deregister(
+    client: ClusterClient,
+    job_id: String,
+    purge: bool,
+    start: Instant,
+    tally: Arc<Mutex<Tally>>,
+) {
+    let sent_s = start.elapsed().as_secs_f64();
     let result = client
         .writing(|c| {
             let req = JobDeregisterRequest {
                 job_id: job_id.clone(),
-                purge: false,
+                purge,
             };
             async move { c.jobs().deregister(req).await }
         })
         .await;
     let mut t = tally.lock().unwrap();
-    match result {
-        Ok(_) => {
+    t.journal.writes.push(Write {
+        job_id: job_id.clone(),
+        kind: if purge {
+            WriteKind::Purge
+        } else {
+            WriteKind::Stop
+        },
+        sent_s,
+        answered_s: start.elapsed().as_secs_f64(),
+        outcome: Outcome::of(&result),
+    });
+    match (result, purge) {
+        (Ok(_), false) => {
             t.report.stops += 1;
             t.journal.stopped.insert(job_id);
         }
-        Err(e) => {
+        (Ok(_), true) => {
+            t.report.purges += 1;
+            t.journal.stopped.insert(job_id);
+        }
+        (Err(e), false) => {
             tracing::warn!(job = job_id, "stopping the job failed: {e}");
             t.report.stops_failed += 1;
+        }
+        (Err(e), true) => {
+            tracing::warn!(job = job_id, "purging the job failed: {e}");
+            t.report.purges_failed += 1;
         }
     }
 }
 
-/// The job a submission registers: kind `k`, numbered `n`, at spec `version`.
-pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
+/// The job a submission registers: kind `k`, numbered `n`, at spec
+/// `version`, with `count` allocations (a scale changes only that).
+fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64, count: u32) -> Job {
     let update = (k.max_parallel > 0).then_some(UpdateStrategy {
         max_parallel: k.max_parallel,
         min_healthy_time_ms: k.min_healthy_time_ms,
@@ -146,7 +174,7 @@ pub fn build_job(prefix: &str, k: &JobKind, n: u64, version: u64) -> Job {
         } as i32,
         task_groups: vec![TaskGroup {
             name: k.name.clone(),
-            count: Some(if k.kind == Kind::System { 1 } else { k.count }),
+            count: Some(count),
             resources: Some(Resources {
                 cpu_mhz: k.cpu_mhz,
                 memory_mb: k.memory_mb,
@@ -187,8 +215,11 @@ pub async fn run(
     let total = scenario.duration.as_secs_f64();
     let mut t = 0.0;
     let mut tasks = tokio::task::JoinSet::new();
-    // Jobs registered so far, by kind, with their spec version: updates pick one.
-    let mut registered: Vec<(usize, u64, u64)> = Vec::new();
+    // Jobs registered so far, by kind, with their spec version and count:
+    // updates and scales pick one.
+    let mut registered: Vec<(usize, u64, u64, u32)> = Vec::new();
+    // Which server each write goes to first: drawn apart from the workload.
+    let mut first_server = rand::rngs::StdRng::seed_from_u64(SEED + 1);
     let mut counts: HashMap<usize, u64> = HashMap::new();
     let is_batch = |kind: usize| scenario.job_mix[kind].kind == Kind::Batch;
     // Whether the stream has followed job `n` of a kind to its end.
@@ -215,7 +246,7 @@ pub async fn run(
             // that has run is done with, not updated again, so the mix of
             // live jobs an update picks from stays the same all through.
             let t = tally.lock().unwrap();
-            registered.retain(|&(kind, n, _)| !(is_batch(kind) && settled(&t, kind, n)));
+            registered.retain(|&(kind, n, _, _)| !(is_batch(kind) && settled(&t, kind, n)));
         }
         let update = !registered.is_empty() && rng.gen_bool(scenario.update_share);
         // Drawn only when stops are asked for, so the workload of a scenario
@@ -223,26 +254,58 @@ pub async fn run(
         let stop = !update
             && scenario.stop_share > 0.0
             && rng.gen_bool((scenario.stop_share / (1.0 - scenario.update_share)).min(1.0));
-        if stop {
+        // Scales and purges are drawn likewise, each from what is left.
+        let mut rest = 1.0 - scenario.update_share - scenario.stop_share;
+        let mut draw = |share: f64, rng: &mut rand::rngs::StdRng, before: bool| {
+            let p = if rest > 0.0 {
+                (share / rest).min(1.0)
+            } else {
+                1.0
+            };
+            rest -= share;
+            !before && share > 0.0 && rng.gen_bool(p)
+        };
+        let scale = draw(scenario.scale_share, &mut rng, update || stop);
+        let purge = draw(scenario.purge_share, &mut rng, update || stop || scale);
+        let writer = client.starting_at(first_server.gen_range(0..client.channel_count()));
+        if stop || purge {
             let settled = {
                 let t = tally.lock().unwrap();
                 registered
                     .iter()
                     .enumerate()
-                    .filter(|(_, &(kind, n, _))| !is_batch(kind) && settled(&t, kind, n))
+                    .filter(|(_, &(kind, n, _, _))| !is_batch(kind) && settled(&t, kind, n))
                     .map(|(i, _)| i)
                     .collect::<Vec<_>>()
             };
             if !settled.is_empty() {
-                let (kind, n, _) = registered.swap_remove(settled[rng.gen_range(0..settled.len())]);
+                let i = settled[rng.gen_range(0..settled.len())];
+                let (kind, n, _, _) = registered.swap_remove(i);
                 let id = job_id(prefix, &scenario.job_mix[kind], n);
                 tokio::time::sleep_until(at).await;
-                let (client, tally) = (client.clone(), tally.clone());
-                tasks.spawn(async move { stop_job(client, id, tally).await });
+                let tally = tally.clone();
+                tasks.spawn(async move { deregister(writer, id, purge, start, tally).await });
                 continue;
             }
         }
-        let (kind, n, version) = if update {
+        // A scale picks a service job: the same spec with another count.
+        let scalable: Vec<usize> = match scale {
+            true => (0..registered.len())
+                .filter(|&i| scenario.job_mix[registered[i].0].kind == Kind::Service)
+                .collect(),
+            false => Vec::new(),
+        };
+        let (kind, n, version, count) = if !scalable.is_empty() {
+            let i = scalable[rng.gen_range(0..scalable.len())];
+            let k = &scenario.job_mix[registered[i].0];
+            // 1 to twice the kind's count, never the job's present count.
+            let mut count = rng.gen_range(1..=(2 * k.count).max(2) - 1);
+            if count >= registered[i].3 {
+                count += 1;
+            }
+            registered[i].3 = count;
+            registered[i]
+        } else if update {
             let i = rng.gen_range(0..registered.len());
             registered[i].2 += 1;
             registered[i]
@@ -250,16 +313,19 @@ pub async fn run(
             let kind = weights.sample(&mut rng);
             let n = counts.entry(kind).or_default();
             *n += 1;
-            registered.push((kind, *n, 0));
-            (kind, *n, 0)
+            let k = &scenario.job_mix[kind];
+            let count = if k.kind == Kind::System { 1 } else { k.count };
+            registered.push((kind, *n, 0, count));
+            (kind, *n, 0, count)
         };
-        let job = build_job(prefix, &scenario.job_mix[kind], n, version);
+        let scaled = !scalable.is_empty();
+        let job = build_job(prefix, &scenario.job_mix[kind], n, version, count);
         tally.lock().unwrap().report.scheduled += 1;
         tokio::time::sleep_until(at).await;
         while tasks.try_join_next().is_some() {}
         if tasks.len() >= MAX_IN_FLIGHT {
             tally.lock().unwrap().report.dropped += 1;
-            metrics.submitted(Outcome::Dropped);
+            metrics.submitted(crate::metrics::Outcome::Dropped);
             continue;
         }
         if at.elapsed() > LATE_AFTER {
@@ -272,9 +338,10 @@ pub async fn run(
             .journal
             .submitted
             .insert(job.id.clone());
-        let (client, tally, metrics) = (client.clone(), tally.clone(), metrics.clone());
+        let (tally, metrics) = (tally.clone(), metrics.clone());
+        let (update, version) = (update && !scaled, (version, scaled));
         tasks.spawn(submit_and_follow(
-            client, job, update, start, at, tally, metrics,
+            writer, job, update, version, start, at, tally, metrics,
         ));
     }
     let _ = tokio::time::timeout(scenario.drain, async {
@@ -314,32 +381,49 @@ pub async fn run(
     (tally.report, tally.journal)
 }
 
+/// Registers `job` (an update when `update`; `(version, scaled)`: its spec
+/// version, and whether it scales an earlier job), records the write, and
+/// follows the job to placement and to running.
+#[allow(clippy::too_many_arguments)]
 async fn submit_and_follow(
     client: ClusterClient,
     job: Job,
     update: bool,
+    (version, scaled): (u64, bool),
     start: Instant,
     scheduled: Instant,
     tally: Arc<Mutex<Tally>>,
     metrics: LoadMetrics,
 ) {
+    let sent_s = start.elapsed().as_secs_f64();
     let reply = client.register_job(job.clone()).await;
+    tally.lock().unwrap().journal.writes.push(Write {
+        job_id: job.id.clone(),
+        kind: WriteKind::Register {
+            version,
+            count: job.task_groups[0].count(),
+        },
+        sent_s,
+        answered_s: start.elapsed().as_secs_f64(),
+        outcome: Outcome::of(&reply),
+    });
     let reply = match reply {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(job = job.id, "submission failed: {e}");
             tally.lock().unwrap().report.failed += 1;
-            metrics.submitted(Outcome::Failed);
+            metrics.submitted(crate::metrics::Outcome::Failed);
             return;
         }
     };
     let acked_s = start.elapsed().as_secs_f64();
-    metrics.submitted(Outcome::Accepted);
+    metrics.submitted(crate::metrics::Outcome::Accepted);
     let _following = Following::start(&metrics.following);
     {
         let mut t = tally.lock().unwrap();
         t.report.submitted += 1;
         t.report.updates += update as u64;
+        t.report.scales += scaled as u64;
         t.journal.acked.insert(job.id.clone());
         t.journal.acks.push(Ack {
             scheduled_s: (scheduled - start).as_secs_f64(),

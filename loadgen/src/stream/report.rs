@@ -27,6 +27,12 @@ pub struct StreamReport {
     /// Jobs the stream stopped (`stop_share`), and stops the cluster refused.
     pub stops: u64,
     pub stops_failed: u64,
+    /// Jobs the stream scaled (`scale_share`: registered again with another
+    /// count); counted in `submitted` too.
+    pub scales: u64,
+    /// Jobs the stream purged (`purge_share`), and purges the cluster refused.
+    pub purges: u64,
+    pub purges_failed: u64,
     /// p99 time to running of the jobs scheduled in each window of the
     /// stream, in order: whether the end of a long run is as fast as its start.
     pub running_windows: Vec<Window>,
@@ -170,6 +176,9 @@ pub struct Journal {
     pub acks: Vec<Ack>,
     /// Every job id the stream stopped: garbage collection may remove them.
     pub stopped: HashSet<String>,
+    /// Every write (registration, update, scale, stop, purge) with its
+    /// answer, for the invariant audit.
+    pub writes: Vec<crate::invariants::Write>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -90,6 +90,7 @@ pub fn summarize(
         problems,
         faults: Vec::new(),
         audit: None,
+        invariants: Vec::new(),
         fleet: Default::default(),
         elections: None,
         series,

@@ -34,6 +34,7 @@ pub use slo::{audit_failures, judge, slo_breaches};
 
 use crate::critical_path::{CriticalPath, TracedJob};
 use crate::faults::{Audit, FaultReport};
+use crate::invariants::Invariant;
 use crate::sampler::Series;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
@@ -60,6 +61,10 @@ pub struct RunSummary {
     /// (or could not check), by variant; the run fails on any.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub audit_failures: Vec<String>,
+    /// The invariant audit over every variant: each invariant ok only if it
+    /// held in every variant (absent when no variant was audited).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invariants: Vec<Invariant>,
     pub complete: bool,
     /// The Prometheus that scraped the run, when one was installed.
     pub prometheus: Option<PrometheusInfo>,
@@ -155,6 +160,10 @@ pub struct VariantSummary {
     /// (present whenever the scenario has faults).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub audit: Option<Audit>,
+    /// The invariant audit (with [[faults]] or `--audit`): each of the
+    /// scheduler's promises checked on every server at rest.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invariants: Vec<Invariant>,
     /// Raft elections over the whole run, from the cluster's first leader
     /// (registration included) to the end: the growth of the highest term;
     /// null when no server's term was read at the start.
@@ -230,6 +239,12 @@ impl RunSummary {
                 .unwrap_or_default(),
             slo_breaches: slo_breaches(&scenario.slo, variants),
             audit_failures: audit_failures(variants),
+            invariants: crate::invariants::across(
+                &variants
+                    .iter()
+                    .map(|v| (v.name.as_str(), v.invariants.as_slice()))
+                    .collect::<Vec<_>>(),
+            ),
             complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
             prometheus,
             search,

@@ -5,12 +5,16 @@ use super::VariantSummary;
 use crate::scenario::Slo;
 use crate::search::NEAR;
 
-/// Every variant's failed audit, said in words.
+/// Every variant's failed audit and violated invariants, said in words.
 pub fn audit_failures(variants: &[VariantSummary]) -> Vec<String> {
-    variants
+    let audits = variants
         .iter()
-        .filter_map(|v| Some(format!("{}: {}", v.name, v.audit.as_ref()?.failure()?)))
-        .collect()
+        .filter_map(|v| Some(format!("{}: {}", v.name, v.audit.as_ref()?.failure()?)));
+    let invariants = variants.iter().filter_map(|v| {
+        let failed = crate::invariants::failure(&v.invariants)?;
+        Some(format!("{}: {failed}", v.name))
+    });
+    audits.chain(invariants).collect()
 }
 
 /// Each of the scenario's SLO thresholds that is set, with the variant's

@@ -1,0 +1,488 @@
+//! The checks: pure functions over the servers' states and the stream's
+//! record, each giving one [`Invariant`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use stampede_proto::{DeploymentStatus, EvalStatus, Job, JobType, TaskGroup};
+
+use super::record::{client_status_name, Outcome, Sightings, Write, WriteKind};
+use super::state::{feasible, live, room, ServerState};
+use super::Invariant;
+
+/// On every node of every server, the live allocations fit the node.
+pub fn capacity(servers: &[ServerState]) -> Invariant {
+    let mut found = Vec::new();
+    let mut nodes = 0;
+    for s in servers {
+        let used = s.used();
+        for node in s.nodes.values() {
+            nodes += 1;
+            let cap = node.resources.unwrap_or_default();
+            let u = used.get(node.id.as_str()).copied().unwrap_or_default();
+            if u.cpu_mhz > cap.cpu_mhz || u.memory_mb > cap.memory_mb {
+                found.push(format!(
+                    "server {}: node {} holds {}/{} MHz, {}/{} MB",
+                    s.server, node.id, u.cpu_mhz, cap.cpu_mhz, u.memory_mb, cap.memory_mb
+                ));
+            }
+        }
+    }
+    Invariant::new(
+        super::CAPACITY,
+        found,
+        format!("{nodes} nodes checked across {} servers", servers.len()),
+    )
+}
+
+/// No two live allocations of one name (of one group on one node, for a
+/// system job), and no more live allocations in a group than its count
+/// (canaries aside).
+pub fn duplicates(servers: &[ServerState]) -> Invariant {
+    let mut found = Vec::new();
+    for s in servers {
+        // (job, name or node) -> allocation ids
+        let mut by_slot: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
+        // (job, group) -> live count
+        let mut per_group: BTreeMap<(&str, &str), u32> = BTreeMap::new();
+        for a in s.allocs.values().filter(|a| live(a) && !a.canary) {
+            let system = a.job_type == JobType::System as i32
+                || s.jobs
+                    .get(&a.job_id)
+                    .is_some_and(|j| j.r#type == JobType::System as i32);
+            let slot = match system {
+                true => format!("{}.{} on node {}", a.job_id, a.task_group, a.node_id),
+                false => a.name.clone(),
+            };
+            by_slot.entry((&a.job_id, slot)).or_default().push(&a.id);
+            if !system {
+                *per_group.entry((&a.job_id, &a.task_group)).or_default() += 1;
+            }
+        }
+        for ((_, slot), ids) in by_slot.iter().filter(|(_, ids)| ids.len() > 1) {
+            found.push(format!(
+                "server {}: {slot} is live {} times ({})",
+                s.server,
+                ids.len(),
+                ids.join(", ")
+            ));
+        }
+        for ((job_id, group), n) in per_group {
+            let Some(job) = s.jobs.get(job_id).filter(|j| !j.stop) else {
+                continue; // stopped and purged jobs: acked_writes
+            };
+            let count = group_of(job, group).map_or(0, |tg| tg.count());
+            if n > count {
+                found.push(format!(
+                    "server {}: {job_id}.{group} has {n} live allocations, count {count}",
+                    s.server
+                ));
+            }
+        }
+    }
+    Invariant::new(super::DUPLICATES, found, String::new())
+}
+
+fn group_of<'a>(job: &'a Job, name: &str) -> Option<&'a TaskGroup> {
+    job.task_groups.iter().find(|tg| tg.name == name)
+}
+
+/// The writes of each job, in the order they were sent.
+fn by_job(writes: &[Write]) -> BTreeMap<&str, Vec<&Write>> {
+    let mut out: BTreeMap<&str, Vec<&Write>> = BTreeMap::new();
+    for w in writes {
+        out.entry(w.job_id.as_str()).or_default().push(w);
+    }
+    for ws in out.values_mut() {
+        ws.sort_by(|a, b| a.sent_s.total_cmp(&b.sent_s));
+    }
+    out
+}
+
+/// Whether server `s` shows the effect of `kind` on `job_id` as the job's
+/// last write: a registration's spec and count, a stopped job (or one
+/// collected since) with nothing live, or a purged job gone with nothing
+/// live.
+fn shows(s: &ServerState, job_id: &str, kind: WriteKind) -> bool {
+    let job = s.jobs.get(job_id);
+    let nothing_live = s.live_allocs(job_id).next().is_none();
+    match kind {
+        WriteKind::Register { version, count } => job.is_some_and(|j| has_spec(j, version, count)),
+        WriteKind::Stop => job.is_none_or(|j| j.stop) && nothing_live,
+        WriteKind::Purge => job.is_none() && nothing_live,
+    }
+}
+
+/// A running job (not stopped) whose group is at `version` with `count`.
+fn has_spec(job: &Job, version: u64, count: u32) -> bool {
+    !job.stop
+        && job.task_groups.first().is_some_and(|tg| {
+            tg.count() == count && tg.meta.get("spec") == Some(&version.to_string())
+        })
+}
+
+/// What a server holds of a job, in words.
+fn describe(s: &ServerState, job_id: &str) -> String {
+    let live = s.live_allocs(job_id).count();
+    match s.jobs.get(job_id) {
+        None => format!("absent, {live} live allocations"),
+        Some(j) if j.stop => format!("stopped, {live} live allocations"),
+        Some(j) => {
+            let (spec, count) = j
+                .task_groups
+                .first()
+                .map_or((None, 0), |tg| (tg.meta.get("spec").cloned(), tg.count()));
+            format!(
+                "running at spec {} count {count}",
+                spec.unwrap_or_else(|| "?".into())
+            )
+        }
+    }
+}
+
+fn kind_name(kind: WriteKind) -> String {
+    match kind {
+        WriteKind::Register { version, count } => format!("spec {version} count {count}"),
+        WriteKind::Stop => "stopped".into(),
+        WriteKind::Purge => "purged".into(),
+    }
+}
+
+/// Every acknowledged write's effect is the final state on every server,
+/// unless a later write may have overridden it. The final state must be
+/// that of one of the writes that may have been applied last: an
+/// acknowledged write that no other acknowledged write was sent after, or
+/// any write without a definite answer (which may have been applied at any
+/// time, or never). Writes refused with a definite error are left out
+/// (`definite_errors` checks them).
+pub fn acked_writes(servers: &[ServerState], writes: &[Write]) -> Invariant {
+    let mut found = Vec::new();
+    let mut jobs = 0;
+    for (job_id, ws) in by_job(writes) {
+        let acked: Vec<&Write> = ws
+            .iter()
+            .copied()
+            .filter(|w| w.outcome == Outcome::Acked)
+            .collect();
+        if acked.is_empty() {
+            continue;
+        }
+        jobs += 1;
+        let last: Vec<WriteKind> = ws
+            .iter()
+            .filter(|w| match w.outcome {
+                Outcome::Acked => !acked.iter().any(|o| o.sent_s > w.answered_s),
+                Outcome::Indefinite { .. } => true,
+                Outcome::Definite { .. } => false,
+            })
+            .map(|w| w.kind)
+            .collect();
+        for s in servers {
+            if !last.iter().any(|k| shows(s, job_id, *k)) {
+                let expected: Vec<String> = last.iter().map(|k| kind_name(*k)).collect();
+                found.push(format!(
+                    "server {}: {job_id} is {}, expected {}",
+                    s.server,
+                    describe(s, job_id),
+                    expected.join(" or ")
+                ));
+            }
+        }
+    }
+    Invariant::new(
+        super::ACKED_WRITES,
+        found,
+        format!("{jobs} jobs with acknowledged writes checked"),
+    )
+}
+
+/// No write refused with a definite error took effect, where the final
+/// state tells: a refused stop or purge whose job is nonetheless stopped or
+/// gone (no other stop or purge of it was sent that may have taken
+/// effect, and its registration was acknowledged so it was there), and a
+/// refused registration whose exact spec and count the job holds (no other
+/// write of that spec and count may have taken effect).
+pub fn definite_errors(servers: &[ServerState], writes: &[Write]) -> Invariant {
+    let mut found = Vec::new();
+    let mut refused = 0;
+    for (job_id, ws) in by_job(writes) {
+        let may_have = |w: &&&Write| !matches!(w.outcome, Outcome::Definite { .. });
+        let registered = ws
+            .iter()
+            .any(|w| w.outcome == Outcome::Acked && matches!(w.kind, WriteKind::Register { .. }));
+        let others_remove = ws
+            .iter()
+            .filter(may_have)
+            .any(|w| matches!(w.kind, WriteKind::Stop | WriteKind::Purge));
+        for w in &ws {
+            let Outcome::Definite { code, .. } = &w.outcome else {
+                continue;
+            };
+            refused += 1;
+            for s in servers {
+                let job = s.jobs.get(job_id);
+                let took_effect = match w.kind {
+                    WriteKind::Stop => !others_remove && job.is_some_and(|j| j.stop),
+                    WriteKind::Purge => registered && !others_remove && job.is_none(),
+                    WriteKind::Register { version, count } => {
+                        let same = |o: &&&Write| o.kind == w.kind && !std::ptr::eq(**o, *w);
+                        job.is_some_and(|j| has_spec(j, version, count))
+                            && !ws.iter().filter(may_have).any(|o| same(&o))
+                    }
+                };
+                if took_effect {
+                    found.push(format!(
+                        "server {}: {job_id} {} refused with {code} at {:.1}s, yet it is {}",
+                        s.server,
+                        match w.kind {
+                            WriteKind::Register { .. } =>
+                                format!("registration ({})", kind_name(w.kind)),
+                            WriteKind::Stop => "stop".into(),
+                            WriteKind::Purge => "purge".into(),
+                        },
+                        w.sent_s,
+                        describe(s, job_id)
+                    ));
+                }
+            }
+        }
+    }
+    Invariant::new(
+        super::DEFINITE_ERRORS,
+        found,
+        format!("{refused} writes refused with a definite error"),
+    )
+}
+
+/// Every server holds the same jobs, allocations (with their statuses) and
+/// deployments as the first.
+pub fn convergence(servers: &[ServerState]) -> Invariant {
+    let mut found = Vec::new();
+    let Some(first) = servers.first() else {
+        return Invariant::new(super::CONVERGENCE, found, "no server read".into());
+    };
+    type Row = String;
+    let rows = |s: &ServerState| -> BTreeMap<String, Row> {
+        let jobs = s.jobs.values().map(|j| {
+            let row = format!(
+                "version {} stop {} modified at {}",
+                j.version, j.stop, j.modify_index
+            );
+            (format!("job {}", j.id), row)
+        });
+        let allocs = s.allocs.values().map(|a| {
+            let row = format!(
+                "desired {} client {} on {} version {} healthy {:?} modified at {}",
+                a.desired_status,
+                client_status_name(a.client_status),
+                a.node_id,
+                a.job_version,
+                a.healthy,
+                a.modify_index
+            );
+            (format!("alloc {}", a.id), row)
+        });
+        let deployments = s.deployments.values().map(|d| {
+            let row = format!(
+                "status {} version {} modified at {}",
+                d.status, d.job_version, d.modify_index
+            );
+            (format!("deployment {}", d.id), row)
+        });
+        jobs.chain(allocs).chain(deployments).collect()
+    };
+    let base = rows(first);
+    for s in &servers[1..] {
+        let other = rows(s);
+        let keys: BTreeSet<&String> = base.keys().chain(other.keys()).collect();
+        for k in keys {
+            let (a, b) = (base.get(k), other.get(k));
+            if a != b {
+                let show = |r: Option<&Row>| r.cloned().unwrap_or_else(|| "absent".into());
+                found.push(format!(
+                    "{k}: server {} {}, server {} {}",
+                    first.server,
+                    show(a),
+                    s.server,
+                    show(b)
+                ));
+            }
+        }
+    }
+    Invariant::new(
+        super::CONVERGENCE,
+        found,
+        format!(
+            "{} jobs, {} allocations, {} deployments on each of {} servers",
+            first.jobs.len(),
+            first.allocs.len(),
+            first.deployments.len(),
+            servers.len()
+        ),
+    )
+}
+
+/// Every group short of its count is short for want of room: no node it
+/// may use has room for one more, and the job has a blocked evaluation.
+/// For a system job: every node it may use without its allocation has no
+/// room for it.
+pub fn liveness(s: &ServerState) -> Invariant {
+    let mut found = Vec::new();
+    let used = s.used();
+    let used_on = |node: &str| used.get(node).copied().unwrap_or_default();
+    for job in s.jobs.values().filter(|j| !j.stop) {
+        let blocked = s
+            .evals
+            .values()
+            .any(|e| e.job_id == job.id && e.status == EvalStatus::Blocked as i32);
+        let system = job.r#type == JobType::System as i32;
+        let batch = job.r#type == JobType::Batch as i32;
+        for tg in &job.task_groups {
+            let ask = tg.resources.unwrap_or_default();
+            let ours = || {
+                s.allocs
+                    .values()
+                    .filter(|a| a.job_id == job.id && a.task_group == tg.name)
+            };
+            let roomy = |node: &&stampede_proto::Node| {
+                feasible(node, job, tg) && room(node, used_on(&node.id), ask)
+            };
+            if system {
+                let covered: BTreeSet<&str> = ours()
+                    .filter(|a| live(a))
+                    .map(|a| a.node_id.as_str())
+                    .collect();
+                let missing: Vec<&str> = s
+                    .nodes
+                    .values()
+                    .filter(|n| !covered.contains(n.id.as_str()))
+                    .filter(roomy)
+                    .map(|n| n.id.as_str())
+                    .collect();
+                if !missing.is_empty() {
+                    found.push(format!(
+                        "{}.{}: not on {} node(s) with room, e.g. {}",
+                        job.id,
+                        tg.name,
+                        missing.len(),
+                        missing[0]
+                    ));
+                }
+                continue;
+            }
+            // A batch allocation that completed has done its index's work.
+            let placed: BTreeSet<u32> = ours()
+                .filter(|a| {
+                    live(a)
+                        || (batch
+                            && a.client_status
+                                == stampede_proto::AllocClientStatus::Complete as i32)
+                })
+                .map(|a| a.index)
+                .collect();
+            let short = (tg.count() as usize).saturating_sub(placed.len());
+            if short == 0 {
+                continue;
+            }
+            if let Some(node) = s.nodes.values().find(roomy) {
+                found.push(format!(
+                    "{}.{}: {short} unplaced while node {} has room",
+                    job.id, tg.name, node.id
+                ));
+            } else if !blocked {
+                found.push(format!(
+                    "{}.{}: {short} unplaced without a blocked evaluation",
+                    job.id, tg.name
+                ));
+            }
+        }
+    }
+    Invariant::new(
+        super::LIVENESS,
+        found,
+        format!("server {}: {} jobs checked", s.server, s.jobs.len()),
+    )
+}
+
+/// No deployment stays running once its job's version is fully placed,
+/// running and healthy: every rolling group has at least its count of
+/// live allocations of its current spec, all running and healthy.
+pub fn deployments(s: &ServerState) -> Invariant {
+    let mut found = Vec::new();
+    for d in s
+        .deployments
+        .values()
+        .filter(|d| d.status == DeploymentStatus::Running as i32)
+    {
+        let Some(job) = s.jobs.get(&d.job_id).filter(|j| !j.stop) else {
+            continue;
+        };
+        if d.job_version != job.version {
+            continue;
+        }
+        let rolling: Vec<&TaskGroup> = job
+            .task_groups
+            .iter()
+            .filter(|tg| tg.update.is_some_and(|u| u.max_parallel > 0))
+            .collect();
+        let done = !rolling.is_empty()
+            && rolling.iter().all(|tg| {
+                let current: Vec<_> = s
+                    .live_allocs(&job.id)
+                    .filter(|a| a.task_group == tg.name && a.job_version >= tg.spec_version)
+                    .collect();
+                current.len() >= tg.count() as usize
+                    && current.iter().all(|a| {
+                        a.client_status == stampede_proto::AllocClientStatus::Running as i32
+                            && a.healthy == Some(true)
+                    })
+            });
+        if done {
+            // What the deployment wants against the job's count tells a
+            // deployment left behind by a scale from one that was not watched.
+            let wants: Vec<String> = rolling
+                .iter()
+                .map(|tg| {
+                    let total = d.task_groups.get(&tg.name).map_or(0, |g| g.desired_total);
+                    format!("{} wants {total} of count {}", tg.name, tg.count())
+                })
+                .collect();
+            found.push(format!(
+                "deployment {} of {} version {} is running with every allocation running and healthy ({})",
+                d.id,
+                job.id,
+                job.version,
+                wants.join(", ")
+            ));
+        }
+    }
+    Invariant::new(
+        super::DEPLOYMENTS,
+        found,
+        format!(
+            "server {}: {} deployments checked",
+            s.server,
+            s.deployments.len()
+        ),
+    )
+}
+
+/// No allocation seen terminal on its client was seen live at a later index.
+pub fn terminal_stays_terminal(seen: &Sightings) -> Invariant {
+    let mut found = Vec::new();
+    for (id, s) in &seen.0 {
+        if let (Some((t, ts)), Some((l, ls))) = (s.terminal, s.live) {
+            if l > t {
+                found.push(format!(
+                    "alloc {id}: {} at index {t}, {} at index {l}",
+                    client_status_name(ts),
+                    client_status_name(ls)
+                ));
+            }
+        }
+    }
+    Invariant::new(
+        super::TERMINAL_STAYS_TERMINAL,
+        found,
+        format!("{} allocations followed", seen.0.len()),
+    )
+}

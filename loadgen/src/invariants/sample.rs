@@ -1,0 +1,70 @@
+//! Allocation statuses sampled while the stream runs, for
+//! `terminal_stays_terminal`: a terminal allocation revived and stopped
+//! again before the end would not show in the final state alone.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{JobAllocationsRequest, JobListRequest};
+use tokio::sync::watch;
+
+use super::record::Sightings;
+
+/// Every `every`, reads every job's allocations from the next server in
+/// turn (each server answers from its own state) until `stop` turns true;
+/// the allocations seen. A server that does not answer skips its round.
+pub async fn run(
+    servers: Vec<ClusterClient>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> Sightings {
+    let mut seen = Sightings::default();
+    if servers.is_empty() {
+        return seen;
+    }
+    let mut round = 0;
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return seen,
+            _ = tick.tick() => {}
+        }
+        let client = &servers[round % servers.len()];
+        round += 1;
+        tokio::select! {
+            _ = stop.changed() => return seen,
+            _ = sample(client, &mut seen) => {}
+        }
+    }
+}
+
+/// One round on one server.
+async fn sample(client: &ClusterClient, seen: &mut Sightings) {
+    let jobs = client
+        .retrying(|c| async move {
+            let req = JobListRequest { query: None };
+            Ok(c.jobs().list(req).await?.into_inner().jobs)
+        })
+        .await;
+    let Ok(jobs) = jobs else { return };
+    let mut reads = futures::stream::iter(jobs)
+        .map(|j| async move {
+            client
+                .retrying(|c| {
+                    let req = JobAllocationsRequest {
+                        job_id: j.id.clone(),
+                        query: None,
+                    };
+                    async move { Ok(c.jobs().allocations(req).await?.into_inner().allocs) }
+                })
+                .await
+        })
+        .buffer_unordered(4);
+    while let Some(read) = reads.next().await {
+        for a in read.iter().flatten() {
+            seen.see(a);
+        }
+    }
+}

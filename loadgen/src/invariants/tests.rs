@@ -1,0 +1,517 @@
+//! Each check over small states built by hand: a good state passes, and
+//! each kind of violation is flagged with its ids.
+
+use stampede_proto::client::ClientError;
+use stampede_proto::{
+    AllocClientStatus as C, AllocDesiredStatus as D, Allocation, Deployment, DeploymentStatus,
+    EvalStatus, Evaluation, Job, JobType, Node, NodeStatus, Resources, TaskGroup, UpdateStrategy,
+};
+
+use super::checks::*;
+use super::record::{Outcome, Sightings, Write, WriteKind};
+use super::state::ServerState;
+use super::*;
+
+fn res(cpu_mhz: u64, memory_mb: u64) -> Option<Resources> {
+    Some(Resources { cpu_mhz, memory_mb })
+}
+
+fn node(id: &str, cpu: u64, mem: u64) -> Node {
+    Node {
+        id: id.into(),
+        datacenter: "dc1".into(),
+        node_class: "general".into(),
+        resources: res(cpu, mem),
+        status: NodeStatus::Ready as i32,
+        ..Default::default()
+    }
+}
+
+/// A service job of one group `web` at spec `spec` with `count`, each asking 100 MHz / 100 MB.
+fn job(id: &str, count: u32, spec: u64) -> Job {
+    Job {
+        id: id.into(),
+        r#type: JobType::Service as i32,
+        version: spec,
+        task_groups: vec![TaskGroup {
+            name: "web".into(),
+            count: Some(count),
+            resources: res(100, 100),
+            meta: [("spec".to_string(), spec.to_string())].into(),
+            spec_version: spec,
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn alloc(id: &str, job: &str, index: u32, node: &str, client: C) -> Allocation {
+    Allocation {
+        id: id.into(),
+        job_id: job.into(),
+        task_group: "web".into(),
+        name: format!("{job}.web[{index}]"),
+        index,
+        node_id: node.into(),
+        resources: res(100, 100),
+        desired_status: D::Run as i32,
+        client_status: client as i32,
+        job_type: JobType::Service as i32,
+        ..Default::default()
+    }
+}
+
+fn server(id: u64, nodes: Vec<Node>, jobs: Vec<Job>, allocs: Vec<Allocation>) -> ServerState {
+    ServerState {
+        server: id,
+        nodes: nodes.into_iter().map(|n| (n.id.clone(), n)).collect(),
+        jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
+        allocs: allocs.into_iter().map(|a| (a.id.clone(), a)).collect(),
+        ..Default::default()
+    }
+}
+
+/// Job `j` with two allocations running on node `n1` (room for three).
+fn good() -> ServerState {
+    server(
+        1,
+        vec![node("n1", 300, 300)],
+        vec![job("j", 2, 0)],
+        vec![
+            alloc("a0", "j", 0, "n1", C::Running),
+            alloc("a1", "j", 1, "n1", C::Running),
+        ],
+    )
+}
+
+fn write(job_id: &str, kind: WriteKind, sent_s: f64, answered_s: f64, outcome: Outcome) -> Write {
+    Write {
+        job_id: job_id.into(),
+        kind,
+        sent_s,
+        answered_s,
+        outcome,
+    }
+}
+
+fn reg(version: u64, count: u32) -> WriteKind {
+    WriteKind::Register { version, count }
+}
+
+fn refused(code: &str) -> Outcome {
+    Outcome::Definite {
+        code: code.into(),
+        message: "refused".into(),
+    }
+}
+
+fn unknown() -> Outcome {
+    Outcome::Indefinite {
+        message: "no answer".into(),
+    }
+}
+
+#[track_caller]
+fn fails(i: &Invariant, violations: u64, names: &[&str]) {
+    assert!(!i.ok, "{} should fail: {}", i.name, i.detail);
+    assert_eq!(i.violations, violations, "{}: {}", i.name, i.detail);
+    for n in names {
+        assert!(i.detail.contains(n), "{} names {n}: {}", i.name, i.detail);
+    }
+}
+
+#[track_caller]
+fn holds(i: &Invariant) {
+    assert!(
+        i.ok && i.violations == 0,
+        "{} should hold: {}",
+        i.name,
+        i.detail
+    );
+}
+
+#[test]
+fn capacity_flags_a_node_whose_live_allocations_exceed_it_and_ignores_terminal_ones() {
+    holds(&capacity(&[good()]));
+    let mut s = good();
+    // A third fits (300 of 300); a terminal fourth takes nothing.
+    s.allocs
+        .insert("a2".into(), alloc("a2", "j", 2, "n1", C::Pending));
+    s.allocs
+        .insert("a3".into(), alloc("a3", "j", 3, "n1", C::Lost));
+    let mut stopped = alloc("a4", "j", 4, "n1", C::Running);
+    stopped.desired_status = D::Stop as i32;
+    s.allocs.insert("a4".into(), stopped);
+    holds(&capacity(&[s.clone()]));
+    s.allocs
+        .insert("a5".into(), alloc("a5", "j", 5, "n1", C::Running));
+    fails(
+        &capacity(&[good(), s]),
+        1,
+        &["server 1", "n1", "400/300 MHz"],
+    );
+}
+
+#[test]
+fn duplicates_flags_a_name_live_twice_and_a_group_above_its_count() {
+    holds(&duplicates(&[good()]));
+    let mut twice = good();
+    twice
+        .allocs
+        .insert("b1".into(), alloc("b1", "j", 1, "n1", C::Pending));
+    // j.web[1] twice, and three live of count 2.
+    fails(
+        &duplicates(&[twice.clone()]),
+        2,
+        &["j.web[1]", "a1", "b1", "3 live allocations, count 2"],
+    );
+    // A canary runs beside the others; a replaced one that is terminal does not count.
+    let mut canary = good();
+    let mut c = alloc("c1", "j", 1, "n1", C::Running);
+    c.canary = true;
+    canary.allocs.insert("c1".into(), c);
+    canary
+        .allocs
+        .insert("old".into(), alloc("old", "j", 0, "n1", C::Failed));
+    holds(&duplicates(&[canary]));
+}
+
+#[test]
+fn duplicates_of_a_system_job_are_two_live_on_one_node() {
+    let mut sys = job("sys", 1, 0);
+    sys.r#type = JobType::System as i32;
+    let on = |id: &str, node: &str| {
+        let mut a = alloc(id, "sys", 0, node, C::Running);
+        a.job_type = JobType::System as i32;
+        a
+    };
+    let nodes = vec![node("n1", 1000, 1000), node("n2", 1000, 1000)];
+    let one_each = server(
+        1,
+        nodes.clone(),
+        vec![sys.clone()],
+        vec![on("s1", "n1"), on("s2", "n2")],
+    );
+    holds(&duplicates(&[one_each]));
+    let two = server(1, nodes, vec![sys], vec![on("s1", "n1"), on("s2", "n1")]);
+    fails(&duplicates(&[two]), 1, &["on node n1", "s1", "s2"]);
+}
+
+#[test]
+fn acked_writes_wants_the_last_acknowledged_write_on_every_server() {
+    let writes = vec![
+        write("j", reg(0, 3), 0.0, 0.1, Outcome::Acked),
+        write("j", reg(0, 2), 1.0, 1.1, Outcome::Acked),
+    ];
+    holds(&acked_writes(&[good(), good()], &writes));
+    // Server 2 kept the first count.
+    let mut stale = good();
+    stale.server = 2;
+    stale.jobs.insert("j".into(), job("j", 3, 0));
+    fails(
+        &acked_writes(&[good(), stale.clone()], &writes),
+        1,
+        &[
+            "server 2",
+            "j is running at spec 0 count 3",
+            "expected spec 0 count 2",
+        ],
+    );
+    // Overlapping writes: either may be last.
+    let overlapping = vec![
+        write("j", reg(0, 3), 0.0, 1.5, Outcome::Acked),
+        write("j", reg(0, 2), 1.0, 1.1, Outcome::Acked),
+    ];
+    holds(&acked_writes(&[good(), stale.clone()], &overlapping));
+    // A write with no answer may have been applied last too; one refused may not.
+    let mut maybe = writes.clone();
+    maybe.push(write("j", reg(0, 3), 2.0, 3.0, unknown()));
+    holds(&acked_writes(&[stale.clone()], &maybe));
+    let mut no = writes.clone();
+    no.push(write("j", reg(0, 3), 2.0, 3.0, refused("InvalidArgument")));
+    fails(&acked_writes(&[stale], &no), 1, &["j"]);
+    // A job whose registration was acknowledged is missing.
+    let gone = server(1, vec![], vec![], vec![]);
+    fails(&acked_writes(&[gone], &writes), 1, &["j is absent"]);
+}
+
+#[test]
+fn acked_writes_wants_a_stopped_job_stopped_with_nothing_live_and_a_purged_one_gone() {
+    let stop = vec![
+        write("j", reg(0, 2), 0.0, 0.1, Outcome::Acked),
+        write("j", WriteKind::Stop, 1.0, 1.1, Outcome::Acked),
+    ];
+    let mut stopped = good();
+    stopped.jobs.get_mut("j").unwrap().stop = true;
+    for a in stopped.allocs.values_mut() {
+        a.desired_status = D::Stop as i32;
+    }
+    holds(&acked_writes(&[stopped.clone()], &stop));
+    // Collected since: gone is fine for a stopped job.
+    holds(&acked_writes(&[server(1, vec![], vec![], vec![])], &stop));
+    fails(
+        &acked_writes(&[good()], &stop),
+        1,
+        &["j is running", "expected stopped"],
+    );
+    let mut still_live = stopped.clone();
+    still_live.allocs.get_mut("a0").unwrap().desired_status = D::Run as i32;
+    fails(
+        &acked_writes(&[still_live], &stop),
+        1,
+        &["stopped, 1 live allocations"],
+    );
+
+    let purge = vec![
+        write("j", reg(0, 2), 0.0, 0.1, Outcome::Acked),
+        write("j", WriteKind::Purge, 1.0, 1.1, Outcome::Acked),
+    ];
+    let mut purged = stopped.clone();
+    purged.jobs.clear();
+    holds(&acked_writes(&[purged], &purge));
+    fails(
+        &acked_writes(&[stopped], &purge),
+        1,
+        &["j is stopped", "expected purged"],
+    );
+}
+
+#[test]
+fn definite_errors_flags_a_refused_write_whose_effect_is_there() {
+    let registered = write("j", reg(0, 2), 0.0, 0.1, Outcome::Acked);
+    let purge_refused = write("j", WriteKind::Purge, 1.0, 1.1, refused("NotFound"));
+    let gone = server(1, vec![], vec![], vec![]);
+    // Refused, and the job is still there: as it should be.
+    holds(&definite_errors(
+        &[good()],
+        &[registered.clone(), purge_refused.clone()],
+    ));
+    // Refused, yet the job is gone and nothing else removed it.
+    fails(
+        &definite_errors(
+            std::slice::from_ref(&gone),
+            &[registered.clone(), purge_refused.clone()],
+        ),
+        1,
+        &["j purge refused with NotFound", "absent"],
+    );
+    // Another purge without an answer may have removed it: undecided.
+    let other = write("j", WriteKind::Purge, 2.0, 3.0, unknown());
+    holds(&definite_errors(
+        &[gone],
+        &[registered.clone(), purge_refused, other],
+    ));
+    // A refused stop, yet the job is stopped.
+    let mut stopped = good();
+    stopped.jobs.get_mut("j").unwrap().stop = true;
+    let stop_refused = write("j", WriteKind::Stop, 1.0, 1.1, refused("NotFound"));
+    fails(
+        &definite_errors(&[stopped], &[registered.clone(), stop_refused]),
+        1,
+        &["j stop refused"],
+    );
+    // A refused registration whose exact spec and count the job holds.
+    let reg_refused = write("j", reg(0, 2), 2.0, 2.1, refused("InvalidArgument"));
+    fails(
+        &definite_errors(&[good()], std::slice::from_ref(&reg_refused)),
+        1,
+        &["registration (spec 0 count 2) refused with InvalidArgument"],
+    );
+    // ... unless another write of that spec and count may have put it there.
+    holds(&definite_errors(&[good()], &[registered, reg_refused]));
+}
+
+#[test]
+fn convergence_flags_what_differs_between_servers() {
+    let mut other = good();
+    other.server = 2;
+    holds(&convergence(&[good(), other.clone()]));
+    other.allocs.get_mut("a1").unwrap().client_status = C::Lost as i32;
+    other.jobs.insert("k".into(), job("k", 1, 0));
+    fails(
+        &convergence(&[good(), other]),
+        2,
+        &[
+            "alloc a1: server 1",
+            "client running",
+            "client lost",
+            "job k: server 1 absent",
+        ],
+    );
+}
+
+#[test]
+fn liveness_wants_every_shortfall_explained_by_capacity_and_a_blocked_evaluation() {
+    holds(&liveness(&good()));
+    // Count 4 with two placed, and room on n1 for one more.
+    let mut short = good();
+    short.jobs.insert("j".into(), job("j", 4, 0));
+    fails(
+        &liveness(&short),
+        1,
+        &["j.web: 2 unplaced while node n1 has room"],
+    );
+    // No room anywhere (n1 full, n2 down): needs a blocked evaluation.
+    short.nodes.insert("n1".into(), node("n1", 200, 200));
+    let mut down = node("n2", 1000, 1000);
+    down.status = NodeStatus::Down as i32;
+    short.nodes.insert("n2".into(), down);
+    fails(&liveness(&short), 1, &["without a blocked evaluation"]);
+    short.evals.insert(
+        "e".into(),
+        Evaluation {
+            id: "e".into(),
+            job_id: "j".into(),
+            status: EvalStatus::Blocked as i32,
+            ..Default::default()
+        },
+    );
+    holds(&liveness(&short));
+    // A stopped job wants nothing.
+    let mut stopped = server(
+        1,
+        vec![node("n1", 1000, 1000)],
+        vec![job("j", 4, 0)],
+        vec![],
+    );
+    stopped.jobs.get_mut("j").unwrap().stop = true;
+    holds(&liveness(&stopped));
+}
+
+#[test]
+fn liveness_of_a_system_job_wants_it_on_every_node_with_room() {
+    let mut sys = job("sys", 1, 0);
+    sys.r#type = JobType::System as i32;
+    let nodes = vec![
+        node("n1", 1000, 1000),
+        node("n2", 1000, 1000),
+        node("full", 50, 50),
+    ];
+    let a = alloc("s1", "sys", 0, "n1", C::Running);
+    let s = server(1, nodes, vec![sys], vec![a]);
+    fails(
+        &liveness(&s),
+        1,
+        &["sys.web: not on 1 node(s) with room, e.g. n2"],
+    );
+}
+
+#[test]
+fn deployments_flags_one_still_running_when_its_version_is_placed_running_and_healthy() {
+    let mut s = good();
+    s.jobs.get_mut("j").unwrap().task_groups[0].update = Some(UpdateStrategy {
+        max_parallel: 1,
+        ..Default::default()
+    });
+    for a in s.allocs.values_mut() {
+        a.healthy = Some(true);
+    }
+    let d = Deployment {
+        id: "d1".into(),
+        job_id: "j".into(),
+        job_version: 0,
+        status: DeploymentStatus::Running as i32,
+        ..Default::default()
+    };
+    s.deployments.insert("d1".into(), d);
+    fails(&deployments(&s), 1, &["deployment d1 of j version 0"]);
+    // One not healthy yet: running is right.
+    let mut unhealthy = s.clone();
+    unhealthy.allocs.get_mut("a1").unwrap().healthy = None;
+    holds(&deployments(&unhealthy));
+    // Short of its count: running is right.
+    let mut short = s.clone();
+    short.allocs.remove("a1");
+    holds(&deployments(&short));
+    // Finished.
+    s.deployments.get_mut("d1").unwrap().status = DeploymentStatus::Successful as i32;
+    holds(&deployments(&s));
+}
+
+#[test]
+fn terminal_stays_terminal_orders_sightings_by_index_not_by_when_they_were_seen() {
+    let at = |client: C, index: u64| Allocation {
+        modify_index: index,
+        ..alloc("a", "j", 0, "n1", client)
+    };
+    let mut ok = Sightings::default();
+    // A lagging server answered late with the older, running state.
+    ok.see(&at(C::Lost, 10));
+    ok.see(&at(C::Running, 8));
+    ok.see(&at(C::Pending, 5));
+    holds(&terminal_stays_terminal(&ok));
+    let mut revived = ok.clone();
+    revived.see(&at(C::Running, 12));
+    fails(
+        &terminal_stays_terminal(&revived),
+        1,
+        &["alloc a: lost at index 10, running at index 12"],
+    );
+    // Seen the other way round: the same.
+    let mut other_way = Sightings::default();
+    other_way.see(&at(C::Running, 12));
+    other_way.see(&at(C::Complete, 10));
+    fails(
+        &terminal_stays_terminal(&other_way),
+        1,
+        &["complete at index 10"],
+    );
+}
+
+#[test]
+fn an_answer_is_definite_only_when_it_says_the_write_was_refused() {
+    let of = |s: tonic::Status| Outcome::of::<()>(&Err(ClientError::Status(Box::new(s))));
+    assert!(
+        matches!(of(tonic::Status::not_found("no job")), Outcome::Definite { code, .. } if code == "NotFound")
+    );
+    assert!(matches!(
+        of(tonic::Status::invalid_argument("bad")),
+        Outcome::Definite { .. }
+    ));
+    assert!(matches!(
+        of(tonic::Status::unavailable("no leader")),
+        Outcome::Indefinite { .. }
+    ));
+    assert!(matches!(
+        of(tonic::Status::deadline_exceeded("slow")),
+        Outcome::Indefinite { .. }
+    ));
+    assert!(matches!(
+        of(tonic::Status::internal("raft")),
+        Outcome::Indefinite { .. }
+    ));
+    assert_eq!(Outcome::of::<()>(&Ok(())), Outcome::Acked);
+}
+
+#[test]
+fn every_invariant_is_checked_and_named_and_failures_say_which() {
+    let all = check_all(&[good(), good()], &[], &Sightings::default());
+    let names: Vec<&str> = all.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, NAMES);
+    assert!(all.iter().all(|i| i.ok), "{all:?}");
+    assert_eq!(failure(&all), None);
+    let many: Vec<String> = (0..8).map(|i| format!("v{i}")).collect();
+    let bad = Invariant::new(CAPACITY, many, String::new());
+    assert_eq!(bad.violations, 8);
+    assert!(
+        bad.detail.contains("v4; and 3 more") && !bad.detail.contains("v5"),
+        "{}",
+        bad.detail
+    );
+    let mut some = all.clone();
+    some[0] = bad.clone();
+    let f = failure(&some).unwrap();
+    assert!(
+        f.contains("capacity (8 violations") && !f.contains("duplicates"),
+        "{f}"
+    );
+    // Across variants: failed if failed in one, violations summed.
+    let run = across(&[("a", &all), ("b", &some)]);
+    assert_eq!(run.len(), 8);
+    assert!(!run[0].ok && run[0].violations == 8 && run[0].detail.starts_with("a: "));
+    assert!(run[1..].iter().all(|i| i.ok));
+    let json = serde_json::to_value(&run[0]).unwrap();
+    for key in ["name", "ok", "violations", "detail"] {
+        assert!(json.get(key).is_some(), "{json}");
+    }
+}

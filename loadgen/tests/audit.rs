@@ -1,0 +1,132 @@
+//! The invariant audit end to end: a short churn of registrations, updates,
+//! scales, stops and purges through random servers on a small fleet of
+//! small nodes, a leader kill and a fleet pause, then every server read at
+//! rest and checked. Every invariant must be present and hold.
+
+mod common;
+
+use common::{capacity, json, schema_errors};
+
+/// Small nodes that fill up, a short heartbeat TTL so the fleet pause
+/// marks them down, and a stream of every kind of write.
+const AUDIT: &str = r#"
+name = "audit-ci"
+description = "churn on 40 small nodes through a leader kill and a fleet pause, then the invariant audit"
+nodes = 40
+duration = "35s"
+drain = "30s"
+arrival = { process = "constant", rate = 3.0 }
+update_share = 0.15
+scale_share = 0.15
+stop_share = 0.1
+purge_share = 0.1
+server_args = ["--heartbeat-min-ttl", "3s", "--heartbeat-grace", "2s"]
+nodesim_args = ["--cpu-mhz", "1000", "--memory-mb", "1024", "--batch-duration", "5s"]
+
+[[jobs]]
+name = "web"
+type = "service"
+weight = 6
+count = 3
+cpu_mhz = 300
+memory_mb = 256
+max_parallel = 1
+min_healthy_time_ms = 300
+
+[[jobs]]
+name = "etl"
+type = "batch"
+weight = 3
+count = 3
+cpu_mhz = 200
+memory_mb = 128
+
+[[jobs]]
+name = "agent"
+type = "system"
+weight = 1
+cpu_mhz = 20
+memory_mb = 16
+
+[[faults]]
+at = "8s"
+action = "kill_leader"
+duration = "4s"
+
+[[faults]]
+at = "18s"
+action = "pause_fleet"
+duration = "10s"
+"#;
+
+const NAMES: [&str; 8] = [
+    "capacity",
+    "duplicates",
+    "acked_writes",
+    "convergence",
+    "liveness",
+    "deployments",
+    "terminal_stays_terminal",
+    "definite_errors",
+];
+
+#[test]
+fn a_short_audit_run_checks_every_invariant_and_all_hold() {
+    let (_dir, out, mut cmd) = capacity(AUDIT, "audit-ci");
+    let run = cmd.arg("--no-prometheus").output().unwrap();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+
+    let summary = json(&out.join("summary.json"));
+    let errors = schema_errors(&summary);
+    assert!(errors.is_empty(), "{errors:?}");
+    let invariants = summary["invariants"].as_array().expect("invariants");
+    let names: Vec<&str> = invariants
+        .iter()
+        .map(|i| i["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, NAMES, "{summary}");
+    let v = &summary["variants"][0];
+    assert_eq!(v["invariants"].as_array().unwrap().len(), 8, "{v}");
+    for name in NAMES {
+        assert!(
+            stdout.contains(&format!("invariant {name}")),
+            "the table shows {name}: {stdout}"
+        );
+    }
+    let failed: Vec<String> = invariants
+        .iter()
+        .filter(|i| i["ok"] != true)
+        .map(|i| {
+            format!(
+                "{}: {} violations: {}",
+                i["name"], i["violations"], i["detail"]
+            )
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "violated:\n{}\n{stderr}",
+        failed.join("\n")
+    );
+    assert!(run.status.success(), "{stdout}\n{stderr}");
+
+    // The stream did what the audit is for: every kind of write, and the
+    // fleet pause happened.
+    let stream = &v["stream"];
+    for field in ["updates", "scales", "stops", "purges"] {
+        assert!(stream[field].as_u64().unwrap() > 0, "{field}: {stream}");
+    }
+    let actions: Vec<&str> = v["faults"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["kill_leader", "pause_fleet"]);
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("terminal_stays_terminal"),
+        "the report shows the invariants"
+    );
+}
