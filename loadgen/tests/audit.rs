@@ -9,55 +9,7 @@ use common::{capacity, json, schema_errors};
 
 /// Small nodes that fill up, a short heartbeat TTL so the fleet pause
 /// marks them down, and a stream of every kind of write.
-const AUDIT: &str = r#"
-name = "audit-ci"
-description = "churn on 40 small nodes through a leader kill and a fleet pause, then the invariant audit"
-nodes = 40
-duration = "35s"
-drain = "30s"
-arrival = { process = "constant", rate = 3.0 }
-update_share = 0.15
-scale_share = 0.15
-stop_share = 0.1
-purge_share = 0.1
-server_args = ["--heartbeat-min-ttl", "3s", "--heartbeat-grace", "2s"]
-nodesim_args = ["--cpu-mhz", "1000", "--memory-mb", "1024", "--batch-duration", "5s"]
-
-[[jobs]]
-name = "web"
-type = "service"
-weight = 6
-count = 3
-cpu_mhz = 300
-memory_mb = 256
-max_parallel = 1
-min_healthy_time_ms = 300
-
-[[jobs]]
-name = "etl"
-type = "batch"
-weight = 3
-count = 3
-cpu_mhz = 200
-memory_mb = 128
-
-[[jobs]]
-name = "agent"
-type = "system"
-weight = 1
-cpu_mhz = 20
-memory_mb = 16
-
-[[faults]]
-at = "8s"
-action = "kill_leader"
-duration = "4s"
-
-[[faults]]
-at = "18s"
-action = "pause_fleet"
-duration = "10s"
-"#;
+const AUDIT: &str = include_str!("common/audit-ci.toml");
 
 const NAMES: [&str; 8] = [
     "capacity",

@@ -201,6 +201,30 @@ pub fn acked_writes(servers: &[ServerState], writes: &[Write]) -> Invariant {
 /// effect, and its registration was acknowledged so it was there), and a
 /// refused registration whose exact spec and count the job holds (no other
 /// write of that spec and count may have taken effect).
+/// When a stop or purge `w` was refused `NotFound` though the job's
+/// registration was acknowledged before `w` was sent, and no other stop or
+/// purge was sent before `w` was answered (only those remove a job, a
+/// purge at once, a stop through garbage collection): the time of that
+/// acknowledgement. A write sent after an acknowledged one must see it.
+fn refused_from_a_stale_view(w: &Write, code: &str, ws: &[&Write]) -> Option<f64> {
+    if code != "NotFound" || !matches!(w.kind, WriteKind::Stop | WriteKind::Purge) {
+        return None;
+    }
+    let removed = ws.iter().any(|o| {
+        !std::ptr::eq(*o, w)
+            && matches!(o.kind, WriteKind::Stop | WriteKind::Purge)
+            && o.sent_s < w.answered_s
+    });
+    if removed {
+        return None;
+    }
+    ws.iter()
+        .filter(|o| o.outcome == Outcome::Acked && matches!(o.kind, WriteKind::Register { .. }))
+        .map(|o| o.answered_s)
+        .filter(|at| *at < w.sent_s)
+        .reduce(f64::min)
+}
+
 pub fn definite_errors(servers: &[ServerState], writes: &[Write]) -> Invariant {
     let mut found = Vec::new();
     let mut refused = 0;
@@ -218,6 +242,19 @@ pub fn definite_errors(servers: &[ServerState], writes: &[Write]) -> Invariant {
                 continue;
             };
             refused += 1;
+            if let Some(at) = refused_from_a_stale_view(w, code, &ws) {
+                found.push(format!(
+                    "{job_id} {} refused with {code} at {:.1}s, though its registration was \
+                     acknowledged at {at:.1}s and nothing removed it before: refused from a \
+                     state that was behind",
+                    if w.kind == WriteKind::Stop {
+                        "stop"
+                    } else {
+                        "purge"
+                    },
+                    w.sent_s,
+                ));
+            }
             for s in servers {
                 let job = s.jobs.get(job_id);
                 let took_effect = match w.kind {
@@ -470,14 +507,20 @@ pub fn deployments(s: &ServerState) -> Invariant {
 pub fn terminal_stays_terminal(seen: &Sightings) -> Invariant {
     let mut found = Vec::new();
     for (id, s) in &seen.0 {
-        if let (Some((t, ts)), Some((l, ls))) = (s.terminal, s.live) {
-            if l > t {
-                found.push(format!(
-                    "alloc {id}: {} at index {t}, {} at index {l}",
-                    client_status_name(ts),
-                    client_status_name(ls)
-                ));
-            }
+        let Some((t, ts)) = s.terminal else { continue };
+        // The latest sighting after the first terminal one that is not that
+        // same terminal status: live again, or another terminal status.
+        let changed = [s.live, s.last_terminal]
+            .into_iter()
+            .flatten()
+            .filter(|(i, status)| *i > t && *status != ts)
+            .max();
+        if let Some((l, ls)) = changed {
+            found.push(format!(
+                "alloc {id}: {} at index {t}, {} at index {l}",
+                client_status_name(ts),
+                client_status_name(ls)
+            ));
         }
     }
     Invariant::new(

@@ -85,13 +85,18 @@ pub struct Write {
 }
 
 /// One allocation's statuses as seen: the lowest raft index (its
-/// `modify_index`) at which it was seen terminal on its client, and the
-/// highest at which it was seen live. Indexes order the sightings whichever
-/// server answered and however late: a live sighting at an index above a
-/// terminal one is a terminal allocation that came back.
+/// `modify_index`) at which it was seen terminal on its client, the highest
+/// at which it was seen terminal, and the highest at which it was seen
+/// live. Indexes order the sightings whichever server answered and however
+/// late: a live sighting at an index above a terminal one is a terminal
+/// allocation that came back, and a terminal status that changed later (a
+/// lost allocation later complete) took a report it must not have: a
+/// terminal status is final, so one revived and stopped again between two
+/// samples still shows.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Seen {
     pub terminal: Option<(u64, i32)>,
+    pub last_terminal: Option<(u64, i32)>,
     pub live: Option<(u64, i32)>,
 }
 
@@ -107,6 +112,9 @@ impl Sightings {
         if client_terminal(status) {
             if seen.terminal.is_none_or(|(i, _)| a.modify_index < i) {
                 seen.terminal = Some(at);
+            }
+            if seen.last_terminal.is_none_or(|(i, _)| a.modify_index > i) {
+                seen.last_terminal = Some(at);
             }
         } else if client_live(status) && seen.live.is_none_or(|(i, _)| a.modify_index > i) {
             seen.live = Some(at);

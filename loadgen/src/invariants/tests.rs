@@ -281,18 +281,27 @@ fn definite_errors_flags_a_refused_write_whose_effect_is_there() {
     let registered = write("j", reg(0, 2), 0.0, 0.1, Outcome::Acked);
     let purge_refused = write("j", WriteKind::Purge, 1.0, 1.1, refused("NotFound"));
     let gone = server(1, vec![], vec![], vec![]);
-    // Refused, and the job is still there: as it should be.
-    holds(&definite_errors(
-        &[good()],
-        &[registered.clone(), purge_refused.clone()],
-    ));
-    // Refused, yet the job is gone and nothing else removed it.
+    // Refused `NotFound`, though the registration was acknowledged before
+    // the purge was sent: refused from a state that was behind.
+    fails(
+        &definite_errors(&[good()], &[registered.clone(), purge_refused.clone()]),
+        1,
+        &[
+            "j purge refused with NotFound at 1.0s",
+            "acknowledged at 0.1s",
+        ],
+    );
+    // ... but not when the purge was sent before the registration's answer.
+    let early = write("j", WriteKind::Purge, 0.05, 0.2, refused("NotFound"));
+    holds(&definite_errors(&[good()], &[registered.clone(), early]));
+    // Refused, yet the job is gone and nothing else removed it (and the
+    // refusal came from a stale view too).
     fails(
         &definite_errors(
             std::slice::from_ref(&gone),
             &[registered.clone(), purge_refused.clone()],
         ),
-        1,
+        2,
         &["j purge refused with NotFound", "absent"],
     );
     // Another purge without an answer may have removed it: undecided.
@@ -456,6 +465,18 @@ fn terminal_stays_terminal_orders_sightings_by_index_not_by_when_they_were_seen(
         1,
         &["complete at index 10"],
     );
+    // Revived and stopped again between two samples: lost, then complete.
+    let mut finished_again = ok.clone();
+    finished_again.see(&at(C::Complete, 15));
+    fails(
+        &terminal_stays_terminal(&finished_again),
+        1,
+        &["alloc a: lost at index 10, complete at index 15"],
+    );
+    // The same terminal status seen again at a later index is no change.
+    let mut same = ok.clone();
+    same.see(&at(C::Lost, 15));
+    holds(&terminal_stays_terminal(&same));
 }
 
 #[test]
