@@ -304,8 +304,9 @@ fn definite_errors_flags_a_refused_write_whose_effect_is_there() {
         2,
         &["j purge refused with NotFound", "absent"],
     );
-    // Another purge without an answer may have removed it: undecided.
-    let other = write("j", WriteKind::Purge, 2.0, 3.0, unknown());
+    // Another purge without an answer, sent before the refused one was
+    // answered, may have removed it: undecided.
+    let other = write("j", WriteKind::Purge, 0.5, 3.0, unknown());
     holds(&definite_errors(
         &[gone],
         &[registered.clone(), purge_refused, other],
@@ -313,11 +314,11 @@ fn definite_errors_flags_a_refused_write_whose_effect_is_there() {
     // A refused stop, yet the job is stopped.
     let mut stopped = good();
     stopped.jobs.get_mut("j").unwrap().stop = true;
-    let stop_refused = write("j", WriteKind::Stop, 1.0, 1.1, refused("NotFound"));
+    let stop_refused = write("j", WriteKind::Stop, 1.0, 1.1, refused("PermissionDenied"));
     fails(
         &definite_errors(&[stopped], &[registered.clone(), stop_refused]),
         1,
-        &["j stop refused"],
+        &["j stop refused with PermissionDenied", "yet it is stopped"],
     );
     // A refused registration whose exact spec and count the job holds.
     let reg_refused = write("j", reg(0, 2), 2.0, 2.1, refused("InvalidArgument"));
