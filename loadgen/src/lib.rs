@@ -23,6 +23,8 @@
 //!   fetching the traces).
 //! - `sampler`: every process's `/metrics`, read on an interval into series.
 //! - `search`: the max-rate search's bracket, probe by probe (pure).
+//! - `server_status`: every local server's `/v1/status` at once: whether
+//!   the cluster has settled on one leader (faults, the audit's rest).
 //! - `stats`: distribution-free confidence intervals for a median and for
 //!   the ratio of two samples (pure).
 //! - `validity`: whether a run measured the cluster or the harness (a
@@ -62,6 +64,7 @@ pub mod report;
 mod sampler;
 mod scenario;
 mod search;
+mod server_status;
 mod stats;
 mod stream;
 mod summary;

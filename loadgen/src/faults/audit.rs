@@ -10,8 +10,8 @@ use stampede_proto::security::Role;
 use stampede_proto::JobListRequest;
 use tokio::time::Instant;
 
-use super::probe::Probe;
 use super::FaultsConfig;
+use crate::server_status::Probe;
 use crate::stream::Journal;
 
 /// The audit at the end of a run with faults: every job whose registration

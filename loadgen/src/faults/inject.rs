@@ -4,9 +4,9 @@
 use stampede_launch::{LocalCluster, NodeId};
 use tokio::time::Instant;
 
-use super::probe::{named_leader, Probe, Settled};
 use super::{FaultsConfig, Injected};
 use crate::scenario::{FaultAction, FaultStep};
+use crate::server_status::{named_leader, Probe, Settled};
 
 /// Runs the steps against `cluster` (and `fleet`, the nodesim process ids,
 /// for fleet faults), each at its `at` from `start` (the

@@ -19,7 +19,6 @@
 mod audit;
 mod inject;
 mod measure;
-pub(crate) mod probe;
 #[cfg(test)]
 mod tests;
 

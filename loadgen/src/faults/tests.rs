@@ -4,9 +4,9 @@ use std::time::Duration;
 use stampede_launch::{NodeId, StatusReport};
 
 use super::audit::compare;
-use super::probe::{named_leader, settled};
 use super::{acks_per_second, measure, Injected};
 use crate::scenario::{FaultAction, FaultStep};
+use crate::server_status::{named_leader, settled};
 use crate::stream::{Ack, Journal};
 
 fn status(id: NodeId, state: &str, leader: Option<NodeId>, term: u64) -> StatusReport {

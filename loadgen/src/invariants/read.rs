@@ -19,8 +19,8 @@ use tokio::time::Instant;
 use super::record::Sightings;
 use super::state::ServerState;
 use super::{check_all, Invariant, Write, CONVERGENCE, NAMES};
-use crate::faults::probe::Probe;
 use crate::sampler;
+use crate::server_status::Probe;
 
 /// How long the audit may wait for the cluster to come to rest, and how
 /// often it looks.

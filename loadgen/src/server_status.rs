@@ -17,9 +17,9 @@ pub(crate) struct Probe {
 
 /// A cluster at rest: every server answers and names one leader, which says it leads.
 #[derive(Debug)]
-pub(super) struct Settled {
-    pub(super) leader: NodeId,
-    pub(super) term: u64,
+pub(crate) struct Settled {
+    pub(crate) leader: NodeId,
+    pub(crate) term: u64,
 }
 
 impl Probe {
@@ -34,7 +34,7 @@ impl Probe {
         })
     }
 
-    pub(super) fn ids(&self) -> Vec<NodeId> {
+    pub(crate) fn ids(&self) -> Vec<NodeId> {
         self.servers.iter().map(|(id, _)| *id).collect()
     }
 
@@ -57,7 +57,7 @@ impl Probe {
     }
 
     /// Waits until the cluster has settled, up to `wait`; the error says what it saw last.
-    pub(super) async fn settled(&self, wait: Duration, poll: Duration) -> Result<Settled, String> {
+    pub(crate) async fn settled(&self, wait: Duration, poll: Duration) -> Result<Settled, String> {
         let deadline = Instant::now() + wait;
         loop {
             let statuses = self.statuses(&[]).await;
@@ -77,7 +77,7 @@ impl Probe {
 }
 
 /// Whether these statuses are of a settled cluster; if not, what they show.
-pub(super) fn settled(statuses: &[(NodeId, Option<StatusReport>)]) -> Result<Settled, String> {
+pub(crate) fn settled(statuses: &[(NodeId, Option<StatusReport>)]) -> Result<Settled, String> {
     let describe = || {
         statuses
             .iter()
@@ -114,7 +114,7 @@ pub(super) fn settled(statuses: &[(NodeId, Option<StatusReport>)]) -> Result<Set
 
 /// The leader a server other than the struck ones names, if it is not
 /// struck either; with `any`, whatever leader any server names.
-pub(super) fn named_leader(
+pub(crate) fn named_leader(
     statuses: &[(NodeId, Option<StatusReport>)],
     struck: &[NodeId],
     any: bool,
