@@ -235,7 +235,13 @@ impl LeaderCalls {
                 .await?
                 .into_inner()),
             Route::Local => {
-                let state = self.0.ctx.store.snapshot();
+                let mut state = self.0.ctx.store.snapshot();
+                if !state.has_node(&req.node_id) {
+                    // Refused only on current state: this leader may be behind.
+                    drop(state);
+                    self.0.ctx.proposer.read_barrier().await?;
+                    state = self.0.ctx.store.snapshot();
+                }
                 let node = state.node(&req.node_id).ok_or_else(|| {
                     ControlError::NotFound(format!(
                         "node_id: no node {:?} is registered; register it first",
@@ -293,10 +299,17 @@ impl LeaderCalls {
         // on every server the call passes, the leader too: any caller may
         // mark a call forwarded.
         let leader_here = matches!(route, Ok(Route::Local));
-        self.0
-            .ctx
-            .store
-            .read(|state| updates_vouched_for(state, &req, &vouched, leader_here))?;
+        let check = || {
+            self.0
+                .ctx
+                .store
+                .read(|state| updates_vouched_for(state, &req, &vouched, leader_here))
+        };
+        if let Err(ControlError::NotFound(_)) = check() {
+            // Refused only on current state: this leader may be behind.
+            self.0.ctx.proposer.read_barrier().await?;
+        }
+        check()?;
         match route? {
             Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs, req.secrets).await?),
             Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),

@@ -294,7 +294,7 @@ impl Proposer {
     /// Returns once this server has confirmed with a quorum that it leads
     /// and has applied everything committed before: its state is then
     /// current. Fails as a write does where it does not lead.
-    async fn read_barrier(&self, deadline: Instant) -> Result<(), ProposeError> {
+    pub async fn read_barrier(&self, deadline: Instant) -> Result<(), ProposeError> {
         let wait = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(wait, self.raft.ensure_linearizable()).await {
             Err(_) => Err(ProposeError::NotCommitted(wait)),
@@ -451,5 +451,15 @@ impl LocalProposer {
     /// Whether this server gathers concurrent writes into shared entries.
     pub fn batching(&self) -> bool {
         self.0.batching()
+    }
+
+    /// Returns once this server has confirmed with a quorum that it leads
+    /// and has applied everything committed before: what a refusal that
+    /// depends on the state waits for, since a leader woken from a pause
+    /// still believes it leads, on state that may be behind.
+    pub async fn read_barrier(&self) -> Result<(), ProposeError> {
+        self.0
+            .read_barrier(Instant::now() + self.0.leader_wait)
+            .await
     }
 }
