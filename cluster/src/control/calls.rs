@@ -305,11 +305,14 @@ impl LeaderCalls {
                 .store
                 .read(|state| updates_vouched_for(state, &req, &vouched, leader_here))
         };
-        if let Err(ControlError::NotFound(_)) = check() {
+        if let Err(e) = check() {
+            if !matches!(e, ControlError::NotFound(_)) {
+                return Err(e);
+            }
             // Refused only on current state: this leader may be behind.
             self.0.ctx.proposer.read_barrier().await?;
+            check()?;
         }
-        check()?;
         match route? {
             Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs, req.secrets).await?),
             Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),
