@@ -146,6 +146,15 @@ pub(super) async fn drive(
     write_traces(dir, &summary.slowest_paths)?;
     summary.started_unix = started_unix;
     summary.ended_unix = ended_unix;
+    // What the sampler saw: allocation statuses, and the jobs seen dead
+    // (garbage collection may have removed them since).
+    let seen = match statuses {
+        Some(statuses) => {
+            let _ = stop_sampling.send(true);
+            Some(statuses.await.unwrap_or_default())
+        }
+        None => None,
+    };
     if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {
         let stream_s = scenario.duration.as_secs_f64();
         summary.faults =
@@ -155,11 +164,13 @@ pub(super) async fn drive(
             "loadgen: auditing {} acknowledged jobs on every server",
             journal.acked.len()
         );
-        summary.audit = Some(faults::audit(cluster, &journal, &fault_cfg).await);
+        let dead = seen
+            .as_ref()
+            .map(|s| s.dead_jobs.clone())
+            .unwrap_or_default();
+        summary.audit = Some(faults::audit(cluster, &journal, &dead, &fault_cfg).await);
     }
-    if let (Some(cluster), Some(statuses)) = (cluster.as_deref(), statuses) {
-        let _ = stop_sampling.send(true);
-        let seen = statuses.await.unwrap_or_default();
+    if let (Some(cluster), Some(seen)) = (cluster.as_deref(), seen) {
         eprintln!("loadgen: checking the invariants on every server");
         let cfg = invariants::AuditConfig {
             wait: ctx.opts.audit_wait,

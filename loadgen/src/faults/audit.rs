@@ -69,18 +69,25 @@ const NAMED: usize = 10;
 
 /// Compares each server's job ids with what the stream submitted and what
 /// was acknowledged.
-pub fn compare(journal: &Journal, on_servers: &BTreeMap<NodeId, HashSet<String>>) -> Audit {
+/// `dead`: the jobs seen dead during the run (a batch job whose work is
+/// done), which garbage collection may have removed since.
+pub fn compare(
+    journal: &Journal,
+    dead: &BTreeSet<String>,
+    on_servers: &BTreeMap<NodeId, HashSet<String>>,
+) -> Audit {
     let join = |ids: Vec<NodeId>| {
         ids.iter()
             .map(|i| i.to_string())
             .collect::<Vec<_>>()
             .join(", ")
     };
-    // A job the stream stopped may have been garbage collected since.
+    // A job the stream stopped, or one seen dead, may have been garbage
+    // collected since.
     let acked: BTreeSet<&String> = journal
         .acked
         .iter()
-        .filter(|id| !journal.stopped.contains(*id))
+        .filter(|id| !journal.stopped.contains(*id) && !dead.contains(*id))
         .collect();
     let mut lost_jobs = Vec::new();
     let mut lost = 0;
@@ -129,11 +136,16 @@ pub fn compare(journal: &Journal, on_servers: &BTreeMap<NodeId, HashSet<String>>
 /// `cfg.audit_wait`) until every server answers and has applied the highest
 /// index any of them had applied, which holds every acknowledged write;
 /// then reads each server's jobs from that server alone and [`compare`]s.
-pub async fn audit(cluster: &LocalCluster, journal: &Journal, cfg: &FaultsConfig) -> Audit {
+pub async fn audit(
+    cluster: &LocalCluster,
+    journal: &Journal,
+    dead: &BTreeSet<String>,
+    cfg: &FaultsConfig,
+) -> Audit {
     match on_every_server(cluster, cfg).await {
         Ok((on_servers, applied_index)) => Audit {
             applied_index,
-            ..compare(journal, &on_servers)
+            ..compare(journal, dead, &on_servers)
         },
         Err(error) => Audit {
             acked: journal.acked.len() as u64,

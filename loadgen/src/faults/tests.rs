@@ -1,4 +1,4 @@
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::time::Duration;
 
 use stampede_launch::{NodeId, StatusReport};
@@ -158,7 +158,7 @@ fn an_audit_counts_acknowledged_jobs_missing_anywhere_and_jobs_never_sent() {
         (2, set(&["a", "b", "c"])),
         (3, set(&["a", "b", "c", "d"])),
     ]);
-    let a = compare(&j, &clean);
+    let a = compare(&j, &BTreeSet::new(), &clean);
     assert_eq!((a.acked, a.submitted, a.lost, a.phantom), (3, 4, 0, 0));
     assert_eq!(a.failure(), None);
 
@@ -167,8 +167,11 @@ fn an_audit_counts_acknowledged_jobs_missing_anywhere_and_jobs_never_sent() {
         (2, set(&["a", "b", "c"])),
         (3, set(&["a", "c"])),
     ]);
-    let a = compare(&j, &bad);
+    let a = compare(&j, &BTreeSet::new(), &bad);
     assert_eq!((a.lost, a.phantom), (1, 1));
+    // b was seen dead (a batch job done): collected since, not lost.
+    let dead = BTreeSet::from(["b".to_string()]);
+    assert_eq!(compare(&j, &dead, &bad).lost, 0);
     assert_eq!(a.lost_jobs, ["b (missing on server 1, 3)"]);
     assert_eq!(a.phantom_jobs, ["zz (on server 1)"]);
     assert!(a.failure().unwrap().contains("b (missing on server 1, 3)"));

@@ -154,7 +154,7 @@ fn kind_name(kind: WriteKind) -> String {
 /// any write without a definite answer (which may have been applied at any
 /// time, or never). Writes refused with a definite error are left out
 /// (`definite_errors` checks them).
-pub fn acked_writes(servers: &[ServerState], writes: &[Write]) -> Invariant {
+pub fn acked_writes(servers: &[ServerState], writes: &[Write], seen: &Sightings) -> Invariant {
     let mut found = Vec::new();
     let mut jobs = 0;
     for (job_id, ws) in by_job(writes) {
@@ -177,7 +177,9 @@ pub fn acked_writes(servers: &[ServerState], writes: &[Write]) -> Invariant {
             .map(|w| w.kind)
             .collect();
         for s in servers {
-            if !last.iter().any(|k| shows(s, job_id, *k)) {
+            // A job seen dead (its work done) that is gone was collected.
+            let collected = !s.jobs.contains_key(job_id) && seen.seen_dead(job_id);
+            if !collected && !last.iter().any(|k| shows(s, job_id, *k)) {
                 let expected: Vec<String> = last.iter().map(|k| kind_name(*k)).collect();
                 found.push(format!(
                     "server {}: {job_id} is {}, expected {}",
@@ -506,7 +508,7 @@ pub fn deployments(s: &ServerState) -> Invariant {
 /// No allocation seen terminal on its client was seen live at a later index.
 pub fn terminal_stays_terminal(seen: &Sightings) -> Invariant {
     let mut found = Vec::new();
-    for (id, s) in &seen.0 {
+    for (id, s) in &seen.allocs {
         let Some((t, ts)) = s.terminal else { continue };
         // The latest sighting after the first terminal one that is not that
         // same terminal status: live again, or another terminal status.
@@ -526,6 +528,6 @@ pub fn terminal_stays_terminal(seen: &Sightings) -> Invariant {
     Invariant::new(
         super::TERMINAL_STAYS_TERMINAL,
         found,
-        format!("{} allocations followed", seen.0.len()),
+        format!("{} allocations followed", seen.allocs.len()),
     )
 }

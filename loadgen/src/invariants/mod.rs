@@ -106,7 +106,7 @@ pub fn check_all(servers: &[ServerState], writes: &[Write], seen: &Sightings) ->
     vec![
         checks::capacity(servers),
         checks::duplicates(servers),
-        checks::acked_writes(servers, writes),
+        checks::acked_writes(servers, writes, seen),
         checks::convergence(servers),
         checks::liveness(&first),
         checks::deployments(&first),

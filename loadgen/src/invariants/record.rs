@@ -2,7 +2,7 @@
 //! write with what the cluster answered, and every allocation status seen
 //! over the run.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 use stampede_proto::client::ClientError;
@@ -100,14 +100,17 @@ pub struct Seen {
     pub live: Option<(u64, i32)>,
 }
 
-/// Every allocation seen over the run, by id.
+/// Every allocation seen over the run, by id, and the jobs seen dead.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Sightings(pub BTreeMap<String, Seen>);
+pub struct Sightings {
+    pub allocs: BTreeMap<String, Seen>,
+    pub dead_jobs: BTreeSet<String>,
+}
 
 impl Sightings {
     pub fn see(&mut self, a: &Allocation) {
         let status = a.client_status;
-        let seen = self.0.entry(a.id.clone()).or_default();
+        let seen = self.allocs.entry(a.id.clone()).or_default();
         let at = (a.modify_index, status);
         if client_terminal(status) {
             if seen.terminal.is_none_or(|(i, _)| a.modify_index < i) {
@@ -121,8 +124,20 @@ impl Sightings {
         }
     }
 
+    /// Notes that job `id` was seen dead (a batch job whose work is done,
+    /// a stopped job with nothing left): garbage collection may remove it,
+    /// so its absence at the end is no lost write.
+    pub fn see_dead(&mut self, id: &str) {
+        self.dead_jobs.insert(id.to_string());
+    }
+
+    /// Whether job `id` was seen dead during the run.
+    pub fn seen_dead(&self, id: &str) -> bool {
+        self.dead_jobs.contains(id)
+    }
+
     pub fn ids(&self) -> impl Iterator<Item = &String> {
-        self.0.keys()
+        self.allocs.keys()
     }
 }
 

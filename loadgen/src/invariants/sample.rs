@@ -1,12 +1,13 @@
 //! Allocation statuses sampled while the stream runs, for
 //! `terminal_stays_terminal`: a terminal allocation revived and stopped
-//! again before the end would not show in the final state alone.
+//! again before the end would not show in the final state alone. And the
+//! jobs seen dead, which garbage collection may remove before the end.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use stampede_proto::client::ClusterClient;
-use stampede_proto::{JobAllocationsRequest, JobListRequest};
+use stampede_proto::{JobAllocationsRequest, JobListRequest, JobStatus};
 use tokio::sync::watch;
 
 use super::record::Sightings;
@@ -49,6 +50,9 @@ async fn sample(client: &ClusterClient, seen: &mut Sightings) {
         })
         .await;
     let Ok(jobs) = jobs else { return };
+    for j in jobs.iter().filter(|j| j.status == JobStatus::Dead as i32) {
+        seen.see_dead(&j.id);
+    }
     let mut reads = futures::stream::iter(jobs)
         .map(|j| async move {
             client

@@ -203,13 +203,17 @@ fn acked_writes_wants_the_last_acknowledged_write_on_every_server() {
         write("j", reg(0, 3), 0.0, 0.1, Outcome::Acked),
         write("j", reg(0, 2), 1.0, 1.1, Outcome::Acked),
     ];
-    holds(&acked_writes(&[good(), good()], &writes));
+    holds(&acked_writes(
+        &[good(), good()],
+        &writes,
+        &Sightings::default(),
+    ));
     // Server 2 kept the first count.
     let mut stale = good();
     stale.server = 2;
     stale.jobs.insert("j".into(), job("j", 3, 0));
     fails(
-        &acked_writes(&[good(), stale.clone()], &writes),
+        &acked_writes(&[good(), stale.clone()], &writes, &Sightings::default()),
         1,
         &[
             "server 2",
@@ -222,17 +226,37 @@ fn acked_writes_wants_the_last_acknowledged_write_on_every_server() {
         write("j", reg(0, 3), 0.0, 1.5, Outcome::Acked),
         write("j", reg(0, 2), 1.0, 1.1, Outcome::Acked),
     ];
-    holds(&acked_writes(&[good(), stale.clone()], &overlapping));
+    holds(&acked_writes(
+        &[good(), stale.clone()],
+        &overlapping,
+        &Sightings::default(),
+    ));
     // A write with no answer may have been applied last too; one refused may not.
     let mut maybe = writes.clone();
     maybe.push(write("j", reg(0, 3), 2.0, 3.0, unknown()));
-    holds(&acked_writes(&[stale.clone()], &maybe));
+    holds(&acked_writes(
+        &[stale.clone()],
+        &maybe,
+        &Sightings::default(),
+    ));
     let mut no = writes.clone();
     no.push(write("j", reg(0, 3), 2.0, 3.0, refused("InvalidArgument")));
-    fails(&acked_writes(&[stale], &no), 1, &["j"]);
+    fails(
+        &acked_writes(&[stale], &no, &Sightings::default()),
+        1,
+        &["j"],
+    );
     // A job whose registration was acknowledged is missing.
     let gone = server(1, vec![], vec![], vec![]);
-    fails(&acked_writes(&[gone], &writes), 1, &["j is absent"]);
+    fails(
+        &acked_writes(std::slice::from_ref(&gone), &writes, &Sightings::default()),
+        1,
+        &["j is absent"],
+    );
+    // Seen dead during the run (a batch job done): collected, not lost.
+    let mut dead = Sightings::default();
+    dead.see_dead("j");
+    holds(&acked_writes(&[gone], &writes, &dead));
 }
 
 #[test]
@@ -246,18 +270,26 @@ fn acked_writes_wants_a_stopped_job_stopped_with_nothing_live_and_a_purged_one_g
     for a in stopped.allocs.values_mut() {
         a.desired_status = D::Stop as i32;
     }
-    holds(&acked_writes(&[stopped.clone()], &stop));
+    holds(&acked_writes(
+        &[stopped.clone()],
+        &stop,
+        &Sightings::default(),
+    ));
     // Collected since: gone is fine for a stopped job.
-    holds(&acked_writes(&[server(1, vec![], vec![], vec![])], &stop));
+    holds(&acked_writes(
+        &[server(1, vec![], vec![], vec![])],
+        &stop,
+        &Sightings::default(),
+    ));
     fails(
-        &acked_writes(&[good()], &stop),
+        &acked_writes(&[good()], &stop, &Sightings::default()),
         1,
         &["j is running", "expected stopped"],
     );
     let mut still_live = stopped.clone();
     still_live.allocs.get_mut("a0").unwrap().desired_status = D::Run as i32;
     fails(
-        &acked_writes(&[still_live], &stop),
+        &acked_writes(&[still_live], &stop, &Sightings::default()),
         1,
         &["stopped, 1 live allocations"],
     );
@@ -268,9 +300,9 @@ fn acked_writes_wants_a_stopped_job_stopped_with_nothing_live_and_a_purged_one_g
     ];
     let mut purged = stopped.clone();
     purged.jobs.clear();
-    holds(&acked_writes(&[purged], &purge));
+    holds(&acked_writes(&[purged], &purge, &Sightings::default()));
     fails(
-        &acked_writes(&[stopped], &purge),
+        &acked_writes(&[stopped], &purge, &Sightings::default()),
         1,
         &["j is stopped", "expected purged"],
     );
