@@ -3,14 +3,15 @@
 //! again before the end would not show in the final state alone. And the
 //! jobs seen dead, which garbage collection may remove before the end.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
 use stampede_proto::client::ClusterClient;
-use stampede_proto::{JobAllocationsRequest, JobListRequest, JobStatus};
+use stampede_proto::{JobAllocationsRequest, JobListRequest, JobStatus, JobType};
 use tokio::sync::watch;
 
-use super::record::Sightings;
+use super::record::{client_terminal, Sightings};
 
 /// Every `every`, reads every job's allocations from the next server in
 /// turn (each server answers from its own state) until `stop` turns true;
@@ -53,6 +54,11 @@ async fn sample(client: &ClusterClient, seen: &mut Sightings) {
     for j in jobs.iter().filter(|j| j.status == JobStatus::Dead as i32) {
         seen.see_dead(&j.id);
     }
+    let batch: HashSet<String> = jobs
+        .iter()
+        .filter(|j| j.r#type == JobType::Batch as i32)
+        .map(|j| j.id.clone())
+        .collect();
     let mut reads = futures::stream::iter(jobs)
         .map(|j| async move {
             client
@@ -67,8 +73,18 @@ async fn sample(client: &ClusterClient, seen: &mut Sightings) {
         })
         .buffer_unordered(4);
     while let Some(read) = reads.next().await {
-        for a in read.iter().flatten() {
+        let Ok(allocs) = read else { continue };
+        for a in &allocs {
             seen.see(a);
+        }
+        // A batch job whose work is all done is one garbage collection may
+        // remove (as a stopped job is).
+        if let Some(first) = allocs.first() {
+            if batch.contains(&first.job_id)
+                && allocs.iter().all(|a| client_terminal(a.client_status))
+            {
+                seen.see_dead(&first.job_id);
+            }
         }
     }
 }

@@ -181,16 +181,23 @@ fn rate(points: &[&Point], name: &str) -> Option<f64> {
 }
 
 /// The most nodes any server counted down after the first leader kill, less
-/// the most before it.
+/// the most before it. A fleet pause after the kill marks the nodes down
+/// rightly: the count ends where it starts.
 fn wrongly_down(servers: &[&Series], faults: &[FaultReport]) -> Option<u64> {
     let kill = faults
         .iter()
         .find(|f| f.action == FaultAction::KillLeader)?
         .at_s;
+    let fleet_paused = faults
+        .iter()
+        .filter(|f| f.action == FaultAction::PauseFleet && f.at_s > kill)
+        .map(|f| f.at_s)
+        .fold(f64::INFINITY, f64::min);
     let most = |after: bool| {
         servers
             .iter()
             .flat_map(|s| s.points.iter())
+            .filter(|p| p.t < fleet_paused)
             .filter(|p| (p.t >= kill) == after)
             .filter_map(|p| p.values.get(DOWN).copied())
             .fold(0.0, f64::max)
@@ -302,6 +309,15 @@ mod tests {
         };
         let kill = [kill_at(15.0, 1)];
         assert_eq!(fleet(&input(&kill)).wrongly_down_after_failover, Some(7));
+        // A fleet pause from 18 s marks the nodes down rightly.
+        let paused = [
+            kill_at(15.0, 1),
+            FaultReport {
+                action: FaultAction::PauseFleet,
+                ..kill_at(18.0, 0)
+            },
+        ];
+        assert_eq!(fleet(&input(&paused)).wrongly_down_after_failover, Some(0));
         assert_eq!(fleet(&input(&[])).wrongly_down_after_failover, None);
         let f = fleet(&input(&[]));
         assert_eq!(f.registrations_per_second, None);
