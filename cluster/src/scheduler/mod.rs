@@ -143,11 +143,7 @@ fn outdated(a: &Allocation, tg: &TaskGroup) -> bool {
 /// deployment in place, as Nomad does, so the deployment counts them. Off
 /// only with the planted bug `deployment_ignores_kept` (debug builds).
 fn moves_kept() -> bool {
-    #[cfg(debug_assertions)]
-    if crate::model::planted::planted("deployment_ignores_kept") {
-        return false;
-    }
-    true
+    !crate::model::planted::planted("deployment_ignores_kept")
 }
 
 /// Whether `ask` fits on `node` given `used` (both cpu_mhz and memory_mb).
