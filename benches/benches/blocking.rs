@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cluster::state::blocking::{Blocking, BlockingMetrics};
+use cluster::state::contact::Contact;
 use cluster::state::{StateStore, WatchKey};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use prometheus::Registry;
@@ -52,6 +53,7 @@ impl Fleet {
             watchers: Arc::default(),
             metrics: Arc::new(BlockingMetrics::new(&Registry::new())),
             parking: Default::default(),
+            contact: Contact::always(),
         });
         blocking.store.replace(state);
         let (answered, answers) = mpsc::unbounded_channel();

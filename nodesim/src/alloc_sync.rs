@@ -12,7 +12,13 @@
 //! [`SYNC_RETRY`] plus up to as much again before it sends again, as
 //! Nomad's client does: servers that fell behind are not hit by every node
 //! retrying on the next tick, which would only deepen the queue they are
-//! behind on.
+//! behind on. A failover is different: a send the server refused with
+//! `Unavailable` (no leader yet, the leader replaced or out of touch) or
+//! lost with its connection goes again within a few ticks on the next
+//! server, as a Nomad client's RPC layer retries such an error on another
+//! server within its hold time, up to [`FAILOVER_RETRIES`] times in a row.
+//! Waiting out [`SYNC_RETRY`] after every failover held each running report
+//! sent around one for 5-10 s, most of a failover's tail (BENCHMARKS.md).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,6 +44,21 @@ pub const TYPICAL_EVERY: u64 = 5;
 pub const SYNC_RETRY: Duration = Duration::from_secs(5);
 /// [`SYNC_RETRY`] in ticks.
 const RETRY_TICKS: u64 = (SYNC_RETRY.as_millis() / TICK.as_millis()) as u64;
+/// After a send a failover explains, a node sends again after 1 to this
+/// many ticks (0.2-0.6 s), on the next server...
+const FAILOVER_RETRY_TICKS: u64 = 3;
+/// ...at most this many times in a row (about 4 s in all, inside Nomad's
+/// 5 s RPC hold time); then it waits [`SYNC_RETRY`] as after any failure.
+pub const FAILOVER_RETRIES: u8 = 10;
+
+/// Why a send failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendFailed {
+    pub message: String,
+    /// The server refused it `Unavailable`, or the connection to it was
+    /// lost: a failover, not a server behind on its work.
+    pub failover: bool,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum UpdateMode {
@@ -58,7 +79,7 @@ impl UpdateMode {
 
 /// Sends one node's batch; an error puts the batch back for the next tick.
 pub type SendBatch = Arc<
-    dyn Fn(u32, Vec<Allocation>) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>
+    dyn Fn(u32, Vec<Allocation>) -> Pin<Box<dyn Future<Output = Result<(), SendFailed>> + Send>>
         + Send
         + Sync,
 >;
@@ -101,6 +122,8 @@ struct Buffer {
     in_flight: bool,
     /// After a failed send: the first tick on which the node sends again.
     retry_at: u64,
+    /// Sends in a row that a failover failed.
+    failovers: u8,
 }
 
 pub struct AllocSync {
@@ -217,11 +240,15 @@ impl AllocSync {
         }
         let mut b = self.buffers[slot as usize].lock().unwrap();
         b.in_flight = false;
+        if result.is_ok() {
+            b.failovers = 0;
+        }
         if let Err(e) = result {
             self.metrics.error("update_alloc");
             tracing::debug!(
-                "node slot {slot}: update of {} allocations failed: {e}",
-                batch.len()
+                "node slot {slot}: update of {} allocations failed: {}",
+                batch.len(),
+                e.message
             );
             // What was reported since is newer: put the batch back under it.
             let newer = std::mem::replace(&mut b.updates, batch);
@@ -229,8 +256,15 @@ impl AllocSync {
                 merge(&mut b.updates, u);
             }
             b.urgent |= urgent;
-            let stagger = rand::thread_rng().gen_range(0..=RETRY_TICKS);
-            b.retry_at = self.tick.load(Ordering::Relaxed) + RETRY_TICKS + stagger;
+            let now = self.tick.load(Ordering::Relaxed);
+            let mut rng = rand::thread_rng();
+            b.retry_at = if e.failover && b.failovers < FAILOVER_RETRIES {
+                b.failovers += 1;
+                now + rng.gen_range(1..=FAILOVER_RETRY_TICKS)
+            } else {
+                b.failovers = 0;
+                now + RETRY_TICKS + rng.gen_range(0..=RETRY_TICKS)
+            };
         }
         if !b.updates.is_empty() && !b.queued {
             b.queued = true;
@@ -321,7 +355,7 @@ impl ReportSink for NodeSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
     fn recorder(calls: Arc<AtomicUsize>, sent: Arc<Mutex<Vec<Allocation>>>) -> SendBatch {
         Arc::new(move |_, batch| {
@@ -424,7 +458,10 @@ mod tests {
                 Box::pin(async move {
                     calls.fetch_add(1, Ordering::SeqCst);
                     if fail.load(Ordering::SeqCst) {
-                        return Err("server down".into());
+                        return Err(SendFailed {
+                            message: "server behind".into(),
+                            failover: false,
+                        });
                     }
                     sent.lock().unwrap().extend(batch);
                     Ok(())
@@ -475,5 +512,63 @@ mod tests {
         assert_eq!(a1.client_status, AllocClientStatus::Complete as i32);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(sync.pending(), 0);
+    }
+
+    /// A node whose sends all fail; returns the ticks on which it sent.
+    async fn sends_while_failing(failover: bool, ticks: u64) -> Vec<u64> {
+        let at = Arc::new(Mutex::new(Vec::new()));
+        let now = Arc::new(AtomicU64::new(0));
+        let send: SendBatch = {
+            let (at, now) = (at.clone(), now.clone());
+            Arc::new(move |_, _| {
+                at.lock().unwrap().push(now.load(Ordering::SeqCst));
+                Box::pin(async move {
+                    Err(SendFailed {
+                        message: "refused".into(),
+                        failover,
+                    })
+                })
+            })
+        };
+        let sync = AllocSync::new(UpdateMode::Legacy, 1, Metrics::new(), send);
+        sync.sink(0).report(
+            &"a1".into(),
+            report(AllocClientStatus::Running, "up"),
+            AllocClientStatus::Pending,
+            Delivered::default(),
+        );
+        for tick in 1..=ticks {
+            now.store(tick, Ordering::SeqCst);
+            for send in sync.clone().tick(tick, false) {
+                send.await.unwrap();
+            }
+        }
+        let sent = at.lock().unwrap().clone();
+        sent
+    }
+
+    #[tokio::test]
+    async fn a_failover_is_retried_within_ticks_a_limited_number_of_times_then_after_the_sync_retry(
+    ) {
+        let ticks = 1 + FAILOVER_RETRIES as u64 * FAILOVER_RETRY_TICKS + RETRY_TICKS;
+        let sent = sends_while_failing(true, ticks).await;
+        let gaps: Vec<u64> = sent.windows(2).map(|w| w[1] - w[0]).collect();
+        let (quick, rest) = gaps.split_at(FAILOVER_RETRIES as usize);
+        assert!(
+            quick.iter().all(|g| (1..=FAILOVER_RETRY_TICKS).contains(g)),
+            "failover retries within {FAILOVER_RETRY_TICKS} ticks: {gaps:?}"
+        );
+        // Then the node backs off as after any failure.
+        assert!(
+            rest.first().is_none_or(|g| *g >= RETRY_TICKS),
+            "after {FAILOVER_RETRIES} failovers in a row, the sync retry: {gaps:?}"
+        );
+        // A server behind is never retried within the sync retry.
+        let slow = sends_while_failing(false, ticks).await;
+        assert!(
+            slow.windows(2).all(|w| w[1] - w[0] >= RETRY_TICKS),
+            "{slow:?}"
+        );
+        assert!(slow.len() < sent.len());
     }
 }

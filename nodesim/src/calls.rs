@@ -77,6 +77,11 @@ impl Calls {
         }
     }
 
+    /// How many channels (connections) the calls go on.
+    pub(crate) fn channel_count(&self) -> usize {
+        self.streams.len()
+    }
+
     pub(crate) fn register(
         &self,
         channel: usize,

@@ -27,13 +27,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::client::{retryable, ClientError, ClusterClient};
 use stampede_proto::{AllocClientStatus, NodeUpdateAllocRequest};
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
+use tonic::Code;
 
-use crate::alloc_sync::{AllocSync, SendBatch, UpdateMode};
+use crate::alloc_sync::{AllocSync, SendBatch, SendFailed, UpdateMode};
 use crate::metrics::{Metrics, NodeState, ERROR_KINDS, PRIORITIES};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
@@ -213,10 +214,15 @@ impl Shared {
     }
 
     fn rotate_channel(&self, slot: u32) {
-        let n = self.client.channel_count() as u32;
-        let c = &self.channels[slot as usize];
-        let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % n));
+        rotate(&self.channels, slot, self.client.channel_count());
     }
+}
+
+/// Moves node `slot` to the next of `n` channels (another server).
+fn rotate(channels: &[AtomicU32], slot: u32, n: usize) {
+    let n = n as u32;
+    let c = &channels[slot as usize];
+    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % n));
 }
 
 /// A running fleet.
@@ -370,13 +376,31 @@ fn update_sender(
         let channel = channels[slot as usize].load(Ordering::Relaxed) as usize;
         let calls = calls.clone();
         let secrets = vec![identity.of_slot(slot)];
+        let channels = channels.clone();
         Box::pin(async move {
             let call = calls.update_alloc(channel, NodeUpdateAllocRequest { allocs, secrets });
-            match tokio::time::timeout(node::RPC_TIMEOUT, call).await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(s)) => Err(s.message().to_string()),
-                Err(_) => Err("no answer within the RPC timeout".into()),
-            }
+            let failed = match tokio::time::timeout(node::RPC_TIMEOUT, call).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(s)) if retryable(&s) => SendFailed {
+                    failover: s.code() == Code::Unavailable
+                        || std::error::Error::source(&s).is_some(),
+                    message: s.message().to_string(),
+                },
+                Ok(Err(s)) => {
+                    return Err(SendFailed {
+                        message: s.message().to_string(),
+                        failover: false,
+                    })
+                }
+                Err(_) => SendFailed {
+                    message: "no answer within the RPC timeout".into(),
+                    failover: false,
+                },
+            };
+            // The next send goes to the next server, as the node's other
+            // calls do after a failure.
+            rotate(&channels, slot, calls.channel_count());
+            Err(failed)
         })
     })
 }

@@ -52,6 +52,17 @@ pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(15);
 /// their own with [`ClusterClient::with_attempt_timeout`].
 pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How often every connection to a server is pinged (HTTP/2 PING), busy or
+/// idle, and how long a ping may go unanswered before the connection counts
+/// as dead and every call on it fails `Unavailable`. A server that was
+/// paused, or whose host froze, keeps its sockets open and answers nothing:
+/// without the ping a call on it waits out its whole attempt timeout, and
+/// a parked query (a node's watch for allocations) its whole wait, long
+/// after the others elected a new leader.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
+/// See [`KEEPALIVE_INTERVAL`].
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Longest pause between attempts: short, so a caller notices a new leader
 /// within a fraction of an election.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
@@ -120,6 +131,9 @@ impl ClusterClient {
                 Ok(endpoint
                     .connect_timeout(Duration::from_secs(1))
                     .tcp_nodelay(true)
+                    .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+                    .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+                    .keep_alive_while_idle(true)
                     .connect_lazy())
             })
             .collect::<Result<Vec<_>, ClientError>>()?;

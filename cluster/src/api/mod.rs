@@ -102,7 +102,10 @@ fn parker_of<T>(req: &tonic::Request<T>) -> Parker {
 
 impl From<ParkRefused> for Status {
     fn from(e: ParkRefused) -> Self {
-        Status::resource_exhausted(e.to_string())
+        match e {
+            ParkRefused::Over(_) => Status::resource_exhausted(e.to_string()),
+            ParkRefused::OutOfTouch(_) => Status::unavailable(e.to_string()),
+        }
     }
 }
 
@@ -169,6 +172,7 @@ impl From<ProposeError> for Status {
             ProposeError::NoLeader
             | ProposeError::NotCommitted(_)
             | ProposeError::ShuttingDown
+            | ProposeError::OutOfTouch(_)
             | ProposeError::InDoubt { .. } => Status::unavailable(e.to_string()),
             ProposeError::Raft(_) => Status::internal(e.to_string()),
             ProposeError::Refused(e) => e.into(),

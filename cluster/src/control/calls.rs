@@ -67,8 +67,9 @@ impl LeaderCalls {
         fwd: bool,
     ) -> Result<EvalDequeueReply, ControlError> {
         let schedulers = validate::schedulers(&req.schedulers)?;
-        if let Route::Leader(ch) = self.0.router.route(fwd)? {
-            return Ok(eval_client(ch).dequeue(forwarded(req)).await?.into_inner());
+        if let Route::Leader(to) = self.0.router.route(fwd)? {
+            let mut client = eval_client(to.channel());
+            return Ok(to.call(client.dequeue(forwarded(req))).await?.into_inner());
         }
         let timeout = Duration::from_millis(req.timeout_ms).min(MAX_DEQUEUE_WAIT);
         match self.0.broker.dequeue(&schedulers, timeout).await? {
@@ -105,8 +106,9 @@ impl LeaderCalls {
     pub async fn ack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
         validate::delivery(&req.eval_id, &req.token)?;
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => {
-                eval_client(ch).ack(forwarded(req)).await?;
+            Route::Leader(to) => {
+                to.call(eval_client(to.channel()).ack(forwarded(req)))
+                    .await?;
             }
             Route::Local => {
                 self.0.broker.ack(&req.eval_id, &req.token)?;
@@ -122,8 +124,9 @@ impl LeaderCalls {
     pub async fn nack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
         validate::delivery(&req.eval_id, &req.token)?;
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => {
-                eval_client(ch).nack(forwarded(req)).await?;
+            Route::Leader(to) => {
+                to.call(eval_client(to.channel()).nack(forwarded(req)))
+                    .await?;
             }
             Route::Local => {
                 let reason = NackReason::parse(&req.reason);
@@ -160,8 +163,8 @@ impl LeaderCalls {
             validate::eval(&format!("evals[{i}]"), e)?;
         }
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(eval_client(ch)
-                .update(forwarded(req))
+            Route::Leader(to) => Ok(to
+                .call(eval_client(to.channel()).update(forwarded(req)))
                 .await?
                 .into_inner()
                 .index),
@@ -178,8 +181,8 @@ impl LeaderCalls {
         validate::delivery(&req.eval_id, &req.token)?;
         let collect = validate::reap(req.collect.as_ref())?;
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(eval_client(ch)
-                .reap(forwarded(req))
+            Route::Leader(to) => Ok(to
+                .call(eval_client(to.channel()).reap(forwarded(req)))
                 .await?
                 .into_inner()
                 .index),
@@ -194,8 +197,8 @@ impl LeaderCalls {
     /// evaluation's id.
     pub async fn force_gc(&self, fwd: bool) -> Result<String, ControlError> {
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(eval_client(ch)
-                .force_gc(forwarded(Empty {}))
+            Route::Leader(to) => Ok(to
+                .call(eval_client(to.channel()).force_gc(forwarded(Empty {})))
                 .await?
                 .into_inner()
                 .eval_id),
@@ -210,8 +213,11 @@ impl LeaderCalls {
             return Err(ControlError::TooLarge(over));
         }
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(plan_client(ch)
-                .submit(forwarded(PlanSubmitRequest { plan: Some(plan) }))
+            Route::Leader(to) => Ok(to
+                .call(
+                    plan_client(to.channel())
+                        .submit(forwarded(PlanSubmitRequest { plan: Some(plan) })),
+                )
                 .await?
                 .into_inner()
                 .result
@@ -230,8 +236,8 @@ impl LeaderCalls {
         let status = validate::node_status("status", req.status)?;
         identity::secret_field("secret_id", &req.secret_id)?;
         match self.0.router.route(fwd)? {
-            Route::Leader(ch) => Ok(node_client(ch)
-                .update_status(forwarded(req))
+            Route::Leader(to) => Ok(to
+                .call(node_client(to.channel()).update_status(forwarded(req)))
                 .await?
                 .into_inner()),
             Route::Local => {
@@ -314,7 +320,9 @@ impl LeaderCalls {
             check()?;
         }
         match route? {
-            Route::Leader(ch) => Ok(self.0.relay.send(ch, req.allocs, req.secrets).await?),
+            Route::Leader(to) => Ok(to
+                .call(self.0.relay.send(to.channel(), req.allocs, req.secrets))
+                .await?),
             Route::Local => Ok(self.0.alloc_updates.submit(req.allocs).await?),
         }
     }

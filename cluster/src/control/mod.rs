@@ -38,7 +38,8 @@ use self::leader::{LeaderConfig, LeaderContext, LeaderParts};
 use self::routing::Router;
 use crate::raft::{LocalProposer, PeerChannels, Proposer};
 use crate::raft::{NodeId, Raft};
-use crate::state::blocking::{Blocking, BlockingMetrics};
+use crate::state::blocking::{Blocking, BlockingMetrics, Watchers};
+use crate::state::contact::{Contact, Touch};
 use crate::state::parking::{ParkLimits, Parking};
 use crate::state::StateStore;
 
@@ -61,17 +62,25 @@ pub struct Foundations {
     pub store: Arc<StateStore>,
     pub leader: Arc<LeaderParts>,
     pub hub: Arc<ApplyHub>,
+    /// Whether this server is in touch with the cluster (kept by
+    /// `raft::contact::follow` once raft runs).
+    pub contact: Contact,
 }
 
 impl Foundations {
-    pub fn new(config: &ControlConfig, registry: &Registry) -> Self {
+    pub fn new(config: &ControlConfig, registry: &Registry, contact: Contact) -> Self {
         let store = Arc::new(match config.job_times {
             true => StateStore::default(),
             false => StateStore::without_apply_times(),
         });
         let leader = Arc::new(LeaderParts::new(&config.leader, registry));
         let hub = Arc::new(ApplyHub::new(&leader, registry));
-        Self { store, leader, hub }
+        Self {
+            store,
+            leader,
+            hub,
+            contact,
+        }
     }
 }
 
@@ -106,9 +115,18 @@ impl ControlPlane {
         config: ControlConfig,
         registry: &Registry,
     ) -> Arc<Self> {
-        let Foundations { store, leader, hub } = parts;
+        let Foundations {
+            store,
+            leader,
+            hub,
+            contact,
+        } = parts;
         let (leading, leading_rx) = watch::channel(false);
-        let router = Router::new(raft.clone(), channels, leading_rx.clone());
+        let router = Router::new(raft.clone(), channels, leading_rx.clone(), contact.clone());
+        tokio::spawn(wake_parked_when_out_of_touch(
+            contact.changes(),
+            hub.watchers.clone(),
+        ));
         let mut blocking_metrics = BlockingMetrics::new(registry);
         blocking_metrics.stages.set_on(config.job_times);
         let blocking_metrics = Arc::new(blocking_metrics);
@@ -133,6 +151,7 @@ impl ControlPlane {
                 watchers: hub.watchers.clone(),
                 metrics: blocking_metrics,
                 parking: Arc::new(Parking::new(config.parking)),
+                contact,
             },
             fleet: Arc::new(FleetGauges::new(store.clone(), leading_rx, registry)),
             raft,
@@ -210,5 +229,18 @@ impl ControlPlane {
     pub fn shutdown(&self) {
         self.workers.stop_all();
         self.revoke();
+    }
+}
+
+/// Each time this server loses touch with the cluster, wakes every parked
+/// query: a caller's query then ends `Unavailable` and its caller asks a
+/// server whose state moves (see `Blocking::query_for`). Ends with the
+/// contact's keeper.
+async fn wake_parked_when_out_of_touch(mut touch: watch::Receiver<Touch>, watchers: Arc<Watchers>) {
+    while touch.changed().await.is_ok() {
+        if let Touch::Lost(why) = &*touch.borrow_and_update() {
+            let woken = watchers.notify_all();
+            tracing::info!("out of touch ({why}): woke {woken} parked queries");
+        }
     }
 }

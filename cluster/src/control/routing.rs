@@ -8,12 +8,15 @@
 use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::plan_service_client::PlanServiceClient;
+use std::future::Future;
+
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::Request;
 
 use crate::control::error::ControlError;
-use crate::raft::{leader_view, LeaderView, PeerChannels, Raft};
+use crate::raft::{leader_view, LeaderView, NodeId, PeerChannels, Raft};
+use crate::state::contact::Contact;
 
 /// gRPC metadata marking a call one server sent on to the leader.
 pub const FORWARDED: &str = "x-stampede-forwarded";
@@ -21,7 +24,43 @@ pub const FORWARDED: &str = "x-stampede-forwarded";
 /// Where a leader-only call goes.
 pub enum Route {
     Local,
-    Leader(Channel),
+    Leader(Forward),
+}
+
+/// A call on its way to the leader, server `id`.
+pub struct Forward {
+    pub id: NodeId,
+    ch: Channel,
+    /// Raft's view of the leadership here, to notice the leader replaced.
+    leadership: watch::Receiver<openraft::metrics::RaftServerMetrics<NodeId, openraft::BasicNode>>,
+}
+
+impl Forward {
+    /// Makes the call on the leader's channel and waits for its answer,
+    /// or until this server learns that another leads: a leader that was
+    /// paused or cut off never answers, and the caller (a worker, a node)
+    /// would otherwise wait on it long after its successor was elected.
+    /// The call may have taken effect then, so the answer is `Unavailable`.
+    pub async fn call<T>(
+        &self,
+        answer: impl Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, ControlError> {
+        let id = self.id;
+        let mut leadership = self.leadership.clone();
+        let moved = leadership.wait_for(|m| m.current_leader != Some(id));
+        tokio::select! {
+            biased;
+            answer = answer => Ok(answer?),
+            _ = moved => Err(ControlError::Unavailable(format!(
+                "leader {id} was replaced while it held this call (it may have taken effect); retry"
+            ))),
+        }
+    }
+
+    /// The leader's channel, for the call.
+    pub fn channel(&self) -> Channel {
+        self.ch.clone()
+    }
 }
 
 /// Decides routes from raft's view of the leader and this server's own
@@ -34,14 +73,23 @@ pub struct Router {
     channels: PeerChannels,
     /// True while this server leads and its leader-only parts run.
     leading: watch::Receiver<bool>,
+    /// Whether this server is in touch with the cluster: a leader out of
+    /// touch answers no leader-only call.
+    contact: Contact,
 }
 
 impl Router {
-    pub fn new(raft: Raft, channels: PeerChannels, leading: watch::Receiver<bool>) -> Self {
+    pub fn new(
+        raft: Raft,
+        channels: PeerChannels,
+        leading: watch::Receiver<bool>,
+        contact: Contact,
+    ) -> Self {
         Self {
             raft,
             channels,
             leading,
+            contact,
         }
     }
 
@@ -53,6 +101,11 @@ impl Router {
     /// another server already sent it here.
     pub fn route(&self, forwarded: bool) -> Result<Route, ControlError> {
         if self.is_leading() {
+            if let Some(why) = self.contact.lost() {
+                return Err(ControlError::Unavailable(format!(
+                    "{why}; try another server"
+                )));
+            }
             return Ok(Route::Local);
         }
         match leader_view(&self.raft) {
@@ -70,7 +123,11 @@ impl Router {
                 if forwarded {
                     return Err(ControlError::NotLeader { id, addr });
                 }
-                Ok(Route::Leader(self.channels.get(id, &addr)))
+                Ok(Route::Leader(Forward {
+                    id,
+                    ch: self.channels.get(id, &addr),
+                    leadership: self.raft.server_metrics(),
+                }))
             }
         }
     }

@@ -9,8 +9,10 @@
 //!   before openraft sees it: `inbound` for terms, indexes and entries,
 //!   `snapshot_receiver` for snapshots.
 //!
-//! [`metrics`] and raft's own [`runtime`] serve them all.
+//! [`metrics`] and raft's own [`runtime`] serve them all; [`contact`] keeps
+//! whether this server is in touch with the cluster, from raft's metrics.
 
+pub mod contact;
 pub mod metrics;
 pub mod runtime;
 mod storage;

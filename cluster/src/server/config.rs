@@ -601,6 +601,16 @@ impl ServeOpts {
         Duration::from_millis(self.leader_wait_ms)
     }
 
+    /// How long a leader keeps leading without a quorum's acknowledgement,
+    /// or a follower stays without a known leader, before it counts as out
+    /// of touch with the cluster (`raft::contact`): twice the longest
+    /// election timeout (1 s by default), so the others have elected a
+    /// successor by then, and a healthy leader, acknowledged at every
+    /// heartbeat, never comes near it.
+    pub fn contact_lease(&self) -> Duration {
+        Duration::from_millis(4 * self.election_timeout_ms)
+    }
+
     pub fn raft_config(&self) -> Result<openraft::Config, String> {
         let config = openraft::Config {
             cluster_name: "stampede".into(),

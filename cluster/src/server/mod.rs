@@ -32,6 +32,7 @@ use crate::api::{
     ServerTls,
 };
 use crate::control::{ControlPlane, Foundations};
+use crate::raft::contact;
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
 use crate::raft::runtime::RaftRuntime;
@@ -40,6 +41,7 @@ use crate::raft::{
     NetworkFactory, PeerChannels, Proposer, StateMachine, Tickets, RAFT_CONNECTION_MARKER,
     RAFT_H2_WINDOW,
 };
+use crate::state::contact::Contact;
 
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
 pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
@@ -109,7 +111,8 @@ pub async fn serve(
     };
     let log_store = LogStore::open(&opts.data_dir.join("raft"), &identity)?;
     let control = opts.control_config();
-    let foundations = Foundations::new(&control, metrics.registry());
+    let (touch, contact) = Contact::channel();
+    let foundations = Foundations::new(&control, metrics.registry(), contact.clone());
     let observer = {
         let hub = foundations.hub.clone();
         Arc::new(move |c: &crate::state::Changes| hub.applied(c))
@@ -150,7 +153,8 @@ pub async fn serve(
         opts.leader_wait(),
         opts.raft_batching.is_on(),
     )
-    .with_quotas(opts.quotas());
+    .with_quotas(opts.quotas())
+    .with_contact(contact);
     let cp = ControlPlane::new(
         opts.id,
         raft.clone(),
@@ -207,6 +211,12 @@ pub async fn serve(
         raft.clone(),
         metrics.clone(),
         leadership_to_log,
+        stop_rx.clone(),
+    ));
+    tokio::spawn(contact::follow(
+        raft.clone(),
+        opts.contact_lease(),
+        touch,
         stop_rx.clone(),
     ));
     tokio::spawn(cp.clone().run_leadership(stop_rx));

@@ -32,6 +32,7 @@ use stampede_proto::{lock, JobStage, QuerySource};
 use tokio::sync::Notify;
 
 use crate::model::JobStages;
+use crate::state::contact::Contact;
 use crate::state::parking::{ParkRefused, Parker, Parking, Permit};
 use crate::state::{State, StateStore, WatchKey};
 
@@ -169,6 +170,20 @@ impl Watchers {
         woken
     }
 
+    /// Wakes every parked query, whatever it watches: this server lost
+    /// touch with the cluster, and each asks whether it may go on.
+    pub fn notify_all(&self) -> usize {
+        let map = lock(&self.keys);
+        let mut woken = 0;
+        for waiting in map.values() {
+            for (_, n) in waiting {
+                woken += Arc::strong_count(n) - 1;
+                n.notify_waiters();
+            }
+        }
+        woken
+    }
+
     /// Keys with at least one parked query (for tests and metrics).
     pub fn watched(&self) -> usize {
         lock(&self.keys).len()
@@ -211,6 +226,16 @@ pub struct Blocking {
     pub metrics: Arc<BlockingMetrics>,
     /// Callers' parked queries, counted against their bounds.
     pub parking: Arc<Parking>,
+    /// Whether this server's state may be read as current: a caller's
+    /// query does not park (or stay parked) on a server out of touch.
+    pub contact: Contact,
+}
+
+/// Whether a query may park (`admit`, which may hold a place for it) and,
+/// each time it wakes, stay parked (`stay`).
+struct Gate<A, S> {
+    admit: A,
+    stay: S,
 }
 
 struct Inflight<'a>(&'a BlockingMetrics, &'static str);
@@ -297,16 +322,22 @@ impl Blocking {
         answer: impl Fn(&State) -> T,
     ) -> (T, u64) {
         let admit = || Ok::<_, std::convert::Infallible>(None);
-        match self.ask(how, opts, key, index, answer, admit).await {
+        let stay = || Ok::<_, std::convert::Infallible>(());
+        match self
+            .ask(how, opts, key, index, answer, Gate { admit, stay })
+            .await
+        {
             Ok(answer) => answer,
             Err(never) => match never {},
         }
     }
 
     /// A caller's query: as [`Blocking::query_as`], but it parks only if
-    /// `parker` has room (`ResourceExhausted` otherwise, see [`Parking`]).
-    /// (Not an `async fn` around [`Blocking::ask`]: that would keep its
-    /// arguments a second time in every parked node query.)
+    /// `parker` has room (`ResourceExhausted` otherwise, see [`Parking`]),
+    /// and only while this server is in touch with the cluster: one that
+    /// is not ends the wait with `OutOfTouch`, so the caller asks a server
+    /// whose state moves. (Not an `async fn` around [`Blocking::ask`]: that
+    /// would keep its arguments a second time in every parked node query.)
     pub fn query_for<'a, T: 'a>(
         &'a self,
         parker: &'a Parker,
@@ -316,8 +347,15 @@ impl Blocking {
         index: impl Fn(&State) -> u64 + 'a,
         answer: impl Fn(&State) -> T + 'a,
     ) -> impl Future<Output = Result<(T, u64), ParkRefused>> + 'a {
-        let admit = || self.parking.admit(parker).map(Some);
-        self.ask(how, opts, key, index, answer, admit)
+        let stay = || match self.contact.lost() {
+            None => Ok(()),
+            Some(why) => Err(ParkRefused::OutOfTouch(why)),
+        };
+        let admit = move || {
+            stay()?;
+            self.parking.admit(parker).map(Some)
+        };
+        self.ask(how, opts, key, index, answer, Gate { admit, stay })
     }
 
     async fn ask<T, E>(
@@ -327,8 +365,9 @@ impl Blocking {
         key: WatchKey,
         index: impl Fn(&State) -> u64,
         answer: impl Fn(&State) -> T,
-        admit: impl FnOnce() -> Result<Option<Permit>, E>,
+        gate: Gate<impl FnOnce() -> Result<Option<Permit>, E>, impl Fn() -> Result<(), E>>,
     ) -> Result<(T, u64), E> {
+        let Gate { admit, stay } = gate;
         let Some(opts) = opts.filter(|o| o.min_index > 0) else {
             // A plain read.
             return Ok(self.look(how, &index, &answer));
@@ -366,6 +405,7 @@ impl Blocking {
             tokio::select! {
                 _ = notified => {
                     self.metrics.wakeups.with_label_values(&[source]).inc();
+                    stay()?;
                 }
                 _ = tokio::time::sleep_until(deadline) => {
                     return Ok(self.look(how, &index, &answer));
@@ -378,6 +418,7 @@ impl Blocking {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::contact::Touch;
     use crate::state::Changes;
     use stampede_proto::{log_entry::Msg, Allocation, LogEntry, PlanApplyEntry};
 
@@ -387,6 +428,7 @@ mod tests {
             watchers: Arc::default(),
             metrics: Arc::new(BlockingMetrics::new(&Registry::new())),
             parking: Arc::default(),
+            contact: Contact::always(),
         }
     }
 
@@ -421,6 +463,76 @@ mod tests {
             max_wait_ms,
             source: "client_allocs".into(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_callers_query_does_not_park_or_stay_parked_on_a_server_out_of_touch() {
+        let (touch, contact) = Contact::channel();
+        let b = Blocking {
+            contact,
+            ..blocking()
+        };
+        place(&b, 5, "n1");
+        let parker = Parker::Node("n1".into());
+        let parked_opts = opts(5, 60_000);
+        let parked = b.query_for(
+            &parker,
+            Look::Locked,
+            Some(&parked_opts),
+            WatchKey::NodeAllocs("n1".into()),
+            allocs_index("n1"),
+            allocs_count("n1"),
+        );
+        tokio::pin!(parked);
+        // Parked: nothing changes for it.
+        assert!(futures::poll!(parked.as_mut()).is_pending());
+        touch.send_replace(Touch::Lost("server 1 is cut off".into()));
+        assert_eq!(b.watchers.notify_all(), 1);
+        let refused = parked.await.expect_err("woken out of touch");
+        assert_eq!(
+            refused,
+            ParkRefused::OutOfTouch("server 1 is cut off".into())
+        );
+        assert!(
+            refused.to_string().contains("ask another server"),
+            "{refused}"
+        );
+        // A new one is refused before it parks; a plain read still answers.
+        let again = b
+            .query_for(
+                &parker,
+                Look::Locked,
+                Some(&parked_opts),
+                WatchKey::NodeAllocs("n1".into()),
+                allocs_index("n1"),
+                allocs_count("n1"),
+            )
+            .await;
+        assert!(matches!(again, Err(ParkRefused::OutOfTouch(_))));
+        assert_eq!(b.parking.parked(), 0, "nothing holds a place");
+        let plain = b
+            .query_for(
+                &parker,
+                Look::Locked,
+                None,
+                WatchKey::NodeAllocs("n1".into()),
+                allocs_index("n1"),
+                allocs_count("n1"),
+            )
+            .await;
+        assert_eq!(plain, Ok((1, 5)));
+        touch.send_replace(Touch::InTouch);
+        let back = b
+            .query_for(
+                &parker,
+                Look::Locked,
+                Some(&opts(4, 60_000)),
+                WatchKey::NodeAllocs("n1".into()),
+                allocs_index("n1"),
+                allocs_count("n1"),
+            )
+            .await;
+        assert_eq!(back, Ok((1, 5)), "in touch again, it answers");
     }
 
     #[tokio::test]

@@ -14,7 +14,8 @@
 //! changed (`changes`), reads (`reads`), snapshots (`snapshot`), a node's
 //! row (`node_row`),
 //! comparing job versions (`spec`), the live store (`store`), garbage
-//! collection (`gc`), when each index applied (`apply_clock`) and blocking queries ([`blocking`]).
+//! collection (`gc`), when each index applied (`apply_clock`), blocking queries ([`blocking`])
+//! and whether the server is in touch with the cluster ([`contact`]).
 
 mod alloc_key;
 mod allocs;
@@ -22,6 +23,7 @@ mod apply;
 mod apply_clock;
 pub mod blocking;
 mod changes;
+pub mod contact;
 pub(crate) mod gc;
 mod node_row;
 pub mod parking;

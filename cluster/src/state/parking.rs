@@ -52,10 +52,17 @@ impl Default for ParkLimits {
     }
 }
 
-/// A parked query over a bound: `ResourceExhausted`, naming it.
+/// Why a query may not park (or stay parked).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ParkRefused(pub String);
+pub enum ParkRefused {
+    /// Over a bound, named: `ResourceExhausted`.
+    #[error("{0}")]
+    Over(String),
+    /// This server is out of touch with the cluster, and why: its state may
+    /// be behind, so the caller should ask another (`Unavailable`).
+    #[error("{0}; ask another server")]
+    OutOfTouch(String),
+}
 
 #[derive(Debug, Default)]
 struct Counts {
@@ -107,7 +114,7 @@ impl Parking {
             Parker::Connection(_) => None,
         };
         if let Some(why) = refused {
-            return Err(ParkRefused(why));
+            return Err(ParkRefused::Over(why));
         }
         *c.by.entry(parker.clone()).or_default() += 1;
         if matches!(parker, Parker::Connection(_)) {
@@ -153,13 +160,13 @@ mod tests {
         let a = Parker::Connection(Some("127.0.0.1:1".parse().unwrap()));
         let b = Parker::Connection(Some("127.0.0.1:2".parse().unwrap()));
         let (a1, _a2) = (p.admit(&a).unwrap(), p.admit(&a).unwrap());
-        let err = p.admit(&a).unwrap_err().0;
+        let err = p.admit(&a).unwrap_err().to_string();
         assert!(
             err.contains("at most 2 per connection (--max-parked-per-connection)"),
             "{err}"
         );
         let _b1 = p.admit(&b).unwrap();
-        let err = p.admit(&b).unwrap_err().0;
+        let err = p.admit(&b).unwrap_err().to_string();
         assert!(err.contains("at most 3 (--max-parked-queries)"), "{err}");
         drop(a1);
         assert_eq!(p.parked(), 2);
@@ -170,7 +177,7 @@ mod tests {
         let _held: Vec<Permit> = (0..ParkLimits::PER_NODE)
             .map(|_| p.admit(&n).unwrap())
             .collect();
-        let err = p.admit(&n).unwrap_err().0;
+        let err = p.admit(&n).unwrap_err().to_string();
         assert!(
             err.contains("node n1 has 2 allocation queries waiting"),
             "{err}"

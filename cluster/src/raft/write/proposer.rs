@@ -19,6 +19,7 @@ use crate::raft::write::client_write::{prepare, ClientWrite, Quotas, Refused, Wr
 use crate::raft::write::forwarder::Forwarder;
 use crate::raft::write::tickets::Tickets;
 use crate::raft::{leader_view, LeaderView, NodeId, Raft};
+use crate::state::contact::Contact;
 use crate::state::{State, StateStore};
 
 /// Pause between attempts while leadership moves.
@@ -44,6 +45,11 @@ pub enum ProposeError {
     NotCommitted(Duration),
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// This server leads, or thinks it does, but is out of touch with the
+    /// cluster (`state::contact`): a write here may never commit, and one
+    /// held when touch was lost may have.
+    #[error("{0}; try another server")]
+    OutOfTouch(String),
     /// The leader answered the forwarded write with this status.
     #[error("{}", .0.message())]
     Rejected(Box<Status>),
@@ -130,6 +136,9 @@ pub struct Proposer {
     leader_wait: Duration,
     /// What a client's write may not take the state past.
     quotas: Quotas,
+    /// Whether this server is in touch with the cluster: a leader out of
+    /// touch takes no write.
+    contact: Contact,
 }
 
 impl Proposer {
@@ -151,7 +160,14 @@ impl Proposer {
             metrics,
             leader_wait,
             quotas: Quotas::NONE,
+            contact: Contact::always(),
         }
+    }
+
+    /// This proposer, taking no write here while `contact` is lost.
+    pub fn with_contact(mut self, contact: Contact) -> Self {
+        self.contact = contact;
+        self
     }
 
     /// This proposer, refusing client writes past `quotas`.
@@ -270,6 +286,9 @@ impl Proposer {
         ticket: u64,
         deadline: Instant,
     ) -> Result<Written, Attempt> {
+        if let Some(why) = self.contact.lost() {
+            return Err(Attempt::not_sent(ProposeError::OutOfTouch(why)));
+        }
         let prepared = match prepare(write, ticket, &self.store.snapshot(), &self.quotas) {
             Ok(prepared) => prepared,
             Err(refused) if refused.depends_on_state() => {
@@ -296,7 +315,12 @@ impl Proposer {
     /// current. Fails as a write does where it does not lead.
     pub async fn read_barrier(&self, deadline: Instant) -> Result<(), ProposeError> {
         let wait = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(wait, self.raft.ensure_linearizable()).await {
+        let barrier = tokio::time::timeout(wait, self.raft.ensure_linearizable());
+        let barrier = tokio::select! {
+            passed = barrier => passed,
+            why = self.contact.until_lost() => return Err(ProposeError::OutOfTouch(why)),
+        };
+        match barrier {
             Err(_) => Err(ProposeError::NotCommitted(wait)),
             Ok(Ok(_)) => Ok(()),
             Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
@@ -342,8 +366,16 @@ impl Proposer {
         let wait = deadline.saturating_duration_since(start);
         let written = tokio::time::timeout(wait, self.batcher.submit(entry));
         let metrics = self.metrics.clone();
+        let contact = self.contact.clone();
         async move {
-            match written.await {
+            // A leader that loses touch while it holds the write answers at
+            // once: the others are electing a successor, and the write may
+            // never commit here (or may have, which the caller must know).
+            let written = tokio::select! {
+                written = written => written,
+                why = contact.until_lost() => return Err(ProposeError::OutOfTouch(why)),
+            };
+            match written {
                 Err(_) => Err(ProposeError::NotCommitted(wait)),
                 Ok(Ok(index)) => {
                     metrics
