@@ -1,7 +1,8 @@
 //! Failover of the control plane on a real 3-process cluster: `kill -9` of
 //! the leader while it places jobs loses none it acknowledged, and the new
-//! leader finishes placing them; and a leader survives its followers dying
-//! and coming back under writes.
+//! leader finishes placing them; a leader survives its followers dying
+//! and coming back under writes; and a leader cut off from the others sends
+//! its callers elsewhere once its lease is past.
 
 mod common;
 
@@ -9,9 +10,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{register_nodes, wait_live};
-use stampede_launch::testing::{register_job, service_job, Harness, CATCH_UP, POLL};
-use stampede_proto::JobGetRequest;
+use common::{eventually_has_node, register_nodes, wait_live};
+use stampede_launch::testing::{
+    eventually, register_job, secret_of, service_job, Harness, CATCH_UP, POLL,
+};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::{
+    JobGetRequest, JobRegisterRequest, NodeClientAllocsReply, NodeClientAllocsRequest, QueryOptions,
+};
+use tonic::Code;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_of_the_leader_mid_placement_loses_no_acknowledged_job() {
@@ -115,4 +122,114 @@ async fn the_leader_survives_its_followers_killed_and_restarted_under_writes() {
     }
     assert!(c.is_running(leader), "the leader died:\n{}", c.log(leader));
     assert!(acked.load(Ordering::Relaxed) > 0);
+}
+
+/// A node's allocation query on `client`'s server, parked past `min_index`
+/// for up to two minutes (0: a plain read).
+async fn client_allocs(
+    client: ClusterClient,
+    node_id: &str,
+    min_index: u64,
+) -> Result<NodeClientAllocsReply, tonic::Status> {
+    let req = NodeClientAllocsRequest {
+        secret_id: secret_of(node_id),
+        node_id: node_id.into(),
+        query: (min_index > 0).then(|| QueryOptions {
+            min_index,
+            max_wait_ms: 120_000,
+            source: "client_allocs".into(),
+        }),
+        with_changed: true,
+    };
+    Ok(client.nodes().get_client_allocs(req).await?.into_inner())
+}
+
+/// A leader cut off from the others (its peer links cut both ways) still
+/// believes it leads: openraft steps down only on hearing a higher term.
+/// Once its lease is past it stops acting the leader: a node's query parked
+/// on it ends `Unavailable` (so the node asks a server whose state moves),
+/// and a write sent to it is answered `Unavailable`, never a definite error,
+/// instead of waiting for a commit that cannot come. The others elect a
+/// successor that takes writes; healed, the old leader serves again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_cut_off_from_the_others_sends_its_callers_elsewhere() {
+    let mut c = Harness::start_with_links(3, &["--heartbeat-min-ttl", "600s"]);
+    let old = c.leader().await;
+    let client = c.client();
+    register_nodes(&client, "n", 1, 1000, 4096).await;
+    let on_old = c.client_of(&[old]);
+    eventually_has_node(&on_old, "n-0").await;
+    let index = client_allocs(on_old.clone(), "n-0", 0)
+        .await
+        .expect("a plain read")
+        .index;
+    let parked = tokio::spawn(client_allocs(on_old.clone(), "n-0", index));
+    let inflight = "stampede_blocking_queries_inflight{source=\"client_allocs\"}";
+    eventually(
+        "the node's query is parked on the leader",
+        CATCH_UP,
+        || async { c.metric(old, inflight).await.unwrap_or(0.0) == 1.0 },
+    )
+    .await;
+
+    c.partition(old).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(60), parked)
+        .await
+        .expect("the parked query ends long before its two-minute wait")
+        .unwrap();
+    let status = ended.expect_err("the cut-off leader answers no allocations");
+    assert_eq!(status.code(), Code::Unavailable, "{status:?}");
+    assert!(
+        status.message().contains("no quorum has acknowledged it")
+            && status.message().contains("ask another server"),
+        "{}",
+        status.message()
+    );
+    let write = on_old
+        .jobs()
+        .register(JobRegisterRequest {
+            job: Some(service_job("sent-to-the-cut-off-leader", 1, 100, 64)),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a cut-off leader takes no write");
+    assert_eq!(write.code(), Code::Unavailable, "{write:?}");
+    assert!(
+        write.message().contains("try another server"),
+        "{}",
+        write.message()
+    );
+
+    // The others elect a successor, which takes writes.
+    let others = c.client_of(&c.ids_except(old));
+    register_job(&others, service_job("after-the-cut", 1, 100, 64)).await;
+
+    // Healed, the old leader follows the new one and serves queries again.
+    c.heal(old).unwrap();
+    eventually(
+        "the old leader serves a node's query again",
+        CATCH_UP,
+        || {
+            let on_old = on_old.clone();
+            async move {
+                let Ok(read) = client_allocs(on_old.clone(), "n-0", 0).await else {
+                    return false;
+                };
+                // Parked past what it has: answered by the wait, not refused.
+                let query = QueryOptions {
+                    min_index: read.index,
+                    max_wait_ms: 100,
+                    source: "client_allocs".into(),
+                };
+                let req = NodeClientAllocsRequest {
+                    secret_id: secret_of("n-0"),
+                    node_id: "n-0".into(),
+                    query: Some(query),
+                    with_changed: true,
+                };
+                on_old.nodes().get_client_allocs(req).await.is_ok()
+            }
+        },
+    )
+    .await;
 }
