@@ -381,9 +381,11 @@ fn update_sender(
             let call = calls.update_alloc(channel, NodeUpdateAllocRequest { allocs, secrets });
             let failed = match tokio::time::timeout(node::RPC_TIMEOUT, call).await {
                 Ok(Ok(_)) => return Ok(()),
+                // Refused `Unavailable`, or lost with the connection (a
+                // transport error, a stream cut): a failover. Out of time
+                // (`DeadlineExceeded`): a server behind on its work.
                 Ok(Err(s)) if retryable(&s) => SendFailed {
-                    failover: s.code() == Code::Unavailable
-                        || std::error::Error::source(&s).is_some(),
+                    failover: s.code() != Code::DeadlineExceeded,
                     message: s.message().to_string(),
                 },
                 Ok(Err(s)) => {
