@@ -26,7 +26,7 @@ use stampede_proto::JobTrace;
 
 use crate::stream::RanJob;
 
-pub use figures::{figures, slowest, CriticalPath, Span, TracedJob};
+pub use figures::{figures, slowest, slowest_marked, CriticalPath, FaultWindow, Span, TracedJob};
 
 /// One stage of the path: its name (a contract: `summary.json` and
 /// `traces.json` carry it), the process it runs in, and what it is in words.
@@ -173,7 +173,7 @@ pub fn traced_ids(runs: &[RanJob]) -> Vec<String> {
 }
 
 /// Each job's last run (the latest scheduled), in the order runs came.
-fn last_runs(runs: &[RanJob]) -> Vec<&RanJob> {
+pub(crate) fn last_runs(runs: &[RanJob]) -> Vec<&RanJob> {
     let mut latest: std::collections::HashMap<&str, usize> = Default::default();
     for (i, r) in runs.iter().enumerate() {
         let e = latest.entry(r.job_id.as_str()).or_insert(i);

@@ -220,3 +220,52 @@ fn rates_read_as_a_person_writes_them() {
     assert_eq!(rate(950.0), "950");
     assert_eq!(rate(2.0), "2.0");
 }
+
+#[test]
+fn a_stage_whose_interval_overlaps_a_faults_window_says_which() {
+    // Stages of 10 ms each from T0: stage i runs from 10i to 10(i + 1) ms.
+    let (run, trace) = job("a", 0, [10; 10]);
+    let p = path(&run, &trace).unwrap();
+    let fault = FaultWindow {
+        label: FaultWindow::label("kill_leader", 15.0),
+        from_us: T0 + 25_000,
+        to_us: T0 + 41_000,
+    };
+    assert_eq!(fault.label, "kill_leader@15s");
+    assert_eq!(FaultWindow::label("pause_leader", 2.5), "pause_leader@2.5s");
+    let spans = &figures::slowest_marked(std::slice::from_ref(&p), 1, "v", &[fault])[0].spans;
+    let marked: Vec<&str> = spans
+        .iter()
+        .filter(|s| s.spans_fault.is_some())
+        .map(|s| s.stage.as_str())
+        .collect();
+    // 20–30, 30–40 and 40–50 ms overlap 25–41 ms.
+    assert_eq!(marked, ["broker_wait", "catch_up", "schedule"]);
+    assert_eq!(spans[2].spans_fault.as_deref(), Some("kill_leader@15s"));
+    // Omitted from traces.json when none; the other fields as they were.
+    let json = serde_json::to_value(spans).unwrap();
+    assert_eq!(json[2]["spans_fault"], "kill_leader@15s");
+    let keys: Vec<&String> = json[0].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["end_ms", "job_id", "process", "stage", "start_ms", "variant"]
+    );
+    // Two windows over one stage are both named.
+    let both = [
+        FaultWindow {
+            label: "a@1s".into(),
+            from_us: 5,
+            to_us: 6,
+        },
+        FaultWindow {
+            label: "b@2s".into(),
+            from_us: 8,
+            to_us: 20,
+        },
+    ];
+    assert_eq!(
+        figures::overlapping(&both, 0, 10).as_deref(),
+        Some("a@1s, b@2s")
+    );
+    assert_eq!(figures::overlapping(&both, 21, 30), None);
+}

@@ -20,6 +20,8 @@ const WIDTH: f64 = 900.0;
 const LABEL: f64 = 170.0;
 /// The waterfall shows at most this many jobs.
 const WATERFALL_ROWS: usize = 50;
+/// The outline of a stage that spans a fault.
+const FAULT_STROKE: &str = "#d62728";
 
 /// The section, with a part per variant.
 pub fn section(s: &RunSummary) -> String {
@@ -192,10 +194,21 @@ fn waterfall(jobs: &[TracedJob]) -> String {
             id = escape(id)
         );
         for (i, span) in job.spans.iter().enumerate() {
+            // A stage that spans a fault is outlined, and says which.
+            let (mark, spans) = match &span.spans_fault {
+                Some(f) => (
+                    format!(
+                        " data-spans-fault=\"{f}\" stroke=\"{FAULT_STROKE}\" stroke-width=\"1.5\"",
+                        f = escape(f)
+                    ),
+                    format!(", spans {}", escape(f)),
+                ),
+                None => (String::new(), String::new()),
+            };
             let _ = write!(
                 svg,
                 "<rect class=\"stage\" data-stage=\"{name}\" x=\"{:.1}\" y=\"{y:.0}\" width=\"{:.1}\" \
-                 height=\"12\" fill=\"{}\"><title>{name}: {:.1} to {:.1} ms</title></rect>",
+                 height=\"12\" fill=\"{}\"{mark}><title>{name}: {:.1} to {:.1} ms{spans}</title></rect>",
                 LABEL + span.start_ms * scale,
                 (span.end_ms - span.start_ms) * scale,
                 COLOURS[i % COLOURS.len()],
@@ -213,6 +226,20 @@ fn waterfall(jobs: &[TracedJob]) -> String {
         );
     }
     svg.push_str("</svg>");
+    let faults: std::collections::BTreeSet<&str> = jobs
+        .iter()
+        .flat_map(|j| &j.spans)
+        .filter_map(|s| s.spans_fault.as_deref())
+        .collect();
+    if !faults.is_empty() {
+        let names: Vec<String> = faults.iter().map(|f| escape(f)).collect();
+        let _ = write!(
+            svg,
+            "<p class=\"hint spans-fault\">Stages outlined in red overlap a fault's window, from \
+             its injection until the control plane was back: {}.</p>",
+            names.join("; ")
+        );
+    }
     svg
 }
 
@@ -271,6 +298,27 @@ mod tests {
         assert_eq!(html.matches("<li>").count(), 10);
         assert!(html.contains("<p class=\"bottleneck\">at 3.0 jobs/s the p99 is set by"));
         assert!(html.contains("<svg class=\"waterfall\""));
+    }
+
+    #[test]
+    fn a_stage_that_spans_a_fault_is_outlined_and_named() {
+        let mut v = traced(3);
+        assert!(!variant(&v, false).contains("data-spans-fault"));
+        v.slowest_paths[0].spans[2].spans_fault = Some("kill_leader@15s".into());
+        let html = variant(&v, false);
+        assert_eq!(
+            html.matches("data-spans-fault=\"kill_leader@15s\"").count(),
+            1
+        );
+        assert!(html.contains("ms, spans kill_leader@15s</title>"));
+        assert!(
+            html.contains("<p class=\"hint spans-fault\">")
+                && html.contains(": kill_leader@15s.</p>")
+        );
+        assert_eq!(
+            html.matches("<rect class=\"stage\"").count(),
+            2 * 10 + 3 * 10
+        );
     }
 
     #[test]
