@@ -57,6 +57,13 @@ pub struct TraceCheck {
     /// by how much in all.
     pub clamps: u64,
     pub clamped_ms: f64,
+    /// Apply boundaries (registered, plan committed, running committed)
+    /// read after the step that follows them, because the server that
+    /// applied the entry first lost its record (a leader killed and
+    /// restarted) and a follower's later apply was left: moved back to that
+    /// step, and by how much in all.
+    pub applies_bounded: u64,
+    pub applies_bounded_ms: f64,
     /// The medians of the stages added up, against the median time to
     /// running of the traced jobs (they differ: medians do not add).
     pub sum_of_stage_medians_ms: f64,
@@ -146,6 +153,8 @@ pub fn figures(
         slowest_jobs: slow.len() as u64,
         clamps: paths.iter().map(|p| p.clamps as u64).sum(),
         clamped_ms: paths.iter().map(|p| p.clamped_us).sum::<u64>() as f64 / 1000.0,
+        applies_bounded: paths.iter().map(|p| p.bounded as u64).sum(),
+        applies_bounded_ms: paths.iter().map(|p| p.bounded_us).sum::<u64>() as f64 / 1000.0,
         ..TraceCheck::default()
     };
     if paths.is_empty() {

@@ -73,7 +73,27 @@ pub struct JobPath {
     pub clamps: u32,
     /// How far they were moved, in all.
     pub clamped_us: u64,
+    /// Apply boundaries read after the step that followed the entry's apply
+    /// on the leader, moved back to that step (see [`APPLIED`]), and by how
+    /// much in all: not clamps, the step after is a true bound.
+    pub bounded: u32,
+    pub bounded_us: u64,
 }
+
+/// The boundaries read from an entry's apply (`registered`,
+/// `plan_committed`, `running_committed`: the earliest apply any server
+/// still knows, see [`fetch`]), each followed by a step taken only once the
+/// entry had applied somewhere: the leader's broker enqueues an evaluation
+/// after its apply, a node's blocking query returns an allocation after its
+/// server applied the plan, and loadgen sees a job running after the server
+/// it reads applied the report. So the next boundary bounds the true apply
+/// from above. When the server that applied an entry first has lost its
+/// record (the leader, killed and restarted: its apply times are in memory,
+/// and on restart it marks the entries it replays), the earliest left is a
+/// follower's, later than the leader's; read past the next step it is moved
+/// back to it instead of that step and every one after being clamped up to
+/// it.
+pub const APPLIED: [usize; 3] = [1, 6, 9];
 
 impl JobPath {
     /// Each stage's time, in milliseconds, in path order.
@@ -105,7 +125,9 @@ pub enum Untraced {
 }
 
 /// The path of `run` from the servers' `trace` of its job: the boundaries
-/// in path order, each clamped to the one before when it was read earlier.
+/// in path order, each apply boundary bounded by the step after it
+/// ([`APPLIED`]), then each clamped to the one before when it was read
+/// earlier.
 pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
     if !trace.found {
         return Err(Untraced::NotFound);
@@ -130,6 +152,19 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
         return Err(Untraced::Superseded);
     }
     let mut boundaries = raw;
+    // An apply boundary is the earliest apply any server still knows; the
+    // step after it was taken on the leader's apply or later. Past that
+    // step, the leader's own record was lost (a killed leader restarts
+    // with no apply times and replays its log, so only a follower's later
+    // apply is left): the step after is the nearest known bound.
+    let (mut bounded, mut bounded_us) = (0, 0);
+    for i in APPLIED {
+        if boundaries[i] > boundaries[i + 1] {
+            bounded += 1;
+            bounded_us += boundaries[i] - boundaries[i + 1];
+            boundaries[i] = boundaries[i + 1];
+        }
+    }
     let (mut clamps, mut clamped_us) = (0, 0);
     for i in 1..boundaries.len() {
         if boundaries[i] < boundaries[i - 1] {
@@ -143,6 +178,8 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
         boundaries,
         clamps,
         clamped_us,
+        bounded,
+        bounded_us,
     })
 }
 

@@ -69,14 +69,15 @@ fn stages_are_contiguous_and_add_up_to_the_time_to_running() {
 #[test]
 fn a_boundary_read_before_the_one_it_follows_is_clamped_and_counted() {
     let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
-    // nodesim's clock read 2.5 ms before the plan applied, and the running
+    // The worker's catch-up read 2.5 ms before its dequeue, and the running
     // report's apply 500 µs before the runner started.
-    trace.delivered_us = trace.plan_committed_us - 2500;
+    trace.caught_up_us = trace.dequeued_us - 2500;
     trace.running_committed_us = trace.started_us - 500;
     let p = path(&run, &trace).unwrap();
     assert_eq!((p.clamps, p.clamped_us), (2, 3000));
+    assert_eq!((p.bounded, p.bounded_us), (0, 0));
     let ms = p.stages_ms();
-    assert_eq!(ms[6], 0.0, "deliver");
+    assert_eq!(ms[3], 0.0, "catch_up");
     assert_eq!(ms[8], 0.0, "report_running");
     assert!(p.boundaries.windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(ms.iter().sum::<f64>(), p.time_to_running_ms());
@@ -268,4 +269,42 @@ fn a_stage_whose_interval_overlaps_a_faults_window_says_which() {
         Some("a@1s, b@2s")
     );
     assert_eq!(figures::overlapping(&both, 21, 30), None);
+}
+
+#[test]
+fn an_apply_read_after_the_step_that_follows_it_is_moved_back_to_that_step_not_clamped() {
+    // As a run that killed the leader traced it (faults-faults-web-2): the
+    // leader's apply times went with it, and a follower's apply of the
+    // registration is 250 µs after the leader's broker enqueued the
+    // evaluation and 26 µs after a worker dequeued it; the plan's apply
+    // 240 µs after the node received the allocation, and the running
+    // report's 400 µs after loadgen saw the job running.
+    let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    let (enqueued, delivered, running) = (trace.enqueued_us, trace.delivered_us, run.running_us);
+    trace.registered_us = trace.enqueued_us + 250;
+    trace.dequeued_us = trace.enqueued_us + 224;
+    trace.plan_committed_us = trace.delivered_us + 240;
+    trace.running_committed_us = run.running_us + 400;
+    let p = path(&run, &trace).unwrap();
+    assert_eq!((p.clamps, p.clamped_us), (0, 0), "nothing clamped up");
+    assert_eq!((p.bounded, p.bounded_us), (3, 890));
+    assert_eq!(p.boundaries[1], enqueued);
+    assert_eq!(p.boundaries[6], delivered);
+    assert_eq!(p.boundaries[9], running);
+    let ms = p.stages_ms();
+    assert_eq!((ms[1], ms[6], ms[9]), (0.0, 0.0, 0.0));
+    assert_eq!(
+        ms[2], 0.224,
+        "the broker wait as the leader and worker read it"
+    );
+    assert_eq!(p.time_to_running_ms(), 40.0);
+    // An evaluation created before the submission (a rolling update's,
+    // or an older one that placed the newer version) still clamps.
+    let (run, mut trace) = job("b", 10, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    trace.registered_us = run.scheduled_us - 3_000_000;
+    trace.enqueued_us = run.scheduled_us - 2_999_000;
+    let p = path(&run, &trace).unwrap();
+    assert_eq!((p.clamps, p.bounded), (2, 0));
+    let c = figures(&[p], 0, &BTreeMap::new(), 1.0).trace_check;
+    assert_eq!((c.clamps, c.applies_bounded), (2, 0));
 }

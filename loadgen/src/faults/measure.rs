@@ -49,8 +49,9 @@ pub struct FaultReport {
     /// From the injection until the control plane was back: the last job
     /// the fault held up was placed and running (not raft's election: see
     /// [`control_plane_recovery`]). 0 when no job was held up; null when it
-    /// cannot be measured (no job in the baseline window before the fault,
-    /// or none in flight at it or submitted after it).
+    /// cannot be measured (no job in the baseline window before the fault
+    /// nor before an earlier one, or none in flight at it or submitted
+    /// after it). Distinct from `recovered_s` (when the fault was over).
     pub control_plane_recovery_s: Option<f64>,
 }
 
@@ -84,46 +85,83 @@ pub struct RecoveryWindow {
     pub until_s: f64,
 }
 
+/// The bounds (ms) above which a job counts as held up, from a fault's
+/// baseline; `None` for a measure without a baseline job.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Bounds {
+    pub placement_ms: Option<f64>,
+    pub running_ms: Option<f64>,
+}
+
+impl Bounds {
+    /// The bounds of the jobs submitted in `[baseline_from_s, at_s)` and
+    /// done (placed, or running) before the injection: [`held_up_bound_ms`]
+    /// of their p99. Jobs as `(submitted s, latency ms)`.
+    pub fn of(w: RecoveryWindow, placed: &[(f64, f64)], running: &[(f64, f64)]) -> Self {
+        let bound = |jobs: &[(f64, f64)]| {
+            let baseline: Vec<f64> = jobs
+                .iter()
+                .filter(|j| j.0 >= w.baseline_from_s && j.0 < w.at_s && done(j) < w.at_s)
+                .map(|j| j.1)
+                .collect();
+            (!baseline.is_empty()).then(|| held_up_bound_ms(Percentiles::of(&baseline).p99))
+        };
+        Bounds {
+            placement_ms: bound(placed),
+            running_ms: bound(running),
+        }
+    }
+
+    /// These, each measure without a baseline taking `earlier`'s.
+    pub fn or(self, earlier: Bounds) -> Bounds {
+        Bounds {
+            placement_ms: self.placement_ms.or(earlier.placement_ms),
+            running_ms: self.running_ms.or(earlier.running_ms),
+        }
+    }
+}
+
+/// When a job `(submitted s, latency ms)` was done.
+fn done(&(s, ms): &(f64, f64)) -> f64 {
+    s + ms / 1000.0
+}
+
 /// Seconds from the injection until the control plane was back to its
 /// baseline, from the stream's placements and time to running (jobs as
-/// `(submitted s, latency ms)`, one list per measure):
+/// `(submitted s, latency ms)`, one list per measure) and the baseline's
+/// [`Bounds`]:
 ///
-/// 1. The baseline: the jobs submitted in `[baseline_from_s, at_s)` that
-///    were done (placed, or running) before the injection; their p99, and
-///    the bound [`held_up_bound_ms`] of it.
-/// 2. Candidates: jobs in flight at the injection (submitted before it, done
+/// 1. Candidates: jobs in flight at the injection (submitted before it, done
 ///    after it) or submitted at or after it and before `until_s`.
-/// 3. A candidate is held up when its latency exceeds the bound and it was
+/// 2. A candidate is held up when its latency exceeds the bound and it was
 ///    submitted while the control plane was still disturbed: before the
 ///    fault was undone, or before an earlier held-up job was done (a
 ///    backlog still draining). A slow job submitted after everything had
 ///    settled is not the fault's.
-/// 4. The recovery: the latest instant a held-up job was done, less the
-///    injection; 0 when none was held up.
+/// 3. The recovery: the latest instant a held-up job was done, less the
+///    injection; 0 when none was held up. A recovery that runs past the
+///    next fault's injection (`until_s`) is cut there: the control plane
+///    was not back before the next fault, whose effects cannot be told
+///    apart from this one's after it.
 ///
 /// Each measure is read on its own and the later recovery kept; `None`
-/// when neither has both a baseline and a candidate.
+/// when neither has both a bound and a candidate.
 pub fn control_plane_recovery(
     w: RecoveryWindow,
+    bounds: Bounds,
     placed: &[(f64, f64)],
     running: &[(f64, f64)],
 ) -> Option<f64> {
-    let one = |jobs: &[(f64, f64)]| -> Option<f64> {
-        let done = |&(s, ms): &(f64, f64)| s + ms / 1000.0;
-        let baseline: Vec<f64> = jobs
-            .iter()
-            .filter(|j| j.0 >= w.baseline_from_s && j.0 < w.at_s && done(j) < w.at_s)
-            .map(|j| j.1)
-            .collect();
+    let one = |jobs: &[(f64, f64)], bound: Option<f64>| -> Option<f64> {
+        let bound = bound?;
         let mut candidates: Vec<(f64, f64)> = jobs
             .iter()
             .filter(|j| (j.0 < w.at_s && done(j) >= w.at_s) || (j.0 >= w.at_s && j.0 < w.until_s))
             .copied()
             .collect();
-        if baseline.is_empty() || candidates.is_empty() {
+        if candidates.is_empty() {
             return None;
         }
-        let bound = held_up_bound_ms(Percentiles::of(&baseline).p99);
         candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
         // Disturbed until the fault was undone, and until the last held-up
         // job submitted while disturbed was done.
@@ -136,9 +174,14 @@ pub fn control_plane_recovery(
             disturbed_until = disturbed_until.max(done(j));
             back = back.max(done(j));
         }
-        Some(back - w.at_s)
+        // Not back when the next fault struck: what came after is that
+        // one's too, and this recovery reads as the time until it.
+        Some(back.min(w.until_s) - w.at_s)
     };
-    match (one(placed), one(running)) {
+    match (
+        one(placed, bounds.placement_ms),
+        one(running, bounds.running_ms),
+    ) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
     }
@@ -175,6 +218,7 @@ pub fn measure(
     // When the previous fault's control plane was back: the next baseline
     // starts after it.
     let mut previous_back: Option<f64> = None;
+    let mut bounds = Bounds::default();
     injected
         .iter()
         .enumerate()
@@ -207,8 +251,11 @@ pub fn measure(
                 // its end holds up the last submissions too.
                 until_s: injected.get(i + 1).map_or(f64::INFINITY, |n| n.at_s),
             };
+            // A fault too close to the one before to have a baseline of
+            // its own is measured against the last one's.
+            bounds = Bounds::of(recovery_window, placed, &running).or(bounds);
             let control_plane_recovery_s =
-                control_plane_recovery(recovery_window, placed, &running);
+                control_plane_recovery(recovery_window, bounds, placed, &running);
             previous_back = control_plane_recovery_s.map(|r| f.at_s + r);
             FaultReport {
                 action: f.step.action,

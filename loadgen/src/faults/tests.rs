@@ -4,7 +4,7 @@ use std::time::Duration;
 use stampede_launch::{NodeId, StatusReport};
 
 use super::audit::compare;
-use super::measure::{control_plane_recovery, held_up_bound_ms, RecoveryWindow};
+use super::measure::{control_plane_recovery, held_up_bound_ms, Bounds, RecoveryWindow};
 use super::{acks_per_second, measure, Injected};
 use crate::scenario::{FaultAction, FaultStep};
 use crate::server_status::{named_leader, settled};
@@ -206,6 +206,11 @@ fn steady(from: f64, to: f64, ms: f64) -> Vec<(f64, f64)> {
     (0..n).map(|i| (from + i as f64 * 0.5, ms)).collect()
 }
 
+/// The recovery against the fault's own baseline.
+fn recovery(w: RecoveryWindow, placed: &[(f64, f64)], running: &[(f64, f64)]) -> Option<f64> {
+    control_plane_recovery(w, Bounds::of(w, placed, running), placed, running)
+}
+
 fn window(at_s: f64, undone_s: f64) -> RecoveryWindow {
     RecoveryWindow {
         at_s,
@@ -235,10 +240,10 @@ fn the_control_plane_is_back_when_the_last_job_the_fault_held_up_is_done() {
     placed.extend(steady(21.0, 30.0, 20.0));
     running.extend(steady(21.0, 30.0, 800.0));
     let w = window(20.0, 21.0);
-    let r = control_plane_recovery(w, &placed, &running).unwrap();
+    let r = recovery(w, &placed, &running).unwrap();
     assert!((r - 4.0).abs() < 1e-9, "{r}");
     // Placement alone was back at 22.1 s.
-    let r = control_plane_recovery(w, &placed, &[]).unwrap();
+    let r = recovery(w, &placed, &[]).unwrap();
     assert!((r - 2.1).abs() < 1e-9, "{r}");
 }
 
@@ -246,31 +251,19 @@ fn the_control_plane_is_back_when_the_last_job_the_fault_held_up_is_done() {
 fn no_job_held_up_is_back_at_once_and_no_job_around_the_fault_is_unmeasured() {
     let placed = steady(10.0, 30.0, 20.0);
     let running = steady(10.0, 30.0, 800.0);
-    assert_eq!(
-        control_plane_recovery(window(20.0, 21.0), &placed, &running),
-        Some(0.0)
-    );
+    assert_eq!(recovery(window(20.0, 21.0), &placed, &running), Some(0.0));
     // Slower, but within the bound (800 ms → 1,200 ms): not held up.
     let slower: Vec<_> = running
         .iter()
         .map(|&(s, ms)| (s, if s >= 20.0 { 1150.0 } else { ms }))
         .collect();
-    assert_eq!(
-        control_plane_recovery(window(20.0, 21.0), &placed, &slower),
-        Some(0.0)
-    );
+    assert_eq!(recovery(window(20.0, 21.0), &placed, &slower), Some(0.0));
     // No job at all; jobs only before; jobs only after.
-    assert_eq!(control_plane_recovery(window(20.0, 21.0), &[], &[]), None);
+    assert_eq!(recovery(window(20.0, 21.0), &[], &[]), None);
     let before = steady(10.0, 19.0, 20.0);
-    assert_eq!(
-        control_plane_recovery(window(20.0, 21.0), &before, &[]),
-        None
-    );
+    assert_eq!(recovery(window(20.0, 21.0), &before, &[]), None);
     let after = steady(20.0, 30.0, 20.0);
-    assert_eq!(
-        control_plane_recovery(window(20.0, 21.0), &after, &[]),
-        None
-    );
+    assert_eq!(recovery(window(20.0, 21.0), &after, &[]), None);
 }
 
 #[test]
@@ -282,16 +275,20 @@ fn a_slow_job_after_the_control_plane_settled_is_not_the_faults() {
     placed.push((20.5, 1000.0));
     placed.push((21.2, 800.0));
     placed.push((27.0, 900.0));
-    let r = control_plane_recovery(window(20.0, 21.0), &placed, &[]).unwrap();
+    let r = recovery(window(20.0, 21.0), &placed, &[]).unwrap();
     assert!((r - 2.0).abs() < 1e-9, "{r}");
-    // The baseline ignores jobs that were not done before the injection,
-    // and the next fault's jobs are not this one's.
+    // The next fault's jobs are not this one's, and one of this fault's
+    // still held up when the next one strikes (placed at 21.5 s, the next
+    // fault at 21 s) ends the recovery there.
     let w = RecoveryWindow {
         until_s: 21.0,
         ..window(20.0, 21.0)
     };
-    let r = control_plane_recovery(w, &placed, &[]).unwrap();
-    assert!((r - 1.5).abs() < 1e-9, "{r}");
+    let r = recovery(w, &placed, &[]).unwrap();
+    assert!(
+        (r - 1.0).abs() < 1e-9,
+        "not back at the next fault: cut there, {r}"
+    );
 }
 
 #[test]
@@ -311,13 +308,15 @@ fn each_fault_is_measured_against_the_jobs_before_it() {
         undone_s: 22.0,
         term_after: Some(4),
     };
-    let mut jobs = JobTimes::default();
-    jobs.placed = steady(5.0, 40.0, 20.0);
+    let mut jobs = JobTimes {
+        placed: steady(5.0, 40.0, 20.0),
+        ran: steady(5.0, 40.0, 800.0)
+            .into_iter()
+            .map(|(s, ms)| (s, ms, 1))
+            .collect(),
+        ..Default::default()
+    };
     jobs.placed.push((20.1, 2500.0));
-    jobs.ran = steady(5.0, 40.0, 800.0)
-        .into_iter()
-        .map(|(s, ms)| (s, ms, 1))
-        .collect();
     let second = Injected {
         at_s: 30.0,
         leader_s: Some(30.5),
@@ -325,7 +324,7 @@ fn each_fault_is_measured_against_the_jobs_before_it() {
         ..f.clone()
     };
     let r = measure(
-        &[f, second],
+        &[f.clone(), second],
         &journal(&[]),
         &jobs,
         40.0,
@@ -333,6 +332,28 @@ fn each_fault_is_measured_against_the_jobs_before_it() {
     );
     assert!((r[0].control_plane_recovery_s.unwrap() - 2.6).abs() < 1e-9);
     assert_eq!(r[1].control_plane_recovery_s, Some(0.0));
+    // A fault right after the first one's control plane was back (22.6 s)
+    // has no baseline job of its own: it takes the first one's bounds, and
+    // the job it holds up (placed 1 s late) counts.
+    let close = Injected {
+        at_s: 23.0,
+        leader_s: Some(23.5),
+        undone_s: 23.5,
+        ..f.clone()
+    };
+    jobs.placed.push((23.1, 1000.0));
+    let r = measure(
+        &[f, close],
+        &journal(&[]),
+        &jobs,
+        40.0,
+        Duration::from_secs(10),
+    );
+    assert!(
+        (r[1].control_plane_recovery_s.unwrap() - 1.1).abs() < 1e-9,
+        "{:?}",
+        r[1]
+    );
     let json = serde_json::to_value(&r[0]).unwrap();
     assert!(json["control_plane_recovery_s"].is_number());
 }

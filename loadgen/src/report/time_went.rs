@@ -67,12 +67,15 @@ fn variant(v: &VariantSummary, named: bool) -> String {
     let _ = write!(
         html,
         "<p class=\"hint trace-check\">{} jobs traced, {} untraced; {} boundaries read before \
-         the one they follow, moved up by {:.1} ms in all. The stages' medians add up to \
-         {:.1} ms; the median time to running is {:.1} ms.</p>",
+         the one they follow, moved up by {:.1} ms in all; {} applies read after the step \
+         that follows them (a restarted leader's record lost), moved back to it by {:.1} ms. \
+         The stages' medians add up to {:.1} ms; the median time to running is {:.1} ms.</p>",
         c.traced,
         c.untraced,
         c.clamps,
         c.clamped_ms,
+        c.applies_bounded,
+        c.applies_bounded_ms,
         c.sum_of_stage_medians_ms,
         c.median_time_to_running_ms
     );
