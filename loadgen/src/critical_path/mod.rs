@@ -148,9 +148,6 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
     if let Some(i) = raw.iter().position(|&b| b == 0) {
         return Err(Untraced::Missing(i));
     }
-    if trace.registered_us > run.running_us {
-        return Err(Untraced::Superseded);
-    }
     let mut boundaries = raw;
     // An apply boundary is the earliest apply any server still knows; the
     // step after it was taken on the leader's apply or later. Past that
@@ -164,6 +161,12 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
             bounded_us += boundaries[i] - boundaries[i + 1];
             boundaries[i] = boundaries[i + 1];
         }
+    }
+    // A trace whose evaluation was created, and enqueued, after loadgen saw
+    // this run running is of a later submission. (Read after the bound: an
+    // apply every server replayed after a restart is not a later one.)
+    if boundaries[1] > run.running_us {
+        return Err(Untraced::Superseded);
     }
     let (mut clamps, mut clamped_us) = (0, 0);
     for i in 1..boundaries.len() {

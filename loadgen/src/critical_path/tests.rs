@@ -308,3 +308,21 @@ fn an_apply_read_after_the_step_that_follows_it_is_moved_back_to_that_step_not_c
     let c = figures(&[p], 0, &BTreeMap::new(), 1.0).trace_check;
     assert_eq!((c.clamps, c.applies_bounded), (2, 0));
 }
+
+#[test]
+fn a_job_every_server_replayed_is_traced_on_its_bounds_not_taken_for_a_later_submission() {
+    // Every server that applied the job's entries live was restarted since:
+    // each one's apply times are its replay's, 90 s later.
+    let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    let later = run.running_us + 90_000_000;
+    trace.registered_us = later;
+    trace.plan_committed_us = later + 10;
+    trace.running_committed_us = later + 20;
+    let p = path(&run, &trace).expect("traced");
+    assert_eq!((p.clamps, p.bounded), (0, 3));
+    assert_eq!(p.time_to_running_ms(), 40.0);
+    // A later submission's evaluation was enqueued after the run too.
+    trace.enqueued_us = later + 1;
+    trace.dequeued_us = later + 2;
+    assert_eq!(path(&run, &trace), Err(Untraced::Superseded));
+}
