@@ -233,6 +233,7 @@ fn waterfall(jobs: &[TracedJob]) -> String {
         .iter()
         .flat_map(|j| &j.spans)
         .filter_map(|s| s.spans_fault.as_deref())
+        .flat_map(|f| f.split(", "))
         .collect();
     if !faults.is_empty() {
         let names: Vec<String> = faults.iter().map(|f| escape(f)).collect();
@@ -308,16 +309,18 @@ mod tests {
         let mut v = traced(3);
         assert!(!variant(&v, false).contains("data-spans-fault"));
         v.slowest_paths[0].spans[2].spans_fault = Some("kill_leader@15s".into());
+        v.slowest_paths[1].spans[2].spans_fault = Some("kill_leader@15s, pause_leader@30s".into());
         let html = variant(&v, false);
         assert_eq!(
             html.matches("data-spans-fault=\"kill_leader@15s\"").count(),
             1
         );
-        assert!(html.contains("ms, spans kill_leader@15s</title>"));
         assert!(
-            html.contains("<p class=\"hint spans-fault\">")
-                && html.contains(": kill_leader@15s.</p>")
+            html.contains(": kill_leader@15s; pause_leader@30s.</p>"),
+            "each fault once"
         );
+        assert!(html.contains("ms, spans kill_leader@15s</title>"));
+        assert!(html.contains("<p class=\"hint spans-fault\">"));
         assert_eq!(
             html.matches("<rect class=\"stage\"").count(),
             2 * 10 + 3 * 10
