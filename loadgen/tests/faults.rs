@@ -128,6 +128,29 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
             f.get("throughput_before").is_some() && f["elections"].as_u64().is_some(),
             "{f}"
         );
+        // Measured for every fault (a job runs around each one), not judged.
+        let back = f["control_plane_recovery_s"].as_f64();
+        assert!(
+            back.is_some_and(|s| s >= 0.0),
+            "control_plane_recovery_s: {f}"
+        );
+    }
+    assert!(
+        stdout.contains("control plane back s"),
+        "the table shows it: {stdout}"
+    );
+    // traces.json: a stage that spans a fault names it, as ACTION@ATs.
+    let traces = json(&out.join("traces.json"));
+    for span in traces
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j.as_array().unwrap())
+    {
+        if let Some(f) = span.get("spans_fault") {
+            let f = f.as_str().unwrap();
+            assert!(f.contains('@') && f.ends_with('s'), "{span}");
+        }
     }
     // The leader faults struck the leader of the time: one server each.
     for f in &faults[..7] {

@@ -110,6 +110,7 @@ fn variant(rate: f64) -> VariantSummary {
             recovered_s: Some(25.0),
             throughput_before: Some(rate),
             throughput_after: Some(rate),
+            control_plane_recovery_s: Some(2.0),
         }],
         ..Default::default()
     };
@@ -148,6 +149,8 @@ fn job_paths(rate: f64) -> Vec<JobPath> {
                 boundaries: boundaries.map(|b| b + 1_700_000_000_000_000),
                 clamps: 0,
                 clamped_us: 0,
+                bounded: 0,
+                bounded_us: 0,
             }
         })
         .collect()

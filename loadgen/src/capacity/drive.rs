@@ -120,6 +120,11 @@ pub(super) async fn drive(
     let seconds = start.elapsed().as_secs_f64();
     let ended_unix = unix_now();
     let (paths, untraced) = trace(&servers, &report.jobs.ran_jobs).await;
+    if std::env::var_os("LOADGEN_TRACE_DUMP").is_some() {
+        let runs = critical_path::last_runs(&report.jobs.ran_jobs);
+        let body = fetch::dump(&servers, &runs).await;
+        super::output::write(dir.join("trace_dump.jsonl"), body)?;
+    }
     // Seconds from the stream's start, as the samples count.
     let first_submit_s = report.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let mut summary = summarize(v, report, series, seconds, problems);
@@ -141,8 +146,19 @@ pub(super) async fn drive(
     let jobs_per_s = summary.stream.submitted as f64 / scenario.duration.as_secs_f64();
     summary.critical_path =
         critical_path::figures(&paths, untraced, &summary.cpu_cores, jobs_per_s);
+    if cluster.is_some() && !scenario.faults.is_empty() {
+        let stream_s = scenario.duration.as_secs_f64();
+        summary.faults = faults::measure(
+            &injected,
+            &journal,
+            &summary.stream.jobs,
+            stream_s,
+            fault_cfg.throughput_window,
+        );
+    }
+    let windows = faults::windows(&summary.faults, summary.stream.jobs.start_us);
     let k = scenario.trace_slowest as usize;
-    summary.slowest_paths = critical_path::slowest(&paths, k, &v.name);
+    summary.slowest_paths = critical_path::slowest_marked(&paths, k, &v.name, &windows);
     write_traces(dir, &summary.slowest_paths)?;
     summary.started_unix = started_unix;
     summary.ended_unix = ended_unix;
@@ -156,9 +172,6 @@ pub(super) async fn drive(
         None => None,
     };
     if let Some(cluster) = cluster.as_deref().filter(|_| !scenario.faults.is_empty()) {
-        let stream_s = scenario.duration.as_secs_f64();
-        summary.faults =
-            faults::measure(&injected, &journal, stream_s, fault_cfg.throughput_window);
         summary.acks_per_second = faults::acks_per_second(&journal, seconds);
         eprintln!(
             "loadgen: auditing {} acknowledged jobs on every server",

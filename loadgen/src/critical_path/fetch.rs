@@ -117,3 +117,42 @@ fn boundaries(t: &JobTrace) -> [u64; 9] {
         t.running_committed_us,
     ]
 }
+
+/// A debugging aid (`LOADGEN_TRACE_DUMP=1`): every server's own answer for
+/// each job in `runs`, one JSON object a line, with loadgen's two
+/// boundaries, so a clamp can be traced to the server that recorded each
+/// side of it. Servers that do not answer a chunk are left out of it.
+pub async fn dump(servers: &[ClusterClient], runs: &[&crate::stream::RanJob]) -> String {
+    let ids: Vec<String> = runs.iter().map(|r| r.job_id.clone()).collect();
+    let mut out = String::new();
+    for (n, chunk) in ids.chunks(CHUNK).enumerate() {
+        let answers = join_all(servers.iter().map(|s| ask(s, chunk))).await;
+        for (i, _) in chunk.iter().enumerate() {
+            let run = runs[n * CHUNK + i];
+            let each: Vec<serde_json::Value> = answers
+                .iter()
+                .enumerate()
+                .filter_map(|(s, a)| a.as_ref().ok().and_then(|t| t.get(i)).map(|t| (s, t)))
+                .map(|(s, t)| {
+                    serde_json::json!({
+                        "server": s,
+                        "found": t.found,
+                        "eval_id": t.eval_id,
+                        "alloc_id": t.alloc_id,
+                        "node_id": t.node_id,
+                        "boundaries": boundaries(t),
+                    })
+                })
+                .collect();
+            let line = serde_json::json!({
+                "job_id": run.job_id,
+                "scheduled_us": run.scheduled_us,
+                "running_us": run.running_us,
+                "answers": each,
+            });
+            out.push_str(&line.to_string());
+            out.push('\n');
+        }
+    }
+    out
+}

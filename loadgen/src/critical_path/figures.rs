@@ -57,6 +57,13 @@ pub struct TraceCheck {
     /// by how much in all.
     pub clamps: u64,
     pub clamped_ms: f64,
+    /// Apply boundaries (registered, plan committed, running committed)
+    /// read after the step that follows them, because the server that
+    /// applied the entry first lost its record (a leader killed and
+    /// restarted) and a follower's later apply was left: moved back to that
+    /// step, and by how much in all.
+    pub applies_bounded: u64,
+    pub applies_bounded_ms: f64,
     /// The medians of the stages added up, against the median time to
     /// running of the traced jobs (they differ: medians do not add).
     pub sum_of_stage_medians_ms: f64,
@@ -82,6 +89,45 @@ pub struct Span {
     pub process: String,
     pub job_id: String,
     pub variant: String,
+    /// The faults whose window (from the injection until the control plane
+    /// was back) the stage's interval overlaps, as `ACTION@ATs` (the step's
+    /// scheduled time), comma-separated; omitted when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spans_fault: Option<String>,
+}
+
+/// A fault's window on the wall clock, for marking the stages it overlaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultWindow {
+    /// How a span names it: `kill_leader@15s`.
+    pub label: String,
+    /// The injection and the end of its window (the control plane back, or
+    /// the fault undone when that is unknown), in Unix microseconds.
+    pub from_us: u64,
+    pub to_us: u64,
+}
+
+impl FaultWindow {
+    /// `ACTION@ATs`, the step's scheduled time in seconds (one decimal when
+    /// it is not whole).
+    pub fn label(action: &str, at_s: f64) -> String {
+        if (at_s - at_s.round()).abs() < 1e-9 {
+            format!("{action}@{}s", at_s.round() as i64)
+        } else {
+            format!("{action}@{at_s:.1}s")
+        }
+    }
+}
+
+/// The faults among `faults` whose window the interval `[from, to]` (Unix
+/// µs) overlaps, joined; `None` for none.
+pub fn overlapping(faults: &[FaultWindow], from_us: u64, to_us: u64) -> Option<String> {
+    let hit: Vec<&str> = faults
+        .iter()
+        .filter(|f| from_us <= f.to_us && to_us >= f.from_us)
+        .map(|f| f.label.as_str())
+        .collect();
+    (!hit.is_empty()).then(|| hit.join(", "))
 }
 
 /// A slow job's path, stage by stage: an element of `traces.json`.
@@ -107,6 +153,8 @@ pub fn figures(
         slowest_jobs: slow.len() as u64,
         clamps: paths.iter().map(|p| p.clamps as u64).sum(),
         clamped_ms: paths.iter().map(|p| p.clamped_us).sum::<u64>() as f64 / 1000.0,
+        applies_bounded: paths.iter().map(|p| p.bounded as u64).sum(),
+        applies_bounded_ms: paths.iter().map(|p| p.bounded_us).sum::<u64>() as f64 / 1000.0,
         ..TraceCheck::default()
     };
     if paths.is_empty() {
@@ -166,6 +214,16 @@ fn by_time_desc(paths: &[JobPath]) -> Vec<&JobPath> {
 
 /// The `k` slowest jobs' paths, slowest first, in ms from each one's submission.
 pub fn slowest(paths: &[JobPath], k: usize, variant: &str) -> Vec<TracedJob> {
+    slowest_marked(paths, k, variant, &[])
+}
+
+/// [`slowest`], each stage marked with the `faults` whose window it overlaps.
+pub fn slowest_marked(
+    paths: &[JobPath],
+    k: usize,
+    variant: &str,
+    faults: &[FaultWindow],
+) -> Vec<TracedJob> {
     by_time_desc(paths)
         .into_iter()
         .take(k)
@@ -181,6 +239,7 @@ pub fn slowest(paths: &[JobPath], k: usize, variant: &str) -> Vec<TracedJob> {
                     process: s.process.into(),
                     job_id: p.job_id.clone(),
                     variant: variant.into(),
+                    spans_fault: overlapping(faults, p.boundaries[i], p.boundaries[i + 1]),
                 })
                 .collect();
             TracedJob {

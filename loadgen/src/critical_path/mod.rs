@@ -26,7 +26,7 @@ use stampede_proto::JobTrace;
 
 use crate::stream::RanJob;
 
-pub use figures::{figures, slowest, CriticalPath, Span, TracedJob};
+pub use figures::{figures, slowest, slowest_marked, CriticalPath, FaultWindow, Span, TracedJob};
 
 /// One stage of the path: its name (a contract: `summary.json` and
 /// `traces.json` carry it), the process it runs in, and what it is in words.
@@ -73,7 +73,27 @@ pub struct JobPath {
     pub clamps: u32,
     /// How far they were moved, in all.
     pub clamped_us: u64,
+    /// Apply boundaries read after the step that followed the entry's apply
+    /// on the leader, moved back to that step (see [`APPLIED`]), and by how
+    /// much in all: not clamps, the step after is a true bound.
+    pub bounded: u32,
+    pub bounded_us: u64,
 }
+
+/// The boundaries read from an entry's apply (`registered`,
+/// `plan_committed`, `running_committed`: the earliest apply any server
+/// still knows, see [`fetch`]), each followed by a step taken only once the
+/// entry had applied somewhere: the leader's broker enqueues an evaluation
+/// after its apply, a node's blocking query returns an allocation after its
+/// server applied the plan, and loadgen sees a job running after the server
+/// it reads applied the report. So the next boundary bounds the true apply
+/// from above. When the server that applied an entry first has lost its
+/// record (the leader, killed and restarted: its apply times are in memory,
+/// and on restart it marks the entries it replays), the earliest left is a
+/// follower's, later than the leader's; read past the next step it is moved
+/// back to it instead of that step and every one after being clamped up to
+/// it.
+pub const APPLIED: [usize; 3] = [1, 6, 9];
 
 impl JobPath {
     /// Each stage's time, in milliseconds, in path order.
@@ -105,7 +125,9 @@ pub enum Untraced {
 }
 
 /// The path of `run` from the servers' `trace` of its job: the boundaries
-/// in path order, each clamped to the one before when it was read earlier.
+/// in path order, each apply boundary bounded by the step after it
+/// ([`APPLIED`]), then each clamped to the one before when it was read
+/// earlier.
 pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
     if !trace.found {
         return Err(Untraced::NotFound);
@@ -126,10 +148,26 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
     if let Some(i) = raw.iter().position(|&b| b == 0) {
         return Err(Untraced::Missing(i));
     }
-    if trace.registered_us > run.running_us {
+    let mut boundaries = raw;
+    // An apply boundary is the earliest apply any server still knows; the
+    // step after it was taken on the leader's apply or later. Past that
+    // step, the leader's own record was lost (a killed leader restarts
+    // with no apply times and replays its log, so only a follower's later
+    // apply is left): the step after is the nearest known bound.
+    let (mut bounded, mut bounded_us) = (0, 0);
+    for i in APPLIED {
+        if boundaries[i] > boundaries[i + 1] {
+            bounded += 1;
+            bounded_us += boundaries[i] - boundaries[i + 1];
+            boundaries[i] = boundaries[i + 1];
+        }
+    }
+    // A trace whose evaluation was created, and enqueued, after loadgen saw
+    // this run running is of a later submission. (Read after the bound: an
+    // apply every server replayed after a restart is not a later one.)
+    if boundaries[1] > run.running_us {
         return Err(Untraced::Superseded);
     }
-    let mut boundaries = raw;
     let (mut clamps, mut clamped_us) = (0, 0);
     for i in 1..boundaries.len() {
         if boundaries[i] < boundaries[i - 1] {
@@ -143,6 +181,8 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
         boundaries,
         clamps,
         clamped_us,
+        bounded,
+        bounded_us,
     })
 }
 
@@ -173,7 +213,7 @@ pub fn traced_ids(runs: &[RanJob]) -> Vec<String> {
 }
 
 /// Each job's last run (the latest scheduled), in the order runs came.
-fn last_runs(runs: &[RanJob]) -> Vec<&RanJob> {
+pub(crate) fn last_runs(runs: &[RanJob]) -> Vec<&RanJob> {
     let mut latest: std::collections::HashMap<&str, usize> = Default::default();
     for (i, r) in runs.iter().enumerate() {
         let e = latest.entry(r.job_id.as_str()).or_insert(i);

@@ -69,14 +69,15 @@ fn stages_are_contiguous_and_add_up_to_the_time_to_running() {
 #[test]
 fn a_boundary_read_before_the_one_it_follows_is_clamped_and_counted() {
     let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
-    // nodesim's clock read 2.5 ms before the plan applied, and the running
+    // The worker's catch-up read 2.5 ms before its dequeue, and the running
     // report's apply 500 µs before the runner started.
-    trace.delivered_us = trace.plan_committed_us - 2500;
+    trace.caught_up_us = trace.dequeued_us - 2500;
     trace.running_committed_us = trace.started_us - 500;
     let p = path(&run, &trace).unwrap();
     assert_eq!((p.clamps, p.clamped_us), (2, 3000));
+    assert_eq!((p.bounded, p.bounded_us), (0, 0));
     let ms = p.stages_ms();
-    assert_eq!(ms[6], 0.0, "deliver");
+    assert_eq!(ms[3], 0.0, "catch_up");
     assert_eq!(ms[8], 0.0, "report_running");
     assert!(p.boundaries.windows(2).all(|w| w[0] <= w[1]));
     assert_eq!(ms.iter().sum::<f64>(), p.time_to_running_ms());
@@ -219,4 +220,109 @@ fn rates_read_as_a_person_writes_them() {
     assert_eq!(rate(1234567.4), "1,234,567");
     assert_eq!(rate(950.0), "950");
     assert_eq!(rate(2.0), "2.0");
+}
+
+#[test]
+fn a_stage_whose_interval_overlaps_a_faults_window_says_which() {
+    // Stages of 10 ms each from T0: stage i runs from 10i to 10(i + 1) ms.
+    let (run, trace) = job("a", 0, [10; 10]);
+    let p = path(&run, &trace).unwrap();
+    let fault = FaultWindow {
+        label: FaultWindow::label("kill_leader", 15.0),
+        from_us: T0 + 25_000,
+        to_us: T0 + 41_000,
+    };
+    assert_eq!(fault.label, "kill_leader@15s");
+    assert_eq!(FaultWindow::label("pause_leader", 2.5), "pause_leader@2.5s");
+    let spans = &figures::slowest_marked(std::slice::from_ref(&p), 1, "v", &[fault])[0].spans;
+    let marked: Vec<&str> = spans
+        .iter()
+        .filter(|s| s.spans_fault.is_some())
+        .map(|s| s.stage.as_str())
+        .collect();
+    // 20–30, 30–40 and 40–50 ms overlap 25–41 ms.
+    assert_eq!(marked, ["broker_wait", "catch_up", "schedule"]);
+    assert_eq!(spans[2].spans_fault.as_deref(), Some("kill_leader@15s"));
+    // Omitted from traces.json when none; the other fields as they were.
+    let json = serde_json::to_value(spans).unwrap();
+    assert_eq!(json[2]["spans_fault"], "kill_leader@15s");
+    let keys: Vec<&String> = json[0].as_object().unwrap().keys().collect();
+    assert_eq!(
+        keys,
+        ["end_ms", "job_id", "process", "stage", "start_ms", "variant"]
+    );
+    // Two windows over one stage are both named.
+    let both = [
+        FaultWindow {
+            label: "a@1s".into(),
+            from_us: 5,
+            to_us: 6,
+        },
+        FaultWindow {
+            label: "b@2s".into(),
+            from_us: 8,
+            to_us: 20,
+        },
+    ];
+    assert_eq!(
+        figures::overlapping(&both, 0, 10).as_deref(),
+        Some("a@1s, b@2s")
+    );
+    assert_eq!(figures::overlapping(&both, 21, 30), None);
+}
+
+#[test]
+fn an_apply_read_after_the_step_that_follows_it_is_moved_back_to_that_step_not_clamped() {
+    // As a run that killed the leader traced it (faults-faults-web-2): the
+    // leader's apply times went with it, and a follower's apply of the
+    // registration is 250 µs after the leader's broker enqueued the
+    // evaluation and 26 µs after a worker dequeued it; the plan's apply
+    // 240 µs after the node received the allocation, and the running
+    // report's 400 µs after loadgen saw the job running.
+    let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    let (enqueued, delivered, running) = (trace.enqueued_us, trace.delivered_us, run.running_us);
+    trace.registered_us = trace.enqueued_us + 250;
+    trace.dequeued_us = trace.enqueued_us + 224;
+    trace.plan_committed_us = trace.delivered_us + 240;
+    trace.running_committed_us = run.running_us + 400;
+    let p = path(&run, &trace).unwrap();
+    assert_eq!((p.clamps, p.clamped_us), (0, 0), "nothing clamped up");
+    assert_eq!((p.bounded, p.bounded_us), (3, 890));
+    assert_eq!(p.boundaries[1], enqueued);
+    assert_eq!(p.boundaries[6], delivered);
+    assert_eq!(p.boundaries[9], running);
+    let ms = p.stages_ms();
+    assert_eq!((ms[1], ms[6], ms[9]), (0.0, 0.0, 0.0));
+    assert_eq!(
+        ms[2], 0.224,
+        "the broker wait as the leader and worker read it"
+    );
+    assert_eq!(p.time_to_running_ms(), 40.0);
+    // An evaluation created before the submission (a rolling update's,
+    // or an older one that placed the newer version) still clamps.
+    let (run, mut trace) = job("b", 10, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    trace.registered_us = run.scheduled_us - 3_000_000;
+    trace.enqueued_us = run.scheduled_us - 2_999_000;
+    let p = path(&run, &trace).unwrap();
+    assert_eq!((p.clamps, p.bounded), (2, 0));
+    let c = figures(&[p], 0, &BTreeMap::new(), 1.0).trace_check;
+    assert_eq!((c.clamps, c.applies_bounded), (2, 0));
+}
+
+#[test]
+fn a_job_every_server_replayed_is_traced_on_its_bounds_not_taken_for_a_later_submission() {
+    // Every server that applied the job's entries live was restarted since:
+    // each one's apply times are its replay's, 90 s later.
+    let (run, mut trace) = job("a", 0, [3, 1, 5, 2, 4, 6, 7, 1, 9, 2]);
+    let later = run.running_us + 90_000_000;
+    trace.registered_us = later;
+    trace.plan_committed_us = later + 10;
+    trace.running_committed_us = later + 20;
+    let p = path(&run, &trace).expect("traced");
+    assert_eq!((p.clamps, p.bounded), (0, 3));
+    assert_eq!(p.time_to_running_ms(), 40.0);
+    // A later submission's evaluation was enqueued after the run too.
+    trace.enqueued_us = later + 1;
+    trace.dequeued_us = later + 2;
+    assert_eq!(path(&run, &trace), Err(Untraced::Superseded));
 }

@@ -6,8 +6,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::Injected;
+use crate::critical_path::FaultWindow;
 use crate::scenario::FaultAction;
-use crate::stream::Journal;
+use crate::stream::{JobTimes, Journal, Percentiles};
 
 /// One fault as it was injected and what it cost. Times are seconds; `_s`
 /// times without "time" in the name count from the start of the job stream.
@@ -45,6 +46,145 @@ pub struct FaultReport {
     /// The same in the 10 s after recovery, up to the next fault or the end
     /// of the stream.
     pub throughput_after: Option<f64>,
+    /// From the injection until the control plane was back: the last job
+    /// the fault held up was placed and running (not raft's election: see
+    /// [`control_plane_recovery`]). 0 when no job was held up; null when it
+    /// cannot be measured (no job in the baseline window before the fault
+    /// nor before an earlier one, or none in flight at it or submitted
+    /// after it). Distinct from `recovered_s` (when the fault was over).
+    pub control_plane_recovery_s: Option<f64>,
+}
+
+/// A job is held up by a fault when its latency exceeds the baseline's p99
+/// by this factor...
+pub const HELD_UP_FACTOR: f64 = 1.5;
+/// ...and by at least this much (ms): over a client-update batch tick
+/// (200 ms), so a job that missed one tick is not counted as held up.
+pub const HELD_UP_MARGIN_MS: f64 = 250.0;
+
+/// The latency (ms) above which a job counts as held up, from the
+/// baseline's p99: `max(1.5 × p99, p99 + 250 ms)`.
+pub fn held_up_bound_ms(baseline_p99_ms: f64) -> f64 {
+    (HELD_UP_FACTOR * baseline_p99_ms).max(baseline_p99_ms + HELD_UP_MARGIN_MS)
+}
+
+/// Where one fault's control-plane recovery is looked for, in seconds from
+/// the start of the stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RecoveryWindow {
+    /// The injection.
+    pub at_s: f64,
+    /// The baseline's jobs were submitted in `[baseline_from_s, at_s)`.
+    pub baseline_from_s: f64,
+    /// When the fault was undone (the struck server back, links healed;
+    /// `at_s` if unknown): a job submitted until then was submitted under
+    /// the fault.
+    pub undone_s: f64,
+    /// The next fault's injection (or the end of the stream): jobs submitted
+    /// from then on are that fault's.
+    pub until_s: f64,
+}
+
+/// The bounds (ms) above which a job counts as held up, from a fault's
+/// baseline; `None` for a measure without a baseline job.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Bounds {
+    pub placement_ms: Option<f64>,
+    pub running_ms: Option<f64>,
+}
+
+impl Bounds {
+    /// The bounds of the jobs submitted in `[baseline_from_s, at_s)` and
+    /// done (placed, or running) before the injection: [`held_up_bound_ms`]
+    /// of their p99. Jobs as `(submitted s, latency ms)`.
+    pub fn of(w: RecoveryWindow, placed: &[(f64, f64)], running: &[(f64, f64)]) -> Self {
+        let bound = |jobs: &[(f64, f64)]| {
+            let baseline: Vec<f64> = jobs
+                .iter()
+                .filter(|j| j.0 >= w.baseline_from_s && j.0 < w.at_s && done(j) < w.at_s)
+                .map(|j| j.1)
+                .collect();
+            (!baseline.is_empty()).then(|| held_up_bound_ms(Percentiles::of(&baseline).p99))
+        };
+        Bounds {
+            placement_ms: bound(placed),
+            running_ms: bound(running),
+        }
+    }
+
+    /// These, each measure without a baseline taking `earlier`'s.
+    pub fn or(self, earlier: Bounds) -> Bounds {
+        Bounds {
+            placement_ms: self.placement_ms.or(earlier.placement_ms),
+            running_ms: self.running_ms.or(earlier.running_ms),
+        }
+    }
+}
+
+/// When a job `(submitted s, latency ms)` was done.
+fn done(&(s, ms): &(f64, f64)) -> f64 {
+    s + ms / 1000.0
+}
+
+/// Seconds from the injection until the control plane was back to its
+/// baseline, from the stream's placements and time to running (jobs as
+/// `(submitted s, latency ms)`, one list per measure) and the baseline's
+/// [`Bounds`]:
+///
+/// 1. Candidates: jobs in flight at the injection (submitted before it, done
+///    after it) or submitted at or after it and before `until_s`.
+/// 2. A candidate is held up when its latency exceeds the bound and it was
+///    submitted while the control plane was still disturbed: before the
+///    fault was undone, or before an earlier held-up job was done (a
+///    backlog still draining). A slow job submitted after everything had
+///    settled is not the fault's.
+/// 3. The recovery: the latest instant a held-up job was done, less the
+///    injection; 0 when none was held up. A recovery that runs past the
+///    next fault's injection (`until_s`) is cut there: the control plane
+///    was not back before the next fault, whose effects cannot be told
+///    apart from this one's after it.
+///
+/// Each measure is read on its own and the later recovery kept; `None`
+/// when neither has both a bound and a candidate.
+pub fn control_plane_recovery(
+    w: RecoveryWindow,
+    bounds: Bounds,
+    placed: &[(f64, f64)],
+    running: &[(f64, f64)],
+) -> Option<f64> {
+    let one = |jobs: &[(f64, f64)], bound: Option<f64>| -> Option<f64> {
+        let bound = bound?;
+        let mut candidates: Vec<(f64, f64)> = jobs
+            .iter()
+            .filter(|j| (j.0 < w.at_s && done(j) >= w.at_s) || (j.0 >= w.at_s && j.0 < w.until_s))
+            .copied()
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        candidates.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // Disturbed until the fault was undone, and until the last held-up
+        // job submitted while disturbed was done.
+        let mut disturbed_until = w.undone_s.max(w.at_s);
+        let mut back = w.at_s;
+        for j in candidates.iter().filter(|j| j.1 > bound) {
+            if j.0 > disturbed_until {
+                continue;
+            }
+            disturbed_until = disturbed_until.max(done(j));
+            back = back.max(done(j));
+        }
+        // Not back when the next fault struck: what came after is that
+        // one's too, and this recovery reads as the time until it.
+        Some(back.min(w.until_s) - w.at_s)
+    };
+    match (
+        one(placed, bounds.placement_ms),
+        one(running, bounds.running_ms),
+    ) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Acknowledgements per second of those acknowledged in `[from, to)`; `None`
@@ -67,11 +207,18 @@ fn ack_rate(journal: &Journal, from: f64, to: f64) -> Option<f64> {
 pub fn measure(
     injected: &[Injected],
     journal: &Journal,
+    jobs: &JobTimes,
     stream_s: f64,
     window: Duration,
 ) -> Vec<FaultReport> {
     let window = window.as_secs_f64();
     let recovered = |f: &Injected| f.leader_s.map(|l| l.max(f.undone_s));
+    let placed = &jobs.placed;
+    let running: Vec<(f64, f64)> = jobs.ran.iter().map(|r| (r.0, r.1)).collect();
+    // When the previous fault's control plane was back: the next baseline
+    // starts after it.
+    let mut previous_back: Option<f64> = None;
+    let mut bounds = Bounds::default();
     injected
         .iter()
         .enumerate()
@@ -92,6 +239,24 @@ pub fn measure(
             let until_next = injected
                 .get(i + 1)
                 .map_or(stream_s, |n| n.at_s.min(stream_s));
+            let baseline_from = (f.at_s - window)
+                .max(since_previous)
+                .max(previous_back.unwrap_or(0.0))
+                .min(f.at_s);
+            let recovery_window = RecoveryWindow {
+                at_s: f.at_s,
+                baseline_from_s: baseline_from,
+                undone_s: f.undone_s,
+                // Jobs submitted after the stream still count: a fault near
+                // its end holds up the last submissions too.
+                until_s: injected.get(i + 1).map_or(f64::INFINITY, |n| n.at_s),
+            };
+            // A fault too close to the one before to have a baseline of
+            // its own is measured against the last one's.
+            bounds = Bounds::of(recovery_window, placed, &running).or(bounds);
+            let control_plane_recovery_s =
+                control_plane_recovery(recovery_window, bounds, placed, &running);
+            previous_back = control_plane_recovery_s.map(|r| f.at_s + r);
             FaultReport {
                 action: f.step.action,
                 at_s: f.at_s,
@@ -107,6 +272,7 @@ pub fn measure(
                 throughput_before: ack_rate(journal, (f.at_s - window).max(since_previous), f.at_s),
                 throughput_after: recovered_s
                     .and_then(|r| ack_rate(journal, r, (r + window).min(until_next))),
+                control_plane_recovery_s,
             }
         })
         .collect()
@@ -126,5 +292,26 @@ pub fn acks_per_second(journal: &Journal, until_s: f64) -> Vec<(f64, f64)> {
         .into_iter()
         .enumerate()
         .map(|(i, c)| (i as f64 + 1.0, c))
+        .collect()
+}
+
+/// Each fault's window on the wall clock (the stream started at
+/// `start_us`): from the injection until the control plane was back, or,
+/// when that was not measured, until the fault was over (or its injection).
+pub fn windows(faults: &[FaultReport], start_us: u64) -> Vec<FaultWindow> {
+    let us = |s: f64| start_us + (s.max(0.0) * 1e6).round() as u64;
+    faults
+        .iter()
+        .map(|f| {
+            let end_s = match f.control_plane_recovery_s {
+                Some(r) => f.at_s + r,
+                None => f.recovered_s.unwrap_or(f.at_s).max(f.at_s),
+            };
+            FaultWindow {
+                label: FaultWindow::label(f.action.name(), f.scheduled_at_s),
+                from_us: us(f.at_s),
+                to_us: us(end_s),
+            }
+        })
         .collect()
 }

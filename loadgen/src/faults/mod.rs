@@ -29,7 +29,7 @@ use stampede_launch::NodeId;
 use crate::scenario::FaultStep;
 pub use audit::{audit, Audit};
 pub use inject::inject;
-pub use measure::{acks_per_second, measure, FaultReport};
+pub use measure::{acks_per_second, measure, windows, FaultReport};
 
 /// How long each wait of a fault run may take: deadlines for failing, not
 /// measures (the measures are in the report).

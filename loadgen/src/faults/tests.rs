@@ -4,10 +4,11 @@ use std::time::Duration;
 use stampede_launch::{NodeId, StatusReport};
 
 use super::audit::compare;
+use super::measure::{control_plane_recovery, held_up_bound_ms, Bounds, RecoveryWindow};
 use super::{acks_per_second, measure, Injected};
 use crate::scenario::{FaultAction, FaultStep};
 use crate::server_status::{named_leader, settled};
-use crate::stream::{Ack, Journal};
+use crate::stream::{Ack, JobTimes, Journal};
 
 fn status(id: NodeId, state: &str, leader: Option<NodeId>, term: u64) -> StatusReport {
     StatusReport {
@@ -101,7 +102,13 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
         undone_s: 22.0,
         term_after: Some(4),
     };
-    let r = &measure(std::slice::from_ref(&f), &j, 30.0, Duration::from_secs(10))[0];
+    let r = &measure(
+        std::slice::from_ref(&f),
+        &j,
+        &JobTimes::default(),
+        30.0,
+        Duration::from_secs(10),
+    )[0];
     assert_eq!(r.action, FaultAction::KillLeader);
     assert_eq!(r.time_to_leader_s, Some(2.5));
     assert_eq!(r.unavailable_s, Some(3.5));
@@ -110,6 +117,10 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
     assert_eq!(r.throughput_before, Some(1.0));
     // 22.5 to 30 (the end of the stream): 23.5 and 24.1 ... 29.1.
     assert_eq!(r.throughput_after, Some(7.0 / 7.5));
+    assert_eq!(
+        r.control_plane_recovery_s, None,
+        "no job placed: no baseline"
+    );
 
     // No leader found: no recovery, nothing after; no submission after
     // the fault: no unavailability measured.
@@ -119,7 +130,13 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
         at_s: 29.5,
         ..f.clone()
     };
-    let r = &measure(&[lost], &j, 30.0, Duration::from_secs(10))[0];
+    let r = &measure(
+        &[lost],
+        &j,
+        &JobTimes::default(),
+        30.0,
+        Duration::from_secs(10),
+    )[0];
     assert_eq!(
         (r.time_to_leader_s, r.unavailable_s, r.throughput_after),
         (None, None, None)
@@ -132,7 +149,13 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
         undone_s: 27.0,
         ..f.clone()
     };
-    let both = measure(&[f, next], &j, 30.0, Duration::from_secs(10));
+    let both = measure(
+        &[f, next],
+        &j,
+        &JobTimes::default(),
+        30.0,
+        Duration::from_secs(10),
+    );
     // 22.5 to 26.5: 23.5, 24.1, 25.1, 26.1.
     assert_eq!(both[0].throughput_after, Some(1.0));
     assert_eq!(both[1].throughput_before, Some(1.0));
@@ -175,4 +198,193 @@ fn an_audit_counts_acknowledged_jobs_missing_anywhere_and_jobs_never_sent() {
     assert_eq!(a.lost_jobs, ["b (missing on server 1, 3)"]);
     assert_eq!(a.phantom_jobs, ["zz (on server 1)"]);
     assert!(a.failure().unwrap().contains("b (missing on server 1, 3)"));
+}
+
+/// Jobs every 0.5 s from `from` to `to` (exclusive), each taking `ms`.
+fn steady(from: f64, to: f64, ms: f64) -> Vec<(f64, f64)> {
+    let n = ((to - from) / 0.5).round() as usize;
+    (0..n).map(|i| (from + i as f64 * 0.5, ms)).collect()
+}
+
+/// The recovery against the fault's own baseline.
+fn recovery(w: RecoveryWindow, placed: &[(f64, f64)], running: &[(f64, f64)]) -> Option<f64> {
+    control_plane_recovery(w, Bounds::of(w, placed, running), placed, running)
+}
+
+fn window(at_s: f64, undone_s: f64) -> RecoveryWindow {
+    RecoveryWindow {
+        at_s,
+        baseline_from_s: at_s - 10.0,
+        undone_s,
+        until_s: f64::INFINITY,
+    }
+}
+
+#[test]
+fn the_held_up_bound_is_half_again_the_baseline_p99_and_at_least_250_ms_over_it() {
+    assert_eq!(held_up_bound_ms(100.0), 350.0);
+    assert_eq!(held_up_bound_ms(500.0), 750.0);
+    assert_eq!(held_up_bound_ms(1000.0), 1500.0);
+}
+
+#[test]
+fn the_control_plane_is_back_when_the_last_job_the_fault_held_up_is_done() {
+    // Placement takes 20 ms and running 800 ms before and after a fault at
+    // 20 s, undone at 21 s. Three jobs are held up: one in flight at the
+    // injection (submitted at 19.9 s, placed 2 s later), two submitted
+    // under the fault, the last running at 20.6 + 3.4 = 24.0 s.
+    let mut placed = steady(10.0, 19.5, 20.0);
+    let mut running = steady(10.0, 19.5, 800.0);
+    placed.extend([(19.9, 2000.0), (20.3, 1800.0), (20.6, 1500.0)]);
+    running.extend([(19.9, 2800.0), (20.3, 2600.0), (20.6, 3400.0)]);
+    placed.extend(steady(21.0, 30.0, 20.0));
+    running.extend(steady(21.0, 30.0, 800.0));
+    let w = window(20.0, 21.0);
+    let r = recovery(w, &placed, &running).unwrap();
+    assert!((r - 4.0).abs() < 1e-9, "{r}");
+    // Placement alone was back at 22.1 s.
+    let r = recovery(w, &placed, &[]).unwrap();
+    assert!((r - 2.1).abs() < 1e-9, "{r}");
+}
+
+#[test]
+fn no_job_held_up_is_back_at_once_and_no_job_around_the_fault_is_unmeasured() {
+    let placed = steady(10.0, 30.0, 20.0);
+    let running = steady(10.0, 30.0, 800.0);
+    assert_eq!(recovery(window(20.0, 21.0), &placed, &running), Some(0.0));
+    // Slower, but within the bound (800 ms → 1,200 ms): not held up.
+    let slower: Vec<_> = running
+        .iter()
+        .map(|&(s, ms)| (s, if s >= 20.0 { 1150.0 } else { ms }))
+        .collect();
+    assert_eq!(recovery(window(20.0, 21.0), &placed, &slower), Some(0.0));
+    // No job at all; jobs only before; jobs only after.
+    assert_eq!(recovery(window(20.0, 21.0), &[], &[]), None);
+    let before = steady(10.0, 19.0, 20.0);
+    assert_eq!(recovery(window(20.0, 21.0), &before, &[]), None);
+    let after = steady(20.0, 30.0, 20.0);
+    assert_eq!(recovery(window(20.0, 21.0), &after, &[]), None);
+}
+
+#[test]
+fn a_slow_job_after_the_control_plane_settled_is_not_the_faults() {
+    let mut placed = steady(10.0, 30.0, 20.0);
+    // Held up under the fault (placed at 21.5 s), then a straggler at 27 s
+    // submitted after everything had settled, and one at 21.2 s, submitted
+    // while the first was still waiting: the backlog, counted.
+    placed.push((20.5, 1000.0));
+    placed.push((21.2, 800.0));
+    placed.push((27.0, 900.0));
+    let r = recovery(window(20.0, 21.0), &placed, &[]).unwrap();
+    assert!((r - 2.0).abs() < 1e-9, "{r}");
+    // The next fault's jobs are not this one's, and one of this fault's
+    // still held up when the next one strikes (placed at 21.5 s, the next
+    // fault at 21 s) ends the recovery there.
+    let w = RecoveryWindow {
+        until_s: 21.0,
+        ..window(20.0, 21.0)
+    };
+    let r = recovery(w, &placed, &[]).unwrap();
+    assert!(
+        (r - 1.0).abs() < 1e-9,
+        "not back at the next fault: cut there, {r}"
+    );
+}
+
+#[test]
+fn each_fault_is_measured_against_the_jobs_before_it() {
+    let f = Injected {
+        step: FaultStep {
+            at: Duration::from_secs(20),
+            action: FaultAction::KillLeader,
+            duration: Duration::from_secs(2),
+        },
+        at_s: 20.0,
+        servers: vec![1],
+        leader_before: 1,
+        term_before: 3,
+        leader_s: Some(21.0),
+        leader_after: Some(2),
+        undone_s: 22.0,
+        term_after: Some(4),
+    };
+    let mut jobs = JobTimes {
+        placed: steady(5.0, 40.0, 20.0),
+        ran: steady(5.0, 40.0, 800.0)
+            .into_iter()
+            .map(|(s, ms)| (s, ms, 1))
+            .collect(),
+        ..Default::default()
+    };
+    jobs.placed.push((20.1, 2500.0));
+    let second = Injected {
+        at_s: 30.0,
+        leader_s: Some(30.5),
+        undone_s: 31.0,
+        ..f.clone()
+    };
+    let r = measure(
+        &[f.clone(), second],
+        &journal(&[]),
+        &jobs,
+        40.0,
+        Duration::from_secs(10),
+    );
+    assert!((r[0].control_plane_recovery_s.unwrap() - 2.6).abs() < 1e-9);
+    assert_eq!(r[1].control_plane_recovery_s, Some(0.0));
+    // A fault right after the first one's control plane was back (22.6 s)
+    // has no baseline job of its own: it takes the first one's bounds, and
+    // the job it holds up (placed 1 s late) counts.
+    let close = Injected {
+        at_s: 23.0,
+        leader_s: Some(23.5),
+        undone_s: 23.5,
+        ..f.clone()
+    };
+    jobs.placed.push((23.1, 1000.0));
+    let r = measure(
+        &[f, close],
+        &journal(&[]),
+        &jobs,
+        40.0,
+        Duration::from_secs(10),
+    );
+    assert!(
+        (r[1].control_plane_recovery_s.unwrap() - 1.1).abs() < 1e-9,
+        "{:?}",
+        r[1]
+    );
+    let json = serde_json::to_value(&r[0]).unwrap();
+    assert!(json["control_plane_recovery_s"].is_number());
+}
+
+#[test]
+fn a_faults_window_runs_from_its_injection_until_the_control_plane_was_back() {
+    let report = |cp: Option<f64>, recovered: Option<f64>| super::FaultReport {
+        action: FaultAction::KillLeader,
+        at_s: 15.05,
+        scheduled_at_s: 15.0,
+        duration_s: 10.0,
+        servers: vec![3],
+        leader_before: Some(3),
+        time_to_leader_s: Some(1.1),
+        leader_after: Some(1),
+        unavailable_s: Some(1.1),
+        elections: Some(1),
+        recovered_s: recovered,
+        throughput_before: None,
+        throughput_after: None,
+        control_plane_recovery_s: cp,
+    };
+    let start = 1_000_000_000;
+    let w = super::windows(&[report(Some(2.5), Some(25.05))], start);
+    assert_eq!(w[0].label, "kill_leader@15s");
+    assert_eq!(
+        (w[0].from_us, w[0].to_us),
+        (start + 15_050_000, start + 17_550_000)
+    );
+    // Not measured: until the fault was over, or only its instant.
+    let w = super::windows(&[report(None, Some(25.05)), report(None, None)], start);
+    assert_eq!(w[0].to_us, start + 25_050_000);
+    assert_eq!(w[1].to_us, w[1].from_us);
 }

@@ -187,6 +187,7 @@ mod tests {
             recovered_s: Some(23.4),
             throughput_before: Some(4.0),
             throughput_after: Some(3.9),
+            control_plane_recovery_s: Some(2.3),
         };
         let mut variant = VariantSummary {
             name: "faults <b>".into(),
@@ -235,6 +236,10 @@ mod tests {
         );
         assert!(t.contains("@20s: 1.3 / 1.5 / 1"), "{t}");
         assert!(t.contains("4.0 / 3.9"), "{t}");
+        assert!(
+            t.contains("\n  control plane back s") && t.contains("2.3"),
+            "{t}"
+        );
         assert!(t.contains("audit: acked / lost / phantom") && t.contains("100 / 0 / 0"));
         assert!(
             t.contains("\n  acks/s before / after"),

@@ -200,6 +200,10 @@ fn rows(s: &RunSummary) -> Vec<Row> {
                 None => "not injected".into(),
             },
         );
+        row("  control plane back s", &|v| match v.faults.get(i) {
+            Some(f) => tenths(f.control_plane_recovery_s),
+            None => "-".into(),
+        });
         row("  acks/s before / after", &|v| match v.faults.get(i) {
             Some(f) => format!(
                 "{} / {}",
@@ -410,13 +414,13 @@ pub fn faults(v: &VariantSummary) -> String {
         html.push_str(
             "<table class=\"data faults\"><thead><tr><th>fault</th><th>at s</th><th>servers</th>\
              <th>lasted s</th><th>time to leader s</th><th>unavailable s</th><th>elections</th>\
-             <th>acks/s before</th><th>acks/s after</th></tr></thead><tbody>",
+             <th>control plane back s</th><th>acks/s before</th><th>acks/s after</th></tr></thead><tbody>",
         );
         for f in &v.faults {
             let servers: Vec<String> = f.servers.iter().map(|s| s.to_string()).collect();
             let _ = write!(
                 html,
-                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 f.action.name(),
                 f.at_s,
                 servers.join(", "),
@@ -424,6 +428,7 @@ pub fn faults(v: &VariantSummary) -> String {
                 tenths(f.time_to_leader_s),
                 tenths(f.unavailable_s),
                 f.elections.map_or("-".into(), |e| e.to_string()),
+                tenths(f.control_plane_recovery_s),
                 tenths(f.throughput_before),
                 tenths(f.throughput_after),
             );

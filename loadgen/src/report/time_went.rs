@@ -20,6 +20,8 @@ const WIDTH: f64 = 900.0;
 const LABEL: f64 = 170.0;
 /// The waterfall shows at most this many jobs.
 const WATERFALL_ROWS: usize = 50;
+/// The outline of a stage that spans a fault.
+const FAULT_STROKE: &str = "#d62728";
 
 /// The section, with a part per variant.
 pub fn section(s: &RunSummary) -> String {
@@ -65,12 +67,15 @@ fn variant(v: &VariantSummary, named: bool) -> String {
     let _ = write!(
         html,
         "<p class=\"hint trace-check\">{} jobs traced, {} untraced; {} boundaries read before \
-         the one they follow, moved up by {:.1} ms in all. The stages' medians add up to \
-         {:.1} ms; the median time to running is {:.1} ms.</p>",
+         the one they follow, moved up by {:.1} ms in all; {} applies read after the step \
+         that follows them (a restarted leader's record lost), moved back to it by {:.1} ms. \
+         The stages' medians add up to {:.1} ms; the median time to running is {:.1} ms.</p>",
         c.traced,
         c.untraced,
         c.clamps,
         c.clamped_ms,
+        c.applies_bounded,
+        c.applies_bounded_ms,
         c.sum_of_stage_medians_ms,
         c.median_time_to_running_ms
     );
@@ -192,10 +197,21 @@ fn waterfall(jobs: &[TracedJob]) -> String {
             id = escape(id)
         );
         for (i, span) in job.spans.iter().enumerate() {
+            // A stage that spans a fault is outlined, and says which.
+            let (mark, spans) = match &span.spans_fault {
+                Some(f) => (
+                    format!(
+                        " data-spans-fault=\"{f}\" stroke=\"{FAULT_STROKE}\" stroke-width=\"1.5\"",
+                        f = escape(f)
+                    ),
+                    format!(", spans {}", escape(f)),
+                ),
+                None => (String::new(), String::new()),
+            };
             let _ = write!(
                 svg,
                 "<rect class=\"stage\" data-stage=\"{name}\" x=\"{:.1}\" y=\"{y:.0}\" width=\"{:.1}\" \
-                 height=\"12\" fill=\"{}\"><title>{name}: {:.1} to {:.1} ms</title></rect>",
+                 height=\"12\" fill=\"{}\"{mark}><title>{name}: {:.1} to {:.1} ms{spans}</title></rect>",
                 LABEL + span.start_ms * scale,
                 (span.end_ms - span.start_ms) * scale,
                 COLOURS[i % COLOURS.len()],
@@ -213,6 +229,21 @@ fn waterfall(jobs: &[TracedJob]) -> String {
         );
     }
     svg.push_str("</svg>");
+    let faults: std::collections::BTreeSet<&str> = jobs
+        .iter()
+        .flat_map(|j| &j.spans)
+        .filter_map(|s| s.spans_fault.as_deref())
+        .flat_map(|f| f.split(", "))
+        .collect();
+    if !faults.is_empty() {
+        let names: Vec<String> = faults.iter().map(|f| escape(f)).collect();
+        let _ = write!(
+            svg,
+            "<p class=\"hint spans-fault\">Stages outlined in red overlap a fault's window, from \
+             its injection until the control plane was back: {}.</p>",
+            names.join("; ")
+        );
+    }
     svg
 }
 
@@ -271,6 +302,29 @@ mod tests {
         assert_eq!(html.matches("<li>").count(), 10);
         assert!(html.contains("<p class=\"bottleneck\">at 3.0 jobs/s the p99 is set by"));
         assert!(html.contains("<svg class=\"waterfall\""));
+    }
+
+    #[test]
+    fn a_stage_that_spans_a_fault_is_outlined_and_named() {
+        let mut v = traced(3);
+        assert!(!variant(&v, false).contains("data-spans-fault"));
+        v.slowest_paths[0].spans[2].spans_fault = Some("kill_leader@15s".into());
+        v.slowest_paths[1].spans[2].spans_fault = Some("kill_leader@15s, pause_leader@30s".into());
+        let html = variant(&v, false);
+        assert_eq!(
+            html.matches("data-spans-fault=\"kill_leader@15s\"").count(),
+            1
+        );
+        assert!(
+            html.contains(": kill_leader@15s; pause_leader@30s.</p>"),
+            "each fault once"
+        );
+        assert!(html.contains("ms, spans kill_leader@15s</title>"));
+        assert!(html.contains("<p class=\"hint spans-fault\">"));
+        assert_eq!(
+            html.matches("<rect class=\"stage\"").count(),
+            2 * 10 + 3 * 10
+        );
     }
 
     #[test]

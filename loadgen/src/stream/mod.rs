@@ -30,7 +30,7 @@ mod report;
 
 use report::{percentiles_ms, quantiles_ms, windows};
 pub use report::{
-    sketch_quantiles, Ack, Journal, LatencyQuantiles, Percentiles, RanJob, StreamReport,
+    sketch_quantiles, Ack, JobTimes, Journal, LatencyQuantiles, Percentiles, RanJob, StreamReport,
 };
 
 /// Submissions in flight at most; more are dropped (and counted).
@@ -209,6 +209,10 @@ pub async fn run(
     start: Instant,
 ) -> (StreamReport, Journal) {
     let tally = Arc::new(Mutex::new(Tally::default()));
+    {
+        let mut t = tally.lock().unwrap();
+        t.report.jobs.start_us = t.clock.unix_us(start);
+    }
     let mut rng = rand::rngs::StdRng::seed_from_u64(SEED);
     let weights = WeightedIndex::new(scenario.job_mix.iter().map(|j| j.weight))
         .expect("the scenario check keeps weights above 0");

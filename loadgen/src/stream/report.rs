@@ -56,6 +56,9 @@ pub struct JobTimes {
     /// Every job that ran, on the wall clock: what its critical path is
     /// traced against (a job updated and run again appears once per run).
     pub ran_jobs: Vec<RanJob>,
+    /// The start of the stream (second 0 of the times above) on the same
+    /// wall clock, in Unix microseconds.
+    pub start_us: u64,
 }
 
 /// A job that ran: its id, when its submission was scheduled and when the

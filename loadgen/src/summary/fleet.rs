@@ -225,6 +225,7 @@ mod tests {
             recovered_s: None,
             throughput_before: None,
             throughput_after: None,
+            control_plane_recovery_s: None,
         }
     }
 
