@@ -113,6 +113,7 @@ pub async fn serve(
     let control = opts.control_config();
     let (touch, contact) = Contact::channel();
     let foundations = Foundations::new(&control, metrics.registry(), contact.clone());
+    foundations.store.replayed_until(log_store.last_index()?);
     let observer = {
         let hub = foundations.hub.clone();
         Arc::new(move |c: &crate::state::Changes| hub.applied(c))

@@ -64,6 +64,14 @@ impl StateStore {
         out
     }
 
+    /// Entries up to `index` were in this server's log when it started:
+    /// their replay keeps no apply time ([`ApplyClock`]).
+    pub fn replayed_until(&self, index: u64) {
+        if let Some(clock) = &self.clock {
+            stampede_proto::lock(clock).replayed_until(index);
+        }
+    }
+
     /// When this server applied `index` (unix µs), if it still knows.
     pub fn applied_at_us(&self, index: u64) -> Option<u64> {
         stampede_proto::lock(self.clock.as_ref()?).at(index)

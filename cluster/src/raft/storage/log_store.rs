@@ -84,6 +84,18 @@ impl LogStore {
         Ok(store)
     }
 
+    /// The index of the last entry in the log (0 for none): at start-up,
+    /// the entries this server will replay, already applied before it
+    /// stopped or about to be.
+    pub fn last_index(&self) -> Result<u64, StoreError> {
+        let last = self.last_log_id().map_err(|e| StoreError::Corrupt {
+            path: self.db.path().to_path_buf(),
+            what: "raft log",
+            detail: e.to_string(),
+        })?;
+        Ok(last.map_or(0, |id| id.index))
+    }
+
     fn check_identity(&self, dir: &Path, want: &Identity) -> Result<(), StoreError> {
         let corrupt = |detail: String| StoreError::Corrupt {
             path: dir.to_path_buf(),
