@@ -63,6 +63,23 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
 /// See [`KEEPALIVE_INTERVAL`].
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// How long a new connection may take, the TLS handshake included. A
+/// paused server's kernel still accepts connections on its listening
+/// socket, so only a bound on the handshake finds it; with tonic's own
+/// connector the timeout covers the TCP connect alone, and a call that a
+/// node sent on a new connection to a paused server waited until the
+/// server resumed.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The TCP connector every channel dials with: given to tonic as a custom
+/// connector, which tonic wraps (TLS and all) in the connect timeout.
+fn tcp_connector() -> hyper_util::client::legacy::connect::HttpConnector {
+    let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http
+}
+
 /// Longest pause between attempts: short, so a caller notices a new leader
 /// within a fraction of an election.
 const MAX_RETRY_PAUSE: Duration = Duration::from_millis(200);
@@ -129,12 +146,11 @@ impl ClusterClient {
                         .map_err(|e| ClientError::Tls(e.to_string()))?;
                 }
                 Ok(endpoint
-                    .connect_timeout(Duration::from_secs(1))
-                    .tcp_nodelay(true)
+                    .connect_timeout(CONNECT_TIMEOUT)
                     .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
                     .keep_alive_timeout(KEEPALIVE_TIMEOUT)
                     .keep_alive_while_idle(true)
-                    .connect_lazy())
+                    .connect_with_connector_lazy(tcp_connector()))
             })
             .collect::<Result<Vec<_>, ClientError>>()?;
         let auth = match security.bearer() {
