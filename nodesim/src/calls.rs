@@ -77,9 +77,15 @@ impl Calls {
         }
     }
 
-    /// How many channels (connections) the calls go on.
-    pub(crate) fn channel_count(&self) -> usize {
-        self.streams.len()
+    /// Notes that `channel` gave no answer in time: new calls pass it over.
+    pub(crate) fn note_lost(&self, channel: usize) {
+        self.client.note_lost(channel);
+    }
+
+    /// The channel a node on `from` moves to after a failure: the next
+    /// one whose connection has not been lost lately.
+    pub(crate) fn next_healthy(&self, from: usize) -> usize {
+        self.client.next_healthy(from)
     }
 
     pub(crate) fn register(
@@ -178,7 +184,13 @@ impl Calls {
                     "the server has no call stream; the call goes again on its own",
                 ))
             }
-            Err(status) => Err(status),
+            Err(status) => {
+                // Not the server's answer: the stream broke or never
+                // opened (the connection was lost, or the server stopped
+                // answering). New calls pass this channel over a while.
+                self.client.note_lost(channel);
+                Err(status)
+            }
         })
     }
 

@@ -193,8 +193,7 @@ pub enum Error {
 
 /// What every node of the fleet shares.
 pub(crate) struct Shared {
-    client: ClusterClient,
-    /// The nodes' calls, on one stream per channel of `client`.
+    /// The nodes' calls, on one stream per channel of the cluster client.
     calls: Arc<calls::Calls>,
     profile: NodeProfile,
     metrics: Metrics,
@@ -214,15 +213,17 @@ impl Shared {
     }
 
     fn rotate_channel(&self, slot: u32) {
-        rotate(&self.channels, slot, self.client.channel_count());
+        rotate(&self.channels, &self.calls, slot);
     }
 }
 
-/// Moves node `slot` to the next of `n` channels (another server).
-fn rotate(channels: &[AtomicU32], slot: u32, n: usize) {
-    let n = n as u32;
+/// Moves node `slot` to the next channel (another server) whose connection
+/// has not been lost lately.
+fn rotate(channels: &[AtomicU32], calls: &calls::Calls, slot: u32) {
     let c = &channels[slot as usize];
-    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| Some((i + 1) % n));
+    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
+        Some(calls.next_healthy(i as usize) as u32)
+    });
 }
 
 /// A running fleet.
@@ -283,7 +284,6 @@ impl Fleet {
         );
         sync.set_job_times(opts.job_times == JobTimes::On);
         let shared = Arc::new(Shared {
-            client,
             calls,
             profile: NodeProfile {
                 id_prefix,
@@ -394,14 +394,17 @@ fn update_sender(
                         failover: false,
                     })
                 }
-                Err(_) => SendFailed {
-                    message: "no answer within the RPC timeout".into(),
-                    failover: false,
-                },
+                Err(_) => {
+                    calls.note_lost(channel);
+                    SendFailed {
+                        message: "no answer within the RPC timeout".into(),
+                        failover: false,
+                    }
+                }
             };
             // The next send goes to the next server, as the node's other
             // calls do after a failure.
-            rotate(&channels, slot, calls.channel_count());
+            rotate(&channels, &calls, slot);
             Err(failed)
         })
     })

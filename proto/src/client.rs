@@ -106,8 +106,60 @@ pub struct ClusterClient {
     channels: std::sync::Arc<Vec<Channel>>,
     auth: Authorization,
     next: std::sync::Arc<AtomicUsize>,
+    /// Which channels lost their connection lately.
+    health: std::sync::Arc<Health>,
+    /// The channel every call goes on (one attempt of `attempts`), if set.
+    pin: Option<usize>,
     retry_for: Duration,
     attempt_timeout: Duration,
+}
+
+/// How long a channel that lost its connection (or had no answer in an
+/// attempt's time) is passed over by new calls while another is there.
+/// A paused server's kernel still accepts connections, so every call sent
+/// its way waits for a connect timeout; and tonic fails the calls queued on
+/// a channel that cannot connect one per connect attempt, so a busy caller's
+/// calls drained off a paused server at one a second. Nomad's client moves
+/// a server that failed an RPC to the back of its list in the same way.
+pub const QUARANTINE: Duration = Duration::from_secs(3);
+
+/// When each channel last lost its connection.
+#[derive(Debug)]
+struct Health {
+    epoch: Instant,
+    /// Milliseconds from `epoch` to the last failure, plus one (0: none).
+    failed_ms: Vec<std::sync::atomic::AtomicU64>,
+}
+
+impl Health {
+    fn new(n: usize) -> Self {
+        Self {
+            epoch: Instant::now(),
+            failed_ms: (0..n).map(|_| Default::default()).collect(),
+        }
+    }
+
+    fn failed(&self, i: usize) {
+        let ms = self.epoch.elapsed().as_millis() as u64 + 1;
+        self.failed_ms[i].store(ms, Ordering::Relaxed);
+    }
+
+    fn failed_lately(&self, i: usize) -> bool {
+        match self.failed_ms[i].load(Ordering::Relaxed) {
+            0 => false,
+            at => self.epoch.elapsed().as_millis() as u64 + 1 < at + QUARANTINE.as_millis() as u64,
+        }
+    }
+}
+
+/// Whether `status` says the connection was lost or never answered (a
+/// transport error, a stream cut, no answer in time) rather than that a
+/// server answered.
+pub fn lost_connection(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
+    ) || std::error::Error::source(status).is_some()
 }
 
 impl ClusterClient {
@@ -157,10 +209,13 @@ impl ClusterClient {
             Some(b) => Some(b.parse().map_err(|_| ClientError::BadToken)?),
             None => None,
         };
+        let channels_len = channels.len();
         Ok(Self {
             channels: std::sync::Arc::new(channels),
             auth: Authorization(auth),
             next: Default::default(),
+            health: std::sync::Arc::new(Health::new(channels_len)),
+            pin: None,
             retry_for: DEFAULT_RETRY_FOR,
             attempt_timeout: DEFAULT_ATTEMPT_TIMEOUT,
         })
@@ -235,8 +290,44 @@ impl ClusterClient {
     }
 
     fn next_channel(&self) -> Channel {
-        let i = self.next.fetch_add(1, Ordering::Relaxed);
-        self.channels[i % self.channels.len()].clone()
+        let i = self.pin.unwrap_or_else(|| self.pick());
+        self.channels[i].clone()
+    }
+
+    /// The next channel in turn that has not lost its connection lately
+    /// (the next in turn if all have).
+    fn pick(&self) -> usize {
+        let n = self.channels.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..n)
+            .map(|k| (start + k) % n)
+            .find(|&i| !self.health.failed_lately(i))
+            .unwrap_or(start % n)
+    }
+
+    /// The channel after `from` that has not lost its connection lately
+    /// (the one after `from` if all have): where a caller that keeps its
+    /// own channel, such as a simulated node, moves after a failure.
+    pub fn next_healthy(&self, from: usize) -> usize {
+        let n = self.channels.len();
+        (1..=n)
+            .map(|k| (from + k) % n)
+            .find(|&i| !self.health.failed_lately(i))
+            .unwrap_or((from + 1) % n)
+    }
+
+    /// Notes that channel `i` lost its connection (see [`lost_connection`]):
+    /// new calls pass it over for [`QUARANTINE`].
+    pub fn note_lost(&self, i: usize) {
+        self.health.failed(i % self.channels.len());
+    }
+
+    /// This client with every call on channel `i`.
+    fn pinned(&self, i: usize) -> Self {
+        Self {
+            pin: Some(i),
+            ..self.clone()
+        }
     }
 
     /// Runs `call` on one server after another until it succeeds, fails with
@@ -281,7 +372,10 @@ impl ClusterClient {
         // Why an earlier attempt of a write may have taken effect.
         let mut in_doubt: Option<String> = None;
         loop {
-            let attempt = tokio::time::timeout(self.attempt_timeout, call(self.clone()));
+            // One channel per attempt, so that a lost connection is noted
+            // against the server it was to.
+            let i = self.pin.unwrap_or_else(|| self.pick());
+            let attempt = tokio::time::timeout(self.attempt_timeout, call(self.pinned(i)));
             let status = match attempt.await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(s)) => s,
@@ -290,6 +384,9 @@ impl ClusterClient {
                     self.attempt_timeout
                 )),
             };
+            if lost_connection(&status) {
+                self.health.failed(i);
+            }
             if write && retryable(&status) {
                 in_doubt.get_or_insert_with(|| status.message().to_string());
             } else if let Some(earlier) = in_doubt.as_deref() {
@@ -377,6 +474,50 @@ mod tests {
         assert!(retryable(&Status::unavailable(
             "no raft leader is elected yet"
         )));
+    }
+
+    #[tokio::test]
+    async fn a_server_whose_connection_was_lost_is_passed_over_until_all_were() {
+        let addrs = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
+        let client = ClusterClient::new(&addrs, &Security::insecure()).unwrap();
+        let picks = |n: usize| (0..n).map(|_| client.pick()).collect::<Vec<_>>();
+        assert_eq!(picks(3), [0, 1, 2]);
+        client.note_lost(1);
+        assert_eq!(picks(4), [0, 2, 2, 0], "server 1 passed over");
+        assert_eq!(client.next_healthy(0), 2);
+        assert_eq!(client.next_healthy(2), 0);
+        client.note_lost(0);
+        client.note_lost(2);
+        assert_eq!(picks(3).len(), 3, "all lost: in turn, as before");
+        assert_eq!(client.next_healthy(0), 1);
+
+        // An attempt that loses its connection is noted against its server;
+        // a server's own answer is not.
+        let client = ClusterClient::new(&addrs, &Security::insecure())
+            .unwrap()
+            .with_retry_for(Duration::from_millis(100));
+        let tried = std::sync::Mutex::new(Vec::new());
+        let answer = client
+            .retrying(|c| {
+                let i = c.pin.expect("each attempt is on one channel");
+                tried.lock().unwrap().push(i);
+                async move {
+                    match i {
+                        0 => {
+                            let mut s = Status::unavailable("connection refused");
+                            s.set_source(std::sync::Arc::new(std::io::Error::other("refused")));
+                            Err(s)
+                        }
+                        1 => Err(Status::unavailable("no raft leader is elected yet")),
+                        _ => Ok(i),
+                    }
+                }
+            })
+            .await;
+        assert_eq!(answer.unwrap(), 2);
+        assert_eq!(*tried.lock().unwrap(), [0, 1, 2]);
+        assert!(client.health.failed_lately(0));
+        assert!(!client.health.failed_lately(1), "a server's answer");
     }
 
     #[tokio::test]

@@ -144,8 +144,6 @@ pub(super) async fn drive(
     };
     summary.validity = validity::judge(schedule, &summary.series, &budget);
     let jobs_per_s = summary.stream.submitted as f64 / scenario.duration.as_secs_f64();
-    summary.critical_path =
-        critical_path::figures(&paths, untraced, &summary.cpu_cores, jobs_per_s);
     if cluster.is_some() && !scenario.faults.is_empty() {
         let stream_s = scenario.duration.as_secs_f64();
         summary.faults = faults::measure(
@@ -157,6 +155,13 @@ pub(super) async fn drive(
         );
     }
     let windows = faults::windows(&summary.faults, summary.stream.jobs.start_us);
+    summary.critical_path = critical_path::figures_with_faults(
+        &paths,
+        untraced,
+        &summary.cpu_cores,
+        jobs_per_s,
+        &windows,
+    );
     let k = scenario.trace_slowest as usize;
     summary.slowest_paths = critical_path::slowest_marked(&paths, k, &v.name, &windows);
     write_traces(dir, &summary.slowest_paths)?;

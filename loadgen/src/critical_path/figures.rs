@@ -146,6 +146,19 @@ pub fn figures(
     cpu_cores: &BTreeMap<String, f64>,
     jobs_per_s: f64,
 ) -> CriticalPath {
+    figures_with_faults(paths, untraced, cpu_cores, jobs_per_s, &[])
+}
+
+/// [`figures`], for a run with faults: when most of the slowest jobs spent
+/// the bottleneck stage across one fault's window, the sentence names that
+/// fault and what a failover does to the stage.
+pub fn figures_with_faults(
+    paths: &[JobPath],
+    untraced: u64,
+    cpu_cores: &BTreeMap<String, f64>,
+    jobs_per_s: f64,
+    faults: &[FaultWindow],
+) -> CriticalPath {
     let slow = slowest_share(paths);
     let mut check = TraceCheck {
         traced: paths.len() as u64,
@@ -192,12 +205,44 @@ pub fn figures(
     check.sum_of_stage_medians_ms = medians.all.iter().sum();
     let ttr: Vec<f64> = paths.iter().map(JobPath::time_to_running_ms).collect();
     check.median_time_to_running_ms = median(&ttr);
+    let mut bottleneck = bottleneck(&stages, cpu_cores, jobs_per_s);
+    if let Some(b) = bottleneck.as_mut() {
+        if let Some(i) = STAGES.iter().position(|s| s.name == b.stage) {
+            if let Some(note) = across_a_fault(&slow, i, faults) {
+                b.text.push_str(&note);
+            }
+        }
+    }
     CriticalPath {
-        bottleneck: bottleneck(&stages, cpu_cores, jobs_per_s),
+        bottleneck,
         stages,
         stages_median_ms: medians,
         trace_check: check,
     }
+}
+
+/// When more than half of the `slow` jobs spent stage `i` across the same
+/// fault's window, the clause that says so: the fault, how many, and what
+/// a failover does to that stage.
+fn across_a_fault(slow: &[&JobPath], i: usize, faults: &[FaultWindow]) -> Option<String> {
+    let mut by_fault: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in slow {
+        let (from, to) = (p.boundaries[i], p.boundaries[i + 1]);
+        // The fault the stage overlaps first: one stage, one fault.
+        if let Some(f) = faults.iter().find(|f| from <= f.to_us && to >= f.from_us) {
+            *by_fault.entry(f.label.as_str()).or_default() += 1;
+        }
+    }
+    let (fault, n) = by_fault
+        .into_iter()
+        .max_by(|a, b| a.1.cmp(&b.1).then(b.0.cmp(a.0)))?;
+    (2 * n > slow.len()).then(|| {
+        format!(
+            "; {n} of the {} slowest jobs spent it across {fault}: {}",
+            slow.len(),
+            STAGES[i].across_a_failover
+        )
+    })
 }
 
 /// The slowest 1% of `paths` by time to running (at least one), slowest first.

@@ -26,7 +26,10 @@ use stampede_proto::JobTrace;
 
 use crate::stream::RanJob;
 
-pub use figures::{figures, slowest, slowest_marked, CriticalPath, FaultWindow, Span, TracedJob};
+pub use figures::{
+    figures, figures_with_faults, slowest, slowest_marked, CriticalPath, FaultWindow, Span,
+    TracedJob,
+};
 
 /// One stage of the path: its name (a contract: `summary.json` and
 /// `traces.json` carry it), the process it runs in, and what it is in words.
@@ -35,13 +38,22 @@ pub struct Stage {
     pub name: &'static str,
     pub process: &'static str,
     pub what: &'static str,
+    /// What a failover does to this stage, for the sentence of a run
+    /// whose slowest jobs spent it across a fault.
+    pub across_a_failover: &'static str,
 }
 
-const fn stage(name: &'static str, process: &'static str, what: &'static str) -> Stage {
+const fn stage(
+    name: &'static str,
+    process: &'static str,
+    what: &'static str,
+    across_a_failover: &'static str,
+) -> Stage {
     Stage {
         name,
         process,
         what,
+        across_a_failover,
     }
 }
 
@@ -51,16 +63,62 @@ pub const STAGES: [Stage; 10] = [
         "register",
         "leader",
         "the evaluation that placed the last allocation (the registration's commit, or a rolling update's later step)",
+        "the registration, or a rolling update's next step, waited for a leader that answers (a write to a server that stopped answering waits for the caller's attempt timeout)",
     ),
-    stage("enqueue", "leader", "enqueueing the evaluation"),
-    stage("broker_wait", "leader", "the broker's queue"),
-    stage("catch_up", "worker", "a worker catching up"),
-    stage("schedule", "worker", "scheduling"),
-    stage("plan_commit", "leader", "the plan's commit"),
-    stage("deliver", "nodesim", "delivery to the node"),
-    stage("runner_start", "nodesim", "the runner's start"),
-    stage("report_running", "leader", "client-update batching"),
-    stage("observe", "loadgen", "loadgen's observation"),
+    stage(
+        "enqueue",
+        "leader",
+        "enqueueing the evaluation",
+        "the evaluation waited for the new leader to restore its broker",
+    ),
+    stage(
+        "broker_wait",
+        "leader",
+        "the broker's queue",
+        "the evaluation waited in the new leader's broker until a worker reached it",
+    ),
+    stage(
+        "catch_up",
+        "worker",
+        "a worker catching up",
+        "a worker's state caught up with the new leader's",
+    ),
+    stage(
+        "schedule",
+        "worker",
+        "scheduling",
+        "the scheduler ran on a worker whose leader changed",
+    ),
+    stage(
+        "plan_commit",
+        "leader",
+        "the plan's commit",
+        "the plan waited for a leader that could commit it",
+    ),
+    stage(
+        "deliver",
+        "nodesim",
+        "delivery to the node",
+        "the node's allocation query was parked on a server that stopped answering, until the node found it gone and asked another",
+    ),
+    stage(
+        "runner_start",
+        "nodesim",
+        "the runner's start",
+        "the runner started while the cluster failed over (the runner does not wait on it)",
+    ),
+    stage(
+        "report_running",
+        "leader",
+        "client-update batching",
+        "the node's running report went to a server that stopped answering, and waited for the node's retry",
+    ),
+    stage(
+        "observe",
+        "loadgen",
+        "loadgen's observation",
+        "loadgen's own query was parked on a server that stopped answering",
+    ),
 ];
 
 /// One job's path: its eleven boundaries in Unix microseconds, in order

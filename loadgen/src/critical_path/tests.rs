@@ -326,3 +326,32 @@ fn a_job_every_server_replayed_is_traced_on_its_bounds_not_taken_for_a_later_sub
     trace.dequeued_us = later + 2;
     assert_eq!(path(&run, &trace), Err(Untraced::Superseded));
 }
+
+#[test]
+fn the_sentence_names_the_fault_and_its_mechanism_when_most_of_the_slowest_spent_the_stage_across_it(
+) {
+    // 250 jobs, one a millisecond; the three slowest (j247-j249) spend
+    // report_running across a pause that starts at 240 ms.
+    let paths = fleet(250);
+    let pause = FaultWindow {
+        label: FaultWindow::label("pause_leader", 59.0),
+        from_us: T0 + 240_000,
+        to_us: T0 + 600_000,
+    };
+    let f = figures::figures_with_faults(&paths, 0, &BTreeMap::new(), 6000.0, &[pause.clone()]);
+    let text = f.bottleneck.unwrap().text;
+    assert!(
+        text.ends_with(
+            "; 3 of the 3 slowest jobs spent it across pause_leader@59s: the node's running report went to a server that stopped answering, and waited for the node's retry"
+        ),
+        "{text}"
+    );
+    // A fault the slowest jobs did not wait through is not named.
+    let earlier = FaultWindow {
+        from_us: T0,
+        to_us: T0 + 1_000,
+        ..pause
+    };
+    let f = figures::figures_with_faults(&paths, 0, &BTreeMap::new(), 6000.0, &[earlier]);
+    assert!(!f.bottleneck.unwrap().text.contains("across"));
+}
