@@ -213,12 +213,28 @@ pub fn measure(
 ) -> Vec<FaultReport> {
     let window = window.as_secs_f64();
     let recovered = |f: &Injected| f.leader_s.map(|l| l.max(f.undone_s));
-    let placed = &jobs.placed;
-    let running: Vec<(f64, f64)> = jobs.ran.iter().map(|r| (r.0, r.1)).collect();
+    // Fresh registrations and rolling updates apart: an update runs at its
+    // rollout's pace (seconds, by design), and measured against a baseline
+    // of registrations every update after a fault read as held up by it.
+    let rollouts: std::collections::HashSet<u64> =
+        jobs.rollouts.iter().map(|s| s.to_bits()).collect();
+    let kind = |want: bool, jobs: &mut dyn Iterator<Item = (f64, f64)>| -> Vec<(f64, f64)> {
+        jobs.filter(|j| rollouts.contains(&j.0.to_bits()) == want)
+            .collect()
+    };
+    let kinds: Vec<(Vec<(f64, f64)>, Vec<(f64, f64)>)> = [false, true]
+        .into_iter()
+        .map(|want| {
+            (
+                kind(want, &mut jobs.placed.iter().copied()),
+                kind(want, &mut jobs.ran.iter().map(|r| (r.0, r.1))),
+            )
+        })
+        .collect();
     // When the previous fault's control plane was back: the next baseline
     // starts after it.
     let mut previous_back: Option<f64> = None;
-    let mut bounds = Bounds::default();
+    let mut bounds = [Bounds::default(); 2];
     injected
         .iter()
         .enumerate()
@@ -252,10 +268,17 @@ pub fn measure(
                 until_s: injected.get(i + 1).map_or(f64::INFINITY, |n| n.at_s),
             };
             // A fault too close to the one before to have a baseline of
-            // its own is measured against the last one's.
-            bounds = Bounds::of(recovery_window, placed, &running).or(bounds);
-            let control_plane_recovery_s =
-                control_plane_recovery(recovery_window, bounds, placed, &running);
+            // its own is measured against the last one's. Each kind of
+            // job against its own kind; the later recovery is kept.
+            let mut control_plane_recovery_s: Option<f64> = None;
+            for (k, (placed, running)) in kinds.iter().enumerate() {
+                bounds[k] = Bounds::of(recovery_window, placed, running).or(bounds[k]);
+                let r = control_plane_recovery(recovery_window, bounds[k], placed, running);
+                control_plane_recovery_s = match (control_plane_recovery_s, r) {
+                    (Some(a), Some(b)) => Some(a.max(b)),
+                    (a, b) => a.or(b),
+                };
+            }
             previous_back = control_plane_recovery_s.map(|r| f.at_s + r);
             FaultReport {
                 action: f.step.action,

@@ -388,3 +388,54 @@ fn a_faults_window_runs_from_its_injection_until_the_control_plane_was_back() {
     assert_eq!(w[0].to_us, start + 25_050_000);
     assert_eq!(w[1].to_us, w[1].from_us);
 }
+
+#[test]
+fn a_rolling_update_is_measured_against_other_updates_not_registrations() {
+    let f = Injected {
+        step: FaultStep {
+            at: Duration::from_secs(20),
+            action: FaultAction::PartitionLeader,
+            duration: Duration::from_secs(10),
+        },
+        at_s: 20.0,
+        servers: vec![1],
+        leader_before: 1,
+        term_before: 3,
+        leader_s: Some(21.0),
+        leader_after: Some(2),
+        undone_s: 30.0,
+        term_after: Some(4),
+    };
+    // Registrations run in 0.8 s; rolling updates, every 2.5 s from 6 s,
+    // in 4 s: their rollout's pace.
+    let updates: Vec<(f64, f64)> = (0..14).map(|i| (6.0 + 2.5 * i as f64, 4000.0)).collect();
+    let mut ran: Vec<(f64, f64, u64)> = steady(5.0, 40.0, 800.0)
+        .into_iter()
+        .chain(updates.iter().copied())
+        .map(|(s, ms)| (s, ms, 1))
+        .collect();
+    let mut jobs = JobTimes {
+        placed: steady(5.0, 40.0, 20.0),
+        rollouts: updates.iter().map(|u| u.0).collect(),
+        ..Default::default()
+    };
+    jobs.ran = ran.clone();
+    let r = measure(
+        &[f.clone()],
+        &journal(&[]),
+        &jobs,
+        40.0,
+        Duration::from_secs(10),
+    );
+    assert_eq!(
+        r[0].control_plane_recovery_s,
+        Some(0.0),
+        "updates at their own pace are not held up"
+    );
+    // One registration caught by the fault: running 2.2 s late.
+    ran.push((20.2, 3000.0, 1));
+    jobs.ran = ran;
+    let r = measure(&[f], &journal(&[]), &jobs, 40.0, Duration::from_secs(10));
+    let back = r[0].control_plane_recovery_s.unwrap();
+    assert!((back - 3.2).abs() < 1e-9, "{back}");
+}

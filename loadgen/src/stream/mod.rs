@@ -465,6 +465,9 @@ async fn submit_and_follow(
         let at = (scheduled - start).as_secs_f64();
         let ms = scheduled.elapsed().as_secs_f64() * 1000.0;
         t.report.jobs.placed.push((at, ms));
+        if update {
+            t.report.jobs.rollouts.push(at);
+        }
         t.report.placed += 1;
         t.last_placement = Some(Instant::now());
     }

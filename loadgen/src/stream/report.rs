@@ -59,6 +59,10 @@ pub struct JobTimes {
     /// The start of the stream (second 0 of the times above) on the same
     /// wall clock, in Unix microseconds.
     pub start_us: u64,
+    /// When each submission that updated a job was scheduled (as in
+    /// `placed`): its placement and time to running go at its rolling
+    /// update's pace, so a fault's recovery compares it with other updates.
+    pub rollouts: Vec<f64>,
 }
 
 /// A job that ran: its id, when its submission was scheduled and when the
