@@ -114,8 +114,9 @@ pub struct ClusterClient {
     attempt_timeout: Duration,
 }
 
-/// How long a channel that lost its connection (or had no answer in an
-/// attempt's time) is passed over by new calls while another is there.
+/// How long a channel whose call failed in a way worth another server (its
+/// connection lost, no answer in an attempt's time, `Unavailable`) is
+/// passed over by new calls while another is there.
 /// A paused server's kernel still accepts connections, so every call sent
 /// its way waits for a connect timeout; and tonic fails the calls queued on
 /// a channel that cannot connect one per connect attempt, so a busy caller's
@@ -150,16 +151,6 @@ impl Health {
             at => self.epoch.elapsed().as_millis() as u64 + 1 < at + QUARANTINE.as_millis() as u64,
         }
     }
-}
-
-/// Whether `status` says the connection was lost or never answered (a
-/// transport error, a stream cut, no answer in time) rather than that a
-/// server answered.
-pub fn lost_connection(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
-    ) || std::error::Error::source(status).is_some()
 }
 
 impl ClusterClient {
@@ -316,8 +307,8 @@ impl ClusterClient {
             .unwrap_or((from + 1) % n)
     }
 
-    /// Notes that channel `i` lost its connection (see [`lost_connection`]):
-    /// new calls pass it over for [`QUARANTINE`].
+    /// Notes that channel `i` failed a call (its connection lost, no answer
+    /// in time): new calls pass it over for [`QUARANTINE`].
     pub fn note_lost(&self, i: usize) {
         self.health.failed(i % self.channels.len());
     }
@@ -384,7 +375,11 @@ impl ClusterClient {
                     self.attempt_timeout
                 )),
             };
-            if lost_connection(&status) {
+            // Any failure worth another server moves this one to the back
+            // for a while, as a Nomad client does after a failed RPC: a
+            // server that cannot answer now (no leader yet, cut off) or
+            // that lost its connection is not tried again at once.
+            if retryable(&status) {
                 self.health.failed(i);
             }
             if write && retryable(&status) {
@@ -491,8 +486,8 @@ mod tests {
         assert_eq!(picks(3).len(), 3, "all lost: in turn, as before");
         assert_eq!(client.next_healthy(0), 1);
 
-        // An attempt that loses its connection is noted against its server;
-        // a server's own answer is not.
+        // An attempt that failed in a way worth another server is noted
+        // against its server.
         let client = ClusterClient::new(&addrs, &Security::insecure())
             .unwrap()
             .with_retry_for(Duration::from_millis(100));
@@ -516,8 +511,12 @@ mod tests {
             .await;
         assert_eq!(answer.unwrap(), 2);
         assert_eq!(*tried.lock().unwrap(), [0, 1, 2]);
-        assert!(client.health.failed_lately(0));
-        assert!(!client.health.failed_lately(1), "a server's answer");
+        assert!(client.health.failed_lately(0), "the connection lost");
+        assert!(
+            client.health.failed_lately(1),
+            "a server that cannot answer now"
+        );
+        assert!(!client.health.failed_lately(2));
     }
 
     #[tokio::test]
