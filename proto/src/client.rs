@@ -68,8 +68,10 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
 /// socket, so only a bound on the handshake finds it; with tonic's own
 /// connector the timeout covers the TCP connect alone, and a call that a
 /// node sent on a new connection to a paused server waited until the
-/// server resumed.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// server resumed. 3 s: a debug build's handshake on a loaded machine has
+/// taken over 1 s, and a server passed over after one failed connect
+/// ([`QUARANTINE`]) is not dialled again at once.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The TCP connector every channel dials with: given to tonic as a custom
 /// connector, which tonic wraps (TLS and all) in the connect timeout.

@@ -155,7 +155,7 @@ pub async fn serve(
         opts.raft_batching.is_on(),
     )
     .with_quotas(opts.quotas())
-    .with_contact(contact);
+    .with_contact(contact, opts.touch_wait());
     let cp = ControlPlane::new(
         opts.id,
         raft.clone(),

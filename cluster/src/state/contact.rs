@@ -61,6 +61,14 @@ impl Contact {
         }
     }
 
+    /// Resolves once this server is in touch (at once if it is now).
+    pub async fn until_in_touch(&self) {
+        let mut rx = self.0.clone();
+        if rx.wait_for(|t| *t == Touch::InTouch).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// A receiver of every change, for a task that acts on each loss.
     pub fn changes(&self) -> watch::Receiver<Touch> {
         self.0.clone()

@@ -139,6 +139,10 @@ pub struct Proposer {
     /// Whether this server is in touch with the cluster: a leader out of
     /// touch takes no write.
     contact: Contact,
+    /// How long a client's write waits for this server to be in touch
+    /// again before it is refused: a leader woken from a pause hears of its
+    /// successor within a heartbeat, and then sends the write on to it.
+    touch_wait: Duration,
 }
 
 impl Proposer {
@@ -161,12 +165,15 @@ impl Proposer {
             leader_wait,
             quotas: Quotas::NONE,
             contact: Contact::always(),
+            touch_wait: Duration::ZERO,
         }
     }
 
-    /// This proposer, taking no write here while `contact` is lost.
-    pub fn with_contact(mut self, contact: Contact) -> Self {
+    /// This proposer, taking no write here while `contact` is lost; a
+    /// client's write waits up to `touch_wait` for it to be regained.
+    pub fn with_contact(mut self, contact: Contact, touch_wait: Duration) -> Self {
         self.contact = contact;
+        self.touch_wait = touch_wait;
         self
     }
 
@@ -239,6 +246,19 @@ impl Proposer {
                     error
                 }
             };
+            if matches!(err, ProposeError::OutOfTouch(_)) {
+                // Cut off, or just woken from a pause: a woken leader hears
+                // of its successor within a heartbeat and then sends the
+                // write on to it. Still out of touch, the caller goes to
+                // another server.
+                let wait = self
+                    .touch_wait
+                    .min(deadline.saturating_duration_since(Instant::now()));
+                match tokio::time::timeout(wait, self.contact.until_in_touch()).await {
+                    Ok(()) => continue,
+                    Err(_) => return Err(err),
+                }
+            }
             let retry = matches!(
                 err,
                 ProposeError::NoLeader
