@@ -189,7 +189,6 @@ async fn a_leader_cut_off_from_the_others_sends_its_callers_elsewhere() {
         .jobs()
         .register(JobRegisterRequest {
             job: Some(service_job("sent-to-the-cut-off-leader", 1, 100, 64)),
-            ..Default::default()
         })
         .await
         .expect_err("a cut-off leader takes no write");

@@ -338,7 +338,13 @@ fn the_sentence_names_the_fault_and_its_mechanism_when_most_of_the_slowest_spent
         from_us: T0 + 240_000,
         to_us: T0 + 600_000,
     };
-    let f = figures::figures_with_faults(&paths, 0, &BTreeMap::new(), 6000.0, &[pause.clone()]);
+    let f = figures::figures_with_faults(
+        &paths,
+        0,
+        &BTreeMap::new(),
+        6000.0,
+        std::slice::from_ref(&pause),
+    );
     let text = f.bottleneck.unwrap().text;
     assert!(
         text.ends_with(

@@ -202,6 +202,9 @@ fn ack_rate(journal: &Journal, from: f64, to: f64) -> Option<f64> {
     Some(n as f64 / (to - from))
 }
 
+/// Jobs as `(submitted s, latency ms)`.
+type Latencies = Vec<(f64, f64)>;
+
 /// What each injected fault cost, from the stream's acknowledgements.
 /// `stream_s` is how long submissions went on (the scenario's duration).
 pub fn measure(
@@ -218,11 +221,11 @@ pub fn measure(
     // of registrations every update after a fault read as held up by it.
     let rollouts: std::collections::HashSet<u64> =
         jobs.rollouts.iter().map(|s| s.to_bits()).collect();
-    let kind = |want: bool, jobs: &mut dyn Iterator<Item = (f64, f64)>| -> Vec<(f64, f64)> {
+    let kind = |want: bool, jobs: &mut dyn Iterator<Item = (f64, f64)>| -> Latencies {
         jobs.filter(|j| rollouts.contains(&j.0.to_bits()) == want)
             .collect()
     };
-    let kinds: Vec<(Vec<(f64, f64)>, Vec<(f64, f64)>)> = [false, true]
+    let kinds: Vec<(Latencies, Latencies)> = [false, true]
         .into_iter()
         .map(|want| {
             (

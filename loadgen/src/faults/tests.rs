@@ -421,7 +421,7 @@ fn a_rolling_update_is_measured_against_other_updates_not_registrations() {
     };
     jobs.ran = ran.clone();
     let r = measure(
-        &[f.clone()],
+        std::slice::from_ref(&f),
         &journal(&[]),
         &jobs,
         40.0,
