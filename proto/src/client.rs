@@ -122,7 +122,7 @@ pub struct ClusterClient {
 /// A paused server's kernel still accepts connections, so every call sent
 /// its way waits for a connect timeout; and tonic fails the calls queued on
 /// a channel that cannot connect one per connect attempt, so a busy caller's
-/// calls drained off a paused server at one a second. Nomad's client moves
+/// calls drained off a paused server one per connect timeout. Nomad's client moves
 /// a server that failed an RPC to the back of its list in the same way.
 pub const QUARANTINE: Duration = Duration::from_secs(3);
 
