@@ -15,7 +15,7 @@ use tonic::transport::Channel;
 use tonic::Request;
 
 use crate::control::error::ControlError;
-use crate::raft::{leader_view, LeaderView, NodeId, PeerChannels, Raft};
+use crate::raft::{leader_replaced, leader_view, LeaderView, NodeId, PeerChannels, Raft};
 use crate::state::contact::Contact;
 
 /// gRPC metadata marking a call one server sent on to the leader.
@@ -31,8 +31,8 @@ pub enum Route {
 pub struct Forward {
     pub id: NodeId,
     ch: Channel,
-    /// Raft's view of the leadership here, to notice the leader replaced.
-    leadership: watch::Receiver<openraft::metrics::RaftServerMetrics<NodeId, openraft::BasicNode>>,
+    /// This server's raft, to notice the leader replaced.
+    raft: Raft,
 }
 
 impl Forward {
@@ -46,12 +46,10 @@ impl Forward {
         answer: impl Future<Output = Result<T, tonic::Status>>,
     ) -> Result<T, ControlError> {
         let id = self.id;
-        let mut leadership = self.leadership.clone();
-        let moved = leadership.wait_for(|m| m.current_leader != Some(id));
         tokio::select! {
             biased;
             answer = answer => Ok(answer?),
-            _ = moved => Err(ControlError::Unavailable(format!(
+            _ = leader_replaced(&self.raft, id) => Err(ControlError::Unavailable(format!(
                 "leader {id} was replaced while it held this call (it may have taken effect); retry"
             ))),
         }
@@ -126,7 +124,7 @@ impl Router {
                 Ok(Route::Leader(Forward {
                     id,
                     ch: self.channels.get(id, &addr),
-                    leadership: self.raft.server_metrics(),
+                    raft: self.raft.clone(),
                 }))
             }
         }

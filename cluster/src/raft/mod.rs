@@ -232,6 +232,14 @@ pub fn leader_view(raft: &Raft) -> LeaderView {
     }
 }
 
+/// Resolves once this server names a leader other than `id` (or none):
+/// what a call sent on to `id` races, since a leader that was paused or cut
+/// off never answers. (Server metrics change with the leadership only.)
+pub async fn leader_replaced(raft: &Raft, id: NodeId) {
+    let mut leadership = raft.server_metrics();
+    let _ = leadership.wait_for(|m| m.current_leader != Some(id)).await;
+}
+
 /// What applying a command returns to its writer.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Applied {

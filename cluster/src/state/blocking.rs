@@ -465,6 +465,22 @@ mod tests {
         }
     }
 
+    /// Node n1's allocation count, as a caller asks it.
+    fn n1_allocs<'a>(
+        b: &'a Blocking,
+        parker: &'a Parker,
+        opts: Option<&'a QueryOptions>,
+    ) -> impl Future<Output = Result<(usize, u64), ParkRefused>> + 'a {
+        b.query_for(
+            parker,
+            Look::Locked,
+            opts,
+            WatchKey::NodeAllocs("n1".into()),
+            allocs_index("n1"),
+            allocs_count("n1"),
+        )
+    }
+
     #[tokio::test]
     async fn a_callers_query_does_not_park_or_stay_parked_on_a_server_out_of_touch() {
         let (touch, contact) = Contact::channel();
@@ -475,14 +491,7 @@ mod tests {
         place(&b, 5, "n1");
         let parker = Parker::Node("n1".into());
         let parked_opts = opts(5, 60_000);
-        let parked = b.query_for(
-            &parker,
-            Look::Locked,
-            Some(&parked_opts),
-            WatchKey::NodeAllocs("n1".into()),
-            allocs_index("n1"),
-            allocs_count("n1"),
-        );
+        let parked = n1_allocs(&b, &parker, Some(&parked_opts));
         tokio::pin!(parked);
         // Parked: nothing changes for it.
         assert!(futures::poll!(parked.as_mut()).is_pending());
@@ -498,40 +507,13 @@ mod tests {
             "{refused}"
         );
         // A new one is refused before it parks; a plain read still answers.
-        let again = b
-            .query_for(
-                &parker,
-                Look::Locked,
-                Some(&parked_opts),
-                WatchKey::NodeAllocs("n1".into()),
-                allocs_index("n1"),
-                allocs_count("n1"),
-            )
-            .await;
+        let again = n1_allocs(&b, &parker, Some(&parked_opts)).await;
         assert!(matches!(again, Err(ParkRefused::OutOfTouch(_))));
         assert_eq!(b.parking.parked(), 0, "nothing holds a place");
-        let plain = b
-            .query_for(
-                &parker,
-                Look::Locked,
-                None,
-                WatchKey::NodeAllocs("n1".into()),
-                allocs_index("n1"),
-                allocs_count("n1"),
-            )
-            .await;
+        let plain = n1_allocs(&b, &parker, None).await;
         assert_eq!(plain, Ok((1, 5)));
         touch.send_replace(Touch::InTouch);
-        let back = b
-            .query_for(
-                &parker,
-                Look::Locked,
-                Some(&opts(4, 60_000)),
-                WatchKey::NodeAllocs("n1".into()),
-                allocs_index("n1"),
-                allocs_count("n1"),
-            )
-            .await;
+        let back = n1_allocs(&b, &parker, Some(&opts(4, 60_000))).await;
         assert_eq!(back, Ok((1, 5)), "in touch again, it answers");
     }
 

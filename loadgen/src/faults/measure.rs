@@ -221,16 +221,15 @@ pub fn measure(
     // of registrations every update after a fault read as held up by it.
     let rollouts: std::collections::HashSet<u64> =
         jobs.rollouts.iter().map(|s| s.to_bits()).collect();
-    let kind = |want: bool, jobs: &mut dyn Iterator<Item = (f64, f64)>| -> Latencies {
-        jobs.filter(|j| rollouts.contains(&j.0.to_bits()) == want)
-            .collect()
-    };
+    let rollout = |j: &(f64, f64)| rollouts.contains(&j.0.to_bits());
     let kinds: Vec<(Latencies, Latencies)> = [false, true]
         .into_iter()
         .map(|want| {
+            let placed = jobs.placed.iter().copied();
+            let running = jobs.ran.iter().map(|r| (r.0, r.1));
             (
-                kind(want, &mut jobs.placed.iter().copied()),
-                kind(want, &mut jobs.ran.iter().map(|r| (r.0, r.1))),
+                placed.filter(|j| rollout(j) == want).collect(),
+                running.filter(|j| rollout(j) == want).collect(),
             )
         })
         .collect();

@@ -87,21 +87,7 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
     acks.push((20.2, 23.5));
     acks.extend((24..30).map(|t| (t as f64, t as f64 + 0.1)));
     let j = journal(&acks);
-    let f = Injected {
-        step: FaultStep {
-            at: Duration::from_secs(20),
-            action: FaultAction::KillLeader,
-            duration: Duration::from_secs(2),
-        },
-        at_s: 20.0,
-        servers: vec![1],
-        leader_before: 1,
-        term_before: 3,
-        leader_s: Some(22.5),
-        leader_after: Some(2),
-        undone_s: 22.0,
-        term_after: Some(4),
-    };
+    let f = fault_at_20(FaultAction::KillLeader, 2, 22.5);
     let r = &measure(
         std::slice::from_ref(&f),
         &j,
@@ -201,6 +187,26 @@ fn an_audit_counts_acknowledged_jobs_missing_anywhere_and_jobs_never_sent() {
 }
 
 /// Jobs every 0.5 s from `from` to `to` (exclusive), each taking `ms`.
+/// A fault on server 1, leader in term 3, injected at 20 s and undone
+/// `secs` later, server 2 leading from `leader_s`.
+fn fault_at_20(action: FaultAction, secs: u64, leader_s: f64) -> Injected {
+    Injected {
+        step: FaultStep {
+            at: Duration::from_secs(20),
+            action,
+            duration: Duration::from_secs(secs),
+        },
+        at_s: 20.0,
+        servers: vec![1],
+        leader_before: 1,
+        term_before: 3,
+        leader_s: Some(leader_s),
+        leader_after: Some(2),
+        undone_s: 20.0 + secs as f64,
+        term_after: Some(4),
+    }
+}
+
 fn steady(from: f64, to: f64, ms: f64) -> Vec<(f64, f64)> {
     let n = ((to - from) / 0.5).round() as usize;
     (0..n).map(|i| (from + i as f64 * 0.5, ms)).collect()
@@ -293,21 +299,7 @@ fn a_slow_job_after_the_control_plane_settled_is_not_the_faults() {
 
 #[test]
 fn each_fault_is_measured_against_the_jobs_before_it() {
-    let f = Injected {
-        step: FaultStep {
-            at: Duration::from_secs(20),
-            action: FaultAction::KillLeader,
-            duration: Duration::from_secs(2),
-        },
-        at_s: 20.0,
-        servers: vec![1],
-        leader_before: 1,
-        term_before: 3,
-        leader_s: Some(21.0),
-        leader_after: Some(2),
-        undone_s: 22.0,
-        term_after: Some(4),
-    };
+    let f = fault_at_20(FaultAction::KillLeader, 2, 21.0);
     let mut jobs = JobTimes {
         placed: steady(5.0, 40.0, 20.0),
         ran: steady(5.0, 40.0, 800.0)
@@ -391,21 +383,7 @@ fn a_faults_window_runs_from_its_injection_until_the_control_plane_was_back() {
 
 #[test]
 fn a_rolling_update_is_measured_against_other_updates_not_registrations() {
-    let f = Injected {
-        step: FaultStep {
-            at: Duration::from_secs(20),
-            action: FaultAction::PartitionLeader,
-            duration: Duration::from_secs(10),
-        },
-        at_s: 20.0,
-        servers: vec![1],
-        leader_before: 1,
-        term_before: 3,
-        leader_s: Some(21.0),
-        leader_after: Some(2),
-        undone_s: 30.0,
-        term_after: Some(4),
-    };
+    let f = fault_at_20(FaultAction::PartitionLeader, 10, 21.0);
     // Registrations run in 0.8 s; rolling updates, every 2.5 s from 6 s,
     // in 4 s: their rollout's pace.
     let updates: Vec<(f64, f64)> = (0..14).map(|i| (6.0 + 2.5 * i as f64, 4000.0)).collect();

@@ -18,7 +18,7 @@ use crate::raft::write::batcher::{Batcher, Failed};
 use crate::raft::write::client_write::{prepare, ClientWrite, Quotas, Refused, Written};
 use crate::raft::write::forwarder::Forwarder;
 use crate::raft::write::tickets::Tickets;
-use crate::raft::{leader_view, LeaderView, NodeId, Raft};
+use crate::raft::{leader_replaced, leader_view, LeaderView, NodeId, Raft};
 use crate::state::contact::Contact;
 use crate::state::{State, StateStore};
 
@@ -447,9 +447,7 @@ impl Proposer {
         };
         let wait = deadline.saturating_duration_since(Instant::now());
         let call = tokio::time::timeout(wait, self.forwarder.send(id, addr, request));
-        // Server metrics change with the leadership only, not with each entry.
-        let mut leadership = self.raft.server_metrics();
-        let moved = leadership.wait_for(|m| m.current_leader != Some(id));
+        let moved = leader_replaced(&self.raft, id);
         tokio::select! {
             biased;
             written = ticket.applied() => {
