@@ -21,7 +21,6 @@ use super::broker::{BrokerError, EvalBroker};
 use super::context::LeaderContext;
 use super::unapplied::{add_placed, Unapplied};
 use crate::model::alloc_terminal;
-use crate::model::planted::planted;
 use crate::raft::ProposeError;
 use crate::scheduler::fits;
 use crate::state::State;
@@ -462,7 +461,7 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
                 || state.node(node_id).is_some_and(|node| {
                     node.status == NodeStatus::Ready as i32 && !node.ineligible && {
                         let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
-                        fits(&node, &Resources::default(), &used) || planted("skip_fit_check")
+                        fits(&node, &Resources::default(), &used)
                     }
                 }));
         if ok {
