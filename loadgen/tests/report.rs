@@ -195,6 +195,9 @@ fn summary() -> RunSummary {
             budget_seconds: 600.0,
             spent_seconds: 180.0,
         }),
+        seed: None,
+        rounds: vec![],
+        sequential: None,
     }
 }
 

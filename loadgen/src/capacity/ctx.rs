@@ -24,6 +24,10 @@ pub(super) struct Ctx<'a> {
     /// loadgen's own `/metrics`, sampled like every other process's so that
     /// its CPU counts in the run's cost.
     pub(super) own_metrics: String,
+    /// `--baseline`'s summary, which every variant is judged against.
+    pub(super) baseline: Option<serde_json::Value>,
+    /// The variants that run a build of their own, by name (`builds`).
+    pub(super) binaries: std::collections::BTreeMap<String, crate::summary::Binaries>,
 }
 
 impl Ctx<'_> {
@@ -43,13 +47,34 @@ pub(super) fn finish(
     out: &Path,
     planned: usize,
     ctx: &Ctx,
-    baseline: Option<&serde_json::Value>,
     search: Option<SearchReport>,
+    schedule: Option<&Schedule>,
 ) -> Result<RunSummary, CapacityError> {
     let prometheus = ctx.prometheus.map(|p| p.info().clone());
-    let summary = RunSummary::new(scenario, variants, planned, baseline, prometheus, search);
+    let mut summary = RunSummary::new(
+        scenario,
+        variants,
+        planned,
+        ctx.baseline.as_ref(),
+        prometheus,
+        search,
+    );
+    if let Some(s) = schedule {
+        summary.seed = Some(s.seed);
+        summary.rounds = s.rounds.clone();
+        summary.sequential = s.sequential.clone();
+    }
     output::write_run(out, &summary)?;
     Ok(summary)
+}
+
+/// The rounds of a plain run: the seed that drew their order, each round's
+/// order, and with `--until-conclusive` how it decided to stop.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Schedule {
+    pub(super) seed: u64,
+    pub(super) rounds: Vec<crate::summary::Round>,
+    pub(super) sequential: Option<crate::summary::Sequential>,
 }
 
 /// Names as the cluster takes them in ids: letters, digits and `-_.:`.

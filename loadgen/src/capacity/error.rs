@@ -31,6 +31,28 @@ pub enum CapacityError {
     SampleEvery,
     #[error("scenario {0} has [[faults]], which kill, pause and partition servers loadgen started itself; with --servers it drives a cluster it did not start: run it without --servers")]
     FaultsNeedLocal(String),
+    #[error("--variant-bin {0}: the scenario has no such variant (it has {1})")]
+    NoVariant(String, String),
+    #[error("variant {variant}: {path}: {why}")]
+    VariantBin {
+        variant: String,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("variant {variant}: git_rev {rev}: {why}")]
+    GitRev {
+        variant: String,
+        rev: String,
+        why: String,
+    },
+    #[error("variant {0} names its own binaries (bin_dir, git_rev, --variant-bin), which only a cluster loadgen starts runs: run it without --servers")]
+    BinariesNeedLocal(String),
+    #[error("--until-conclusive: scenario {0} is a search ([search]), which picks its own probes; it adds rounds to the variants of a plain run")]
+    SearchNotSequential(String),
+    #[error("--gate {0}: no such measure (one of: {names})", names = crate::summary::measures::names())]
+    UnknownGate(String),
+    #[error("--until-conclusive compares every variant with the first: scenario {0} has only one (add [[variants]])")]
+    NothingToCompare(String),
     #[error("scenario {0} is a search ([search]): each probe starts a cluster of its own, so it cannot run against --servers")]
     SearchNeedsLocal(String),
 }

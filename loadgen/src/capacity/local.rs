@@ -6,10 +6,11 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use stampede_launch::{sibling_bin, LaunchOptions, LocalCluster};
+use stampede_launch::{LaunchOptions, LocalCluster};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::security::{Role, TlsArgs};
 
+use super::builds::bin;
 use super::ctx::{id_safe, Ctx};
 use super::drive::{drive, per_server, BeforeStream, Driving};
 use super::error::CapacityError;
@@ -82,6 +83,7 @@ pub(super) async fn run_local(
     }
     drop(nodesim);
     cluster.stop_all();
+    summary.binaries = ctx.binaries.get(&v.name).cloned();
     Ok(summary)
 }
 
@@ -99,7 +101,7 @@ async fn start_cluster(
         .cloned()
         .collect();
     let launch = LaunchOptions {
-        bin: sibling_bin("cluster")?,
+        bin: bin(v, "cluster")?,
         servers: scenario.servers as usize,
         root: Some(dir.join("cluster")),
         server_args,
@@ -136,7 +138,7 @@ fn start_nodesim(
     dir: &Path,
     cluster: &LocalCluster,
 ) -> Result<(NodesimProc, u16), CapacityError> {
-    let nodesim_bin = sibling_bin("nodesim")?;
+    let nodesim_bin = bin(v, "nodesim")?;
     let port = free_port().map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
     let log = std::fs::File::create(dir.join("nodesim.log"))
         .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;

@@ -16,15 +16,20 @@
 //!
 //! - [`error`] and [`options`]: what can go wrong, and the flags with what
 //!   they decide before anything runs.
+//! - [`builds`]: which `cluster` and `nodesim` each variant runs (another
+//!   build's directory, or a git revision built here).
 //! - [`output`]: the run directory's files.
 //! - [`ctx`]: what every variant shares, and the summary written after each.
 //! - [`fleet`]: waiting for nodesim's nodes to be ready.
 //! - [`drive`]: one run: stream, samples, faults, audit, summary.
 //! - [`local`] (a cluster and fleet of loadgen's own) or [`remote`] (a
 //!   given cluster): one variant's processes, driven.
-//! - [`variants`] and [`search`]: a plain run, variant by variant, or the
-//!   max-rate search, probe by probe.
+//! - [`variants`] and [`search`]: a plain run, round by round (every
+//!   variant once per round, in a random order; with `--until-conclusive`
+//!   until the comparison is decided), or the max-rate search, probe by
+//!   probe.
 
+mod builds;
 mod ctx;
 mod drive;
 mod error;
@@ -86,8 +91,18 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         Some(path) => Some(output::load_baseline(path)?),
         None => None,
     };
+    if opts.until_conclusive && options::search_budget(&scenario, &opts).is_some() {
+        return Err(CapacityError::SearchNotSequential(scenario.name.clone()).into());
+    }
+    for g in &opts.gates {
+        crate::summary::measures::by_name(g)
+            .ok_or_else(|| CapacityError::UnknownGate(g.clone()))?;
+    }
     let out = opts.out_dir(&scenario);
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
+    // Before anything starts: a variant's build that is missing or fails
+    // to build stops the run at once.
+    let binaries = builds::resolve(&mut scenario, &opts, &out)?;
     let metrics = LoadMetrics::new();
     metrics.set_slo(&scenario.slo);
     let own = metrics
@@ -111,12 +126,12 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         prometheus: prometheus.as_ref(),
         tls_dir,
         own_metrics: own_metrics_url(own),
+        baseline,
+        binaries,
     };
     let summary = match options::search_budget(&scenario, &opts) {
-        Some(budget) => {
-            search::find_max_rate(&scenario, budget, &out, &ctx, baseline.as_ref()).await?
-        }
-        None => variants::run_variants(&scenario, &out, &ctx, baseline.as_ref()).await?,
+        Some(budget) => search::find_max_rate(&scenario, budget, &out, &ctx).await?,
+        None => variants::run_variants(&scenario, &out, &ctx).await?,
     };
     output::write(out.join("loadgen.prom"), metrics.render())?;
     if let Some(p) = prometheus {

@@ -27,9 +27,36 @@ pub struct CapacityOpts {
     pub find_max_rate: bool,
     /// With --find-max-rate or a scenario's [search]: how long the search may
     /// take in all; it stops before a probe that would not fit [default: the
-    /// scenario's [search] budget, or 30m].
+    /// scenario's [search] budget, or 30m]. With --until-conclusive: no
+    /// round starts that would end past it [default: no limit but
+    /// --max-repeat].
     #[arg(long, value_parser = humantime::parse_duration)]
     pub budget: Option<Duration>,
+    /// Add rounds (every variant once each, in a random order) while a
+    /// gated measure of a variant against the first is still inconclusive,
+    /// and stop as soon as each is better, worse or the same; at most
+    /// --max-repeat rounds and within --budget. The first look comes after
+    /// --repeat rounds (at least 3).
+    #[arg(long, conflicts_with_all = ["find_max_rate", "servers", "inventory"])]
+    pub until_conclusive: bool,
+    /// With --until-conclusive: a measure that must be decided before the run
+    /// stops; may be repeated [default: the gated measures of `loadgen
+    /// compare`].
+    #[arg(long = "gate", value_name = "MEASURE", requires = "until_conclusive")]
+    pub gates: Vec<String>,
+    /// With --until-conclusive: the most rounds it runs.
+    #[arg(long, value_name = "N", requires = "until_conclusive", value_parser = clap::value_parser!(u32).range(crate::capacity::options::FIRST_LOOK as i64..=crate::scenario::MAX_REPEAT as i64))]
+    pub max_repeat: Option<u32>,
+    /// The seed that draws each round's order of the variants (default: a
+    /// random one); summary.json records it, so a run's order can be
+    /// repeated.
+    #[arg(long, value_name = "N")]
+    pub seed: Option<u64>,
+    /// Run variant NAME with the `cluster` and `nodesim` in DIR (another
+    /// build of the project), as a scenario's `bin_dir` does; may be
+    /// repeated, one per variant.
+    #[arg(long = "variant-bin", value_name = "NAME=DIR", value_parser = parse_variant_bin)]
+    pub variant_bins: Vec<(String, PathBuf)>,
     /// Run each variant N times, each on a fresh cluster, interleaved across
     /// variants (A B A B ...) so that drift in the machine hits all alike;
     /// summary.json gets every repetition's measures and each measure's
@@ -100,6 +127,23 @@ pub struct CapacityOpts {
     pub audit: bool,
 }
 
+/// With --until-conclusive: the fewest rounds before the first look (each
+/// variant's spread needs three to calibrate its noise floor).
+pub const FIRST_LOOK: u32 = 3;
+
+/// With --until-conclusive: the most rounds without --max-repeat.
+pub const DEFAULT_MAX_ROUNDS: u32 = 10;
+
+/// `--variant-bin NAME=DIR`.
+fn parse_variant_bin(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, dir)) if !name.is_empty() && !dir.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(dir)))
+        }
+        _ => Err(format!("{s:?}: expected NAME=DIR (a variant's name and the directory holding its cluster and nodesim)")),
+    }
+}
+
 impl CapacityOpts {
     /// `--inventory`: its servers and shards in place of `--servers` and `--metrics`.
     pub(super) fn read_inventory(&mut self) -> Result<(), crate::inventory::InventoryError> {
@@ -152,6 +196,31 @@ mod tests {
     fn budget(scenario: &str, args: &[&str]) -> Option<Duration> {
         let cli = Cli::parse_from(["capacity"].iter().chain(args));
         search_budget(&Scenario::load(scenario).unwrap(), &cli.opts)
+    }
+
+    #[test]
+    fn variant_bin_takes_name_equals_dir_and_until_conclusive_bounds_its_rounds() {
+        let cli = Cli::parse_from(["capacity", "--variant-bin", "new=/opt/b=1"]);
+        assert_eq!(
+            cli.opts.variant_bins,
+            [("new".to_string(), PathBuf::from("/opt/b=1"))]
+        );
+        for bad in ["new", "=dir", "new="] {
+            let err = Cli::try_parse_from(["capacity", "--variant-bin", bad])
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(err.contains("NAME=DIR"), "{err}");
+        }
+        let max =
+            |n: &str| Cli::try_parse_from(["capacity", "--until-conclusive", "--max-repeat", n]);
+        assert_eq!(max("10").unwrap().opts.max_repeat, Some(10));
+        assert!(max("2").is_err(), "below the first look");
+        assert!(max("101").is_err());
+        assert!(
+            Cli::try_parse_from(["capacity", "--max-repeat", "5"]).is_err(),
+            "needs --until-conclusive"
+        );
     }
 
     #[test]

@@ -22,7 +22,6 @@ pub(super) async fn find_max_rate(
     budget: Duration,
     out: &Path,
     ctx: &Ctx<'_>,
-    baseline: Option<&serde_json::Value>,
 ) -> Result<RunSummary, CapacityError> {
     if scenario.slo.p99_placement_ms.is_none() && scenario.slo.p99_running_ms.is_none() {
         return Err(CapacityError::SearchNeedsSlo(scenario.name.clone()));
@@ -45,8 +44,8 @@ pub(super) async fn find_max_rate(
             out,
             variants.len(),
             ctx,
-            baseline,
             Some(report),
+            None,
         )
     };
     loop {
@@ -119,6 +118,7 @@ async fn run_probe(
         server_args: vec![],
         nodesim_args: vec![],
         tls: None,
+        ..Default::default()
     };
     let t0 = Instant::now();
     let run = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;

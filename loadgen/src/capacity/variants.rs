@@ -1,23 +1,77 @@
-//! A plain run: every variant of the scenario in turn (only the first
-//! against a given cluster), each `repeat` times, the repetitions
-//! interleaved (A B A B ...) so that drift in the machine hits every
-//! variant alike; the run's files rewritten after each.
+//! A plain run, in rounds: each round runs every variant of the scenario
+//! once (only the first against a given cluster), each on a fresh cluster,
+//! in an order drawn per round from the run's seed, so that a drift of the
+//! machine or a periodic neighbour cannot line up with one variant; the
+//! run's files are rewritten after each variant.
+//!
+//! `--repeat N` runs N rounds. `--until-conclusive` runs at least that many
+//! (and at least [`FIRST_LOOK`]), then after each round compares every
+//! variant with the first, round by round, and stops as soon as every gated
+//! measure is decided (better, worse or the same), or at `--max-repeat`
+//! rounds, or before a round that would end past `--budget`. Looking after
+//! every round gives a false verdict more chances: each look's intervals
+//! are drawn at `1 - 0.05 / looks` for the most looks the run may take
+//! (Bonferroni), so over the whole sequence a measure is wrongly called
+//! with a chance under 5%, as with one look at 95%.
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
-use super::ctx::{finish, Ctx};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use super::ctx::{finish, Ctx, Schedule};
 use super::error::CapacityError;
 use super::local::run_local;
+use super::options::{DEFAULT_MAX_ROUNDS, FIRST_LOOK};
 use super::remote::run_remote;
 use crate::scenario::Scenario;
-use crate::summary::{combine, RunSummary, VariantSummary};
+use crate::summary::measures::Measure;
+use crate::summary::{combine, Judging, Round, RunSummary, Sequential, VariantSummary};
 
-/// Every variant of the scenario (only the first with --servers), `repeat` times.
+/// When a run stops adding rounds.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Plan {
+    /// Rounds before the first look (all of them without looks).
+    pub(super) rounds: u32,
+    /// With `--until-conclusive`: the most rounds, and each look's level.
+    pub(super) looks: Option<(u32, f64)>,
+    pub(super) budget: Option<Duration>,
+}
+
+impl Plan {
+    /// From the scenario's `repeat` and the flags.
+    pub(super) fn new(
+        repeat: u32,
+        until_conclusive: bool,
+        max: Option<u32>,
+        budget: Option<Duration>,
+    ) -> Plan {
+        let repeat = repeat.max(1);
+        if !until_conclusive {
+            return Plan {
+                rounds: repeat,
+                looks: None,
+                budget: None,
+            };
+        }
+        let first = repeat.max(FIRST_LOOK);
+        let max = max.unwrap_or(DEFAULT_MAX_ROUNDS).max(first);
+        let looks = max - first + 1;
+        Plan {
+            rounds: first,
+            looks: Some((max, 1.0 - 0.05 / looks as f64)),
+            budget,
+        }
+    }
+}
+
+/// Every variant of the scenario (only the first with --servers), round by round.
 pub(super) async fn run_variants(
     scenario: &Scenario,
     out: &Path,
     ctx: &Ctx<'_>,
-    baseline: Option<&serde_json::Value>,
 ) -> Result<RunSummary, CapacityError> {
     let local = ctx.opts.servers.is_empty();
     let runs = if local {
@@ -25,47 +79,175 @@ pub(super) async fn run_variants(
     } else {
         scenario.runs().into_iter().take(1).collect()
     };
-    let repeat = scenario.repeat.max(1) as usize;
+    let plan = Plan::new(
+        scenario.repeat,
+        ctx.opts.until_conclusive,
+        ctx.opts.max_repeat,
+        ctx.opts.budget,
+    );
+    if plan.looks.is_some() && runs.len() < 2 {
+        return Err(CapacityError::NothingToCompare(scenario.name.clone()));
+    }
+    let seed = ctx.opts.seed.unwrap_or_else(rand::random);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut schedule = Schedule {
+        seed,
+        ..Schedule::default()
+    };
     let mut done: Vec<Vec<VariantSummary>> = vec![Vec::new(); runs.len()];
-    let finish = |done: &[Vec<VariantSummary>]| {
+    let finish = |done: &[Vec<VariantSummary>], schedule: &Schedule| {
         let variants: Vec<VariantSummary> = done
             .iter()
             .filter_map(|reps| combine(reps.clone()))
             .collect();
-        finish(scenario, &variants, out, runs.len(), ctx, baseline, None)
+        finish(
+            scenario,
+            &variants,
+            out,
+            runs.len(),
+            ctx,
+            None,
+            Some(schedule),
+        )
     };
-    'runs: for rep in 0..repeat {
-        for (i, v) in runs.iter().enumerate() {
+    let started = Instant::now();
+    let mut summary = finish(&done, &schedule)?;
+    'rounds: for round in 1.. {
+        let mut order: Vec<usize> = (0..runs.len()).collect();
+        order.shuffle(&mut rng);
+        schedule.rounds.push(Round {
+            round,
+            order: order.iter().map(|&i| runs[i].name.clone()).collect(),
+        });
+        for (k, &i) in order.iter().enumerate() {
+            let v = &runs[i];
             let scenario_v = scenario.for_variant(v);
-            let of = match repeat {
-                1 => String::new(),
-                _ => format!(", repetition {}/{repeat}", rep + 1),
+            let of = match (plan.rounds, plan.looks) {
+                (1, None) => String::new(),
+                (n, None) => format!(", round {round}/{n}"),
+                (_, Some((max, _))) => format!(", round {round} of at most {max}"),
             };
             eprintln!(
                 "loadgen: {} {}/{}: {} ({} nodes, {} of jobs{of})",
                 scenario.name,
-                i + 1,
+                k + 1,
                 runs.len(),
                 v.name,
                 scenario_v.nodes,
                 humantime::format_duration(scenario.duration)
             );
-            let dir = match repeat {
-                1 => out.join(&v.name),
-                _ => out.join(&v.name).join(format!("rep-{}", rep + 1)),
+            let dir = match (plan.rounds, plan.looks) {
+                (1, None) => out.join(&v.name),
+                _ => out.join(&v.name).join(format!("rep-{round}")),
             };
-            let summary = match local {
+            let run = match local {
                 true => run_local(&scenario_v, v, &dir, ctx).await?,
                 false => run_remote(&scenario_v, v, &dir, ctx).await?,
             };
-            let failed = !summary.problems.is_empty();
+            let failed = !run.problems.is_empty();
             // Written after every run, so a later failure leaves this one.
-            done[i].push(summary);
-            let partial = finish(&done)?;
-            if !partial.complete && failed {
-                break 'runs;
+            done[i].push(run);
+            summary = finish(&done, &schedule)?;
+            if !summary.complete && failed {
+                break 'rounds;
+            }
+        }
+        let Some((max, level)) = plan.looks else {
+            if round >= plan.rounds {
+                break;
+            }
+            continue;
+        };
+        if round < plan.rounds {
+            continue;
+        }
+        let undecided = undecided(&summary, level, &ctx.opts.gates);
+        let per_round = started.elapsed() / round;
+        let stopped = if undecided.is_empty() {
+            Some("decided")
+        } else if round >= max {
+            Some("max-repeat")
+        } else if plan
+            .budget
+            .is_some_and(|b| started.elapsed() + per_round > b)
+        {
+            Some("budget")
+        } else {
+            None
+        };
+        eprintln!(
+            "loadgen: after round {round}: {}",
+            match undecided.is_empty() {
+                true => "every gated measure is decided".to_string(),
+                false => format!("still inconclusive: {}", undecided.join("; ")),
+            }
+        );
+        schedule.sequential = Some(Sequential {
+            first_look: plan.rounds,
+            max_rounds: max,
+            level,
+            rounds_run: round,
+            stopped: stopped.unwrap_or("running").to_string(),
+            undecided: undecided.clone(),
+        });
+        summary = finish(&done, &schedule)?;
+        if stopped.is_some() {
+            break;
+        }
+    }
+    Ok(summary)
+}
+
+/// The gated measures (`gates`, or each measure's default) of each
+/// variant, compared round by round with the first at `level`, that are
+/// still inconclusive, as "variant: measure (B/A [lo, hi])".
+pub(super) fn undecided(summary: &RunSummary, level: f64, gates: &[String]) -> Vec<String> {
+    let variants = serde_json::to_value(&summary.variants).expect("a summary serializes");
+    let Some(variants) = variants.as_array() else {
+        return Vec::new();
+    };
+    let judging = Judging {
+        paired: true,
+        level,
+    };
+    let gated = |m: &Measure| match gates.is_empty() {
+        true => m.gated,
+        false => gates.iter().any(|g| g == m.name),
+    };
+    let mut out = Vec::new();
+    for v in variants.iter().skip(1) {
+        for m in judging.variant(&variants[0], v, &gated) {
+            if m.gated && !m.verdict.decided() {
+                out.push(format!(
+                    "{}: {} (x{:.3} [{:.3}, {:.3}], floor {:.1}%)",
+                    v["name"].as_str().unwrap_or("?"),
+                    m.measure,
+                    m.ratio,
+                    m.lo,
+                    m.hi,
+                    m.floor * 100.0
+                ));
             }
         }
     }
-    finish(&done)
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_run_runs_its_repeats_and_a_sequential_one_looks_from_the_third_round() {
+        let plain = Plan::new(4, false, None, None);
+        assert_eq!((plain.rounds, plain.looks), (4, None));
+        let seq = Plan::new(1, true, None, None);
+        let (max, level) = seq.looks.unwrap();
+        assert_eq!((seq.rounds, max), (FIRST_LOOK, DEFAULT_MAX_ROUNDS));
+        // Eight looks (rounds 3 to 10): each at 1 - 0.05/8.
+        assert!((level - (1.0 - 0.05 / 8.0)).abs() < 1e-12, "{level}");
+        let one_look = Plan::new(5, true, Some(5), None);
+        assert_eq!(one_look.rounds, 5);
+        assert!((one_look.looks.unwrap().1 - 0.95).abs() < 1e-12);
+    }
 }

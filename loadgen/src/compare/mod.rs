@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 pub use crate::summary::comparison::{
-    compare, Comparison, MeasureComparison, Mismatch, Samples, Verdict,
+    compare, Comparison, FloorSource, MeasureComparison, Mismatch, Samples, Verdict,
 };
 
 /// `loadgen compare`'s options.

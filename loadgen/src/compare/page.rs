@@ -19,19 +19,20 @@ pub fn table(c: &Comparison) -> String {
         let _ = writeln!(out, "\nvariant {}", v.name);
         let _ = writeln!(
             out,
-            "  {:<34} {:>12} {:>12} {:>8} {:>17}  {:<12} samples",
-            "measure", "A", "B", "B/A", "95% interval", "verdict"
+            "  {:<34} {:>12} {:>12} {:>8} {:>17} {:>8}  {:<12} samples",
+            "measure", "A", "B", "B/A", "interval", "floor", "verdict"
         );
         for m in &v.measures {
             let label = by_name(m.measure).map_or(m.measure, |x| x.label);
             let gate = if m.gated { "*" } else { " " };
             let _ = writeln!(
                 out,
-                "  {gate}{label:<33} {:>12} {:>12} {:>8.3} {:>17}  {:<12} {} ({}/{})",
+                "  {gate}{label:<33} {:>12} {:>12} {:>8.3} {:>17} {:>8}  {:<12} {} ({}/{})",
                 figure(m.a),
                 figure(m.b),
                 m.ratio,
                 format!("[{:.3}, {:.3}]", m.lo, m.hi),
+                floor(m),
                 verdict(m.verdict),
                 serde_json::to_value(m.samples)
                     .ok()
@@ -42,7 +43,11 @@ pub fn table(c: &Comparison) -> String {
             );
         }
     }
-    let _ = writeln!(out, "\n* gated measure");
+    let _ = writeln!(
+        out,
+        "\n* gated measure; interval: B/A at its confidence ({}); floor: ±, c calibrated from the runs' spread, f fixed",
+        levels(c)
+    );
     match c.worse.is_empty() {
         true => {
             let _ = writeln!(out, "no gated measure is worse");
@@ -58,14 +63,35 @@ fn verdict(v: Verdict) -> &'static str {
     match v {
         Verdict::Better => "better",
         Verdict::Worse => "WORSE",
+        Verdict::Same => "same",
         Verdict::Inconclusive => "inconclusive",
     }
+}
+
+/// A measure's noise floor as the table shows it: `5.0%c` (calibrated) or
+/// `15.0%f` (fixed).
+fn floor(m: &super::MeasureComparison) -> String {
+    let source = match m.floor_source {
+        super::FloorSource::Calibrated => 'c',
+        super::FloorSource::Fixed => 'f',
+    };
+    format!("{:.1}%{source}", m.floor * 100.0)
+}
+
+/// The confidences the comparison's intervals reach, as the legend says them.
+fn levels(c: &Comparison) -> String {
+    let mut levels: Vec<String> = (c.variants.iter().flat_map(|v| &v.measures))
+        .map(|m| format!("{:.1}%", m.confidence * 100.0))
+        .collect();
+    levels.sort();
+    levels.dedup();
+    levels.join(", ")
 }
 
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}\
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:right}\
 td:first-child,th:first-child{text-align:left}.better{color:#17803d;font-weight:600}\
-.worse{color:#c0262d;font-weight:600}.inconclusive{color:#777}.charts{display:flex;flex-wrap:wrap;gap:1em}\
+.worse{color:#c0262d;font-weight:600}.inconclusive{color:#777}.same{color:#444}.charts{display:flex;flex-wrap:wrap;gap:1em}\
 svg{background:#fafafa;border:1px solid #ddd}.a{stroke:#1f6fb2}.b{stroke:#d9651f}";
 
 /// The page: the verdict tables, then per variant the two runs' latency
@@ -93,13 +119,13 @@ pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
         }
     }
     for (i, v) in c.variants.iter().enumerate() {
-        let _ = write!(out, "<h2>Variant {}</h2><table><tr><th>measure</th><th>A</th><th>B</th><th>B/A</th><th>95% interval</th><th>confidence</th><th>verdict</th><th>samples</th></tr>", escape(&v.name));
+        let _ = write!(out, "<h2>Variant {}</h2><table><tr><th>measure</th><th>A</th><th>B</th><th>B/A</th><th>interval</th><th>confidence</th><th>noise floor</th><th>verdict</th><th>samples</th></tr>", escape(&v.name));
         for m in &v.measures {
             let label = by_name(m.measure).map_or(m.measure, |x| x.label);
             let class = verdict(m.verdict).to_lowercase();
             let _ = write!(
                 out,
-                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>[{:.3}, {:.3}]</td><td>{:.0}%</td><td class=\"{class}\" title=\"{}\">{class}</td><td>{:?} ({}/{})</td></tr>",
+                "<tr><td>{}{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>[{:.3}, {:.3}]</td><td>{:.1}%</td><td>{}</td><td class=\"{class}\" title=\"{}\">{class}</td><td>{:?} ({}/{})</td></tr>",
                 escape(label),
                 if m.gated { " *" } else { "" },
                 figure(m.a),
@@ -108,6 +134,7 @@ pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
                 m.lo,
                 m.hi,
                 m.confidence * 100.0,
+                floor(m),
                 escape(m.why.as_deref().unwrap_or("")),
                 m.samples,
                 m.n_a,

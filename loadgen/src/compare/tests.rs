@@ -1,6 +1,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::summary::comparison::FloorSource;
 
 /// A summary of one variant whose repetitions have these placements/s and
 /// p99 times to running.
@@ -135,16 +136,103 @@ fn a_single_run_is_judged_on_its_windows() {
 }
 
 #[test]
-fn a_change_inside_the_noise_floor_is_inconclusive() {
+fn a_change_wholly_inside_the_noise_floor_is_the_same_and_one_reaching_into_it_is_inconclusive() {
     // Placements/s 2% lower, very steadily: the interval excludes 1 but
-    // lies inside the measure's 3% floor.
+    // lies inside the measure's 3% floor (two separate runs: their own tiny
+    // spread does not lower the fixed floor).
     let a = run("s", &[100.0, 100.1, 99.9, 100.0, 100.05], &[900.0; 5]);
     let b = run("s", &[98.0, 98.1, 97.9, 98.0, 98.05], &[900.0; 5]);
     let c = compare(&a, &b, &[], ("a", "b")).unwrap();
     let m = &c.variants[0].measures[0];
     assert!(m.hi < 1.0, "{m:?}");
+    assert_eq!(
+        (m.verdict, m.floor, m.floor_source),
+        (Verdict::Same, 0.03, FloorSource::Fixed)
+    );
+    // 3% lower with a spread of about 1%: the interval crosses the floor's edge.
+    let b = run("s", &[96.0, 98.0, 97.0, 96.5, 97.5], &[900.0; 5]);
+    let a = run("s", &[100.0, 99.0, 101.0, 100.5, 99.5], &[900.0; 5]);
+    let m = compare(&a, &b, &[], ("a", "b")).unwrap().variants[0].measures[0].clone();
+    assert!(m.lo < 1.0 / 1.03 && m.hi > 1.0 / 1.03, "{m:?}");
     assert_eq!(m.verdict, Verdict::Inconclusive);
     assert!(m.why.as_deref().unwrap().contains("noise floor"), "{m:?}");
+}
+
+/// One run of two variants, `base` and `new`, whose rounds had these
+/// placements/s: the summary with its seed and rounds, as loadgen writes it.
+fn one_run(base: &[f64], new: &[f64]) -> Value {
+    let reps = |xs: &[f64]| -> Vec<Value> {
+        xs.iter()
+            .enumerate()
+            .map(|(i, x)| json!({"round": i + 1, "placements_per_s": x, "valid": true}))
+            .collect()
+    };
+    let variant = |name: &str, xs: &[f64]| json!({"name": name, "stream": {"placements_per_second": xs[0]}, "repetitions": reps(xs)});
+    let rounds: Vec<Value> = (1..=base.len())
+        .map(|r| json!({"round": r, "order": ["new", "base"]}))
+        .collect();
+    json!({
+        "schema_version": crate::summary::SCHEMA_VERSION,
+        "scenario": {"name": "s"},
+        "seed": 7,
+        "rounds": rounds,
+        "variants": [variant("base", base), variant("new", new)],
+    })
+}
+
+#[test]
+fn two_variants_of_one_run_are_paired_round_by_round_against_a_calibrated_floor() {
+    // The machine drifts ±20% from round to round, and the new build is 8%
+    // slower in every round: pooled, the drift hides it; paired, it shows.
+    let base = [100.0, 120.0, 85.0, 110.0, 95.0, 105.0];
+    let new: Vec<f64> = base
+        .iter()
+        .zip([1.0, 0.99, 1.01, 1.0, 1.005, 0.995])
+        .map(|(x, e)| x * 0.92 * e)
+        .collect();
+    let run = one_run(&base, &new);
+    let (mut a, mut b) = (run.clone(), run.clone());
+    pick(&mut a, Path::new("run"), "base", "base").unwrap();
+    pick(&mut b, Path::new("run"), "new", "base").unwrap();
+    let m = compare(&a, &b, &[], ("run:base", "run:new"))
+        .unwrap()
+        .variants[0]
+        .measures[0]
+        .clone();
+    assert_eq!(
+        (m.samples, m.verdict, m.floor_source),
+        (Samples::Rounds, Verdict::Worse, FloorSource::Calibrated)
+    );
+    assert!((m.ratio - 0.92).abs() < 0.01 && m.hi < 0.95, "{m:?}");
+    // Half the rounds' ±10% spread: a floor of about 5%, not the fixed 3%.
+    assert!(m.floor > 0.03, "{m:?}");
+
+    // The same figures as two separate runs (no shared rounds): pooled,
+    // the drift makes it inconclusive.
+    let mut apart = b.clone();
+    apart["seed"] = json!(8);
+    let m = compare(&a, &apart, &[], ("a", "b")).unwrap().variants[0].measures[0].clone();
+    assert_eq!(
+        (m.samples, m.verdict),
+        (Samples::Repetitions, Verdict::Inconclusive)
+    );
+}
+
+#[test]
+fn one_build_against_itself_in_one_run_is_the_same_not_a_change() {
+    // A/A: both variants move together with the drift, each with its own
+    // 1% noise.
+    let base = [100.0, 120.0, 85.0, 110.0, 95.0, 105.0, 90.0, 115.0];
+    let noise = [1.01, 0.99, 1.0, 1.005, 0.995, 1.01, 0.99, 1.0];
+    let new: Vec<f64> = base.iter().zip(noise).map(|(x, e)| x * e).collect();
+    let run = one_run(&base, &new);
+    let (mut a, mut b) = (run.clone(), run);
+    pick(&mut a, Path::new("run"), "base", "base").unwrap();
+    pick(&mut b, Path::new("run"), "new", "base").unwrap();
+    let m = compare(&a, &b, &[], ("a", "b")).unwrap().variants[0].measures[0].clone();
+    assert_eq!(m.samples, Samples::Rounds);
+    assert_ne!(m.verdict, Verdict::Worse);
+    assert_ne!(m.verdict, Verdict::Better);
 }
 
 #[test]

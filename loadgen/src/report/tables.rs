@@ -617,6 +617,9 @@ mod tests {
             complete: true,
             prometheus: None,
             search: None,
+            seed: None,
+            rounds: vec![],
+            sequential: None,
         }
     }
 

@@ -120,6 +120,18 @@ impl Scenario {
             if v.name.is_empty() || !names.insert(&v.name) {
                 return bad(&format!("variants[{i}].name"), "must be set and unique");
             }
+            if v.bin_dir.is_some() && v.git_rev.is_some() {
+                return bad(
+                    &format!("variants[{i}].git_rev"),
+                    "a variant names its binaries by bin_dir or by git_rev, not both",
+                );
+            }
+            if v.git_rev
+                .as_deref()
+                .is_some_and(|r| r.trim().is_empty() || r.starts_with('-'))
+            {
+                return bad(&format!("variants[{i}].git_rev"), "must name a revision");
+            }
         }
         self.check_faults(origin)
     }

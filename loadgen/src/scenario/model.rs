@@ -336,6 +336,15 @@ pub struct Variant {
     /// Overrides the scenario's `tls`: a pair of variants measures what TLS costs.
     #[serde(default)]
     pub tls: Option<bool>,
+    /// The directory holding this variant's `cluster` and `nodesim` (another
+    /// build of the project) instead of those beside loadgen: two builds
+    /// interleaved in one run, as two settings are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bin_dir: Option<std::path::PathBuf>,
+    /// A git revision whose `cluster` and `nodesim` loadgen builds (in a
+    /// worktree of its own) and runs for this variant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_rev: Option<String>,
 }
 
 impl Scenario {
@@ -354,6 +363,8 @@ impl Scenario {
             server_args: vec![],
             nodesim_args: vec![],
             tls: None,
+            bin_dir: None,
+            git_rev: None,
         };
         if let Some(sweep) = &self.sweep {
             return sweep

@@ -1,27 +1,42 @@
 //! One run against another, measure by measure: the ratio B/A of each
 //! measure's samples with its 95% interval ([`crate::stats`]) and a verdict,
-//! `better`, `worse` or `inconclusive`. `loadgen compare` prints and writes
-//! it; `--baseline` judges a run against an earlier one with it.
+//! `better`, `worse`, `same` or `inconclusive`. `loadgen compare` prints and
+//! writes it; `--baseline` judges a run against an earlier one with it, and
+//! `--until-conclusive` decides with it when a run has enough rounds.
 //!
 //! A side's samples for a measure are its repetitions (`--repeat N`), or,
 //! for a run of one repetition, the batch means of its own time windows
 //! (which show how steady that run was, not how a rerun lands: the result
-//! says which). A verdict needs the interval to reach at least
-//! [`MIN_CONFIDENCE`] and to lie wholly beyond the measure's noise floor:
-//! then the change is larger than the noise with that confidence. With ten
-//! measures compared at 95% each, a verdict on an interval that merely
-//! excluded 1 would call some change in most comparisons of a build with
-//! itself.
+//! says which). Two variants of one run ran in the same rounds: they are
+//! paired round by round (the ratio within each round), which takes out the
+//! machine's drift that a round shares.
+//!
+//! A verdict needs the interval to reach at least [`MIN_CONFIDENCE`] and to
+//! lie wholly beyond the measure's noise floor: then the change is larger
+//! than the noise with that confidence; `same` when it lies wholly within
+//! it. The floor is measured where it can be: half the run-to-run spread
+//! of the measure within each side's own rounds ([`calibrated_floor`]);
+//! otherwise (or, for two separate runs, when it is larger) the measure's
+//! fixed floor. With ten measures compared at 95% each, a verdict on an
+//! interval that merely excluded 1 would call some change in most
+//! comparisons of a build with itself.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::measures::{self, by_name, Measure, MEASURES};
-use crate::stats::{median, ratio_interval, CONFIDENCE};
+use crate::stats::{log_spread, median, paired_ratio_interval, ratio_interval, CONFIDENCE};
 
 /// Below this confidence (too few samples on a side: three against three
 /// reach 90%) no verdict is given.
 pub const MIN_CONFIDENCE: f64 = 0.90;
+
+/// A calibrated floor is never below this: a change under 1% is not called
+/// however steady the runs were.
+pub const MIN_FLOOR: f64 = 0.01;
+
+/// Each side needs this many repetitions for its spread to calibrate a floor.
+pub const CALIBRATE_FROM: usize = 3;
 
 /// Why two summaries cannot be compared.
 #[derive(Debug, thiserror::Error)]
@@ -40,13 +55,36 @@ pub enum Mismatch {
 pub enum Verdict {
     Better,
     Worse,
+    /// The interval lies wholly within the noise floor: no change larger
+    /// than the noise (only from repetitions or rounds, not from windows).
+    Same,
     Inconclusive,
+}
+
+impl Verdict {
+    /// Whether more samples could not change what is known: a change, or
+    /// none beyond the floor.
+    pub fn decided(self) -> bool {
+        self != Verdict::Inconclusive
+    }
+}
+
+/// Where a measure's noise floor came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FloorSource {
+    /// From the spread of the two sides' own repetitions.
+    Calibrated,
+    /// The measure's fixed floor (`summary::measures`).
+    Fixed,
 }
 
 /// Where a side's samples came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Samples {
+    /// Repetitions of two variants of one run, paired round by round.
+    Rounds,
     Repetitions,
     /// Batch means of one run's time windows.
     Windows,
@@ -74,6 +112,9 @@ pub struct MeasureComparison {
     pub samples: Samples,
     pub n_a: usize,
     pub n_b: usize,
+    /// The noise floor the verdict was judged against (0.05: ±5%).
+    pub floor: f64,
+    pub floor_source: FloorSource,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -133,6 +174,7 @@ pub fn compare(
             gates.iter().any(|g| g == m.name)
         }
     };
+    let judging = Judging::of(a, b);
     let mut out = Comparison {
         a: names.0.into(),
         b: names.1.into(),
@@ -141,7 +183,7 @@ pub fn compare(
         worse: Vec::new(),
     };
     for (i, name) in va.iter().enumerate() {
-        let measures = compare_variant(&a["variants"][i], &b["variants"][i], &gated);
+        let measures = judging.variant(&a["variants"][i], &b["variants"][i], &gated);
         for m in measures
             .iter()
             .filter(|m| m.gated && m.verdict == Verdict::Worse)
@@ -156,43 +198,139 @@ pub fn compare(
     Ok(out)
 }
 
-/// Every measure of variant `a` against variant `b`; `gated` says which gate.
+/// How two sides are judged: paired round by round (two variants of one
+/// run), and at what level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judging {
+    pub paired: bool,
+    /// The level each interval is drawn at: [`CONFIDENCE`], or higher for a
+    /// run that looked after every round (`--until-conclusive`).
+    pub level: f64,
+}
+
+impl Judging {
+    /// Two separate runs: unpaired, at [`CONFIDENCE`].
+    pub const UNPAIRED: Judging = Judging {
+        paired: false,
+        level: CONFIDENCE,
+    };
+
+    /// For summaries `a` and `b`: paired when they are one run (the same
+    /// seed and rounds), at the level that run's looks were drawn at.
+    pub fn of(a: &Value, b: &Value) -> Judging {
+        let rounds = |v: &Value| v["rounds"].as_array().filter(|r| !r.is_empty()).cloned();
+        let one_run = rounds(a).is_some() && rounds(a) == rounds(b) && a["seed"] == b["seed"];
+        match one_run {
+            true => Judging {
+                paired: true,
+                level: a
+                    .pointer("/sequential/level")
+                    .and_then(Value::as_f64)
+                    .unwrap_or(CONFIDENCE),
+            },
+            false => Judging::UNPAIRED,
+        }
+    }
+
+    /// Every measure of variant `a` against variant `b`; `gated` says which gate.
+    pub fn variant(
+        self,
+        a: &Value,
+        b: &Value,
+        gated: &dyn Fn(&Measure) -> bool,
+    ) -> Vec<MeasureComparison> {
+        MEASURES
+            .iter()
+            .filter_map(|m| self.measure(m, a, b, gated(m)))
+            .collect()
+    }
+
+    /// One measure compared; `None` when a side lacks it or it is not positive.
+    fn measure(
+        self,
+        m: &'static Measure,
+        a: &Value,
+        b: &Value,
+        gated: bool,
+    ) -> Option<MeasureComparison> {
+        let (xa, ka) = samples(m, a);
+        let (xb, kb) = samples(m, b);
+        let pairs = match self.paired {
+            true => paired_rounds(m, a, b),
+            false => Vec::new(),
+        };
+        let (r, kind) = match paired_ratio_interval(&pairs, self.level) {
+            Some(r) => (r, Samples::Rounds),
+            None => {
+                let kind = [ka, kb]
+                    .into_iter()
+                    .max_by_key(|k| *k as u8)
+                    .unwrap_or(Samples::Single);
+                (ratio_interval(&xa, &xb, self.level)?, kind)
+            }
+        };
+        let reps = ka == Samples::Repetitions && kb == Samples::Repetitions;
+        let (floor, floor_source) = match reps.then(|| calibrated_floor(&xa, &xb)).flatten() {
+            Some(f) if kind == Samples::Rounds || f > m.noise_floor => (f, FloorSource::Calibrated),
+            _ => (m.noise_floor, FloorSource::Fixed),
+        };
+        let (verdict, why) = verdict(m, &r, floor, reps);
+        Some(MeasureComparison {
+            measure: m.name,
+            a: median(&xa)?,
+            b: median(&xb)?,
+            ratio: r.ratio,
+            lo: r.lo,
+            hi: r.hi,
+            confidence: r.confidence,
+            verdict,
+            why,
+            gated,
+            samples: kind,
+            n_a: xa.len(),
+            n_b: xb.len(),
+            floor,
+            floor_source,
+        })
+    }
+}
+
+/// Every measure of variant `a` against variant `b` of two separate runs.
 pub fn compare_variant(
     a: &Value,
     b: &Value,
     gated: &dyn Fn(&Measure) -> bool,
 ) -> Vec<MeasureComparison> {
-    MEASURES
-        .iter()
-        .filter_map(|m| measure(m, a, b, gated(m)))
-        .collect()
+    Judging::UNPAIRED.variant(a, b, gated)
 }
 
-/// One measure compared; `None` when a side lacks it or it is not positive.
-fn measure(m: &'static Measure, a: &Value, b: &Value, gated: bool) -> Option<MeasureComparison> {
-    let (xa, ka) = samples(m, a);
-    let (xb, kb) = samples(m, b);
-    let r = ratio_interval(&xa, &xb, CONFIDENCE)?;
-    let kind = [ka, kb]
-        .into_iter()
-        .max_by_key(|k| *k as u8)
-        .unwrap_or(Samples::Single);
-    let (verdict, why) = verdict(m, r.lo, r.hi, r.confidence);
-    Some(MeasureComparison {
-        measure: m.name,
-        a: median(&xa)?,
-        b: median(&xb)?,
-        ratio: r.ratio,
-        lo: r.lo,
-        hi: r.hi,
-        confidence: r.confidence,
-        verdict,
-        why,
-        gated,
-        samples: kind,
-        n_a: xa.len(),
-        n_b: xb.len(),
-    })
+/// The noise floor from the two sides' own repetitions: half their pooled
+/// run-to-run spread ([`log_spread`]), at least [`MIN_FLOOR`]. A change
+/// smaller than half of what one run varies from the next is not called:
+/// telling it apart would take far more rounds than a comparison runs (at
+/// a spread of 10%, about 64 a side), and it is the size of the systematic
+/// error that pairing cannot remove. `None` with fewer than
+/// [`CALIBRATE_FROM`] repetitions on a side.
+pub fn calibrated_floor(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() < CALIBRATE_FROM || b.len() < CALIBRATE_FROM {
+        return None;
+    }
+    let (sa, sb) = (log_spread(a)?, log_spread(b)?);
+    let pooled = ((sa * sa + sb * sb) / 2.0).sqrt();
+    Some(((pooled / 2.0).exp() - 1.0).max(MIN_FLOOR))
+}
+
+/// The (A, B) figures of `m` in each round both variants ran, by round.
+fn paired_rounds(m: &Measure, a: &Value, b: &Value) -> Vec<(f64, f64)> {
+    let by_round = |v: &Value| -> std::collections::BTreeMap<u64, f64> {
+        (v["repetitions"].as_array().into_iter().flatten())
+            .filter_map(|r| Some((r["round"].as_u64()?, r[m.name].as_f64()?)))
+            .collect()
+    };
+    let (ra, rb) = (by_round(a), by_round(b));
+    ra.iter()
+        .filter_map(|(round, x)| Some((*x, *rb.get(round)?)))
+        .collect()
 }
 
 /// A variant's samples of `m`: its repetitions, else its windows, else its one figure.
@@ -218,14 +356,24 @@ fn samples(m: &Measure, v: &Value) -> (Vec<f64>, Samples) {
     ((m.read)(v).into_iter().collect(), Samples::Single)
 }
 
-/// The verdict on an interval of B/A, and why none when none.
-pub fn verdict(m: &Measure, lo: f64, hi: f64, confidence: f64) -> (Verdict, Option<String>) {
-    if confidence < MIN_CONFIDENCE {
+/// The verdict on an interval of B/A against `floor`, and why none when
+/// none. `same` only when `reps` (the samples are reruns, not windows).
+pub fn verdict(
+    m: &Measure,
+    r: &crate::stats::Ratio,
+    floor: f64,
+    reps: bool,
+) -> (Verdict, Option<String>) {
+    let (lo, hi) = (r.lo, r.hi);
+    if r.confidence < MIN_CONFIDENCE {
         let why = format!(
             "too few samples: the interval reaches {:.0}% confidence",
-            confidence * 100.0
+            r.confidence * 100.0
         );
         return (Verdict::Inconclusive, Some(why));
+    }
+    if reps && lo >= 1.0 / (1.0 + floor) && hi <= 1.0 + floor {
+        return (Verdict::Same, None);
     }
     if lo <= 1.0 && hi >= 1.0 {
         return (
@@ -235,7 +383,6 @@ pub fn verdict(m: &Measure, lo: f64, hi: f64, confidence: f64) -> (Verdict, Opti
     }
     // A verdict says the change is larger than the noise floor with the
     // interval's confidence: the whole interval lies beyond it.
-    let floor = m.noise_floor;
     let rose = lo > 1.0 + floor;
     if !rose && hi >= 1.0 / (1.0 + floor) {
         let why = format!(

@@ -45,6 +45,7 @@ pub fn summarize(
     let (state_objects, state_objects_peak) = state_objects(&servers);
     VariantSummary {
         name: v.name.clone(),
+        binaries: None,
         tls: false,
         validity: Default::default(),
         repetitions: Vec::new(),
@@ -246,6 +247,7 @@ pub(super) mod tests {
             server_args: vec!["--flag".into()],
             nodesim_args: vec![],
             tls: None,
+            ..Default::default()
         }
     }
 

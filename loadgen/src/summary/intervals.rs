@@ -24,6 +24,9 @@ pub const WINDOW_S: f64 = 10.0;
 /// One repetition's measures, by name (`summary::measures`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Repetition {
+    /// The round it ran in (1 for the first): `compare` pairs two variants
+    /// of one run round by round.
+    pub round: u32,
     #[serde(flatten)]
     pub measures: BTreeMap<String, f64>,
     /// Whether this repetition measured the cluster, not the harness.
@@ -98,7 +101,9 @@ pub fn combine(mut reps: Vec<VariantSummary>) -> Option<VariantSummary> {
     let repetitions: Vec<Repetition> = figures
         .iter()
         .zip(&reps)
-        .map(|(f, r)| Repetition {
+        .enumerate()
+        .map(|(i, (f, r))| Repetition {
+            round: i as u32 + 1,
             measures: f.clone(),
             valid: r.validity.valid,
         })

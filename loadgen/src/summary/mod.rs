@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 pub use baseline::{parse_baseline, regressions};
+pub use comparison::Judging;
 pub use figures::summarize;
 pub use intervals::{combine, window_figures, Repetition};
 pub use memory::{Leak, Memory};
@@ -71,6 +72,56 @@ pub struct RunSummary {
     /// With `--find-max-rate`: the probes and the highest rate that met the SLOs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub search: Option<SearchReport>,
+    /// The seed that drew each round's order of the variants (`--seed`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+    /// Each round: every variant once, in the order it ran.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<Round>,
+    /// With `--until-conclusive`: how the run decided to stop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequential: Option<Sequential>,
+}
+
+/// A variant's own build of the project.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Binaries {
+    /// The directory its `cluster` and `nodesim` ran from.
+    pub dir: String,
+    /// The revision it was built from, as given and as resolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub git_rev: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+}
+
+/// One round of a run: every variant once, in an order drawn from the
+/// run's seed, so that a drift or a periodic neighbour cannot line up with
+/// one variant.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Round {
+    pub round: u32,
+    pub order: Vec<String>,
+}
+
+/// How a run with `--until-conclusive` added rounds and why it stopped.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Sequential {
+    /// The first round after which the variants were compared.
+    pub first_look: u32,
+    /// The most rounds it could run (`--max-repeat`).
+    pub max_rounds: u32,
+    /// The level every look's intervals were drawn at: 1 - 0.05 / looks, so
+    /// that over all the looks it may take the chance of a false verdict on
+    /// a measure stays under 5% (Bonferroni).
+    pub level: f64,
+    pub rounds_run: u32,
+    /// `decided` (every gated measure of every variant against the first
+    /// is better, worse or the same), `max-repeat` or `budget`.
+    pub stopped: String,
+    /// The gated measures still inconclusive when it stopped, as
+    /// "variant: measure".
+    pub undecided: Vec<String>,
 }
 
 /// One variant's results.
@@ -91,6 +142,10 @@ pub struct VariantSummary {
     pub tls: bool,
     pub server_args: Vec<String>,
     pub nodesim_args: Vec<String>,
+    /// Where the variant's `cluster` and `nodesim` came from, when not from
+    /// beside loadgen (`bin_dir`, `git_rev`, `--variant-bin`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binaries: Option<Binaries>,
     /// Raft entries applied during the run, by message type.
     pub raft_entries_by_type: BTreeMap<String, u64>,
     /// Bytes of those entries, by message type.
@@ -248,6 +303,9 @@ impl RunSummary {
             complete: variants.len() == planned && variants.iter().all(|v| v.problems.is_empty()),
             prometheus,
             search,
+            seed: None,
+            rounds: Vec::new(),
+            sequential: None,
         }
     }
 }
