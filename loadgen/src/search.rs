@@ -99,10 +99,15 @@ impl Search {
         at.filter(|p| p.valid).any(|p| !p.passed)
     }
 
-    /// The lowest rate whose run was invalid.
+    /// The lowest rate whose run was invalid, above the highest that
+    /// passed: an invalid run below a rate that later passed, valid, was a
+    /// busy moment of the machine, not the harness's limit.
     pub fn harness_limit(&self) -> Option<f64> {
+        let passed = self.bracket().0;
         let invalid = self.probes.iter().filter(|p| !p.valid).map(|p| p.value);
-        invalid.min_by(f64::total_cmp)
+        invalid
+            .filter(|v| passed.is_none_or(|lo| *v > lo))
+            .min_by(f64::total_cmp)
     }
 
     /// The highest rate that passed every time, and the lowest that did not
@@ -302,6 +307,25 @@ mod tests {
             "{}",
             r.confidence
         );
+    }
+
+    #[test]
+    fn an_invalid_probe_below_a_rate_that_passed_is_not_the_harness_limit() {
+        // A neighbour took the other core during the probe at 8 jobs/s; 16
+        // then passed, valid, and 32 failed: the search goes on between
+        // them instead of stopping at 8.
+        let mut s = Search::new(8.0);
+        s.record(Probe {
+            valid: false,
+            invalid: vec!["the machine's cores were 97% busy".into()],
+            ..probe(8.0, true)
+        });
+        assert_eq!(s.harness_limit(), Some(8.0), "nothing passed yet");
+        s.record(probe(16.0, true));
+        s.record(probe(32.0, false));
+        assert_eq!(s.harness_limit(), None);
+        assert_eq!(s.bracket(), (Some(16.0), Some(32.0)));
+        assert_eq!(s.next(), Some(22.627));
     }
 
     #[test]

@@ -440,6 +440,12 @@ memory_mb = 8
 p99_placement_ms = 1000
 "#;
 
+/// The search is honest on a busy machine too: it brackets the highest rate
+/// that met the SLO within 10% against what bounded it from above, a rate
+/// that failed or the rate at which the harness itself saturated (probes
+/// judged invalid, which count as unknown and are named), or it says the
+/// budget ran out. On a quiet machine the bound is a failing rate; with a
+/// neighbour on the other core it may be the harness's limit.
 #[test]
 fn find_max_rate_brackets_the_rate_that_meets_the_slo_within_ten_percent() {
     let (_dir, out, mut cmd) = capacity(SEARCHED, "searched");
@@ -453,25 +459,43 @@ fn find_max_rate_brackets_the_rate_that_meets_the_slo_within_ten_percent() {
     let errors = schema_errors(&summary);
     assert!(errors.is_empty(), "{errors:?}");
     let search = &summary["search"];
-    let (lo, hi) = (
-        search["max_passing"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{search}\n{stderr}")),
-        search["min_failing"]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{search}\n{stderr}")),
-    );
-    assert!(lo < hi && hi / lo <= 1.10 + 1e-9, "{lo}..{hi}: {search}");
-    // Every probe at the passing rate met the SLO, and one at the failing
-    // rate did not; each probe is a variant of the run.
+    let confidence = search["confidence"].as_str().unwrap();
+    let lo = search["max_passing"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{search}\n{stderr}"));
     let probes = search["probes"].as_array().unwrap();
     let at = |v: f64| {
         probes
             .iter()
             .filter(move |p| p["value"].as_f64() == Some(v))
     };
-    assert!(at(lo).all(|p| p["passed"] == true), "{search}");
-    assert!(at(hi).any(|p| p["passed"] == false), "{search}");
+    // Every probe at the passing rate was valid and met the SLO.
+    assert!(
+        at(lo).all(|p| p["passed"] == true && p["valid"] == true),
+        "{search}"
+    );
+    let failing = search["min_failing"].as_f64();
+    let limit = search["harness_limit"].as_f64();
+    let bound = match (failing, limit) {
+        (Some(f), Some(h)) => f.min(h),
+        (f, h) => f
+            .or(h)
+            .unwrap_or_else(|| panic!("nothing bounds {lo}: {search}")),
+    };
+    assert!(lo < bound, "{search}");
+    if Some(bound) == failing {
+        assert!(
+            at(bound).any(|p| p["passed"] == false && p["valid"] == true),
+            "{search}"
+        );
+    } else {
+        // The harness's limit: its probes were invalid, and the answer says so.
+        assert!(at(bound).all(|p| p["valid"] == false), "{search}");
+        assert!(confidence.contains("invalid"), "{confidence}");
+    }
+    if !confidence.contains("the time budget ran out") {
+        assert!(bound / lo <= 1.10 + 1e-9, "{lo}..{bound}: {search}");
+    }
     assert_eq!(probes.len(), summary["variants"].as_array().unwrap().len());
     assert!(search["spent_seconds"].as_f64().unwrap() <= 12.0 * 60.0);
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();

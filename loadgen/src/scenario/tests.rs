@@ -216,3 +216,27 @@ fn a_ramp_goes_from_one_rate_to_the_other() {
     assert_eq!(a.rate_at(5.0, 10.0), 6.0);
     assert_eq!(a.rate_at(20.0, 10.0), 11.0);
 }
+
+#[test]
+fn every_example_scenario_loads_and_a_variant_names_its_build_one_way() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/scenarios");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            Scenario::load(path.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}"));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "{seen} in {}", dir.display());
+    let two = std::fs::read_to_string(dir.join("two-builds.toml")).unwrap();
+    let s = Scenario::parse(&two, "two-builds.toml").unwrap();
+    assert_eq!(s.variants[0].git_rev.as_deref(), Some("HEAD~1"));
+    let both = two.replace("git_rev = \"HEAD~1\"", "git_rev = \"HEAD~1\"\nbin_dir = \"/opt\"");
+    let e = Scenario::parse(&both, "x.toml").unwrap_err().to_string();
+    assert!(e.contains("variants[0].git_rev") && e.contains("not both"), "{e}");
+    let e = Scenario::parse(&two.replace("HEAD~1", "--upload-pack=x"), "x.toml")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("must name a revision"), "{e}");
+}
