@@ -196,6 +196,11 @@ fn until_conclusive_adds_rounds_of_two_builds_and_compare_pairs_them_round_by_ro
         canonical.display().to_string().as_str()
     );
     assert!(variants[0].get("binaries").is_none(), "{}", variants[0]);
+    // Three rounds: each variant stores its own floors with the run.
+    for v in variants {
+        let floor = v["noise_floors"]["placements_per_s"].as_f64();
+        assert!(floor.is_some_and(|f| f >= 0.01), "{v}");
+    }
     // Each variant's nodesim ran from where it was told to.
     let log =
         std::fs::read_to_string(out.join("prioritized/rep-1/nodesim.log")).unwrap_or_default();

@@ -232,9 +232,15 @@ fn every_example_scenario_loads_and_a_variant_names_its_build_one_way() {
     let two = std::fs::read_to_string(dir.join("two-builds.toml")).unwrap();
     let s = Scenario::parse(&two, "two-builds.toml").unwrap();
     assert_eq!(s.variants[0].git_rev.as_deref(), Some("HEAD~1"));
-    let both = two.replace("git_rev = \"HEAD~1\"", "git_rev = \"HEAD~1\"\nbin_dir = \"/opt\"");
+    let both = two.replace(
+        "git_rev = \"HEAD~1\"",
+        "git_rev = \"HEAD~1\"\nbin_dir = \"/opt\"",
+    );
     let e = Scenario::parse(&both, "x.toml").unwrap_err().to_string();
-    assert!(e.contains("variants[0].git_rev") && e.contains("not both"), "{e}");
+    assert!(
+        e.contains("variants[0].git_rev") && e.contains("not both"),
+        "{e}"
+    );
     let e = Scenario::parse(&two.replace("HEAD~1", "--upload-pack=x"), "x.toml")
         .unwrap_err()
         .to_string();

@@ -316,8 +316,33 @@ pub fn calibrated_floor(a: &[f64], b: &[f64]) -> Option<f64> {
         return None;
     }
     let (sa, sb) = (log_spread(a)?, log_spread(b)?);
-    let pooled = ((sa * sa + sb * sb) / 2.0).sqrt();
-    Some(((pooled / 2.0).exp() - 1.0).max(MIN_FLOOR))
+    Some(floor_of_spread(((sa * sa + sb * sb) / 2.0).sqrt()))
+}
+
+/// The floor for a run-to-run spread (a standard deviation of logarithms):
+/// half of it, as a ratio less one, at least [`MIN_FLOOR`].
+pub fn floor_of_spread(spread: f64) -> f64 {
+    ((spread / 2.0).exp() - 1.0).max(MIN_FLOOR)
+}
+
+/// One variant's own floors, by measure, from its repetitions (at least
+/// [`CALIBRATE_FROM`]): what `summary.json` stores with the run.
+pub fn own_floors(
+    reps: &[std::collections::BTreeMap<String, f64>],
+) -> std::collections::BTreeMap<String, f64> {
+    if reps.len() < CALIBRATE_FROM {
+        return Default::default();
+    }
+    MEASURES
+        .iter()
+        .filter_map(|m| {
+            let xs: Vec<f64> = reps.iter().filter_map(|r| r.get(m.name).copied()).collect();
+            let spread = (xs.len() == reps.len())
+                .then(|| log_spread(&xs))
+                .flatten()?;
+            Some((m.name.to_string(), floor_of_spread(spread)))
+        })
+        .collect()
 }
 
 /// The (A, B) figures of `m` in each round both variants ran, by round.

@@ -46,6 +46,7 @@ pub fn summarize(
     VariantSummary {
         name: v.name.clone(),
         binaries: None,
+        noise_floors: BTreeMap::new(),
         tls: false,
         validity: Default::default(),
         repetitions: Vec::new(),

@@ -114,7 +114,9 @@ pub fn combine(mut reps: Vec<VariantSummary>) -> Option<VariantSummary> {
         _ => intervals(&figures, Method::OrderStatistics),
     };
     let validity = validity(&reps);
+    let floors = super::comparison::own_floors(&figures);
     let mut v = reps.swap_remove(median_repetition(&figures));
+    v.noise_floors = floors;
     v.repetitions = repetitions;
     v.intervals = intervals;
     v.validity = validity;
@@ -188,6 +190,10 @@ mod tests {
             (i.median, i.lo, i.hi, i.method),
             (100.0, 90.0, 120.0, Method::OrderStatistics)
         );
+        // Its own floor: half the spread of 90, 100, 120 (a MAD of ln 1.11
+        // on logs, scaled): about 8%.
+        let floor = v.noise_floors["placements_per_s"];
+        assert!((0.05..0.10).contains(&floor), "{floor}");
         assert!(v.validity.valid);
     }
 

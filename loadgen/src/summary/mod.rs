@@ -138,6 +138,11 @@ pub struct VariantSummary {
     /// (`order-statistics`), or for a single run over its 10 s windows
     /// (`batch-means`: how steady the run was, not how a rerun would land).
     pub intervals: BTreeMap<String, Interval>,
+    /// Per measure, the noise floor this variant's own repetitions give
+    /// (three or more): half their run-to-run spread, at least 1%
+    /// (`comparison::calibrated_floor`); a comparison pools both sides'.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub noise_floors: BTreeMap<String, f64>,
     /// Whether the cluster ran with mutual TLS and ACL tokens.
     pub tls: bool,
     pub server_args: Vec<String>,
