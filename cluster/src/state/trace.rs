@@ -27,7 +27,8 @@ impl StateStore {
         if let Some(eval) = eval {
             let times = eval.times.unwrap_or_default();
             trace.eval_id = eval.id.clone();
-            trace.registered_us = applied(eval.create_index);
+            trace.registered_us = applied(registration_index(&eval));
+            trace.eval_created_us = applied(eval.create_index);
             trace.enqueued_us = times.enqueued_us;
             trace.dequeued_us = times.dequeued_us;
             trace.caught_up_us = times.caught_up_us;
@@ -41,6 +42,17 @@ impl StateStore {
         trace.started_us = client.started_us;
         trace.running_committed_us = applied(alloc.running_index);
         trace
+    }
+}
+
+/// The index of the registration that made the version `eval` scheduled:
+/// an evaluation created later (a rolling update's next step) carries the
+/// job's `job_modify_index`; the registration's own carries 0 and was
+/// created by that very entry.
+fn registration_index(eval: &stampede_proto::Evaluation) -> u64 {
+    match eval.job_modify_index {
+        0 => eval.create_index,
+        at => at.min(eval.create_index),
     }
 }
 
