@@ -72,3 +72,24 @@ fn pick(s: &State, job_id: &str) -> Option<Picked> {
     let eval = s.eval(&alloc.eval_id);
     Some((alloc, eval))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::registration_index;
+    use stampede_proto::Evaluation;
+
+    #[test]
+    fn a_later_steps_evaluation_points_back_at_the_registration_and_the_registrations_at_itself() {
+        let step = Evaluation {
+            job_modify_index: 7,
+            create_index: 12,
+            ..Default::default()
+        };
+        assert_eq!(registration_index(&step), 7);
+        let own = Evaluation {
+            create_index: 12,
+            ..Default::default()
+        };
+        assert_eq!(registration_index(&own), 12);
+    }
+}

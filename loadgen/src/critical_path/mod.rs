@@ -247,10 +247,13 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
             boundaries[i] = boundaries[i + 1];
         }
     }
-    // A trace whose job was registered after loadgen saw this run running
-    // is of a later submission. (Read after the bound: an
-    // apply every server replayed after a restart is not a later one.)
-    if boundaries[1] > run.running_us {
+    // A trace whose evaluation was created after loadgen saw this run
+    // running is not this run's path: a later submission's, or a rolling
+    // update's step that came after the stream took the update for running
+    // (on the old version's allocations, before the new one was placed).
+    // (Read after the bound: an apply every server replayed after a restart
+    // is not a later one.)
+    if boundaries[2] > run.running_us {
         return Err(Untraced::Superseded);
     }
     let (mut clamps, mut clamped_us) = (0, 0);

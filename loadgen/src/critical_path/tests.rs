@@ -454,3 +454,12 @@ fn the_sentence_names_the_update_blocks_when_the_rollout_sets_the_p99_and_only_t
     );
     assert_eq!(f.stages[1].p99_ms, 0.0, "no rollout");
 }
+
+#[test]
+fn a_step_created_after_the_run_was_seen_running_is_not_its_path() {
+    // An update seen running 4 ms after its submission (the old version's
+    // allocations up) whose last step came 3 s later: not this run's path.
+    let (mut run, trace) = job("web", 0, [2, 3000, 1, 1, 1, 1, 1, 1, 1, 1, 1]);
+    run.running_us = run.scheduled_us + 4000;
+    assert_eq!(path(&run, &trace), Err(Untraced::Superseded));
+}

@@ -13,8 +13,8 @@ use crate::summary::{RunSummary, VariantSummary};
 /// One colour per stage, in path order; the rollout's a lighter blue than
 /// the registration's, whose stage it was part of.
 const COLOURS: [&str; N_STAGES] = [
-    "#4e79a7", "#a0cbe8", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac",
+    "#4e79a7", "#a0cbe8", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+    "#ff9da7", "#9c755f", "#bab0ac",
 ];
 /// The SVGs' width, and the room their labels take on the left.
 const WIDTH: f64 = 900.0;

@@ -350,7 +350,10 @@ async fn step(shared: &Shared, id: &str) -> Option<&'static str> {
                 let store = &shared.ctx.store;
                 let applied = |i| store.applied_at_us(i).unwrap_or(0);
                 let (from, to) = (applied(registered), applied(index));
-                shared.ctx.stages.observe_between(JobStage::Rollout, from, to);
+                shared
+                    .ctx
+                    .stages
+                    .observe_between(JobStage::Rollout, from, to);
             }
             match status {
                 DeploymentStatus::Successful | DeploymentStatus::Failed => {
