@@ -203,7 +203,7 @@ async fn with_job_times_off_nothing_is_stamped() {
         .into_inner();
     let t = &reply.traces[0];
     assert!(t.found && !t.alloc_id.is_empty(), "{t:?}");
-    assert_eq!(steps(t).map(|(_, at)| at), [0; 9], "{t:?}");
+    assert_eq!(steps(t).map(|(_, at)| at), [0; 10], "{t:?}");
     let counted = "stampede_job_stage_seconds_count{stage=\"broker_wait\"}";
     assert_eq!(c.metric(leader, counted).await.unwrap(), 0.0);
 }
