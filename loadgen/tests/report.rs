@@ -269,7 +269,7 @@ fn the_browser_shows_where_the_time_went_for_each_variant() {
         ("class=\"data stages\"", 3),
         ("class=\"waterfall\"", 3),
         ("<g class=\"job\"", 3 * 5),
-        ("<tr data-stage=", 3 * 10),
+        ("<tr data-stage=", 3 * 11),
     ] {
         assert_eq!(dom.matches(class).count(), n, "{class}");
     }
