@@ -45,9 +45,10 @@ fn running_after_create(a: &Allocation, delivered_us: u64, started_us: u64) -> A
 }
 
 /// The trace's steps in path order, named.
-fn steps(t: &JobTrace) -> [(&'static str, u64); 9] {
+fn steps(t: &JobTrace) -> [(&'static str, u64); 10] {
     [
         ("registered", t.registered_us),
+        ("eval_created", t.eval_created_us),
         ("enqueued", t.enqueued_us),
         ("dequeued", t.dequeued_us),
         ("caught_up", t.caught_up_us),
@@ -126,6 +127,8 @@ async fn a_jobs_path_is_stamped_step_by_step_in_order() {
         before = (name, at);
     }
     assert!(before.1 <= unix_us());
+    // A first registration's evaluation is its own entry: no rollout.
+    assert_eq!(trace.registered_us, trace.eval_created_us);
 
     // Each stage a server ends is counted where it ends: the registration
     // on the server that took the call, the broker's two on the leader.
@@ -200,7 +203,7 @@ async fn with_job_times_off_nothing_is_stamped() {
         .into_inner();
     let t = &reply.traces[0];
     assert!(t.found && !t.alloc_id.is_empty(), "{t:?}");
-    assert_eq!(steps(t).map(|(_, at)| at), [0; 9], "{t:?}");
+    assert_eq!(steps(t).map(|(_, at)| at), [0; 10], "{t:?}");
     let counted = "stampede_job_stage_seconds_count{stage=\"broker_wait\"}";
     assert_eq!(c.metric(leader, counted).await.unwrap(), 0.0);
 }

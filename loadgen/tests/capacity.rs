@@ -198,8 +198,9 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
     assert_eq!(drawn.legends_filled, drawn.charts, "{drawn:?}");
 }
 
-const STAGES: [&str; 10] = [
+const STAGES: [&str; 11] = [
     "register",
+    "rollout",
     "enqueue",
     "broker_wait",
     "catch_up",

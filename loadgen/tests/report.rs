@@ -138,10 +138,15 @@ fn variant(rate: f64) -> VariantSummary {
 fn job_paths(rate: f64) -> Vec<JobPath> {
     (0..12u64)
         .map(|i| {
-            let mut boundaries = [0u64; 11];
-            for s in 1..11 {
+            let mut boundaries = [0u64; 12];
+            for s in 1..12 {
                 let report_running = (i as f64 * rate * 1000.0) as u64;
-                let ms = if s == 9 { report_running } else { 2000 };
+                // No rollout; report_running is the tenth stage.
+                let ms = match s {
+                    2 => 0,
+                    10 => report_running,
+                    _ => 2000,
+                };
                 boundaries[s] = boundaries[s - 1] + ms;
             }
             JobPath {
@@ -267,7 +272,7 @@ fn the_browser_shows_where_the_time_went_for_each_variant() {
         ("class=\"data stages\"", 3),
         ("class=\"waterfall\"", 3),
         ("<g class=\"job\"", 3 * 5),
-        ("<tr data-stage=", 3 * 10),
+        ("<tr data-stage=", 3 * 11),
     ] {
         assert_eq!(dom.matches(class).count(), n, "{class}");
     }

@@ -133,6 +133,10 @@ impl QuerySource {
 pub enum JobStage {
     /// Submitted → the job's registration applied.
     Register,
+    /// → the evaluation that placed the job's last allocation created: 0
+    /// unless a later one than the registration's did (a rolling update's
+    /// next step, once the previous step's allocations were healthy).
+    Rollout,
     /// → its evaluation ready in the leader's broker.
     Enqueue,
     /// → a worker took it.
@@ -154,8 +158,9 @@ pub enum JobStage {
 }
 
 impl JobStage {
-    pub const ALL: [JobStage; 10] = [
+    pub const ALL: [JobStage; 11] = [
         JobStage::Register,
+        JobStage::Rollout,
         JobStage::Enqueue,
         JobStage::BrokerWait,
         JobStage::CatchUp,
@@ -170,6 +175,7 @@ impl JobStage {
     pub fn label(self) -> &'static str {
         match self {
             JobStage::Register => "register",
+            JobStage::Rollout => "rollout",
             JobStage::Enqueue => "enqueue",
             JobStage::BrokerWait => "broker_wait",
             JobStage::CatchUp => "catch_up",

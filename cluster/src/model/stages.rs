@@ -17,12 +17,14 @@ pub struct JobStages {
 }
 
 impl JobStages {
-    /// `register` by the API (request to reply), `enqueue` and
+    /// `register` by the API (request to reply), `rollout` by the
+    /// deployment watcher (each later step it writes), `enqueue` and
     /// `broker_wait` at dequeue, `catch_up`, `schedule` and `plan_commit`
     /// by workers, `deliver` and `observe` as the blocking-query delivery
     /// of nodes' and loadgen's queries.
-    pub const ENDED_HERE: [JobStage; 8] = [
+    pub const ENDED_HERE: [JobStage; 9] = [
         JobStage::Register,
+        JobStage::Rollout,
         JobStage::Enqueue,
         JobStage::BrokerWait,
         JobStage::CatchUp,

@@ -27,7 +27,8 @@ impl StateStore {
         if let Some(eval) = eval {
             let times = eval.times.unwrap_or_default();
             trace.eval_id = eval.id.clone();
-            trace.registered_us = applied(eval.create_index);
+            trace.registered_us = applied(registration_index(&eval));
+            trace.eval_created_us = applied(eval.create_index);
             trace.enqueued_us = times.enqueued_us;
             trace.dequeued_us = times.dequeued_us;
             trace.caught_up_us = times.caught_up_us;
@@ -41,6 +42,17 @@ impl StateStore {
         trace.started_us = client.started_us;
         trace.running_committed_us = applied(alloc.running_index);
         trace
+    }
+}
+
+/// The index of the registration that made the version `eval` scheduled:
+/// an evaluation created later (a rolling update's next step) carries the
+/// job's `job_modify_index`; the registration's own carries 0 and was
+/// created by that very entry.
+fn registration_index(eval: &stampede_proto::Evaluation) -> u64 {
+    match eval.job_modify_index {
+        0 => eval.create_index,
+        at => at.min(eval.create_index),
     }
 }
 
@@ -59,4 +71,25 @@ fn pick(s: &State, job_id: &str) -> Option<Picked> {
         .max_by_key(|a| (a.running_index != 0, a.running_index, a.create_index))?;
     let eval = s.eval(&alloc.eval_id);
     Some((alloc, eval))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::registration_index;
+    use stampede_proto::Evaluation;
+
+    #[test]
+    fn a_later_steps_evaluation_points_back_at_the_registration_and_the_registrations_at_itself() {
+        let step = Evaluation {
+            job_modify_index: 7,
+            create_index: 12,
+            ..Default::default()
+        };
+        assert_eq!(registration_index(&step), 7);
+        let own = Evaluation {
+            create_index: 12,
+            ..Default::default()
+        };
+        assert_eq!(registration_index(&own), 12);
+    }
 }

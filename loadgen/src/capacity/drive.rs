@@ -161,6 +161,7 @@ pub(super) async fn drive(
         &summary.cpu_cores,
         jobs_per_s,
         &windows,
+        &scenario.job_mix,
     );
     let k = scenario.trace_slowest as usize;
     summary.slowest_paths = critical_path::slowest_marked(&paths, k, &v.name, &windows);

@@ -91,6 +91,7 @@ pub fn merge(id: &str, answers: &[&JobTrace]) -> JobTrace {
         .filter(|t| t.found && t.eval_id == base.eval_id && t.alloc_id == base.alloc_id);
     for t in same {
         earliest(&mut out.registered_us, t.registered_us);
+        earliest(&mut out.eval_created_us, t.eval_created_us);
         earliest(&mut out.plan_committed_us, t.plan_committed_us);
         earliest(&mut out.running_committed_us, t.running_committed_us);
     }
@@ -104,9 +105,10 @@ fn earliest(at: &mut u64, other: u64) {
     }
 }
 
-fn boundaries(t: &JobTrace) -> [u64; 9] {
+fn boundaries(t: &JobTrace) -> [u64; 10] {
     [
         t.registered_us,
+        t.eval_created_us,
         t.enqueued_us,
         t.dequeued_us,
         t.caught_up_us,

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{JobPath, STAGES};
+use super::{JobPath, N_STAGES, ROLLOUT, STAGES};
+use crate::scenario::{JobKind, Kind};
 use crate::stream::Percentiles;
 
 /// One stage over a variant's traced jobs.
@@ -146,18 +147,21 @@ pub fn figures(
     cpu_cores: &BTreeMap<String, f64>,
     jobs_per_s: f64,
 ) -> CriticalPath {
-    figures_with_faults(paths, untraced, cpu_cores, jobs_per_s, &[])
+    figures_with_faults(paths, untraced, cpu_cores, jobs_per_s, &[], &[])
 }
 
 /// [`figures`], for a run with faults: when most of the slowest jobs spent
 /// the bottleneck stage across one fault's window, the sentence names that
-/// fault and what a failover does to the stage.
+/// fault and what a failover does to the stage. `job_mix` is the
+/// scenario's: when the rollout sets the p99, the sentence names the update
+/// blocks that set its pace, the settings a user can change.
 pub fn figures_with_faults(
     paths: &[JobPath],
     untraced: u64,
     cpu_cores: &BTreeMap<String, f64>,
     jobs_per_s: f64,
     faults: &[FaultWindow],
+    job_mix: &[JobKind],
 ) -> CriticalPath {
     let slow = slowest_share(paths);
     let mut check = TraceCheck {
@@ -176,8 +180,8 @@ pub fn figures_with_faults(
             ..CriticalPath::default()
         };
     }
-    let all: Vec<[f64; 10]> = paths.iter().map(JobPath::stages_ms).collect();
-    let slow_stages: Vec<[f64; 10]> = slow.iter().map(|p| p.stages_ms()).collect();
+    let all: Vec<[f64; N_STAGES]> = paths.iter().map(JobPath::stages_ms).collect();
+    let slow_stages: Vec<[f64; N_STAGES]> = slow.iter().map(|p| p.stages_ms()).collect();
     let slow_total: f64 = slow.iter().map(|p| p.time_to_running_ms()).sum();
     let stages: Vec<StageFigure> = STAGES
         .iter()
@@ -199,13 +203,15 @@ pub fn figures_with_faults(
         })
         .collect();
     let medians = StageMedians {
-        all: (0..10).map(|i| median(&column(&all, i))).collect(),
-        slowest: (0..10).map(|i| median(&column(&slow_stages, i))).collect(),
+        all: (0..N_STAGES).map(|i| median(&column(&all, i))).collect(),
+        slowest: (0..N_STAGES)
+            .map(|i| median(&column(&slow_stages, i)))
+            .collect(),
     };
     check.sum_of_stage_medians_ms = medians.all.iter().sum();
     let ttr: Vec<f64> = paths.iter().map(JobPath::time_to_running_ms).collect();
     check.median_time_to_running_ms = median(&ttr);
-    let mut bottleneck = bottleneck(&stages, cpu_cores, jobs_per_s);
+    let mut bottleneck = bottleneck(&stages, cpu_cores, jobs_per_s, job_mix);
     if let Some(b) = bottleneck.as_mut() {
         if let Some(i) = STAGES.iter().position(|s| s.name == b.stage) {
             if let Some(note) = across_a_fault(&slow, i, faults) {
@@ -295,7 +301,7 @@ pub fn slowest_marked(
         .collect()
 }
 
-fn column(rows: &[[f64; 10]], i: usize) -> Vec<f64> {
+fn column(rows: &[[f64; N_STAGES]], i: usize) -> Vec<f64> {
     rows.iter().map(|r| r[i]).collect()
 }
 
@@ -309,6 +315,7 @@ fn bottleneck(
     stages: &[StageFigure],
     cpu_cores: &BTreeMap<String, f64>,
     jobs_per_s: f64,
+    job_mix: &[JobKind],
 ) -> Option<Bottleneck> {
     // The first of equal shares: the earliest stage on the path.
     let i = (0..stages.len()).reduce(|best, i| {
@@ -322,10 +329,15 @@ fn bottleneck(
         .iter()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map(|(name, cores)| (name.clone(), *cores));
+    let mut what = STAGES[i].what.to_string();
+    if top.stage == ROLLOUT {
+        if let Some(pace) = rollout_pace(job_mix) {
+            what.push_str(&format!(" ({pace})"));
+        }
+    }
     let mut text = format!(
-        "at {} jobs/s the p99 is set by {} ({}, {:.0}%)",
+        "at {} jobs/s the p99 is set by {what} ({}, {:.0}%)",
         rate(jobs_per_s),
-        STAGES[i].what,
         top.stage,
         top.share_of_p99 * 100.0
     );
@@ -341,6 +353,23 @@ fn bottleneck(
         cores: busiest.map(|b| b.1),
         text,
     })
+}
+
+/// The update blocks of `job_mix` that roll out in steps (a service whose
+/// `max_parallel` is below its `count`), as a scenario spells them:
+/// `web: max_parallel 2 of count 5, min_healthy_time_ms 500`.
+fn rollout_pace(job_mix: &[JobKind]) -> Option<String> {
+    let blocks: Vec<String> = job_mix
+        .iter()
+        .filter(|j| j.kind == Kind::Service && j.max_parallel > 0 && j.max_parallel < j.count)
+        .map(|j| {
+            format!(
+                "{}: max_parallel {} of count {}, min_healthy_time_ms {}",
+                j.name, j.max_parallel, j.count, j.min_healthy_time_ms
+            )
+        })
+        .collect();
+    (!blocks.is_empty()).then(|| blocks.join("; "))
 }
 
 /// A rate as the sentence says it: whole and with thousands separated

@@ -1,7 +1,7 @@
 //! Where a job's time went: its critical path from loadgen's submission to
-//! loadgen seeing it running, cut into ten stages at eleven boundaries.
+//! loadgen seeing it running, cut into eleven stages at twelve boundaries.
 //!
-//! The servers record the middle nine boundaries (`JobService.Trace`, Unix
+//! The servers record the middle ten boundaries (`JobService.Trace`, Unix
 //! microseconds, on the leader, a worker and nodesim); loadgen adds the
 //! first (the submission's scheduled instant) and the last (when it saw the
 //! job running), so a job's stages add up to its time to running as loadgen
@@ -57,13 +57,25 @@ const fn stage(
     }
 }
 
+/// How many stages a path has.
+pub const N_STAGES: usize = 11;
+
 /// The stages in path order; stage `i` runs from boundary `i` to `i + 1`.
-pub const STAGES: [Stage; 10] = [
+pub const STAGES: [Stage; N_STAGES] = [
     stage(
         "register",
         "leader",
-        "the evaluation that placed the last allocation (the registration's commit, or a rolling update's later step)",
-        "the registration, or a rolling update's next step, waited for a leader that answers (a write to a server that stopped answering waits for the caller's attempt timeout)",
+        "the registration's commit",
+        "the registration waited for a leader that answers (a write to a server that stopped answering waits for the caller's attempt timeout)",
+    ),
+    // From the registration's commit to the creation of the evaluation that
+    // placed the last allocation: 0 but for a rolling update, whose later
+    // steps each wait for the previous one's allocations to be healthy.
+    stage(
+        ROLLOUT,
+        "leader",
+        "the rolling update's pace: each step waited for the previous one's health",
+        "a rolling update's next step waited for a new leader's deployment watcher",
     ),
     stage(
         "enqueue",
@@ -121,12 +133,16 @@ pub const STAGES: [Stage; 10] = [
     ),
 ];
 
-/// One job's path: its eleven boundaries in Unix microseconds, in order
+/// The stage a rolling update's later steps are in; its sentence names
+/// the update blocks that set its pace.
+pub const ROLLOUT: &str = "rollout";
+
+/// One job's path: its twelve boundaries in Unix microseconds, in order
 /// (each at or after the one before), and what clamping them cost.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobPath {
     pub job_id: String,
-    pub boundaries: [u64; 11],
+    pub boundaries: [u64; N_STAGES + 1],
     /// Boundaries read before the one they follow, moved up to it.
     pub clamps: u32,
     /// How far they were moved, in all.
@@ -139,10 +155,12 @@ pub struct JobPath {
 }
 
 /// The boundaries read from an entry's apply (`registered`,
-/// `plan_committed`, `running_committed`: the earliest apply any server
-/// still knows, see [`fetch`]), each followed by a step taken only once the
-/// entry had applied somewhere: the leader's broker enqueues an evaluation
-/// after its apply, a node's blocking query returns an allocation after its
+/// `eval_created`, `plan_committed`, `running_committed`: the earliest apply
+/// any server still knows, see [`fetch`]), each followed by a step taken
+/// only once the entry had applied somewhere: the leader creates a rolling
+/// update's next evaluation after the registration applied (the
+/// registration's own evaluation is the same entry), its broker enqueues an
+/// evaluation after its apply, a node's blocking query returns an allocation after its
 /// server applied the plan, and loadgen sees a job running after the server
 /// it reads applied the report. So the next boundary bounds the true apply
 /// from above. When the server that applied an entry first has lost its
@@ -151,17 +169,17 @@ pub struct JobPath {
 /// follower's, later than the leader's; read past the next step it is moved
 /// back to it instead of that step and every one after being clamped up to
 /// it.
-pub const APPLIED: [usize; 3] = [1, 6, 9];
+pub const APPLIED: [usize; 4] = [1, 2, 7, 10];
 
 impl JobPath {
     /// Each stage's time, in milliseconds, in path order.
-    pub fn stages_ms(&self) -> [f64; 10] {
+    pub fn stages_ms(&self) -> [f64; N_STAGES] {
         std::array::from_fn(|i| us_to_ms(self.boundaries[i + 1] - self.boundaries[i]))
     }
 
     /// From the submission to loadgen seeing the job running, in milliseconds.
     pub fn time_to_running_ms(&self) -> f64 {
-        us_to_ms(self.boundaries[10] - self.boundaries[0])
+        us_to_ms(self.boundaries[N_STAGES] - self.boundaries[0])
     }
 }
 
@@ -190,9 +208,16 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
     if !trace.found {
         return Err(Untraced::NotFound);
     }
+    // A server older than the `rollout` stage sends no registration time:
+    // the evaluation's creation stands in, and the rollout is in `register`.
+    let registered_us = match trace.registered_us {
+        0 => trace.eval_created_us,
+        at => at,
+    };
     let raw = [
         run.scheduled_us,
-        trace.registered_us,
+        registered_us,
+        trace.eval_created_us,
         trace.enqueued_us,
         trace.dequeued_us,
         trace.caught_up_us,
@@ -212,18 +237,23 @@ pub fn path(run: &RanJob, trace: &JobTrace) -> Result<JobPath, Untraced> {
     // step, the leader's own record was lost (a killed leader restarts
     // with no apply times and replays its log, so only a follower's later
     // apply is left): the step after is the nearest known bound.
+    // Last first: the registration is bounded by the evaluation's creation
+    // once that is bounded by its enqueue.
     let (mut bounded, mut bounded_us) = (0, 0);
-    for i in APPLIED {
+    for i in APPLIED.into_iter().rev() {
         if boundaries[i] > boundaries[i + 1] {
             bounded += 1;
             bounded_us += boundaries[i] - boundaries[i + 1];
             boundaries[i] = boundaries[i + 1];
         }
     }
-    // A trace whose evaluation was created, and enqueued, after loadgen saw
-    // this run running is of a later submission. (Read after the bound: an
-    // apply every server replayed after a restart is not a later one.)
-    if boundaries[1] > run.running_us {
+    // A trace whose evaluation was created after loadgen saw this run
+    // running is not this run's path: a later submission's, or a rolling
+    // update's step that came after the stream took the update for running
+    // (on the old version's allocations, before the new one was placed).
+    // (Read after the bound: an apply every server replayed after a restart
+    // is not a later one.)
+    if boundaries[2] > run.running_us {
         return Err(Untraced::Superseded);
     }
     let (mut clamps, mut clamped_us) = (0, 0);

@@ -7,13 +7,14 @@
 use std::fmt::Write;
 
 use super::escape;
-use crate::critical_path::{TracedJob, STAGES};
+use crate::critical_path::{TracedJob, N_STAGES, STAGES};
 use crate::summary::{RunSummary, VariantSummary};
 
-/// One colour per stage, in path order.
-const COLOURS: [&str; 10] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac",
+/// One colour per stage, in path order; the rollout's a lighter blue than
+/// the registration's, whose stage it was part of.
+const COLOURS: [&str; N_STAGES] = [
+    "#4e79a7", "#a0cbe8", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
+    "#ff9da7", "#9c755f", "#bab0ac",
 ];
 /// The SVGs' width, and the room their labels take on the left.
 const WIDTH: f64 = 900.0;
@@ -266,6 +267,7 @@ mod tests {
                 let trace = JobTrace {
                     found: true,
                     registered_us: t(1),
+                    eval_created_us: t(1),
                     enqueued_us: t(2),
                     dequeued_us: t(3),
                     caught_up_us: t(4),
@@ -294,12 +296,12 @@ mod tests {
         assert_eq!(html.matches("<svg class=\"stage-bars\"").count(), 1);
         assert_eq!(
             html.matches("<rect class=\"stage\"").count(),
-            2 * 10 + 20 * 10
+            2 * 11 + 20 * 11
         );
         assert_eq!(html.matches("<g class=\"job\"").count(), 20);
         assert!(html.contains("data-job=\"web&lt;30&gt;\"") && !html.contains("web<30>"));
-        assert_eq!(html.matches("<tr data-stage=").count(), 10);
-        assert_eq!(html.matches("<li>").count(), 10);
+        assert_eq!(html.matches("<tr data-stage=").count(), 11);
+        assert_eq!(html.matches("<li>").count(), 11);
         assert!(html.contains("<p class=\"bottleneck\">at 3.0 jobs/s the p99 is set by"));
         assert!(html.contains("<svg class=\"waterfall\""));
     }
@@ -323,7 +325,7 @@ mod tests {
         assert!(html.contains("<p class=\"hint spans-fault\">"));
         assert_eq!(
             html.matches("<rect class=\"stage\"").count(),
-            2 * 10 + 3 * 10
+            2 * 11 + 3 * 11
         );
     }
 

@@ -29,7 +29,7 @@ use std::time::Duration;
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
-use stampede_proto::{lock, QuerySource};
+use stampede_proto::{lock, JobStage, QuerySource};
 use stampede_proto::{
     log_entry::Msg, DeploymentStatus, DeploymentUpdateEntry, LogEntry, QueryOptions,
 };
@@ -333,6 +333,9 @@ async fn step(shared: &Shared, id: &str) -> Option<&'static str> {
         }
         _ => Vec::new(),
     };
+    // The registration this step's evaluation schedules: the rollout so far
+    // is from its commit to this step's.
+    let registered = evals.first().map(|e| e.job_modify_index);
     let n_evals = evals.len() as u64;
     let entry = LogEntry {
         msg: Some(Msg::DeploymentUpdate(DeploymentUpdateEntry {
@@ -341,8 +344,17 @@ async fn step(shared: &Shared, id: &str) -> Option<&'static str> {
         })),
     };
     match shared.ctx.proposer.write(entry).await {
-        Ok(_) => {
+        Ok(index) => {
             shared.metrics.evals.inc_by(n_evals);
+            if let Some(registered) = registered {
+                let store = &shared.ctx.store;
+                let applied = |i| store.applied_at_us(i).unwrap_or(0);
+                let (from, to) = (applied(registered), applied(index));
+                shared
+                    .ctx
+                    .stages
+                    .observe_between(JobStage::Rollout, from, to);
+            }
             match status {
                 DeploymentStatus::Successful | DeploymentStatus::Failed => {
                     let label = status.label();
