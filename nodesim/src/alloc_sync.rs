@@ -594,8 +594,11 @@ mod tests {
         assert_eq!(sync.pending(), 0);
     }
 
-    /// A node whose sends all fail; returns the ticks on which it sent.
+    /// A node whose sends all fail, driven by the fleet's sub-ticks; returns
+    /// the ticks on which it sent.
     async fn sends_while_failing(failover: bool, ticks: u64) -> Vec<u64> {
+        // A slot whose phase is not the tick's first.
+        const SLOT: u32 = 13;
         let at = Arc::new(Mutex::new(Vec::new()));
         let now = Arc::new(AtomicU64::new(0));
         let send: SendBatch = {
@@ -610,21 +613,25 @@ mod tests {
                 })
             })
         };
-        let sync = AllocSync::new(UpdateMode::Legacy, 1, Metrics::new(), send);
-        sync.sink(0).report(
+        let sync = AllocSync::new(UpdateMode::Legacy, SLOT as usize + 1, Metrics::new(), send);
+        sync.sink(SLOT).report(
             &"a1".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
             Delivered::default(),
         );
-        for tick in 1..=ticks {
-            now.store(tick, Ordering::SeqCst);
-            for send in sync.clone().tick(tick, false) {
+        for n in PHASES..(ticks + 1) * PHASES {
+            now.store(n, Ordering::SeqCst);
+            for send in sync.clone().sub_tick(n) {
                 send.await.unwrap();
             }
         }
         let sent = at.lock().unwrap().clone();
-        sent
+        assert!(
+            sent.iter().all(|n| n % PHASES == SLOT as u64 % PHASES),
+            "the node sends at its own phase: {sent:?}"
+        );
+        sent.iter().map(|n| n / PHASES).collect()
     }
 
     #[tokio::test]
@@ -650,5 +657,134 @@ mod tests {
             "{slow:?}"
         );
         assert!(slow.len() < sent.len());
+    }
+
+    /// A fleet of `nodes` whose sends record (slot, sub-tick); every node
+    /// reports a status change just before sub-tick `first`, then the
+    /// fleet's timer runs `sub_ticks` sub-ticks from `first`, each node
+    /// reporting again before each with `again`.
+    async fn sends_at(
+        mode: UpdateMode,
+        ticks: UpdateTicks,
+        nodes: u32,
+        first: u64,
+        sub_ticks: u64,
+        again: bool,
+    ) -> Vec<(u32, u64)> {
+        let at = Arc::new(Mutex::new(Vec::new()));
+        let now = Arc::new(AtomicU64::new(0));
+        let send: SendBatch = {
+            let (at, now) = (at.clone(), now.clone());
+            Arc::new(move |slot, _| {
+                at.lock().unwrap().push((slot, now.load(Ordering::SeqCst)));
+                Box::pin(async { Ok(()) })
+            })
+        };
+        let sync = AllocSync::with_ticks(mode, ticks, nodes as usize, Metrics::new(), send);
+        let sinks: Vec<_> = (0..nodes).map(|slot| sync.sink(slot)).collect();
+        for n in first..first + sub_ticks {
+            for sink in sinks.iter().filter(|_| n == first || again) {
+                let (status, previous) = if n == first {
+                    (AllocClientStatus::Running, AllocClientStatus::Pending)
+                } else {
+                    (AllocClientStatus::Running, AllocClientStatus::Running)
+                };
+                let what = format!("event {n}");
+                sink.report(
+                    &"a1".into(),
+                    report(status, &what),
+                    previous,
+                    Delivered::default(),
+                );
+            }
+            now.store(n, Ordering::SeqCst);
+            for send in sync.clone().sub_tick(n) {
+                send.await.unwrap();
+            }
+        }
+        let sent = at.lock().unwrap().clone();
+        sent
+    }
+
+    #[tokio::test]
+    async fn staggered_nodes_send_over_every_phase_of_the_tick_and_fleet_nodes_at_one_instant() {
+        let nodes = 3 * PHASES as u32;
+        for mode in [UpdateMode::Prioritized, UpdateMode::Legacy] {
+            let sent = sends_at(mode, UpdateTicks::Staggered, nodes, PHASES, PHASES, false).await;
+            assert_eq!(sent.len(), nodes as usize, "{mode:?}: every node sent once");
+            for (slot, n) in &sent {
+                assert_eq!(
+                    n % PHASES,
+                    *slot as u64 % PHASES,
+                    "{mode:?}: slot {slot}'s phase"
+                );
+            }
+            let phases: std::collections::BTreeSet<u64> = sent.iter().map(|(_, n)| *n).collect();
+            assert_eq!(phases.len() as u64, PHASES, "{mode:?}: every phase sends");
+
+            let fleet = sends_at(mode, UpdateTicks::Fleet, nodes, PHASES, PHASES, false).await;
+            assert_eq!(fleet.len(), nodes as usize);
+            assert!(
+                fleet.iter().all(|(_, n)| *n == PHASES),
+                "{mode:?}: fleet ticks send at the tick's first instant: {fleet:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_sends_at_most_once_per_tick_in_legacy_mode() {
+        let ticks = 6;
+        for update_ticks in [UpdateTicks::Staggered, UpdateTicks::Fleet] {
+            // A report before every sub-tick: the node always has something.
+            let sent = sends_at(
+                UpdateMode::Legacy,
+                update_ticks,
+                8,
+                PHASES,
+                ticks * PHASES,
+                true,
+            )
+            .await;
+            for slot in 0..8 {
+                let at: Vec<u64> = sent
+                    .iter()
+                    .filter(|(s, _)| *s == slot)
+                    .map(|(_, n)| *n)
+                    .collect();
+                assert_eq!(
+                    at.len() as u64,
+                    ticks,
+                    "{update_ticks:?}: slot {slot} sends on each tick: {at:?}"
+                );
+                assert!(
+                    at.windows(2).all(|w| w[1] - w[0] == PHASES),
+                    "{update_ticks:?}: slot {slot} sends one tick apart: {at:?}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_status_change_waits_at_most_one_tick() {
+        let nodes = 2 * PHASES as u32;
+        for update_ticks in [UpdateTicks::Staggered, UpdateTicks::Fleet] {
+            // The change comes at every moment of a tick in turn.
+            for first in PHASES..2 * PHASES {
+                let sent = sends_at(
+                    UpdateMode::Prioritized,
+                    update_ticks,
+                    nodes,
+                    first,
+                    PHASES,
+                    false,
+                )
+                .await;
+                assert_eq!(
+                    sent.len(),
+                    nodes as usize,
+                    "{update_ticks:?}, change before sub-tick {first}: every node sent within one tick"
+                );
+            }
+        }
     }
 }
