@@ -1,8 +1,15 @@
 //! Client allocation updates: runners write into their node's buffer, and
-//! one ticker for the whole fleet sends each node's buffer as one
-//! `Node.UpdateAlloc` (seed 001). Writing never waits on the network, so a
-//! slow server cannot push back on runners; the latest update of an
-//! allocation replaces an unsent earlier one.
+//! every [`TICK`] each node sends its buffer as one `Node.UpdateAlloc`
+//! (seed 001). Writing never waits on the network, so a slow server cannot
+//! push back on runners; the latest update of an allocation replaces an
+//! unsent earlier one.
+//!
+//! Each node ticks at its own phase within the [`TICK`], as real clients'
+//! timers do: one timer for the fleet fires every [`TICK`] / [`PHASES`] and
+//! visits only the nodes of that phase. With one fleet-wide instant
+//! (`--update-ticks fleet`, the ticks before issue 50), jobs arriving at a
+//! steady rate are phase-locked to it: slowing the runner by 60 ms moved the
+//! running reports by 90 ms.
 //!
 //! In `prioritized` mode a node's buffer goes out on the next tick only if
 //! it holds a `ClientStatus` change, and otherwise every 5th tick; in
@@ -34,8 +41,13 @@ use tokio::sync::watch;
 use crate::metrics::Metrics;
 use crate::runner::{task_states, AllocReport, Delivered, ReportSink};
 
-/// How often buffers are looked at (Nomad's client: 200 ms).
+/// How often a node looks at its buffer (Nomad's client: 200 ms).
 pub const TICK: Duration = Duration::from_millis(200);
+/// Phases a [`TICK`] is cut into (10 ms each): the fleet's one timer fires
+/// once per phase, and node slot `s` ticks at phase `s % PHASES`.
+pub const PHASES: u64 = 20;
+/// The fleet's timer: one phase of a [`TICK`].
+const SUB_TICK: Duration = Duration::from_millis(TICK.as_millis() as u64 / PHASES);
 /// In prioritized mode, a buffer without a status change waits for every
 /// `TYPICAL_EVERY`th tick.
 pub const TYPICAL_EVERY: u64 = 5;
@@ -73,6 +85,26 @@ impl UpdateMode {
         match self {
             Self::Prioritized => "prioritized",
             Self::Legacy => "legacy",
+        }
+    }
+}
+
+/// When in a [`TICK`] each node sends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum UpdateTicks {
+    /// Each node at its own phase, spread evenly over the tick.
+    #[default]
+    Staggered,
+    /// Every node at the same instant (before issue 50): a steady job
+    /// stream is phase-locked to it.
+    Fleet,
+}
+
+impl UpdateTicks {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Staggered => "staggered",
+            Self::Fleet => "fleet",
         }
     }
 }
@@ -120,7 +152,8 @@ struct Buffer {
     queued: bool,
     /// A batch of this node is on the wire; the next waits for it.
     in_flight: bool,
-    /// After a failed send: the first tick on which the node sends again.
+    /// After a failed send: the first of its ticks on which the node sends
+    /// again.
     retry_at: u64,
     /// Sends in a row that a failover failed.
     failovers: u8,
@@ -128,8 +161,11 @@ struct Buffer {
 
 pub struct AllocSync {
     mode: UpdateMode,
+    ticks: UpdateTicks,
     buffers: Vec<Mutex<Buffer>>,
-    dirty: Mutex<Vec<u32>>,
+    /// The slots with something buffered, one list per phase: a phase's
+    /// sub-tick visits only its own nodes.
+    dirty: Vec<Mutex<Vec<u32>>>,
     /// The latest tick, for scheduling retries.
     tick: AtomicU64,
     metrics: Metrics,
@@ -144,12 +180,23 @@ impl AllocSync {
         self.job_times.store(on, Ordering::Relaxed);
     }
 
-    /// Buffers for `nodes` node slots, numbered from 0.
+    /// Buffers for `nodes` node slots, numbered from 0, on staggered ticks.
     pub fn new(mode: UpdateMode, nodes: usize, metrics: Metrics, send: SendBatch) -> Arc<Self> {
+        Self::with_ticks(mode, UpdateTicks::default(), nodes, metrics, send)
+    }
+
+    pub fn with_ticks(
+        mode: UpdateMode,
+        ticks: UpdateTicks,
+        nodes: usize,
+        metrics: Metrics,
+        send: SendBatch,
+    ) -> Arc<Self> {
         Arc::new(Self {
             mode,
+            ticks,
             buffers: (0..nodes).map(|_| Mutex::default()).collect(),
-            dirty: Mutex::default(),
+            dirty: (0..PHASES).map(|_| Mutex::default()).collect(),
             tick: AtomicU64::new(0),
             metrics,
             send,
@@ -165,36 +212,69 @@ impl AllocSync {
         })
     }
 
+    /// The phase of a [`TICK`] at which node `slot` sends: computed, not
+    /// stored, so it costs no memory per node.
+    fn phase(&self, slot: u32) -> usize {
+        match self.ticks {
+            UpdateTicks::Staggered => (slot as u64 % PHASES) as usize,
+            UpdateTicks::Fleet => 0,
+        }
+    }
+
+    /// Puts `slot` on its phase's dirty list.
+    fn queue(&self, slot: u32) {
+        self.dirty[self.phase(slot)].lock().unwrap().push(slot);
+    }
+
     fn push(&self, slot: u32, update: Pending, urgent: bool) {
         let mut b = self.buffers[slot as usize].lock().unwrap();
         merge(&mut b.updates, update);
         b.urgent |= urgent;
         if !b.queued {
             b.queued = true;
-            self.dirty.lock().unwrap().push(slot);
+            self.queue(slot);
         }
     }
 
-    /// Runs the ticker until `stop` turns true, then sends what is left once.
+    /// Runs the fleet's timer, one phase at a time, until `stop` turns true.
     pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let mut ticker = tokio::time::interval(TICK);
+        let mut ticker = tokio::time::interval(SUB_TICK);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut tick: u64 = 0;
+        // Tick 1, phase 0, fires at once, as the fleet-wide ticker's first did.
+        let mut sub_tick = PHASES;
         loop {
             tokio::select! {
                 _ = ticker.tick() => {}
                 _ = stop.wait_for(|s| *s) => break,
             }
-            tick += 1;
-            self.clone().tick(tick, false);
+            self.clone().sub_tick(sub_tick);
+            sub_tick += 1;
         }
     }
 
-    /// Sends every buffer that is due on tick `tick` (all of them when
-    /// `flush`); returns the sends it started.
+    /// Every phase of tick `tick` in turn (with `flush`, sends every buffer
+    /// whatever is due); returns the sends it started.
     pub fn tick(self: Arc<Self>, tick: u64, flush: bool) -> Vec<tokio::task::JoinHandle<()>> {
+        (0..PHASES as usize)
+            .flat_map(|phase| self.clone().visit(tick, phase, flush))
+            .collect()
+    }
+
+    /// Sub-tick `n` of the fleet's timer: phase `n % PHASES` of tick
+    /// `n / PHASES`; returns the sends it started.
+    pub fn sub_tick(self: Arc<Self>, n: u64) -> Vec<tokio::task::JoinHandle<()>> {
+        self.visit(n / PHASES, (n % PHASES) as usize, false)
+    }
+
+    /// Sends the buffers of `phase`'s nodes that are due on tick `tick`.
+    fn visit(
+        self: Arc<Self>,
+        tick: u64,
+        phase: usize,
+        flush: bool,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
         self.tick.fetch_max(tick, Ordering::Relaxed);
-        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap());
+        let dirty = std::mem::take(&mut *self.dirty[phase].lock().unwrap());
         let mut keep = Vec::new();
         let mut sends = Vec::new();
         for slot in dirty {
@@ -219,7 +299,7 @@ impl AllocSync {
             drop(b);
             sends.push(tokio::spawn(self.clone().send_batch(slot, batch, urgent)));
         }
-        self.dirty.lock().unwrap().extend(keep);
+        self.dirty[phase].lock().unwrap().extend(keep);
         sends
     }
 
@@ -268,7 +348,7 @@ impl AllocSync {
         }
         if !b.updates.is_empty() && !b.queued {
             b.queued = true;
-            self.dirty.lock().unwrap().push(slot);
+            self.queue(slot);
         }
     }
 
@@ -514,8 +594,11 @@ mod tests {
         assert_eq!(sync.pending(), 0);
     }
 
-    /// A node whose sends all fail; returns the ticks on which it sent.
+    /// A node whose sends all fail, driven by the fleet's sub-ticks; returns
+    /// the ticks on which it sent.
     async fn sends_while_failing(failover: bool, ticks: u64) -> Vec<u64> {
+        // A slot whose phase is not the tick's first.
+        const SLOT: u32 = 13;
         let at = Arc::new(Mutex::new(Vec::new()));
         let now = Arc::new(AtomicU64::new(0));
         let send: SendBatch = {
@@ -530,21 +613,25 @@ mod tests {
                 })
             })
         };
-        let sync = AllocSync::new(UpdateMode::Legacy, 1, Metrics::new(), send);
-        sync.sink(0).report(
+        let sync = AllocSync::new(UpdateMode::Legacy, SLOT as usize + 1, Metrics::new(), send);
+        sync.sink(SLOT).report(
             &"a1".into(),
             report(AllocClientStatus::Running, "up"),
             AllocClientStatus::Pending,
             Delivered::default(),
         );
-        for tick in 1..=ticks {
-            now.store(tick, Ordering::SeqCst);
-            for send in sync.clone().tick(tick, false) {
+        for n in PHASES..(ticks + 1) * PHASES {
+            now.store(n, Ordering::SeqCst);
+            for send in sync.clone().sub_tick(n) {
                 send.await.unwrap();
             }
         }
         let sent = at.lock().unwrap().clone();
-        sent
+        assert!(
+            sent.iter().all(|n| n % PHASES == SLOT as u64 % PHASES),
+            "the node sends at its own phase: {sent:?}"
+        );
+        sent.iter().map(|n| n / PHASES).collect()
     }
 
     #[tokio::test]
@@ -570,5 +657,134 @@ mod tests {
             "{slow:?}"
         );
         assert!(slow.len() < sent.len());
+    }
+
+    /// A fleet of `nodes` whose sends record (slot, sub-tick); every node
+    /// reports a status change just before sub-tick `first`, then the
+    /// fleet's timer runs `sub_ticks` sub-ticks from `first`, each node
+    /// reporting again before each with `again`.
+    async fn sends_at(
+        mode: UpdateMode,
+        ticks: UpdateTicks,
+        nodes: u32,
+        first: u64,
+        sub_ticks: u64,
+        again: bool,
+    ) -> Vec<(u32, u64)> {
+        let at = Arc::new(Mutex::new(Vec::new()));
+        let now = Arc::new(AtomicU64::new(0));
+        let send: SendBatch = {
+            let (at, now) = (at.clone(), now.clone());
+            Arc::new(move |slot, _| {
+                at.lock().unwrap().push((slot, now.load(Ordering::SeqCst)));
+                Box::pin(async { Ok(()) })
+            })
+        };
+        let sync = AllocSync::with_ticks(mode, ticks, nodes as usize, Metrics::new(), send);
+        let sinks: Vec<_> = (0..nodes).map(|slot| sync.sink(slot)).collect();
+        for n in first..first + sub_ticks {
+            for sink in sinks.iter().filter(|_| n == first || again) {
+                let (status, previous) = if n == first {
+                    (AllocClientStatus::Running, AllocClientStatus::Pending)
+                } else {
+                    (AllocClientStatus::Running, AllocClientStatus::Running)
+                };
+                let what = format!("event {n}");
+                sink.report(
+                    &"a1".into(),
+                    report(status, &what),
+                    previous,
+                    Delivered::default(),
+                );
+            }
+            now.store(n, Ordering::SeqCst);
+            for send in sync.clone().sub_tick(n) {
+                send.await.unwrap();
+            }
+        }
+        let sent = at.lock().unwrap().clone();
+        sent
+    }
+
+    #[tokio::test]
+    async fn staggered_nodes_send_over_every_phase_of_the_tick_and_fleet_nodes_at_one_instant() {
+        let nodes = 3 * PHASES as u32;
+        for mode in [UpdateMode::Prioritized, UpdateMode::Legacy] {
+            let sent = sends_at(mode, UpdateTicks::Staggered, nodes, PHASES, PHASES, false).await;
+            assert_eq!(sent.len(), nodes as usize, "{mode:?}: every node sent once");
+            for (slot, n) in &sent {
+                assert_eq!(
+                    n % PHASES,
+                    *slot as u64 % PHASES,
+                    "{mode:?}: slot {slot}'s phase"
+                );
+            }
+            let phases: std::collections::BTreeSet<u64> = sent.iter().map(|(_, n)| *n).collect();
+            assert_eq!(phases.len() as u64, PHASES, "{mode:?}: every phase sends");
+
+            let fleet = sends_at(mode, UpdateTicks::Fleet, nodes, PHASES, PHASES, false).await;
+            assert_eq!(fleet.len(), nodes as usize);
+            assert!(
+                fleet.iter().all(|(_, n)| *n == PHASES),
+                "{mode:?}: fleet ticks send at the tick's first instant: {fleet:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_sends_at_most_once_per_tick_in_legacy_mode() {
+        let ticks = 6;
+        for update_ticks in [UpdateTicks::Staggered, UpdateTicks::Fleet] {
+            // A report before every sub-tick: the node always has something.
+            let sent = sends_at(
+                UpdateMode::Legacy,
+                update_ticks,
+                8,
+                PHASES,
+                ticks * PHASES,
+                true,
+            )
+            .await;
+            for slot in 0..8 {
+                let at: Vec<u64> = sent
+                    .iter()
+                    .filter(|(s, _)| *s == slot)
+                    .map(|(_, n)| *n)
+                    .collect();
+                assert_eq!(
+                    at.len() as u64,
+                    ticks,
+                    "{update_ticks:?}: slot {slot} sends on each tick: {at:?}"
+                );
+                assert!(
+                    at.windows(2).all(|w| w[1] - w[0] == PHASES),
+                    "{update_ticks:?}: slot {slot} sends one tick apart: {at:?}"
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_status_change_waits_at_most_one_tick() {
+        let nodes = 2 * PHASES as u32;
+        for update_ticks in [UpdateTicks::Staggered, UpdateTicks::Fleet] {
+            // The change comes at every moment of a tick in turn.
+            for first in PHASES..2 * PHASES {
+                let sent = sends_at(
+                    UpdateMode::Prioritized,
+                    update_ticks,
+                    nodes,
+                    first,
+                    PHASES,
+                    false,
+                )
+                .await;
+                assert_eq!(
+                    sent.len(),
+                    nodes as usize,
+                    "{update_ticks:?}, change before sub-tick {first}: every node sent within one tick"
+                );
+            }
+        }
     }
 }

@@ -34,7 +34,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::Code;
 
-use crate::alloc_sync::{AllocSync, SendBatch, SendFailed, UpdateMode};
+use crate::alloc_sync::{AllocSync, SendBatch, SendFailed, UpdateMode, UpdateTicks};
 use crate::metrics::{Metrics, NodeState, ERROR_KINDS, PRIORITIES};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
@@ -87,6 +87,11 @@ pub struct Opts {
     /// How client allocation updates are sent.
     #[arg(long, value_enum, default_value_t = UpdateMode::Prioritized)]
     pub update_mode: UpdateMode,
+    /// When in each 200 ms tick a node sends its updates: `staggered`, each
+    /// node at its own phase, or `fleet`, every node at once (before issue
+    /// 50; a steady job stream is phase-locked to it).
+    #[arg(long, value_enum, default_value_t = UpdateTicks::default())]
+    pub update_ticks: UpdateTicks,
     /// Send, with each allocation's running report, when the node got it
     /// and when its runner started (a job's critical path), and time those
     /// stages; `false` measures what that costs.
@@ -235,6 +240,7 @@ pub struct Fleet {
     started: Instant,
     metrics_addr: Option<SocketAddr>,
     mode: UpdateMode,
+    ticks: UpdateTicks,
 }
 
 impl Fleet {
@@ -276,8 +282,9 @@ impl Fleet {
             id_prefix.clone(),
             opts.shard,
         )?);
-        let sync = AllocSync::new(
+        let sync = AllocSync::with_ticks(
             opts.update_mode,
+            opts.update_ticks,
             indexes.len(),
             metrics.clone(),
             update_sender(calls.clone(), channels.clone(), identity.clone()),
@@ -320,6 +327,7 @@ impl Fleet {
             started,
             metrics_addr,
             mode: opts.update_mode,
+            ticks: opts.update_ticks,
         })
     }
 
@@ -345,6 +353,7 @@ impl Fleet {
             self.shared.channels.len() as u64,
             self.started.elapsed(),
             self.mode,
+            self.ticks,
         )
     }
 
@@ -414,6 +423,7 @@ fn update_sender(
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     pub mode: UpdateMode,
+    pub ticks: UpdateTicks,
     pub nodes: u64,
     pub ready: i64,
     pub registrations: u64,
@@ -430,7 +440,13 @@ pub struct Summary {
 }
 
 impl Summary {
-    fn read(m: &Metrics, nodes: u64, elapsed: Duration, mode: UpdateMode) -> Self {
+    fn read(
+        m: &Metrics,
+        nodes: u64,
+        elapsed: Duration,
+        mode: UpdateMode,
+        ticks: UpdateTicks,
+    ) -> Self {
         let allocs = [
             AllocClientStatus::Pending,
             AllocClientStatus::Running,
@@ -443,6 +459,7 @@ impl Summary {
         .collect();
         Self {
             mode,
+            ticks,
             nodes,
             ready: m.nodes.with_label_values(&[NodeState::Ready.label()]).get(),
             registrations: m.registrations.get(),
@@ -508,10 +525,11 @@ impl fmt::Display for Summary {
         )?;
         writeln!(
             f,
-            "  update RPCs      {} ({}; {} mode), {} allocation updates",
+            "  update RPCs      {} ({}; {} mode, {} ticks), {} allocation updates",
             self.update_rpcs_total(),
             pairs(&self.update_rpcs),
             self.mode.name(),
+            self.ticks.name(),
             self.alloc_updates_sent
         )?;
         write!(f, "  errors           {}", pairs(&self.errors))
