@@ -9,7 +9,8 @@
 //! visits only the nodes of that phase. With one fleet-wide instant
 //! (`--update-ticks fleet`, the ticks before issue 50), jobs arriving at a
 //! steady rate are phase-locked to it: slowing the runner by 60 ms moved the
-//! running reports by 90 ms.
+//! running reports too, by an amount set by when nodesim started (+90 ms in
+//! one run, more than the runner; docs/bench-log/issue-50-update-ticks.md).
 //!
 //! In `prioritized` mode a node's buffer goes out on the next tick only if
 //! it holds a `ClientStatus` change, and otherwise every 5th tick; in
@@ -185,6 +186,8 @@ impl AllocSync {
         Self::with_ticks(mode, UpdateTicks::default(), nodes, metrics, send)
     }
 
+    /// Buffers for `nodes` node slots, each node sending at the phase of
+    /// the tick that `ticks` gives it.
     pub fn with_ticks(
         mode: UpdateMode,
         ticks: UpdateTicks,
