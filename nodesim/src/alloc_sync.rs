@@ -687,15 +687,16 @@ mod tests {
         let sinks: Vec<_> = (0..nodes).map(|slot| sync.sink(slot)).collect();
         for n in first..first + sub_ticks {
             for sink in sinks.iter().filter(|_| n == first || again) {
-                let (status, previous) = if n == first {
-                    (AllocClientStatus::Running, AllocClientStatus::Pending)
+                // The first report changes the status; later ones do not.
+                let previous = if n == first {
+                    AllocClientStatus::Pending
                 } else {
-                    (AllocClientStatus::Running, AllocClientStatus::Running)
+                    AllocClientStatus::Running
                 };
                 let what = format!("event {n}");
                 sink.report(
                     &"a1".into(),
-                    report(status, &what),
+                    report(AllocClientStatus::Running, &what),
                     previous,
                     Delivered::default(),
                 );
