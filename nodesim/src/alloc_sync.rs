@@ -9,7 +9,8 @@
 //! visits only the nodes of that phase. With one fleet-wide instant
 //! (`--update-ticks fleet`, the ticks before issue 50), jobs arriving at a
 //! steady rate are phase-locked to it: slowing the runner by 60 ms moved the
-//! running reports by 90 ms.
+//! running reports too, by an amount set by when nodesim started (+90 ms in
+//! one run, more than the runner; docs/bench-log/issue-50-update-ticks.md).
 //!
 //! In `prioritized` mode a node's buffer goes out on the next tick only if
 //! it holds a `ClientStatus` change, and otherwise every 5th tick; in
@@ -185,6 +186,8 @@ impl AllocSync {
         Self::with_ticks(mode, UpdateTicks::default(), nodes, metrics, send)
     }
 
+    /// Buffers for `nodes` node slots, each node sending at the phase of
+    /// the tick that `ticks` gives it.
     pub fn with_ticks(
         mode: UpdateMode,
         ticks: UpdateTicks,
@@ -684,15 +687,16 @@ mod tests {
         let sinks: Vec<_> = (0..nodes).map(|slot| sync.sink(slot)).collect();
         for n in first..first + sub_ticks {
             for sink in sinks.iter().filter(|_| n == first || again) {
-                let (status, previous) = if n == first {
-                    (AllocClientStatus::Running, AllocClientStatus::Pending)
+                // The first report changes the status; later ones do not.
+                let previous = if n == first {
+                    AllocClientStatus::Pending
                 } else {
-                    (AllocClientStatus::Running, AllocClientStatus::Running)
+                    AllocClientStatus::Running
                 };
                 let what = format!("event {n}");
                 sink.report(
                     &"a1".into(),
-                    report(status, &what),
+                    report(AllocClientStatus::Running, &what),
                     previous,
                     Delivered::default(),
                 );
