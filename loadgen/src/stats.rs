@@ -13,12 +13,12 @@
 //!   into a ratio. It assumes only that B's values are A's scaled by one
 //!   factor, plus noise of the same shape.
 //! - [`paired_ratio_interval`]: the same ratio when A and B ran in the same
-//!   rounds (one run, variants interleaved): the mean of the rounds' own
-//!   log ratios with Student's t interval. Pairing takes out what a round
-//!   shares (the machine's drift, a busy neighbour), and each value is a
-//!   whole run's figure, a summary of thousands of jobs, whose log ratio is
-//!   close to normal; t reaches any level with three pairs, where an exact
-//!   signed-rank interval needs nine for 99.5%.
+//!   rounds (one run, variants interleaved): the Hodges–Lehmann estimate
+//!   of the rounds' own log ratios (the median of their pairwise means,
+//!   the Walsh averages) with the exact Wilcoxon signed-rank interval.
+//!   Pairing takes out what a round shares (the machine's drift, a busy
+//!   neighbour), and ranks keep one odd round (a stall of the machine)
+//!   from widening the interval as it would a mean's.
 //! - [`log_spread`]: how much one variant's figure varies from run to run
 //!   (a robust standard deviation of its logarithm), for noise floors.
 //!
@@ -130,27 +130,63 @@ pub fn ratio_interval(a: &[f64], b: &[f64], level: f64) -> Option<Ratio> {
 }
 
 /// The ratio B/A from `pairs` of (A, B) figures of the same rounds: the
-/// geometric mean of the rounds' ratios, with the Student's t interval of
-/// the mean log ratio at `level`. `None` with fewer than two pairs or a
-/// figure that is not a positive number.
+/// Hodges–Lehmann estimate of the rounds' log ratios with the signed-rank
+/// interval at `level` or, with too few rounds for it, the widest one and
+/// the confidence that reaches (six rounds reach 96.9%, five 93.75%).
+/// `None` with fewer than two pairs or a figure that is not a positive
+/// number.
 pub fn paired_ratio_interval(pairs: &[(f64, f64)], level: f64) -> Option<Ratio> {
-    use statrs::distribution::{ContinuousCDF, StudentsT};
     let ok = |x: f64| x.is_finite() && x > 0.0;
     if pairs.len() < 2 || !pairs.iter().all(|(a, b)| ok(*a) && ok(*b)) {
         return None;
     }
     let d: Vec<f64> = pairs.iter().map(|(a, b)| b.ln() - a.ln()).collect();
-    let n = d.len() as f64;
-    let mean = d.iter().sum::<f64>() / n;
-    let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    let t = StudentsT::new(0.0, 1.0, n - 1.0).ok()?;
-    let half = t.inverse_cdf(0.5 + level / 2.0) * (var / n).sqrt();
+    let d = &d;
+    let mut walsh: Vec<f64> = (0..d.len())
+        .flat_map(|i| d[i..].iter().map(move |y| (d[i] + y) / 2.0))
+        .collect();
+    walsh.sort_by(f64::total_cmp);
+    let estimate = median(&walsh)?;
+    // The interval [w(k), w(N+1-k)] leaves out P(T < k) on each tail, T the
+    // signed-rank statistic under no difference.
+    let t_cdf = signed_rank_cdf(d.len());
+    let total = walsh.len();
+    let (k, confidence) = order_bounds(total, level, |k| 1.0 - 2.0 * t_cdf[k]);
     Some(Ratio {
-        ratio: mean.exp(),
-        lo: (mean - half).exp(),
-        hi: (mean + half).exp(),
-        confidence: level,
+        ratio: estimate.exp(),
+        lo: walsh[k - 1].exp(),
+        hi: walsh[total - k].exp(),
+        confidence,
     })
+}
+
+/// The most confidence a paired interval of `n` rounds can reach: its
+/// widest, min to max of the Walsh averages (`1 - 2 / 2^n`).
+pub fn paired_max_confidence(n: usize) -> f64 {
+    1.0 - 2.0 * 0.5f64.powi(n as i32)
+}
+
+/// `cdf[k] = P(T < k)` for k in 0..=n(n+1)/2, with T the Wilcoxon
+/// signed-rank statistic of `n` pairs under no difference.
+fn signed_rank_cdf(n: usize) -> Vec<f64> {
+    let total = n * (n + 1) / 2;
+    // p[t]: the chance that the ranks with a positive sign sum to t, built
+    // one rank at a time (each positive or not with chance 1/2).
+    let mut p = vec![0.0; total + 1];
+    p[0] = 1.0;
+    for rank in 1..=n {
+        for t in (0..=total).rev() {
+            let with = if t >= rank { p[t - rank] } else { 0.0 };
+            p[t] = (p[t] + with) / 2.0;
+        }
+    }
+    let mut cdf = Vec::with_capacity(total + 1);
+    let mut acc = 0.0;
+    for x in &p {
+        cdf.push(acc);
+        acc += x;
+    }
+    cdf
 }
 
 /// How much `xs` (one variant's figure over its runs) varies: the median
@@ -346,7 +382,7 @@ mod tests {
         let mut widths = Vec::new();
         let covered = (0..trials)
             .filter(|_| {
-                let pairs: Vec<(f64, f64)> = (0..6)
+                let pairs: Vec<(f64, f64)> = (0..8)
                     .map(|_| {
                         let drift = 100.0 * rng.gen_range(0.7..1.3);
                         let noise = |rng: &mut StdRng| lognormal(rng, 0.0, 1)[0].powf(1.0 / 6.0);
@@ -362,30 +398,56 @@ mod tests {
             })
             .count();
         let rate = covered as f64 / trials as f64;
-        assert!((0.93..=0.97).contains(&rate), "coverage {rate}");
+        // Eight rounds: [w(4), w(33)] reaches 96.1% exactly.
+        assert!((0.94..=0.98).contains(&rate), "coverage {rate}");
         // Unpaired, the ±30% drift would make the interval wider than 1.3×;
-        // paired it is set by the runs' own 5% noise (about 1.16× wide).
+        // paired it is set by the runs' own 5% noise.
         let w = median(&widths).unwrap();
         assert!(w < 1.2, "median width {w}");
+    }
+
+    #[test]
+    fn one_odd_round_does_not_hide_a_change_seen_in_every_round() {
+        // B is 1.7× A in every round, and 3.5× in one (a stall).
+        let pairs = [
+            (57.0, 198.0),
+            (57.0, 97.0),
+            (65.0, 114.0),
+            (65.0, 99.0),
+            (56.0, 96.0),
+            (57.0, 91.0),
+        ];
+        let r = paired_ratio_interval(&pairs, CONFIDENCE).unwrap();
+        assert!(r.lo > 1.5 && r.ratio > 1.6 && r.ratio < 1.9, "{r:?}");
+        assert!(
+            (r.confidence - paired_max_confidence(6)).abs() < 1e-12 || r.confidence >= CONFIDENCE
+        );
     }
 
     #[test]
     fn a_paired_interval_needs_two_positive_pairs_and_a_higher_level_is_wider() {
         assert!(paired_ratio_interval(&[(1.0, 2.0)], CONFIDENCE).is_none());
         assert!(paired_ratio_interval(&[(1.0, 2.0), (0.0, 1.0)], CONFIDENCE).is_none());
-        let pairs = [
-            (100.0, 121.0),
-            (110.0, 130.0),
-            (90.0, 112.0),
-            (105.0, 120.0),
-        ];
+        let pairs: Vec<(f64, f64)> = [1.21, 1.18, 1.24, 1.14, 1.2, 1.17, 1.19, 1.22, 1.16, 1.2]
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (100.0 + i as f64, (100.0 + i as f64) * r))
+            .collect();
         let r95 = paired_ratio_interval(&pairs, 0.95).unwrap();
         let r99 = paired_ratio_interval(&pairs, 0.99).unwrap();
         assert!(
-            r95.lo > 1.0 && r99.lo < r95.lo && r99.hi > r95.hi,
+            r95.lo > 1.1 && r99.lo < r95.lo && r99.hi > r95.hi,
             "{r95:?} {r99:?}"
         );
-        assert!((r95.ratio - 1.18).abs() < 0.02, "{r95:?}");
+        assert!((r95.ratio - 1.19).abs() < 0.01, "{r95:?}");
+        // Five rounds reach 93.75% at most (min to max), whatever is asked.
+        let r = paired_ratio_interval(&pairs[..5], 0.99).unwrap();
+        assert!((r.confidence - 0.9375).abs() < 1e-12, "{r:?}");
+        assert_eq!(paired_max_confidence(5), 0.9375);
+        let cdf = signed_rank_cdf(10);
+        assert!((cdf[cdf.len() - 1] + 1.0 / 1024.0 - 1.0).abs() < 1e-12);
+        // P(T <= 8) for ten pairs is 25/1024 (tables of the signed-rank test).
+        assert!((cdf[9] - 25.0 / 1024.0).abs() < 1e-12, "{}", cdf[9]);
     }
 
     #[test]

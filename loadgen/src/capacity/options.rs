@@ -35,8 +35,9 @@ pub struct CapacityOpts {
     /// Add rounds (every variant once each, in a random order) while a
     /// gated measure of a variant against the first is still inconclusive,
     /// and stop as soon as each is better, worse or the same; at most
-    /// --max-repeat rounds and within --budget. The first look comes after
-    /// --repeat rounds (at least 3).
+    /// --max-repeat rounds and within --budget. Looks start at the first
+    /// round that can decide at the level the looks share (with 10 rounds
+    /// at most: round 8, each look at 98.4%), and not before --repeat.
     #[arg(long, conflicts_with_all = ["find_max_rate", "servers", "inventory"])]
     pub until_conclusive: bool,
     /// With --until-conclusive: a measure that must be decided before the run
@@ -128,7 +129,8 @@ pub struct CapacityOpts {
 }
 
 /// With --until-conclusive: the fewest rounds before the first look (each
-/// variant's spread needs three to calibrate its noise floor).
+/// variant's spread needs three to calibrate its noise floor; a paired
+/// interval needs more to reach its level, see `variants::sequential_level`).
 pub const FIRST_LOOK: u32 = 3;
 
 /// With --until-conclusive: the most rounds without --max-repeat.

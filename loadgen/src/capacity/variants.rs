@@ -4,15 +4,17 @@
 //! machine or a periodic neighbour cannot line up with one variant; the
 //! run's files are rewritten after each variant.
 //!
-//! `--repeat N` runs N rounds. `--until-conclusive` runs at least that many
-//! (and at least [`FIRST_LOOK`]), then after each round compares every
-//! variant with the first, round by round, and stops as soon as every gated
-//! measure is decided (better, worse or the same), or at `--max-repeat`
-//! rounds, or before a round that would end past `--budget`. Looking after
-//! every round gives a false verdict more chances: each look's intervals
-//! are drawn at `1 - 0.05 / looks` for the most looks the run may take
-//! (Bonferroni), so over the whole sequence a measure is wrongly called
-//! with a chance under 5%, as with one look at 95%.
+//! `--repeat N` runs N rounds. `--until-conclusive` compares every variant
+//! with the first after each round, round by round, and stops as soon as
+//! every gated measure is decided (better, worse or the same), or at
+//! `--max-repeat` rounds, or before a round that would end past `--budget`.
+//! Looking after every round gives a false verdict more chances, so the
+//! 5% a single comparison may err by is spent over the looks
+//! ([`sequential_level`]): each look's interval is drawn at 1 - 5% / L for
+//! the L looks that can decide anything at that level. A paired interval
+//! of n rounds reaches at most 1 - 2/2^n, so early looks cannot decide and
+//! cost nothing: with at most 10 rounds, rounds 8, 9 and 10 are looked at,
+//! each at 98.4%.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -27,6 +29,7 @@ use super::local::run_local;
 use super::options::{DEFAULT_MAX_ROUNDS, FIRST_LOOK};
 use super::remote::run_remote;
 use crate::scenario::Scenario;
+use crate::stats::paired_max_confidence;
 use crate::summary::measures::Measure;
 use crate::summary::{combine, Judging, Round, RunSummary, Sequential, VariantSummary};
 
@@ -56,15 +59,40 @@ impl Plan {
                 budget: None,
             };
         }
-        let first = repeat.max(FIRST_LOOK);
-        let max = max.unwrap_or(DEFAULT_MAX_ROUNDS).max(first);
-        let looks = max - first + 1;
+        let max = max
+            .unwrap_or(DEFAULT_MAX_ROUNDS)
+            .max(repeat.max(FIRST_LOOK));
+        let (level, first) = sequential_level(repeat.max(FIRST_LOOK), max);
         Plan {
             rounds: first,
-            looks: Some((max, 1.0 - 0.05 / looks as f64)),
+            looks: Some((max, level)),
             budget,
         }
     }
+}
+
+/// The false-verdict chance one comparison may have, spent over the looks.
+const ALPHA: f64 = 0.05;
+
+/// For looks after each round from `first` to `max`: the level every look's
+/// interval is drawn at, and the first round that can decide anything at
+/// it. The level is `1 - α` with α = 5% / L, L the looks from that round on:
+/// a round whose widest interval (`1 - 2/2^n`) falls short of the level
+/// cannot call anything, so it spends nothing (Bonferroni over the looks
+/// that can). With too few rounds for any look to decide, one look at 95%
+/// after the last, which says so.
+pub(super) fn sequential_level(first: u32, max: u32) -> (f64, u32) {
+    for m in first..=max {
+        let mut alpha = ALPHA / (max - m + 1) as f64;
+        if m > first {
+            // Just short of what round m - 1 could reach, so that it cannot.
+            alpha = alpha.min((1.0 - paired_max_confidence(m as usize - 1)) * (1.0 - 1e-9));
+        }
+        if 1.0 - paired_max_confidence(m as usize) <= alpha {
+            return (1.0 - alpha, m);
+        }
+    }
+    (1.0 - ALPHA, max)
 }
 
 /// Every variant of the scenario (only the first with --servers), round by round.
@@ -238,16 +266,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_plain_run_runs_its_repeats_and_a_sequential_one_looks_from_the_third_round() {
+    fn a_plain_run_runs_its_repeats_and_a_sequential_one_looks_when_a_look_can_decide() {
         let plain = Plan::new(4, false, None, None);
         assert_eq!((plain.rounds, plain.looks), (4, None));
+        // At most 10 rounds: rounds 8, 9 and 10 can decide, each at 1 -
+        // α with 3α within 5% and round 7 (98.4% at most) unable to.
         let seq = Plan::new(1, true, None, None);
         let (max, level) = seq.looks.unwrap();
-        assert_eq!((seq.rounds, max), (FIRST_LOOK, DEFAULT_MAX_ROUNDS));
-        // Eight looks (rounds 3 to 10): each at 1 - 0.05/8.
-        assert!((level - (1.0 - 0.05 / 8.0)).abs() < 1e-12, "{level}");
-        let one_look = Plan::new(5, true, Some(5), None);
-        assert_eq!(one_look.rounds, 5);
-        assert!((one_look.looks.unwrap().1 - 0.95).abs() < 1e-12);
+        assert_eq!((seq.rounds, max), (8, DEFAULT_MAX_ROUNDS));
+        let alpha = 1.0 - level;
+        assert!(
+            3.0 * alpha <= ALPHA && alpha < 1.0 - paired_max_confidence(7),
+            "{level}"
+        );
+        assert!(1.0 - paired_max_confidence(8) <= alpha);
+        // More rounds allowed: later first look, each at a higher level.
+        let (level20, first20) = sequential_level(3, 20);
+        assert!(first20 > 8 && level20 > level, "{first20} {level20}");
+        // Three rounds cannot reach 95%: one look after the last, at 95%.
+        let three = Plan::new(1, true, Some(3), None);
+        assert_eq!(three.rounds, 3);
+        assert!((three.looks.unwrap().1 - 0.95).abs() < 1e-12);
+        // Every level the plan draws can be reached by its first look.
+        for max in FIRST_LOOK..=30 {
+            let (level, first) = sequential_level(FIRST_LOOK, max);
+            let spent = (1.0 - level) * (max - first + 1) as f64;
+            assert!(spent <= ALPHA + 1e-12, "{max}: {spent}");
+            if first < max || max >= 6 {
+                assert!(paired_max_confidence(first as usize) >= level, "{max}");
+            }
+        }
     }
 }

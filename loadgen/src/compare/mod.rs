@@ -27,8 +27,9 @@ pub struct CompareOpts {
     pub b: PathBuf,
     /// A measure whose `worse` verdict fails the comparison (exit 1); may be
     /// repeated. Default: placements_per_s, p99_placement_ms,
-    /// p99_time_to_running_ms, cpu_seconds_per_1000_placements,
-    /// server_rss_mib, raft_bytes_per_placement.
+    /// p99_time_to_running_ms, p50_time_to_running_ms,
+    /// cpu_seconds_per_1000_placements, server_rss_mib,
+    /// raft_bytes_per_placement.
     #[arg(long = "gate", value_name = "MEASURE")]
     pub gates: Vec<String>,
     /// Where to write compare.json and compare.html (default: B's run

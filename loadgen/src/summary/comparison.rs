@@ -215,6 +215,16 @@ impl Judging {
         level: CONFIDENCE,
     };
 
+    /// The least confidence a verdict needs: [`MIN_CONFIDENCE`] for one
+    /// look, or the whole level of a look of a sequential run (its share of
+    /// the error is all it may spend).
+    pub fn min_confidence(self) -> f64 {
+        match self.level > CONFIDENCE + 1e-12 {
+            true => self.level,
+            false => MIN_CONFIDENCE,
+        }
+    }
+
     /// For summaries `a` and `b`: paired when they are one run (the same
     /// seed and rounds), at the level that run's looks were drawn at.
     pub fn of(a: &Value, b: &Value) -> Judging {
@@ -274,7 +284,7 @@ impl Judging {
             Some(f) if kind == Samples::Rounds || f > m.noise_floor => (f, FloorSource::Calibrated),
             _ => (m.noise_floor, FloorSource::Fixed),
         };
-        let (verdict, why) = verdict(m, &r, floor, reps);
+        let (verdict, why) = verdict(m, &r, floor, reps, self.min_confidence());
         Some(MeasureComparison {
             measure: m.name,
             a: median(&xa)?,
@@ -382,15 +392,17 @@ fn samples(m: &Measure, v: &Value) -> (Vec<f64>, Samples) {
 }
 
 /// The verdict on an interval of B/A against `floor`, and why none when
-/// none. `same` only when `reps` (the samples are reruns, not windows).
+/// none: none below `min_confidence`; `same` only when `reps` (the samples
+/// are reruns, not windows).
 pub fn verdict(
     m: &Measure,
     r: &crate::stats::Ratio,
     floor: f64,
     reps: bool,
+    min_confidence: f64,
 ) -> (Verdict, Option<String>) {
     let (lo, hi) = (r.lo, r.hi);
-    if r.confidence < MIN_CONFIDENCE {
+    if r.confidence < min_confidence - 1e-12 {
         let why = format!(
             "too few samples: the interval reaches {:.0}% confidence",
             r.confidence * 100.0
