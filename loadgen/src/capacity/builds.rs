@@ -66,7 +66,9 @@ pub(super) fn resolve(
         }
         let mut commit = None;
         if let Some(rev) = &v.git_rev {
-            let (hash, dir) = build_rev(&v.name, rev, out)?;
+            let file = Path::new(&opts.scenario);
+            let file = file.is_file().then_some(file);
+            let (hash, dir) = build_rev(&v.name, rev, file, out)?;
             commit = Some(hash);
             v.bin_dir = Some(dir);
         }
@@ -133,18 +135,22 @@ fn profile() -> &'static str {
 }
 
 /// Checks out and builds revision `rev` of the repository loadgen runs in
-/// (once: a finished build is reused), logging the build under `out`.
+/// ([`repository`]) once (a finished build is reused), logging the build
+/// under `out`.
 /// Returns the commit and the directory holding its binaries.
-fn build_rev(variant: &str, rev: &str, out: &Path) -> Result<(String, PathBuf), CapacityError> {
+fn build_rev(
+    variant: &str,
+    rev: &str,
+    scenario_file: Option<&Path>,
+    out: &Path,
+) -> Result<(String, PathBuf), CapacityError> {
     let fail = |why: String| CapacityError::GitRev {
         variant: variant.into(),
         rev: rev.into(),
         why,
     };
-    let repo = git(None, &["rev-parse", "--show-toplevel"]).map_err(|e| {
-        fail(format!(
-            "loadgen builds a revision of the git repository it runs in, and here is none: {e}"
-        ))
+    let repo = repository(scenario_file).ok_or_else(|| {
+        fail("loadgen builds a revision of the git repository it runs in or was built in, and found neither (run it inside a clone, or give the variant a bin_dir)".into())
     })?;
     let commit = git(
         Some(Path::new(&repo)),
@@ -238,6 +244,22 @@ fn build_rev(variant: &str, rev: &str, out: &Path) -> Result<(String, PathBuf), 
     }
     std::fs::write(&done, &commit).map_err(|e| CapacityError::Write(done.clone(), e))?;
     Ok((commit, bins))
+}
+
+/// The git repository a revision is taken from: the one loadgen runs in,
+/// else the one holding the scenario file, else the one its own binary was
+/// built in (`target/release/loadgen` of a clone), so that a run started
+/// from elsewhere still finds it.
+fn repository(scenario_file: Option<&Path>) -> Option<String> {
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(Path::to_path_buf));
+    let file_dir = (scenario_file.and_then(Path::parent))
+        .filter(|d| d.is_dir())
+        .map(Path::to_path_buf);
+    [None, file_dir, exe_dir]
+        .into_iter()
+        .find_map(|dir| git(dir.as_deref(), &["rev-parse", "--show-toplevel"]).ok())
 }
 
 /// `git ARGS` (in `dir`), its trimmed output, or what it printed on failure.
