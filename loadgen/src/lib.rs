@@ -71,6 +71,13 @@ mod summary;
 mod validity;
 pub mod writes;
 
+/// Prints `text` and a newline to stdout; a reader that went away (`loadgen
+/// compare ... | head`) ends the output, not the process with a panic.
+pub fn say(text: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 pub use critical_path::{
     figures as critical_path_figures, slowest as slowest_paths, CriticalPath, JobPath, TracedJob,
     STAGES,

@@ -73,18 +73,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let json = opts.json;
             let report = loadgen::writes::run(opts).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                loadgen::say(serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{report}");
+                loadgen::say(&report);
             }
         }
         Cmd::Place(opts) => {
             let json = opts.json;
             let report = loadgen::place::run(opts).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&report)?);
+                loadgen::say(serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{report}");
+                loadgen::say(&report);
             }
         }
         Cmd::Link(opts) => {

@@ -137,10 +137,10 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if let Some(p) = prometheus {
         p.stop();
     }
-    println!("{}", report::table(&summary));
-    println!("report: {}", out.join("report.html").display());
+    crate::say(report::table(&summary));
+    crate::say(format!("report: {}", out.join("report.html").display()));
     if let Some(p) = &summary.prometheus {
-        println!("prometheus data: {}", p.browse);
+        crate::say(format!("prometheus data: {}", p.browse));
     }
     if !summary.audit_failures.is_empty() {
         anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));

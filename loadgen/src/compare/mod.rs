@@ -116,8 +116,8 @@ pub fn run(opts: &CompareOpts) -> Result<Comparison, CompareError> {
         serde_json::to_string_pretty(&comparison).expect("serializes") + "\n",
     )?;
     write("compare.html", page::html(&comparison, &a, &b))?;
-    print!("{}", page::table(&comparison));
-    println!("wrote {}", out.join("compare.json").display());
+    crate::say(page::table(&comparison).trim_end());
+    crate::say(format!("wrote {}", out.join("compare.json").display()));
     Ok(comparison)
 }
 

@@ -125,6 +125,13 @@ async fn deregister(
         })
         .await;
     let mut t = tally.lock().unwrap();
+    let outcome = Outcome::of(&result);
+    if matches!(outcome, Outcome::Indefinite { .. }) {
+        // It may have taken effect (a purge whose first attempt got no
+        // answer, whose retry found the job gone): the job's absence is no
+        // loss.
+        t.journal.stopped.insert(job_id.clone());
+    }
     t.journal.writes.push(Write {
         job_id: job_id.clone(),
         kind: if purge {
@@ -134,7 +141,7 @@ async fn deregister(
         },
         sent_s,
         answered_s: start.elapsed().as_secs_f64(),
-        outcome: Outcome::of(&result),
+        outcome,
     });
     match (result, purge) {
         (Ok(_), false) => {

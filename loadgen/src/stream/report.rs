@@ -181,7 +181,9 @@ pub struct Journal {
     /// Every acknowledgement: when its submission was scheduled and when it
     /// was acknowledged, in seconds from the start of the stream.
     pub acks: Vec<Ack>,
-    /// Every job id the stream stopped: garbage collection may remove them.
+    /// Every job id the stream stopped, or asked to stop or purge with no
+    /// answer either way: garbage collection, or the purge, may have
+    /// removed them.
     pub stopped: HashSet<String>,
     /// Every write (registration, update, scale, stop, purge) with its
     /// answer, for the invariant audit.
