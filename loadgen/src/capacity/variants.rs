@@ -139,7 +139,8 @@ pub(super) async fn run_variants(
         )
     };
     let started = Instant::now();
-    let mut summary = finish(&done, &schedule)?;
+    // The summary written after the latest run (none before the first).
+    let mut summary = None;
     'rounds: for round in 1.. {
         let mut order: Vec<usize> = (0..runs.len()).collect();
         order.shuffle(&mut rng);
@@ -175,8 +176,10 @@ pub(super) async fn run_variants(
             let failed = !run.problems.is_empty();
             // Written after every run, so a later failure leaves this one.
             done[i].push(run);
-            summary = finish(&done, &schedule)?;
-            if !summary.complete && failed {
+            let written = finish(&done, &schedule)?;
+            let stop = !written.complete && failed;
+            summary = Some(written);
+            if stop {
                 break 'rounds;
             }
         }
@@ -189,7 +192,8 @@ pub(super) async fn run_variants(
         if round < plan.rounds {
             continue;
         }
-        let undecided = undecided(&summary, level, &ctx.opts.gates);
+        let Some(so_far) = &summary else { break };
+        let undecided = undecided(so_far, level, &ctx.opts.gates);
         let per_round = started.elapsed() / round;
         let stopped = if undecided.is_empty() {
             Some("decided")
@@ -218,12 +222,15 @@ pub(super) async fn run_variants(
             stopped: stopped.unwrap_or("running").to_string(),
             undecided: undecided.clone(),
         });
-        summary = finish(&done, &schedule)?;
+        summary = Some(finish(&done, &schedule)?);
         if stopped.is_some() {
             break;
         }
     }
-    Ok(summary)
+    match summary {
+        Some(s) => Ok(s),
+        None => finish(&done, &schedule),
+    }
 }
 
 /// The gated measures (`gates`, or each measure's default) of each

@@ -228,7 +228,9 @@ impl Judging {
     /// For summaries `a` and `b`: paired when they are one run (the same
     /// seed and rounds), at the level that run's looks were drawn at.
     pub fn of(a: &Value, b: &Value) -> Judging {
-        let rounds = |v: &Value| v["rounds"].as_array().filter(|r| !r.is_empty()).cloned();
+        fn rounds(v: &Value) -> Option<&Vec<Value>> {
+            v["rounds"].as_array().filter(|r| !r.is_empty())
+        }
         let one_run = rounds(a).is_some() && rounds(a) == rounds(b) && a["seed"] == b["seed"];
         match one_run {
             true => Judging {
