@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{browser, capacity, json, schema_errors};
+use common::{browser, capacity, json, schema_errors, succeeded};
 use stampede_launch::metric_value;
 use stampede_launch::testing::eventually_ok;
 use stampede_proto::security::Role;
@@ -41,8 +41,7 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
     let (_dir, out, mut cmd) = capacity(TINY, "tiny");
     let run = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    succeeded(&run, &out);
     assert!(
         stdout.contains("placement p50 / p99 ms") && stdout.contains("prioritized"),
         "{stdout}"

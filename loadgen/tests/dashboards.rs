@@ -16,7 +16,7 @@ use std::time::Duration;
 
 mod common;
 
-use common::{capacity, json};
+use common::{capacity, json, succeeded};
 use serde_json::Value;
 use stampede_launch::testing::eventually_ok;
 
@@ -290,9 +290,8 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
     // A short capacity run, scraped by the Prometheus it starts.
     let (_dir, run, mut cmd) = capacity(SCENARIO, "dashboards");
     let out = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    succeeded(&out, &run);
     let check = Command::new("promtool")
         .args(["check", "config"])
         .arg(run.join("prometheus.yml"))

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{browser, capacity, json, schema_errors};
+use common::{browser, capacity, json, schema_errors, succeeded};
 use stampede_launch::testing::{eventually_ok, register_job, service_job, Harness, CATCH_UP};
 use stampede_launch::NodeId;
 use stampede_proto::JobListRequest;
@@ -82,8 +82,7 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
     let (_dir, out, mut cmd) = capacity(FAULTS, "faults-ci");
     let run = cmd.arg("--no-prometheus").output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    succeeded(&run, &out);
     assert!(
         stdout.contains("audit: acked / lost / phantom") && stdout.contains("fault 1: kill_leader"),
         "{stdout}"

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{capacity, json, schema_errors};
+use common::{capacity, json, schema_errors, succeeded};
 
 const NODES: u64 = 3000;
 const PLAN_MAX_ALLOCS: u64 = 400;
@@ -40,8 +40,7 @@ fn a_fleet_run_reports_registration_memory_heartbeats_and_failover() {
     let (_dir, out, mut cmd) = capacity(FLEET, "fleet-ci");
     let run = cmd.arg("--no-prometheus").output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    succeeded(&run, &out);
     assert!(
         stdout.contains("fleet: nodes / ready s / registrations/s"),
         "{stdout}"

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{capacity, json, schema_errors, LOADGEN};
+use common::{capacity, json, schema_errors, succeeded, LOADGEN};
 
 const TWO: &str = r#"
 name = "two"
@@ -41,7 +41,7 @@ fn each_variant_runs_n_times_interleaved_with_an_interval_over_its_repetitions()
         .unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    succeeded(&run, &out);
 
     // Rounds: every variant once in each, in the order summary.json
     // records, the second round after the first.

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{capacity, json, schema_errors};
+use common::{capacity, json, schema_errors, succeeded};
 
 const MINI_SOAK: &str = r#"
 name = "mini-soak"
@@ -48,8 +48,7 @@ fn a_short_soak_collects_garbage_and_reports_state_and_windows() {
     let (_dir, out, mut cmd) = capacity(MINI_SOAK, "mini-soak");
     let run = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stdout}\n{stderr}");
+    succeeded(&run, &out);
     let summary = json(&out.join("summary.json"));
     let errors = schema_errors(&summary);
     assert!(errors.is_empty(), "{errors:?}");

@@ -49,3 +49,55 @@ pub fn schema_errors(summary: &serde_json::Value) -> Vec<String> {
         .map(|e| e.to_string())
         .collect()
 }
+
+/// Panics unless `run` (a `loadgen capacity` into `out`) succeeded, with
+/// what says why first: loadgen's stderr, the summary's problems, and the
+/// last lines of every log in the run directory. The stdout's tables come
+/// last, their padding trimmed, since a report cuts a long message short.
+pub fn succeeded(run: &std::process::Output, out: &Path) {
+    if run.status.success() {
+        return;
+    }
+    let mut why = format!("{}\n{}", run.status, String::from_utf8_lossy(&run.stderr));
+    let problems = std::fs::read_to_string(out.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+        .map(|s| {
+            s["variants"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|v| v["problems"].as_array().cloned().unwrap_or_default())
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    why.push_str(&format!("\nproblems: {problems:?}\n"));
+    for log in logs(out) {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+        why.push_str(&format!("--- {} (last lines)\n{tail}\n", log.display()));
+    }
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let trimmed: Vec<&str> = stdout.lines().map(str::trim_end).collect();
+    panic!("{why}--- stdout\n{}", trimmed.join("\n"));
+}
+
+/// Every `*.log` under `dir`, at any depth.
+fn logs(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            found.extend(logs(&p));
+        } else if p.extension().is_some_and(|x| x == "log") {
+            found.push(p);
+        }
+    }
+    found.sort();
+    found
+}
