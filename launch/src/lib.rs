@@ -12,7 +12,7 @@
 //! workspace's integration tests share.
 
 use std::fs::OpenOptions;
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,6 +25,7 @@ use stampede_proto::security::{Role, Security, TlsArgs, TOKEN_FILE};
 
 pub mod delay;
 pub mod links;
+pub mod ports;
 #[cfg(feature = "testing")]
 pub mod testing;
 
@@ -171,7 +172,8 @@ impl LocalCluster {
             }
         };
         std::fs::create_dir_all(&root).map_err(|e| LaunchError::Io(root.clone(), e))?;
-        let ports = free_ports(opts.servers * 2).map_err(|e| LaunchError::Io(root.clone(), e))?;
+        let ports =
+            ports::free_ports(opts.servers * 2).map_err(|e| LaunchError::Io(root.clone(), e))?;
         let servers = (0..opts.servers)
             .map(|i| {
                 let id = i as NodeId + 1;
@@ -828,13 +830,6 @@ fn target_profile_dir(exe: &Path) -> Option<PathBuf> {
 }
 
 /// `n` distinct ports that were free a moment ago: all bound at once, then released.
-fn free_ports(n: usize) -> std::io::Result<Vec<SocketAddr>> {
-    let listeners = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0"))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    listeners.iter().map(|l| l.local_addr()).collect()
-}
-
 /// Reads one series from Prometheus text: `name` or `name{labels}` exactly as printed.
 pub fn metric_value(text: &str, series: &str) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
