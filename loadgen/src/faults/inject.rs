@@ -32,7 +32,8 @@ pub async fn inject(
         let settled = match probe.settled(cfg.settle_wait, cfg.poll).await {
             Ok(s) => s,
             Err(e) => {
-                problems.push(format!("{name} was not injected: {e}"));
+                let why = exited(cluster);
+                problems.push(format!("{name} was not injected: {e}{why}"));
                 continue;
             }
         };
@@ -48,10 +49,27 @@ pub async fn inject(
     if let Some(last) = done.last_mut() {
         match probe.settled(cfg.settle_wait, cfg.poll).await {
             Ok(s) => last.term_after = Some(s.term),
-            Err(e) => problems.push(format!("after the last fault, {e}")),
+            Err(e) => problems.push(format!("after the last fault, {e}{}", exited(cluster))),
         }
     }
     (done, problems)
+}
+
+/// The servers whose process has exited, each with its log's last lines:
+/// why a cluster did not settle, said at once rather than found later.
+fn exited(cluster: &mut LocalCluster) -> String {
+    let ids: Vec<NodeId> = cluster.servers().iter().map(|s| s.id).collect();
+    let mut out = String::new();
+    for id in ids {
+        if cluster.is_running(id) {
+            continue;
+        }
+        let log = cluster.log(id);
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(5)..].join(" | ");
+        out.push_str(&format!("; server {id} has exited (its log ends: {tail})"));
+    }
+    out
 }
 
 /// Injects one step into a settled cluster, waits for a leader while the
