@@ -1,10 +1,13 @@
 //! Raft: openraft's type configuration (what a log entry carries and what
-//! applying it returns) here, and in folders:
+//! applying it returns) here, and the parts in openraft's order:
 //!
-//! - `storage`: the RocksDB log store, the snapshot store and the state
-//!   machine.
+//! - `storage`: what raft keeps, and knows no clients: the RocksDB log
+//!   store and the snapshot store.
 //! - `write`: the proposer through which every write reaches the log (with
 //!   `client_write`, the entry each client write becomes).
+//! - `state_machine`: applies committed entries to the state store, and
+//!   through the write path's `client_write` and `tickets` finishes the
+//!   writes this server forwarded; it stands on both folders above it.
 //! - `wire`: the network between servers; what peers send is checked
 //!   before openraft sees it: `inbound` for terms, indexes and entries,
 //!   `snapshot_receiver` for snapshots.
@@ -15,12 +18,13 @@
 pub mod contact;
 pub mod metrics;
 pub mod runtime;
+mod state_machine;
 mod storage;
 mod wire;
 mod write;
 
+pub use self::state_machine::StateMachine;
 pub use self::storage::error::StoreError;
-pub use self::storage::state_machine::StateMachine;
 pub use self::wire::network::{
     NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER, RAFT_H2_WINDOW,
 };

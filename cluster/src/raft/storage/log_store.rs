@@ -439,7 +439,7 @@ mod tests {
     use openraft::testing::{StoreBuilder, Suite};
     use openraft::StorageError as RaftStorageError;
 
-    use crate::raft::storage::state_machine::StateMachine;
+    use crate::raft::state_machine::StateMachine;
 
     struct Builder;
 
