@@ -23,7 +23,7 @@ mod unapplied;
 use std::sync::{Arc, Mutex};
 
 use prometheus::Registry;
-use stampede_proto::{EvalStatus, NodeStatus};
+use stampede_proto::{EvalStatus, Evaluation, NodeStatus};
 use tokio::task::JoinHandle;
 
 use crate::state::blocking::Blocking;
@@ -62,6 +62,20 @@ impl Default for LeaderConfig {
             unblock_by_class: true,
             gc_interval: Some(gc::DEFAULT_INTERVAL),
         }
+    }
+}
+
+/// Where the leader keeps an evaluation, by its status, whether it comes
+/// from an applied batch (`control::apply`) or from the state a new term
+/// starts with ([`LeaderParts::establish`]): a pending one waits in the
+/// broker for a worker, a blocked one in the blocked set for capacity, and
+/// any other status (complete, failed, canceled) leaves the blocked set. Both
+/// ignore what they are told while this server does not lead.
+pub(crate) fn route_eval(broker: &EvalBroker, blocked: &BlockedEvals, eval: &Arc<Evaluation>) {
+    match EvalStatus::try_from(eval.status) {
+        Ok(EvalStatus::Pending) => broker.enqueue(eval.clone()),
+        Ok(EvalStatus::Blocked) => blocked.block(eval.clone()),
+        _ => blocked.untrack(&eval.id),
     }
 }
 
@@ -114,11 +128,7 @@ impl LeaderParts {
         self.blocked.set_enabled(true);
         let state = ctx.store.snapshot();
         for eval in state.evals() {
-            match EvalStatus::try_from(eval.status) {
-                Ok(EvalStatus::Pending) => self.broker.enqueue(eval.clone()),
-                Ok(EvalStatus::Blocked) => self.blocked.block(eval.clone()),
-                _ => {}
-            }
+            route_eval(&self.broker, &self.blocked, eval);
         }
         self.heartbeats.set_enabled(
             true,
