@@ -22,9 +22,6 @@ use stampede_proto::{
 
 pub(crate) mod core;
 pub(crate) mod deployment;
-mod split;
-
-pub use split::{split, PlanBudget};
 
 use crate::model::{alloc_terminal, now_ms};
 use crate::state::{NodeRow, State};

@@ -34,6 +34,7 @@ use self::broker::{BrokerConfig, EvalBroker};
 pub use self::context::{delivery_limit_reached, LeaderContext};
 use self::deployment_watcher::{WatcherConfig, WatcherMetrics};
 use self::heartbeat::{HeartbeatConfig, Heartbeats};
+pub use self::plan_apply::split::PlanBudget;
 use self::plan_apply::PlanQueue;
 
 /// Settings of the leader-only mechanisms (`cluster serve` flags fill them).
