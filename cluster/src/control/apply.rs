@@ -52,12 +52,17 @@ impl StateMetrics {
     }
 }
 
+/// The state machine's one callback into the control plane.
 pub struct ApplyHub {
     /// Parked blocking queries, woken by the keys a batch changed.
     pub watchers: Arc<Watchers>,
+    /// Where new pending evaluations go (on the leader; ignored otherwise).
     broker: Arc<EvalBroker>,
+    /// Where blocked evaluations wait, and what capacity changes unblock.
     blocked: Arc<BlockedEvals>,
+    /// Node timers, reset or dropped as a node's status changes.
     heartbeats: Arc<Heartbeats>,
+    /// The state's rows and what garbage collection took, as applied here.
     metrics: StateMetrics,
 }
 
