@@ -8,6 +8,21 @@
 //! read and a proposer that writes only on this server — plus what each one
 //! needs of its own (the broker, its metrics, its config); none of them sees
 //! the rest of the server.
+//!
+//! - `broker`: the eval broker (one evaluation out per job, nack delays,
+//!   the cancelable set of eval cancelation).
+//! - `blocked_evals`: evaluations waiting for capacity, unblocked by node
+//!   class.
+//! - `heartbeat`: node heartbeat timers.
+//! - `plan_apply`: the plan applier (its design is argued at its top) and,
+//!   in `plan_apply/split.rs`, plans cut into pieces; `unapplied`: what a
+//!   checked plan still in flight will do.
+//! - `alloc_updates`: client updates batched into one entry per window.
+//! - `deployment_watcher`: each deployment's next round.
+//! - `gc`: the timer that queues core evaluations, and a forced collection.
+//! - `timers`: delivery timeouts and the sweep of cancelable evaluations.
+//! - `context`: the [`LeaderContext`], and the cancel batches of eval
+//!   cancelation.
 
 pub(crate) mod alloc_updates;
 pub(crate) mod blocked_evals;

@@ -3,6 +3,13 @@
 //! It knows no clients: the state machine that applies committed entries
 //! (and finishes the writes waiting on them) is `raft::state_machine`,
 //! beside this folder.
+//!
+//! - `log_store`: the log on RocksDB, synced on a thread of its own
+//!   (`WalSyncer`) on the leader and inside the append on a follower.
+//! - `log_tail`: the log's newest entries in memory, so replication and
+//!   apply read them without the disk.
+//! - `snapshot_store`: the latest snapshot, one file.
+//! - `vote_recovery`: `cluster recover-vote`, offline.
 
 pub mod error;
 pub mod log_store;
