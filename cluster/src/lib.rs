@@ -38,8 +38,10 @@
 //!   server-to-server scheduling API; the raft peer service) and HTTP, the
 //!   accepted connections (TLS, and who called) and who may call what. Errors
 //!   of the parts become `tonic::Status` here and nowhere deeper.
-//! - [`server`]: `serve(opts, listeners, shutdown)`, the options (the one home
-//!   of every default) and start-up errors.
+//! - [`server`]: `serve(opts, listeners, shutdown)`, put together in named
+//!   steps in openraft's order (security, storage, network, raft, the
+//!   control plane, the servers), its listeners and how a connection gets
+//!   in, the options (the one home of every default) and start-up errors.
 //! - [`cli`]: the operator commands, their rendering, job files and
 //!   `cluster dev`; it needs only the wire types, the client and validation.
 //!
