@@ -1,11 +1,11 @@
 //! One server, put together as openraft's `raft-kv-rocksdb` example puts
 //! its node together, one named step each: the edge's security and caps
-//! ([`Secured`]), what raft keeps and applies to ([`Storage`]), the network
-//! between servers, raft on its own threads ([`Started`]), the control
-//! plane and the writes' proposer ([`App`]), and the servers and tasks that
-//! run until `shutdown` resolves ([`Serving`]). [`config`] is the one home
-//! of every server default; `listen` admits connections and serves gRPC and
-//! HTTP on them.
+//! (`Secured`), what raft keeps and applies to (`open_storage`), the
+//! network between servers (`network`), raft on its own threads
+//! (`Started`), the control plane and the writes' proposer (`App`), and the
+//! servers and tasks that run until `shutdown` resolves (`Serving`).
+//! [`config`] is the one home of every server default; `listen` admits
+//! connections and serves gRPC and HTTP on them.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -70,16 +70,10 @@ pub async fn serve(
 ) -> Result<(), ServerError> {
     let metrics = Arc::new(Metrics::new());
     let secured = Secured::new(&opts, &metrics)?;
-    let storage = Storage::open(&opts, &metrics)?;
+    let (log_store, state_machine, parts) = open_storage(&opts, &metrics)?;
     let (network, channels) = network(&opts, &secured, &metrics);
-    let started = Started::raft(
-        &opts,
-        network,
-        storage.log_store.clone(),
-        storage.state_machine,
-    )
-    .await?;
-    let app = App::build(&opts, &started.raft, storage.parts, channels, &metrics);
+    let started = Started::raft(&opts, network, log_store, state_machine).await?;
+    let app = App::build(&opts, &started.raft, parts, channels, &metrics);
     let serving = Serving::start(&opts, secured, &app, &started, rpc, http, metrics);
     join_cluster(&opts, &started.raft).await;
     tracing::info!(id = opts.id, rpc = %opts.rpc, http = %opts.http, "server started");
@@ -132,16 +126,6 @@ impl Secured {
     }
 }
 
-/// What raft keeps (the log store) and what it applies to (the state
-/// machine over the state store), opened from `--data-dir`, with the parts
-/// of the control plane that must exist before raft does.
-struct Storage {
-    log_store: LogStore,
-    state_machine: StateMachine,
-    /// What the control plane is built from once raft runs.
-    parts: AppParts,
-}
-
 /// What the state machine and the control plane share, made before raft:
 /// the state store and the observer it reports to, the forwarded writes it
 /// finishes, and whether this server is in touch with the cluster.
@@ -156,42 +140,44 @@ struct AppParts {
     touch: watch::Sender<Touch>,
 }
 
-impl Storage {
-    fn open(opts: &ServeOpts, metrics: &Arc<Metrics>) -> Result<Self, ServerError> {
-        let identity = Identity {
-            server_id: opts.id,
-            members: opts.peers.0.keys().copied().collect(),
-        };
-        let log_store = LogStore::open(&opts.data_dir.join("raft"), &identity)?;
-        let control = opts.control_config();
-        let (touch, contact) = Contact::channel();
-        let foundations = Foundations::new(&control, metrics.registry(), contact.clone());
-        foundations.store.replayed_until(log_store.last_index()?);
-        let observer = {
-            let hub = foundations.hub.clone();
-            Arc::new(move |c: &crate::state::Changes| hub.applied(c))
-        };
-        let tickets = Arc::new(Tickets::default());
-        let state_machine = StateMachine::open(
-            &opts.data_dir.join("snapshots"),
-            foundations.store.clone(),
-            metrics.clone(),
-            observer,
-            tickets.clone(),
-        )?
-        .with_apply_delay(opts.apply_delay);
-        Ok(Self {
-            log_store,
-            state_machine,
-            parts: AppParts {
-                control,
-                foundations,
-                tickets,
-                contact,
-                touch,
-            },
-        })
-    }
+/// What raft keeps (the log store) and what it applies to (the state
+/// machine over the state store), opened from `--data-dir`, with the parts
+/// of the control plane that must exist before raft does, since the state
+/// machine reports to them.
+fn open_storage(
+    opts: &ServeOpts,
+    metrics: &Arc<Metrics>,
+) -> Result<(LogStore, StateMachine, AppParts), ServerError> {
+    let identity = Identity {
+        server_id: opts.id,
+        members: opts.peers.0.keys().copied().collect(),
+    };
+    let log_store = LogStore::open(&opts.data_dir.join("raft"), &identity)?;
+    let control = opts.control_config();
+    let (touch, contact) = Contact::channel();
+    let foundations = Foundations::new(&control, metrics.registry(), contact.clone());
+    foundations.store.replayed_until(log_store.last_index()?);
+    let observer = {
+        let hub = foundations.hub.clone();
+        Arc::new(move |c: &crate::state::Changes| hub.applied(c))
+    };
+    let tickets = Arc::new(Tickets::default());
+    let state_machine = StateMachine::open(
+        &opts.data_dir.join("snapshots"),
+        foundations.store.clone(),
+        metrics.clone(),
+        observer,
+        tickets.clone(),
+    )?
+    .with_apply_delay(opts.apply_delay);
+    let parts = AppParts {
+        control,
+        foundations,
+        tickets,
+        contact,
+        touch,
+    };
+    Ok((log_store, state_machine, parts))
 }
 
 /// The network between servers: raft's (dialled from raft's own threads)
