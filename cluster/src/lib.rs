@@ -17,13 +17,13 @@
 //!   file of its own; garbage collection and blocking queries.
 //! - [`raft`]: openraft's type config and raft metrics, and in openraft's
 //!   order: `raft/storage` (the RocksDB log store and the snapshot store,
-//!   which know no clients), `raft/write` (the proposer that writes through
+//!   which know no clients), `raft/wire` (the peer network and the checks
+//!   on what peers send), `raft/write` (the proposer that writes through
 //!   whichever server leads, its batcher and forwarder, client writes and
-//!   the tickets followers wait on), the state machine beside them
+//!   the tickets followers wait on), and the state machine beside them
 //!   (`raft/state_machine.rs`, which applies entries, finishes forwarded
 //!   writes through the write path, reports what it applied to an observer
-//!   callback and knows nothing of the control plane) and `raft/wire` (the
-//!   peer network and the checks on what peers send).
+//!   callback and knows nothing of the control plane).
 //! - [`scheduler`]: the pure, seeded scheduler: an evaluation and a state
 //!   snapshot in, a plan out; and how a deployment stands.
 //! - [`control`]: the control plane as a composition root: it builds the parts,
