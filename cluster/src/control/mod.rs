@@ -2,15 +2,19 @@
 //! parts, hands each the narrow handles it needs, and follows raft
 //! leadership to start and stop the leader-only mechanisms.
 //!
+//! Its files, each using only those listed above it:
+//!
+//! - [`leader`]: the leader-only mechanisms, each run per term with a
+//!   [`leader::LeaderContext`]; `error`: the control plane's errors.
 //! - `apply`: what reacts to every applied batch (blocking queries, and on
 //!   the leader the broker, blocked evaluations and heartbeat timers).
-//! - [`leader`]: the leader-only mechanisms, each run per term with a
-//!   [`leader::LeaderContext`].
-//! - `routing` and `calls`: calls only the leader can answer, handled
-//!   here or sent on to the leader; `update_relay` sends a follower's
-//!   client updates on together.
+//! - `routing`: where a call only the leader can answer goes (here, or on
+//!   to the leader); `update_relay` sends a follower's client updates on
+//!   together.
 //! - `worker`: scheduler workers, on every server, reaching the leader
 //!   only through the `worker::Leader` trait.
+//! - `calls`: the leader-only calls, handled here or sent on to the leader
+//!   (`LeaderCalls`, which is the workers' `Leader` on a server).
 //! - `fleet`: the leader's gauges of nodes and allocations.
 
 mod apply;
