@@ -27,12 +27,13 @@
 //! [`MAX_PLANS_PER_ENTRY`]). If the entry in flight fails, what was checked
 //! on top of it is checked again on what did commit before it is written.
 //!
-//! A plan's evaluation outcome (complete, or a blocked evaluation for what
-//! did not fit) rides in the plan's own entry when nothing was refused, one
-//! write instead of two; otherwise the worker writes it once it gives up or
-//! succeeds. A plan is checked only if its evaluation's delivery is still
-//! the worker's (its token), so a plan from a worker whose delivery timed
-//! out never commits.
+//! With raft batching on, a plan's evaluation outcome (complete, or a
+//! blocked evaluation for what did not fit) rides in the plan's own entry
+//! when nothing was refused, one write instead of two; otherwise (or with
+//! batching off, one message per entry as Nomad writes them) the worker
+//! writes it itself once its plan is in. A plan is checked only if its
+//! evaluation's delivery is still the worker's (its token), so a plan from
+//! a worker whose delivery timed out never commits.
 //!
 //! # Plans in pieces
 //!
