@@ -13,7 +13,8 @@ bash scripts/validate-deploy.sh --self-test
 # vendor/openraft is openraft's release plus vendor/openraft.patch, nothing else.
 bash scripts/openraft-vendor.sh --check
 # No module imports a module that imports it back, and cluster's layers
-# import only the layers below them; first proof that a loop is refused.
+# import only the layers listed above them in cluster/src/lib.rs; first
+# proof that a loop is refused.
 bash scripts/check-imports.sh --self-test
 bash scripts/check-imports.sh
 cargo test --workspace "$@"

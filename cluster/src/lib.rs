@@ -15,13 +15,15 @@
 //!   snapshots): the type and its tables, with applying entries, what a batch
 //!   changed (its watch keys), reads, snapshots and the live store each in a
 //!   file of its own; garbage collection and blocking queries.
-//! - [`raft`]: openraft's type config and raft metrics, and three folders:
-//!   `raft/storage` (the RocksDB log store, the snapshot store, and the state
-//!   machine, which reports what it applied to an observer callback and knows
-//!   nothing of the control plane), `raft/write` (the proposer that writes
-//!   through whichever server leads, its batcher and forwarder, client writes
-//!   and the tickets followers wait on) and `raft/wire` (the peer network and
-//!   the checks on what peers send).
+//! - [`raft`]: openraft's type config and raft metrics, and in openraft's
+//!   order: `raft/storage` (the RocksDB log store and the snapshot store,
+//!   which know no clients), `raft/wire` (the peer network and the checks
+//!   on what peers send), `raft/write` (the proposer that writes through
+//!   whichever server leads, its batcher and forwarder, client writes and
+//!   the tickets followers wait on), and the state machine beside them
+//!   (`raft/state_machine.rs`, which applies entries, finishes forwarded
+//!   writes through the write path, reports what it applied to an observer
+//!   callback and knows nothing of the control plane).
 //! - [`scheduler`]: the pure, seeded scheduler: an evaluation and a state
 //!   snapshot in, a plan out; and how a deployment stands.
 //! - [`control`]: the control plane as a composition root: it builds the parts,
@@ -36,8 +38,10 @@
 //!   server-to-server scheduling API; the raft peer service) and HTTP, the
 //!   accepted connections (TLS, and who called) and who may call what. Errors
 //!   of the parts become `tonic::Status` here and nowhere deeper.
-//! - [`server`]: `serve(opts, listeners, shutdown)`, the options (the one home
-//!   of every default) and start-up errors.
+//! - [`server`]: `serve(opts, listeners, shutdown)`, put together in named
+//!   steps in openraft's order (security, storage, network, raft, the
+//!   control plane, the servers), its listeners and how a connection gets
+//!   in, the options (the one home of every default) and start-up errors.
 //! - [`cli`]: the operator commands, their rendering, job files and
 //!   `cluster dev`; it needs only the wire types, the client and validation.
 //!

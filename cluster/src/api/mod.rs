@@ -10,7 +10,13 @@
 //! - `peer`: raft and forwarded writes (server to server only).
 //! - [`http`]: `/metrics`, `/v1/status` and the worker admin calls.
 //! - `conn`: an accepted connection, its TLS handshake and who called.
-//! - [`limits`]: the connection caps, timeouts and message sizes of the edge.
+//! - [`limits`]: the connection caps, timeouts and message sizes of the edge,
+//!   and the descriptors kept for raft's storage (docs/security.md, "Limits").
+//! - `call_stream`: the server's half of a stream of ticketed calls (for
+//!   `ForwardStream` and a node agent's `CallStream`).
+//! - `auth`: who may call what (certificate role and token scope per gRPC
+//!   method and HTTP route, one table), checked by a tower layer and an
+//!   axum middleware before any handler.
 
 mod auth;
 mod call_stream;

@@ -8,12 +8,12 @@ use std::sync::Arc;
 
 use prometheus::{Histogram, IntCounterVec, IntGaugeVec, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter_vec, int_gauge_vec};
-use stampede_proto::{EvalStatus, NodeStatus};
+use stampede_proto::NodeStatus;
 
 use super::leader::blocked_evals::BlockedEvals;
 use super::leader::broker::EvalBroker;
 use super::leader::heartbeat::Heartbeats;
-use super::leader::LeaderParts;
+use super::leader::{route_eval, LeaderParts};
 use crate::state::blocking::Watchers;
 use crate::state::{gc, Changes, TABLES};
 
@@ -52,12 +52,17 @@ impl StateMetrics {
     }
 }
 
+/// The state machine's one callback into the control plane.
 pub struct ApplyHub {
     /// Parked blocking queries, woken by the keys a batch changed.
     pub watchers: Arc<Watchers>,
+    /// Where new pending evaluations go (on the leader; ignored otherwise).
     broker: Arc<EvalBroker>,
+    /// Where blocked evaluations wait, and what capacity changes unblock.
     blocked: Arc<BlockedEvals>,
+    /// Node timers, reset or dropped as a node's status changes.
     heartbeats: Arc<Heartbeats>,
+    /// The state's rows and what garbage collection took, as applied here.
     metrics: StateMetrics,
 }
 
@@ -89,11 +94,7 @@ impl ApplyHub {
             }
         }
         for eval in &changes.evals {
-            match EvalStatus::try_from(eval.status) {
-                Ok(EvalStatus::Pending) => self.broker.enqueue(eval.clone()),
-                Ok(EvalStatus::Blocked) => self.blocked.block(eval.clone()),
-                _ => self.blocked.untrack(&eval.id),
-            }
+            route_eval(&self.broker, &self.blocked, eval);
         }
         for node in &changes.nodes {
             if node.status == NodeStatus::Ready as i32 {

@@ -18,7 +18,7 @@ use super::error::ControlError;
 use super::leader::broker::{EvalBroker, NackOutcome, NackReason};
 use super::leader::gc;
 use super::leader::heartbeat::Heartbeats;
-use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts};
+use super::leader::{delivery_limit_reached, LeaderContext, LeaderParts, PlanBudget};
 use super::routing::{eval_client, forwarded, node_client, plan_client, Route, Router};
 use super::update_relay::UpdateRelay;
 use super::worker::Leader;
@@ -209,7 +209,7 @@ impl LeaderCalls {
     /// Queues a plan for the leader's plan applier and waits for its result.
     pub async fn submit_plan(&self, plan: Plan, fwd: bool) -> Result<PlanResult, ControlError> {
         validate::plan(&plan)?;
-        if let Some(over) = crate::scheduler::PlanBudget::over_limit(&plan) {
+        if let Some(over) = PlanBudget::over_limit(&plan) {
             return Err(ControlError::TooLarge(over));
         }
         match self.0.router.route(fwd)? {

@@ -2,15 +2,19 @@
 //! parts, hands each the narrow handles it needs, and follows raft
 //! leadership to start and stop the leader-only mechanisms.
 //!
+//! Its files, each using only those listed above it:
+//!
+//! - [`leader`]: the leader-only mechanisms, each run per term with a
+//!   [`leader::LeaderContext`]; `error`: the control plane's errors.
 //! - `apply`: what reacts to every applied batch (blocking queries, and on
 //!   the leader the broker, blocked evaluations and heartbeat timers).
-//! - [`leader`]: the leader-only mechanisms, each run per term with a
-//!   [`leader::LeaderContext`].
-//! - `routing` and `calls`: calls only the leader can answer, handled
-//!   here or sent on to the leader; `update_relay` sends a follower's
-//!   client updates on together.
+//! - `routing`: where a call only the leader can answer goes (here, or on
+//!   to the leader); `update_relay` sends a follower's client updates on
+//!   together.
 //! - `worker`: scheduler workers, on every server, reaching the leader
 //!   only through the `worker::Leader` trait.
+//! - `calls`: the leader-only calls, handled here or sent on to the leader
+//!   (`LeaderCalls`, which is the workers' `Leader` on a server).
 //! - `fleet`: the leader's gauges of nodes and allocations.
 
 mod apply;
@@ -59,8 +63,11 @@ pub struct ControlConfig {
 /// The parts that exist before raft does: the state machine's observer
 /// needs the leader-only mechanisms it feeds.
 pub struct Foundations {
+    /// The state the state machine applies to.
     pub store: Arc<StateStore>,
+    /// The leader-only mechanisms, which the hub feeds while they are on.
     pub leader: Arc<LeaderParts>,
+    /// The state machine's observer: what each applied batch wakes.
     pub hub: Arc<ApplyHub>,
     /// Whether this server is in touch with the cluster (kept by
     /// `raft::contact::follow` once raft runs).
@@ -84,11 +91,15 @@ impl Foundations {
     }
 }
 
-/// One server's control plane.
+/// One server's control plane: what the API and HTTP are handed, and what
+/// follows leadership to switch the leader-only mechanisms on and off.
 pub struct ControlPlane {
-    /// This server's raft id.
+    /// This server's raft id: leadership is this id in raft's metrics.
     id: NodeId,
+    /// Raft, followed for leadership and asked for the barrier a new term
+    /// passes before its leader-only parts start.
     raft: Raft,
+    /// The state every part reads (the API's reads, each term's restore).
     store: Arc<StateStore>,
     /// Reads that wait for a change (shared by the API and the watcher).
     pub blocking: Blocking,
@@ -96,8 +107,12 @@ pub struct ControlPlane {
     pub proposer: Proposer,
     /// Leader-only calls, routed (the API's and the workers').
     pub calls: LeaderCalls,
+    /// This server's scheduler workers (on every server, leader or not),
+    /// paused, resumed and counted over HTTP.
     pub workers: Arc<WorkerPool<LeaderCalls>>,
+    /// The leader's gauges of nodes and allocations, for `/metrics`.
     pub fleet: Arc<FleetGauges>,
+    /// The leader-only mechanisms, built once and switched on per term.
     leader: Arc<LeaderParts>,
     /// What each term's leader tasks get: the store and a local-only proposer.
     leader_ctx: LeaderContext,

@@ -30,9 +30,10 @@ use tokio::sync::watch;
 
 use crate::control::error::ControlError;
 use crate::control::leader::broker::NackReason;
+use crate::control::leader::plan_apply::split::{split, PlanBudget};
 use crate::model::JobStages;
+use crate::scheduler;
 use crate::scheduler::core::{self, CoreJob, GcThresholds};
-use crate::scheduler::{self, PlanBudget};
 use crate::state::gc::Cutoffs;
 use crate::state::{State, StateStore};
 
@@ -672,7 +673,7 @@ impl<L: Leader> WorkerRun<L> {
     /// the last or one the leader refused in part; returns that one's result.
     async fn submit_in_pieces(&self, plan: Plan) -> Result<PlanResult, Nack> {
         let mut result = PlanResult::default();
-        for piece in scheduler::split(plan, self.config.plan_budget) {
+        for piece in split(plan, self.config.plan_budget) {
             result = self
                 .leader
                 .submit_plan(piece)

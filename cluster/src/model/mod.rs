@@ -2,6 +2,15 @@
 //! stamped with, new evaluations, the allocation and deployment predicates
 //! every layer asks, and request validation. Nothing here touches raft, the
 //! state store or the network, so every layer may use it.
+//!
+//! - [`validate`]: every request field against its limit (documented beside
+//!   the field in `stampede.proto`), each error naming the field.
+//! - [`identity`]: whether a call that acts for a node carries that node's
+//!   secret.
+//! - `stages`: `stampede_job_stage_seconds`, the stages of a job's path a
+//!   server ends.
+//! - [`planted`]: scheduler bugs planted on purpose in debug builds
+//!   (`STAMPEDE_PLANTED_BUG`), which the invariant audit must catch.
 
 pub mod identity;
 pub mod planted;

@@ -1,13 +1,19 @@
 //! Raft: openraft's type configuration (what a log entry carries and what
-//! applying it returns) here, and in folders:
+//! applying it returns) here, and the parts in openraft's order, each
+//! importing only the parts listed above it:
 //!
-//! - `storage`: the RocksDB log store, the snapshot store and the state
-//!   machine.
-//! - `write`: the proposer through which every write reaches the log (with
-//!   `client_write`, the entry each client write becomes).
+//! - `storage`: what raft keeps, and knows no clients: the RocksDB log
+//!   store and the snapshot store.
 //! - `wire`: the network between servers; what peers send is checked
 //!   before openraft sees it: `inbound` for terms, indexes and entries,
 //!   `snapshot_receiver` for snapshots.
+//! - `write`: the proposer through which every write reaches the log (with
+//!   `client_write`, the entry each client write becomes), forwarding a
+//!   follower's writes over the wire.
+//! - `state_machine`: applies committed entries to the state store, and
+//!   through the write path's `client_write` and `tickets` finishes the
+//!   writes this server forwarded; it stands on `storage` (its snapshots)
+//!   and `write`.
 //!
 //! [`metrics`] and raft's own [`runtime`] serve them all; [`contact`] keeps
 //! whether this server is in touch with the cluster, from raft's metrics.
@@ -15,12 +21,13 @@
 pub mod contact;
 pub mod metrics;
 pub mod runtime;
+mod state_machine;
 mod storage;
 mod wire;
 mod write;
 
+pub use self::state_machine::StateMachine;
 pub use self::storage::error::StoreError;
-pub use self::storage::state_machine::StateMachine;
 pub use self::wire::network::{
     NetworkFactory, PeerChannels, RAFT_CONNECTION_MARKER, RAFT_H2_WINDOW,
 };
@@ -43,6 +50,13 @@ use stampede_proto::LogEntry;
 
 /// A server's id in the cluster (`--id`).
 pub type NodeId = u64;
+
+/// How far a peer's term may be ahead of the receiver's (checked on what
+/// peers send, `inbound`, and on a vote recovered offline,
+/// `vote_recovery`): a member cut off from the others campaigns about
+/// twice a second, so 2^24 terms is three months of it. Far enough that no
+/// genuine member is refused; near enough that no term reaches overflow.
+pub const MAX_TERM_AHEAD: u64 = 1 << 24;
 
 openraft::declare_raft_types!(
     pub TypeConfig:

@@ -8,6 +8,14 @@
 //! `count` allocations per task group, one per index, and places the missing ones
 //! by bin-packing over a couple of random candidates. The system one runs one
 //! allocation of each group on every feasible node.
+//!
+//! - `deployment`: how a deployment stands, shared with the deployment
+//!   watcher.
+//! - `core`: the core scheduler (Nomad's GC core jobs: which `gc_*` writes
+//!   a core evaluation makes).
+//!
+//! A plan too large for one raft entry is cut into pieces by the worker
+//! that submits it (`control::leader::plan_apply::split`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -22,9 +30,6 @@ use stampede_proto::{
 
 pub(crate) mod core;
 pub(crate) mod deployment;
-mod split;
-
-pub use split::{split, PlanBudget};
 
 use crate::model::{alloc_terminal, now_ms};
 use crate::state::{NodeRow, State};

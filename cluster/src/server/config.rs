@@ -16,11 +16,11 @@ use crate::control::leader::deployment_watcher::{WatcherConfig, WatcherMode};
 use crate::control::leader::gc;
 use crate::control::leader::heartbeat::HeartbeatConfig;
 use crate::control::leader::LeaderConfig;
+use crate::control::leader::PlanBudget;
 use crate::control::{ControlConfig, WorkerConfig, MAX_WORKERS};
 use crate::raft::client_write::Quotas;
 use crate::raft::NodeId;
 use crate::scheduler::core::GcThresholds;
-use crate::scheduler::PlanBudget;
 use crate::state::parking::ParkLimits;
 
 /// Scheduler workers per core when `--workers` is not given. Nomad runs one

@@ -9,13 +9,26 @@
 //! allocations keep the latest index that touched them, which is what
 //! blocking queries compare against.
 //!
-//! The type and its tables are here; what it does is in files of their own:
-//! applying entries (`apply`, allocations in `allocs`), what a batch
-//! changed (`changes`), reads (`reads`), snapshots (`snapshot`), a node's
-//! row (`node_row`),
-//! comparing job versions (`spec`), the live store (`store`), garbage
-//! collection (`gc`), when each index applied (`apply_clock`), blocking queries ([`blocking`])
-//! and whether the server is in touch with the cluster ([`contact`]).
+//! The type and its tables are here: keyed by [`Id`] (`SmolStr`) and, for
+//! allocations, by the UUID's 128 bits ([`AllocKey`], `alloc_key`);
+//! allocations indexed by node (the allocations themselves) and by job
+//! (their ids), and each job's allocations counted by version and status as
+//! they change (Nomad's job summaries, for `JobService.Summary`). What it
+//! does is in files of their own:
+//!
+//! - `apply` applies entries (allocations in `allocs`); `changes` is what a
+//!   batch changed (its watch keys); `reads`, `snapshot`, `spec` (comparing
+//!   job versions) and `node_row` (a node as the state keeps it).
+//! - `store`: the live store, behind its lock (one writer, O(1) copies for
+//!   readers).
+//! - `gc`: what garbage collection may remove (asked with age cutoffs by
+//!   a worker, again without them when a `gc_*` entry is applied) and the
+//!   time table that turns an age into a raft index.
+//! - `apply_clock`: when this server applied each recent index; `trace`: a
+//!   job's critical path from it (`JobService.Trace`).
+//! - [`blocking`]: blocking queries; [`parking`]: the bounds on callers'
+//!   parked queries; [`contact`]: whether the server is in touch with the
+//!   cluster (a caller's query does not park on one out of touch).
 
 mod alloc_key;
 mod allocs;

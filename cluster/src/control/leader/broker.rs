@@ -216,23 +216,43 @@ impl Ord for Ready {
     }
 }
 
+/// A delivery a worker holds and has not answered yet.
 struct Unacked {
     eval: Arc<Evaluation>,
+    /// Given to the worker with the evaluation: an ack, a nack or a plan
+    /// must bring it back, so a worker whose delivery timed out and went to
+    /// another cannot answer for the new one.
     token: String,
+    /// When the delivery is nacked for its worker (`nack_timeout`), so an
+    /// evaluation held by a worker that died is delivered again.
     deadline: Instant,
     /// When it was last made ready (unix µs).
     enqueued_us: u64,
 }
 
+/// The broker's queues, under one lock: every call moves an evaluation
+/// between them, and the gauges read them all at once.
 #[derive(Default)]
 struct Inner {
+    /// Whether this server leads. Off, the queues are empty and stay so
+    /// (what it is given is ignored, workers are answered `Disabled`): a
+    /// follower's queues would be stale by the time it led, so a new term
+    /// rebuilds them from the state instead.
     enabled: bool,
+    /// Evaluations a worker may take, one heap per scheduler type (the job
+    /// type), since a worker asks only for the types it runs.
     ready: HashMap<i32, BinaryHeap<Ready>>,
+    /// Deliveries out with a worker, by evaluation id: what an ack or nack
+    /// is checked against, and what the nack timeout sweeps.
     unacked: HashMap<String, Unacked>,
-    /// Job id to the id of its evaluation that is ready or unacked.
+    /// Job id to the id of its evaluation that is ready or unacked: at most
+    /// one per job is out, so two workers never plan the same job at once.
     job_outstanding: HashMap<String, String>,
     /// Evaluations waiting for their job's outstanding one to be acked.
     job_waiting: HashMap<String, VecDeque<Arc<Evaluation>>>,
+    /// Deliveries so far of each evaluation that is ready, unacked or
+    /// delayed: the delivery limit and the nack delay are counted from it,
+    /// and it survives a nack, which `unacked` does not.
     deliveries: HashMap<String, u32>,
     /// Evaluations enqueued again while a worker still holds them (a worker
     /// re-blocking an evaluation that capacity has already freed): they go
@@ -331,10 +351,22 @@ impl Inner {
     }
 }
 
+/// The leader's queue of evaluations waiting for a scheduler worker (see
+/// the module's documentation for its rules).
 pub struct EvalBroker {
+    /// The queues: a plain mutex, since no call holds it across an await
+    /// and each does little under it.
     inner: Mutex<Inner>,
+    /// Wakes workers waiting in `dequeue` when an evaluation becomes ready
+    /// (or the broker is switched off), so a worker's long poll answers at
+    /// once instead of on its next poll.
     ready_notify: Notify,
+    /// The delivery limit, the nack timeout and delays, and whether an ack
+    /// cancels older evaluations (`cluster serve` flags).
     config: BrokerConfig,
+    /// The broker's gauges and counters, refreshed under the lock after
+    /// each change; public because the leader's cancel batches
+    /// (`LeaderContext::cancel_batch`) count what they write here.
     pub metrics: BrokerMetrics,
 }
 

@@ -8,6 +8,21 @@
 //! read and a proposer that writes only on this server — plus what each one
 //! needs of its own (the broker, its metrics, its config); none of them sees
 //! the rest of the server.
+//!
+//! - `broker`: the eval broker (one evaluation out per job, nack delays,
+//!   the cancelable set of eval cancelation).
+//! - `blocked_evals`: evaluations waiting for capacity, unblocked by node
+//!   class.
+//! - `heartbeat`: node heartbeat timers.
+//! - `plan_apply`: the plan applier (its design is argued at its top) and,
+//!   in `plan_apply/split.rs`, plans cut into pieces; `unapplied`: what a
+//!   checked plan still in flight will do.
+//! - `alloc_updates`: client updates batched into one entry per window.
+//! - `deployment_watcher`: each deployment's next round.
+//! - `gc`: the timer that queues core evaluations, and a forced collection.
+//! - `timers`: delivery timeouts and the sweep of cancelable evaluations.
+//! - `context`: the [`LeaderContext`], and the cancel batches of eval
+//!   cancelation.
 
 pub(crate) mod alloc_updates;
 pub(crate) mod blocked_evals;
@@ -23,7 +38,7 @@ mod unapplied;
 use std::sync::{Arc, Mutex};
 
 use prometheus::Registry;
-use stampede_proto::{EvalStatus, NodeStatus};
+use stampede_proto::{EvalStatus, Evaluation, NodeStatus};
 use tokio::task::JoinHandle;
 
 use crate::state::blocking::Blocking;
@@ -34,6 +49,7 @@ use self::broker::{BrokerConfig, EvalBroker};
 pub use self::context::{delivery_limit_reached, LeaderContext};
 use self::deployment_watcher::{WatcherConfig, WatcherMetrics};
 use self::heartbeat::{HeartbeatConfig, Heartbeats};
+pub use self::plan_apply::split::PlanBudget;
 use self::plan_apply::PlanQueue;
 
 /// Settings of the leader-only mechanisms (`cluster serve` flags fill them).
@@ -62,6 +78,20 @@ impl Default for LeaderConfig {
             unblock_by_class: true,
             gc_interval: Some(gc::DEFAULT_INTERVAL),
         }
+    }
+}
+
+/// Where the leader keeps an evaluation, by its status, whether it comes
+/// from an applied batch (`control::apply`) or from the state a new term
+/// starts with ([`LeaderParts::establish`]): a pending one waits in the
+/// broker for a worker, a blocked one in the blocked set for capacity, and
+/// any other status (complete, failed, canceled) leaves the blocked set. Both
+/// ignore what they are told while this server does not lead.
+pub(crate) fn route_eval(broker: &EvalBroker, blocked: &BlockedEvals, eval: &Arc<Evaluation>) {
+    match EvalStatus::try_from(eval.status) {
+        Ok(EvalStatus::Pending) => broker.enqueue(eval.clone()),
+        Ok(EvalStatus::Blocked) => blocked.block(eval.clone()),
+        _ => blocked.untrack(&eval.id),
     }
 }
 
@@ -114,11 +144,7 @@ impl LeaderParts {
         self.blocked.set_enabled(true);
         let state = ctx.store.snapshot();
         for eval in state.evals() {
-            match EvalStatus::try_from(eval.status) {
-                Ok(EvalStatus::Pending) => self.broker.enqueue(eval.clone()),
-                Ok(EvalStatus::Blocked) => self.blocked.block(eval.clone()),
-                _ => {}
-            }
+            route_eval(&self.broker, &self.blocked, eval);
         }
         self.heartbeats.set_enabled(
             true,

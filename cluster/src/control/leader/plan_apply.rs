@@ -1,8 +1,55 @@
-//! The leader's plan applier: plans from every worker wait in one queue and
-//! are evaluated one at a time against the latest state. What still fits is
-//! committed as one raft entry; placements on nodes that went away or filled
-//! up are refused, with a refresh index so the worker plans again on newer
-//! state.
+//! The leader's plan applier: where the plans of every scheduler worker
+//! become raft entries.
+//!
+//! # Design
+//!
+//! Workers schedule in parallel, each on its own copy of the state, so two
+//! of them may well place on the same free room. They are optimistic; this
+//! is where the optimism is paid for. Every plan the cluster makes passes
+//! through one queue on the leader ([`PlanQueue`]) and is checked, one plan
+//! at a time, against the latest state: a node whose room is gone, or that
+//! went down or ineligible, has its placements refused, all of that node's
+//! or none; stops are always accepted. What still fits is committed; a plan
+//! refused in part answers with a refresh index, and its worker schedules
+//! again once its own state has reached that index. Checking plans one at a
+//! time is what keeps the cluster from placing more than a node holds,
+//! however many workers there are.
+//!
+//! Checking one at a time must not mean committing one at a time, or the
+//! cluster would place no faster than one raft round trip per plan. So the
+//! applier is a pipeline of two stages, as Nomad's is: while one plan entry
+//! commits, the next plans are checked, against the committed state plus
+//! what the entry in flight will do ([`Unapplied`]: only the allocations
+//! the next checks read, kept beside the state rather than on a copy of
+//! it). At most one plan entry is in raft at a time, so a plan is never
+//! written before one it was checked against. With raft batching on, the
+//! plans checked while an entry is in flight share the next entry (up to
+//! [`MAX_PLANS_PER_ENTRY`]). If the entry in flight fails, what was checked
+//! on top of it is checked again on what did commit before it is written.
+//!
+//! With raft batching on, a plan's evaluation outcome (complete, or a
+//! blocked evaluation for what did not fit) rides in the plan's own entry
+//! when nothing was refused, one write instead of two; otherwise (or with
+//! batching off, one message per entry as Nomad writes them) the worker
+//! writes it itself once its plan is in. A plan is checked only if its
+//! evaluation's delivery is still the worker's (its token), so a plan from
+//! a worker whose delivery timed out never commits.
+//!
+//! # Plans in pieces
+//!
+//! One raft entry must stay small enough to replicate within a heartbeat:
+//! a system job's plan on a quarter of a million nodes would be tens of
+//! MiB. So a worker cuts a plan into pieces within its budget
+//! ([`split::PlanBudget`], `--plan-max-allocs`, `--plan-max-bytes`) and
+//! submits them one after another; each is checked and committed here as
+//! any plan is, the first carrying the deployment and the last the
+//! evaluation's outcome. A piece refused in part stops the rest: the worker
+//! plans again on the newer state, which holds the pieces committed. The
+//! leader refuses outright a plan over the most any budget allows
+//! ([`split::PlanBudget::over_limit`], checked where plans arrive), so no
+//! caller can put an oversized entry in the log.
+
+pub mod split;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};

@@ -15,8 +15,7 @@ use rocksdb::{Options, DB};
 
 use super::error::StoreError;
 use super::log_store::{Identity, LogStore, CF_LOGS, CF_META, KEY_IDENTITY, KEY_VOTE};
-use crate::raft::inbound::MAX_TERM_AHEAD;
-use crate::raft::NodeId;
+use crate::raft::{NodeId, MAX_TERM_AHEAD};
 
 /// What `recover-vote` found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,13 +23,7 @@ use std::collections::BTreeSet;
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{EntryPayload, Membership, Vote};
 
-use crate::raft::{LogId, NodeId, TypeConfig};
-
-/// How far a peer's term may be ahead of the receiver's: a member cut off
-/// from the others campaigns about twice a second, so 2^24 terms is three
-/// months of it. Far enough that no genuine member is refused; near enough
-/// that no term reaches overflow.
-pub const MAX_TERM_AHEAD: u64 = 1 << 24;
+use crate::raft::{LogId, NodeId, TypeConfig, MAX_TERM_AHEAD};
 
 /// What the receiver knows that a genuine message agrees with.
 #[derive(Debug, Clone, Copy)]

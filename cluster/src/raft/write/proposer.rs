@@ -200,33 +200,7 @@ impl Proposer {
         // Why an earlier attempt may have taken effect, once one may have.
         let mut in_doubt: Option<String> = None;
         loop {
-            let attempt = match leader_view(&self.raft) {
-                // Straight to the leader: trying raft here first would only
-                // cost a round through this server's raft core to learn the same.
-                LeaderView::Elsewhere { id, addr } => {
-                    check_request(&write)?;
-                    self.forward(id, &addr, write.clone(), deadline)
-                        .await
-                        .map_err(Attempt::sent)
-                }
-                _ => match self.write_here_until(&write, 0, deadline).await {
-                    Err(Attempt {
-                        error: ProposeError::NotLeader { id, addr },
-                        may_have_committed,
-                    }) => {
-                        if may_have_committed {
-                            in_doubt.get_or_insert_with(|| {
-                                format!("this server lost the leadership to server {id} while it held the write")
-                            });
-                        }
-                        self.forward(id, &addr, write.clone(), deadline)
-                            .await
-                            .map_err(Attempt::sent)
-                    }
-                    other => other,
-                },
-            };
-            let err = match attempt {
+            let err = match self.attempt(&write, deadline, &mut in_doubt).await? {
                 Ok(written) => return Ok(written),
                 Err(Attempt {
                     error,
@@ -280,6 +254,44 @@ impl Proposer {
                 tokio::time::sleep(RETRY_PAUSE.min(deadline - now)).await;
             }
         }
+    }
+
+    /// One attempt at `write`: on to the leader when another server leads,
+    /// else here, and on to the new leader when this server loses the
+    /// leadership meanwhile (noting in `in_doubt` that the write may have
+    /// committed here). `Err` only for a request that fails its own checks.
+    async fn attempt(
+        &self,
+        write: &ClientWrite,
+        deadline: Instant,
+        in_doubt: &mut Option<String>,
+    ) -> Result<Result<Written, Attempt>, ProposeError> {
+        Ok(match leader_view(&self.raft) {
+            // Straight to the leader: trying raft here first would only
+            // cost a round through this server's raft core to learn the same.
+            LeaderView::Elsewhere { id, addr } => {
+                check_request(write)?;
+                self.forward(id, &addr, write.clone(), deadline)
+                    .await
+                    .map_err(Attempt::sent)
+            }
+            _ => match self.write_here_until(write, 0, deadline).await {
+                Err(Attempt {
+                    error: ProposeError::NotLeader { id, addr },
+                    may_have_committed,
+                }) => {
+                    if may_have_committed {
+                        in_doubt.get_or_insert_with(|| {
+                            format!("this server lost the leadership to server {id} while it held the write")
+                        });
+                    }
+                    self.forward(id, &addr, write.clone(), deadline)
+                        .await
+                        .map_err(Attempt::sent)
+                }
+                other => other,
+            },
+        })
     }
 
     /// A client's write that a follower sent on: validated and proposed

@@ -4,6 +4,9 @@
 //! submits the pieces one after another, each checked and committed as any
 //! plan is; a piece the leader refuses in part sends the worker back to
 //! schedule again on the newer state, which holds the pieces committed.
+//! How the pieces go through the applier is argued in the plan applier's
+//! design (`control::leader::plan_apply`); the cutting is pure, so the
+//! worker on any server cuts its own plans before they travel.
 
 use prost::Message;
 use stampede_proto::{AllocList, Plan};

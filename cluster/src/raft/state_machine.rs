@@ -378,3 +378,43 @@ mod slice_tests {
         assert_eq!(slice_len(&[]), 0);
     }
 }
+
+#[cfg(test)]
+mod suite {
+    use openraft::testing::{StoreBuilder, Suite};
+    use openraft::StorageError as RaftStorageError;
+
+    use super::StateMachine;
+    use crate::raft::log_store::{Identity, LogStore};
+    use crate::raft::{NodeId, TypeConfig};
+
+    struct Builder;
+
+    impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Builder {
+        async fn build(
+            &self,
+        ) -> Result<(tempfile::TempDir, LogStore, StateMachine), RaftStorageError<NodeId>> {
+            let dir = tempfile::tempdir().unwrap();
+            let identity = Identity {
+                server_id: 1,
+                members: [1].into(),
+            };
+            let log = LogStore::open(&dir.path().join("raft"), &identity).unwrap();
+            let sm = StateMachine::open(
+                &dir.path().join("snapshots"),
+                Default::default(),
+                Default::default(),
+                std::sync::Arc::new(|_: &crate::state::Changes| {}),
+                Default::default(),
+            )
+            .unwrap();
+            Ok((dir, log, sm))
+        }
+    }
+
+    /// openraft's own conformance suite for log stores and state machines.
+    #[test]
+    fn passes_openraft_storage_suite() {
+        Suite::test_all(Builder).unwrap();
+    }
+}
