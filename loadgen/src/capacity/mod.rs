@@ -68,36 +68,11 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if opts.sample_every < Duration::from_millis(100) {
         return Err(CapacityError::SampleEvery.into());
     }
-    let mut scenario = Scenario::load(&opts.scenario)?;
-    if let Some(d) = opts.duration {
-        scenario = scenario.with_duration(d)?;
-    }
-    if let Some(n) = opts.repeat {
-        scenario.repeat = n;
-    }
-    if let Some(k) = opts.trace_slowest {
-        scenario.trace_slowest = k;
-    }
-    scenario
-        .server_args
-        .extend(opts.server_args.iter().cloned());
-    if !scenario.faults.is_empty() && !opts.servers.is_empty() {
-        return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
-    }
-    if scenario.search.is_some() && !opts.servers.is_empty() {
-        return Err(CapacityError::SearchNeedsLocal(scenario.name.clone()).into());
-    }
+    let mut scenario = checked_scenario(&opts)?;
     let baseline = match &opts.baseline {
         Some(path) => Some(output::load_baseline(path)?),
         None => None,
     };
-    if opts.until_conclusive && options::search_budget(&scenario, &opts).is_some() {
-        return Err(CapacityError::SearchNotSequential(scenario.name.clone()).into());
-    }
-    for g in &opts.gates {
-        crate::summary::measures::by_name(g)
-            .ok_or_else(|| CapacityError::UnknownGate(g.clone()))?;
-    }
     let out = opts.out_dir(&scenario);
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
     // Before anything starts: a variant's build that is missing or fails
@@ -146,6 +121,38 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
     }
     Ok(summary)
+}
+
+/// The scenario as the options change it (duration, repeats, traces,
+/// server arguments), once the options are known to fit it.
+fn checked_scenario(opts: &CapacityOpts) -> Result<Scenario, CapacityError> {
+    let mut scenario = Scenario::load(&opts.scenario)?;
+    if let Some(d) = opts.duration {
+        scenario = scenario.with_duration(d)?;
+    }
+    if let Some(n) = opts.repeat {
+        scenario.repeat = n;
+    }
+    if let Some(k) = opts.trace_slowest {
+        scenario.trace_slowest = k;
+    }
+    scenario
+        .server_args
+        .extend(opts.server_args.iter().cloned());
+    if !scenario.faults.is_empty() && !opts.servers.is_empty() {
+        return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()));
+    }
+    if scenario.search.is_some() && !opts.servers.is_empty() {
+        return Err(CapacityError::SearchNeedsLocal(scenario.name.clone()));
+    }
+    if opts.until_conclusive && options::search_budget(&scenario, opts).is_some() {
+        return Err(CapacityError::SearchNotSequential(scenario.name.clone()));
+    }
+    for g in &opts.gates {
+        crate::summary::measures::by_name(g)
+            .ok_or_else(|| CapacityError::UnknownGate(g.clone()))?;
+    }
+    Ok(scenario)
 }
 
 /// Removes the CA's key and the management token from the run's TLS

@@ -28,7 +28,7 @@ use super::error::CapacityError;
 use super::local::run_local;
 use super::options::{DEFAULT_MAX_ROUNDS, FIRST_LOOK};
 use super::remote::run_remote;
-use crate::scenario::Scenario;
+use crate::scenario::{Scenario, Variant};
 use crate::stats::paired_max_confidence;
 use crate::summary::measures::Measure;
 use crate::summary::{combine, Judging, Round, RunSummary, Sequential, VariantSummary};
@@ -117,91 +117,146 @@ pub(super) async fn run_variants(
         return Err(CapacityError::NothingToCompare(scenario.name.clone()));
     }
     let seed = ctx.opts.seed.unwrap_or_else(rand::random);
+    let mut rounds = Rounds {
+        scenario,
+        out,
+        ctx,
+        local,
+        plan,
+        done: vec![Vec::new(); runs.len()],
+        runs,
+        schedule: Schedule {
+            seed,
+            ..Schedule::default()
+        },
+        started: Instant::now(),
+    };
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut schedule = Schedule {
-        seed,
-        ..Schedule::default()
-    };
-    let mut done: Vec<Vec<VariantSummary>> = vec![Vec::new(); runs.len()];
-    let finish = |done: &[Vec<VariantSummary>], schedule: &Schedule| {
-        let variants: Vec<VariantSummary> = done
-            .iter()
-            .filter_map(|reps| combine(reps.clone()))
-            .collect();
-        finish(
-            scenario,
-            &variants,
-            out,
-            runs.len(),
-            ctx,
-            None,
-            Some(schedule),
-        )
-    };
-    let started = Instant::now();
     // The summary written after the latest run (none before the first).
     let mut summary = None;
-    'rounds: for round in 1.. {
-        let mut order: Vec<usize> = (0..runs.len()).collect();
-        order.shuffle(&mut rng);
-        schedule.rounds.push(Round {
-            round,
-            order: order.iter().map(|&i| runs[i].name.clone()).collect(),
-        });
-        for (k, &i) in order.iter().enumerate() {
-            let v = &runs[i];
-            let scenario_v = scenario.for_variant(v);
-            let of = match (plan.rounds, plan.looks) {
-                (1, None) => String::new(),
-                (n, None) => format!(", round {round}/{n}"),
-                (_, Some((max, _))) => format!(", round {round} of at most {max}"),
-            };
-            eprintln!(
-                "loadgen: {} {}/{}: {} ({} nodes, {} of jobs{of})",
-                scenario.name,
-                k + 1,
-                runs.len(),
-                v.name,
-                scenario_v.nodes,
-                humantime::format_duration(scenario.duration)
-            );
-            let dir = match (plan.rounds, plan.looks) {
-                (1, None) => out.join(&v.name),
-                _ => out.join(&v.name).join(format!("rep-{round}")),
-            };
-            let run = match local {
-                true => run_local(&scenario_v, v, &dir, ctx).await?,
-                false => run_remote(&scenario_v, v, &dir, ctx).await?,
-            };
-            let failed = !run.problems.is_empty();
-            // Written after every run, so a later failure leaves this one.
-            done[i].push(run);
-            let written = finish(&done, &schedule)?;
-            let stop = !written.complete && failed;
-            summary = Some(written);
-            if stop {
-                break 'rounds;
-            }
+    for round in 1.. {
+        let (written, go_on) = rounds.round(round, &mut rng).await?;
+        summary = written.or(summary);
+        if !go_on {
+            break;
         }
-        let Some((max, level)) = plan.looks else {
-            if round >= plan.rounds {
+        let Some((max, level)) = rounds.plan.looks else {
+            if round >= rounds.plan.rounds {
                 break;
             }
             continue;
         };
-        if round < plan.rounds {
+        if round < rounds.plan.rounds {
             continue;
         }
         let Some(so_far) = &summary else { break };
-        let undecided = undecided(so_far, level, &ctx.opts.gates);
-        let per_round = started.elapsed() / round;
+        let stopped = rounds.look(round, so_far, max, level);
+        summary = Some(rounds.write()?);
+        if stopped {
+            break;
+        }
+    }
+    match summary {
+        Some(s) => Ok(s),
+        None => rounds.write(),
+    }
+}
+
+/// A plain run's rounds as they go: what runs, and what has run.
+struct Rounds<'a, 'c> {
+    scenario: &'a Scenario,
+    out: &'a Path,
+    ctx: &'a Ctx<'c>,
+    /// Whether loadgen starts each variant's cluster (else `--servers`).
+    local: bool,
+    runs: Vec<Variant>,
+    plan: Plan,
+    /// The seed, the rounds' orders, and the looks so far.
+    schedule: Schedule,
+    /// Each variant's runs so far, in `runs`' order.
+    done: Vec<Vec<VariantSummary>>,
+    started: Instant,
+}
+
+impl Rounds<'_, '_> {
+    /// Runs round `round`: every variant once, in an order drawn from
+    /// `rng`, the run's files written after each. The summary last
+    /// written, and whether to go on (not when a failed run left the run
+    /// incomplete).
+    async fn round(
+        &mut self,
+        round: u32,
+        rng: &mut StdRng,
+    ) -> Result<(Option<RunSummary>, bool), CapacityError> {
+        let mut order: Vec<usize> = (0..self.runs.len()).collect();
+        order.shuffle(rng);
+        self.schedule.rounds.push(Round {
+            round,
+            order: order.iter().map(|&i| self.runs[i].name.clone()).collect(),
+        });
+        let mut written = None;
+        for (k, &i) in order.iter().enumerate() {
+            let run = self.run_one(round, k, i).await?;
+            let failed = !run.problems.is_empty();
+            // Written after every run, so a later failure leaves this one.
+            self.done[i].push(run);
+            let summary = self.write()?;
+            let stop = !summary.complete && failed;
+            written = Some(summary);
+            if stop {
+                return Ok((written, false));
+            }
+        }
+        Ok((written, true))
+    }
+
+    /// Runs variant `i`, the `k`th of round `round`, into its directory.
+    async fn run_one(
+        &self,
+        round: u32,
+        k: usize,
+        i: usize,
+    ) -> Result<VariantSummary, CapacityError> {
+        let v = &self.runs[i];
+        let scenario_v = self.scenario.for_variant(v);
+        let of = match (self.plan.rounds, self.plan.looks) {
+            (1, None) => String::new(),
+            (n, None) => format!(", round {round}/{n}"),
+            (_, Some((max, _))) => format!(", round {round} of at most {max}"),
+        };
+        eprintln!(
+            "loadgen: {} {}/{}: {} ({} nodes, {} of jobs{of})",
+            self.scenario.name,
+            k + 1,
+            self.runs.len(),
+            v.name,
+            scenario_v.nodes,
+            humantime::format_duration(self.scenario.duration)
+        );
+        let dir = match (self.plan.rounds, self.plan.looks) {
+            (1, None) => self.out.join(&v.name),
+            _ => self.out.join(&v.name).join(format!("rep-{round}")),
+        };
+        match self.local {
+            true => run_local(&scenario_v, v, &dir, self.ctx).await,
+            false => run_remote(&scenario_v, v, &dir, self.ctx).await,
+        }
+    }
+
+    /// The look after round `round` of an until-conclusive run (at most
+    /// `max` rounds, intervals at `level`), recorded in the schedule:
+    /// whether the run stops here.
+    fn look(&mut self, round: u32, so_far: &RunSummary, max: u32, level: f64) -> bool {
+        let undecided = undecided(so_far, level, &self.ctx.opts.gates);
+        let per_round = self.started.elapsed() / round;
         let stopped = if undecided.is_empty() {
             Some("decided")
         } else if round >= max {
             Some("max-repeat")
-        } else if plan
+        } else if self
+            .plan
             .budget
-            .is_some_and(|b| started.elapsed() + per_round > b)
+            .is_some_and(|b| self.started.elapsed() + per_round > b)
         {
             Some("budget")
         } else {
@@ -214,22 +269,33 @@ pub(super) async fn run_variants(
                 false => format!("still inconclusive: {}", undecided.join("; ")),
             }
         );
-        schedule.sequential = Some(Sequential {
-            first_look: plan.rounds,
+        self.schedule.sequential = Some(Sequential {
+            first_look: self.plan.rounds,
             max_rounds: max,
             level,
             rounds_run: round,
             stopped: stopped.unwrap_or("running").to_string(),
-            undecided: undecided.clone(),
+            undecided,
         });
-        summary = Some(finish(&done, &schedule)?);
-        if stopped.is_some() {
-            break;
-        }
+        stopped.is_some()
     }
-    match summary {
-        Some(s) => Ok(s),
-        None => finish(&done, &schedule),
+
+    /// Writes the run's files from the runs so far, and returns the summary.
+    fn write(&self) -> Result<RunSummary, CapacityError> {
+        let variants: Vec<VariantSummary> = self
+            .done
+            .iter()
+            .filter_map(|reps| combine(reps.clone()))
+            .collect();
+        finish(
+            self.scenario,
+            &variants,
+            self.out,
+            self.runs.len(),
+            self.ctx,
+            None,
+            Some(&self.schedule),
+        )
     }
 }
 
