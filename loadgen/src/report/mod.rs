@@ -205,6 +205,7 @@ mod tests {
         variant.stream.latency_quantiles.placement_ms = q.iter().map(|q| 10.0 + 90.0 * q).collect();
         variant.stream.latency_quantiles.q = q;
         RunSummary {
+            build: Default::default(),
             schema_version: SCHEMA_VERSION,
             scenario: Scenario::load("faults").unwrap(),
             raft_entries_by_type: Default::default(),

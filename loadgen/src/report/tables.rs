@@ -605,6 +605,7 @@ mod tests {
 
     fn run(variants: Vec<VariantSummary>) -> RunSummary {
         RunSummary {
+            build: Default::default(),
             schema_version: crate::summary::SCHEMA_VERSION,
             scenario: Scenario::load("default").unwrap(),
             raft_entries_by_type: Default::default(),
