@@ -69,6 +69,9 @@ impl Builds {
 
     /// One line: `cluster 0123abcd4567+dirty, nodesim …, loadgen …`.
     pub fn line(&self) -> String {
+        if *self == Builds::default() {
+            return "no recorded build".into();
+        }
         let one = |name: &str, b: &Option<BuildInfo>| match b {
             Some(b) => format!("{name} {}", b.short()),
             None => format!("{name} unknown"),
@@ -147,7 +150,13 @@ mod tests {
     #[test]
     fn a_process_that_serves_no_build_has_none() {
         let series = [process("server-1", "stampede_raft_term 3\n")];
-        let b = Builds::of(&series, BuildInfo::default());
-        assert_eq!((b.cluster, b.nodesim), (None, None));
+        let own = BuildInfo {
+            commit: "ccc".into(),
+            ..Default::default()
+        };
+        let b = Builds::of(&series, own);
+        assert_eq!((&b.cluster, &b.nodesim), (&None, &None));
+        assert_eq!(b.line(), "cluster unknown, nodesim unknown, loadgen ccc");
+        assert_eq!(Builds::default().line(), "no recorded build");
     }
 }
