@@ -133,6 +133,7 @@ pub(super) async fn drive(
         ended_unix,
         problems,
         tls,
+        binaries: cluster.as_ref().and(ctx.binaries.get(&v.name).cloned()),
         local: cluster.is_some(),
         cores: crate::validity::usable_cores(),
         paths,

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::fleet::{self, FleetInput};
-use super::{summarize, window_figures, BuildInfo, Builds, VariantSummary};
+use super::{summarize, window_figures, Binaries, BuildInfo, Builds, VariantSummary};
 use crate::critical_path::{self, JobPath};
 use crate::faults::{self, Audit, Injected};
 use crate::invariants::Invariant;
@@ -34,9 +34,13 @@ pub struct VariantInputs<'a> {
     pub problems: Vec<String>,
     /// Whether the cluster ran with mutual TLS and ACL tokens.
     pub tls: bool,
+    /// Where the variant's `cluster` and `nodesim` came from, when not
+    /// from beside loadgen.
+    pub binaries: Option<Binaries>,
     /// Whether loadgen started the cluster on this machine (then nodesim's
-    /// and the machine's CPU count in the run's validity), and the cores
-    /// this machine lets it use.
+    /// and the machine's CPU count in the run's validity, and a process
+    /// that stopped answering is a problem), and the cores this machine
+    /// lets it use.
     pub local: bool,
     pub cores: f64,
     /// The traced jobs' critical paths, and how many jobs ran without one.
@@ -69,8 +73,13 @@ pub struct Faulted {
 pub fn build(i: VariantInputs) -> VariantSummary {
     let stream_s = i.scenario.duration.as_secs_f64();
     let first_submit_s = i.stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
-    let mut s = summarize(i.variant, i.stream, i.series, i.seconds, i.problems);
+    let mut problems = i.problems;
+    if i.local {
+        problems.extend(lost(&i.series));
+    }
+    let mut s = summarize(i.variant, i.stream, i.series, i.seconds, problems);
     s.tls = i.tls;
+    s.binaries = i.binaries;
     s.build = Builds::of(&s.series, i.loadgen);
     s.window_figures = window_figures(i.variant, &s, stream_s);
     s.validity = validity_of(&s, i.scenario, i.variant, i.local, i.cores);
@@ -103,6 +112,19 @@ pub fn build(i: VariantInputs) -> VariantSummary {
     let times = (i.ready_s, i.term_at_start, first_submit_s);
     add_fleet(&mut s, i.scenario.nodes, times);
     s
+}
+
+/// The processes that stopped answering the sampler, and when.
+fn lost(series: &[Series]) -> Vec<String> {
+    (series.iter())
+        .filter_map(|s| {
+            let t = s.lost_at?;
+            Some(format!(
+                "{} stopped answering {t:.0}s into the run",
+                s.target.name
+            ))
+        })
+        .collect()
 }
 
 /// Whether the run measured the cluster and not the harness.

@@ -260,6 +260,8 @@ pub(crate) fn filled() -> VariantSummary {
         .collect();
     series.push(sampled("nodesim", nodesim_metrics));
     series.push(sampled("loadgen", loadgen_metrics));
+    // nodesim stopped answering for the last sample.
+    series[3].lost_at = Some(60.0);
     let injected = kill(&scenario);
     build(VariantInputs {
         scenario: &scenario,
@@ -272,6 +274,11 @@ pub(crate) fn filled() -> VariantSummary {
         ended_unix: START_US as f64 / 1e6 + 62.0,
         problems: Vec::new(),
         tls: true,
+        binaries: Some(Binaries {
+            dir: "runs/builds/0123abc/debug".into(),
+            git_rev: Some("HEAD~1".into()),
+            commit: Some("0123abc".into()),
+        }),
         local: true,
         cores: 2.0,
         paths: paths(),
@@ -450,6 +457,11 @@ fn the_builder_fills_the_whole_variant_from_its_inputs() {
     assert_eq!(v.build.nodesim.as_ref().unwrap().commit[..8], *"01234567");
     assert_eq!(v.build.loadgen.as_ref().unwrap().commit, "feedface");
     assert!(v.tls && v.validity.valid, "{:?}", v.validity);
+    assert_eq!(
+        v.binaries.as_ref().unwrap().commit.as_deref(),
+        Some("0123abc")
+    );
+    assert_eq!(v.problems, ["nodesim stopped answering 60s into the run"]);
     // The critical path, with the scheduler's wait the bottleneck.
     assert_eq!(v.critical_path.stages.len(), N_STAGES);
     assert_eq!(v.critical_path.trace_check.untraced, 1);
