@@ -4,13 +4,20 @@
 //!
 //! It lives apart from `capacity`, which runs the processes, and from
 //! `report`, which renders it, so that both depend on it and not on each
-//! other. [`figures`] turns a variant's samples into its figures (the
-//! results model), [`slo`] checks them against the scenario, and
-//! [`baseline`] against an earlier run. Everything here is pure (no I/O, no
-//! processes, no async): it can be tested on values alone.
+//! other. [`build()`] is the one place a variant's summary is made, from the
+//! [`VariantInputs`] `capacity` gathered: [`figures`] turns its samples
+//! into its figures (the results model), and `build.rs` names the builds
+//! that ran. [`slo`] checks a summary against the scenario,
+//! [`baseline`] reads one back and judges it against an earlier run, and
+//! [`measures`] are what a comparison reads of it, typed. Everything here
+//! is pure (no I/O, no processes, no async): it can be tested on values
+//! alone.
 //!
 //! The field names are a contract: `loadgen/summary.schema.json` describes
-//! them, and dashboards and baselines read them.
+//! them, dashboards and baselines read them, and `loadgen compare` reads
+//! older runs' summaries back into these types (a field they lack takes its
+//! default). `builder`'s tests fill a whole summary from a realistic run
+//! and fail when a field behind a compared measure is renamed.
 
 mod baseline;
 mod build;
