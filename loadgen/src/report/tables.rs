@@ -7,7 +7,7 @@ use std::fmt::Write;
 use super::escape;
 use crate::stats::Method;
 use crate::summary::measures::MEASURES;
-use crate::summary::{Leak, RunSummary, VariantSummary};
+use crate::summary::{BuildInfo, Leak, RunSummary, VariantSummary};
 
 /// One measure of every variant; `sub` rows detail the row above them.
 pub(super) struct Row {
@@ -78,6 +78,7 @@ fn outcome_rows(row: &mut AddRow) {
         false => format!("INVALID ({} reasons below)", v.validity.reasons.len()),
     });
     row("repetitions", &|v| v.repetitions.len().max(1).to_string());
+    row("build (cluster / nodesim)", &build_cell);
     row("jobs submitted (late, dropped, failed)", &|v| {
         let st = &v.stream;
         format!(
@@ -98,6 +99,23 @@ fn outcome_rows(row: &mut AddRow) {
     row("placements/s", &|v| {
         format!("{:.0}", v.stream.placements_per_second)
     });
+}
+
+/// The commits the variant's cluster and nodesim were built from (one when
+/// they are the same), `+dirty` when built with uncommitted changes.
+fn build_cell(v: &VariantSummary) -> String {
+    let short = |b: &Option<BuildInfo>| match b {
+        Some(b) => {
+            let commit: String = b.commit.chars().take(8).collect();
+            format!("{commit}{}", if b.dirty { "+dirty" } else { "" })
+        }
+        None => "-".into(),
+    };
+    let (cluster, nodesim) = (short(&v.build.cluster), short(&v.build.nodesim));
+    match cluster == nodesim {
+        true => cluster,
+        false => format!("{cluster} / {nodesim}"),
+    }
 }
 
 /// What the run cost: raft entries and bytes, RPCs, blocking queries, CPU.
@@ -587,6 +605,26 @@ mod tests {
             rounds: vec![],
             sequential: None,
         }
+    }
+
+    #[test]
+    fn the_build_row_names_each_variants_commits() {
+        let build = |commit: &str, dirty: bool| {
+            Some(BuildInfo {
+                commit: commit.into(),
+                dirty,
+                version: "0.1.0".into(),
+            })
+        };
+        let mut same = VariantSummary::default();
+        same.build.cluster = build("0123456789abcdef", false);
+        same.build.nodesim = build("0123456789abcdef", false);
+        let mut mixed = VariantSummary::default();
+        mixed.build.cluster = build("fedcba9876543210", true);
+        mixed.build.nodesim = build("0123456789abcdef", false);
+        let older = VariantSummary::default();
+        let cells: Vec<String> = [same, mixed, older].iter().map(build_cell).collect();
+        assert_eq!(cells, ["01234567", "fedcba98+dirty / 01234567", "-"]);
     }
 
     #[test]
