@@ -22,8 +22,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 fn git_build_info() {
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
     // Untracked files (run directories, scratch) are no part of the build.
-    let dirty = commit != "unknown"
-        && git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    // Without optional locks, status does not rewrite the index it reads
+    // (which would make the next build run this script again).
+    let status = ["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"];
+    let dirty = commit != "unknown" && git(&status).is_some_and(|s| !s.is_empty());
     println!("cargo:rustc-env=STAMPEDE_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=STAMPEDE_GIT_DIRTY={dirty}");
     let mut watched = vec![git(&["rev-parse", "--git-path", "HEAD"])];
