@@ -24,7 +24,12 @@ fn git_build_info() {
     // Untracked files (run directories, scratch) are no part of the build.
     // Without optional locks, status does not rewrite the index it reads
     // (which would make the next build run this script again).
-    let status = ["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"];
+    let status = [
+        "--no-optional-locks",
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+    ];
     let dirty = commit != "unknown" && git(&status).is_some_and(|s| !s.is_empty());
     println!("cargo:rustc-env=STAMPEDE_GIT_COMMIT={commit}");
     println!("cargo:rustc-env=STAMPEDE_GIT_DIRTY={dirty}");
