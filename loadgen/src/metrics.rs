@@ -98,6 +98,7 @@ impl LoadMetrics {
         ] {
             registry.register(c).expect("metric names are unique");
         }
+        stampede_proto::build::register(&registry);
         Self {
             registry,
             submissions,

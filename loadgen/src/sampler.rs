@@ -20,6 +20,7 @@ pub const NODESIM_TTL: &str = "stampede_nodesim_heartbeat_ttl_seconds";
 
 /// Series a report uses; everything else on `/metrics` is left out.
 const KEEP: &[&str] = &[
+    stampede_proto::build::BUILD_INFO_METRIC,
     "stampede_raft_entries_total",
     "stampede_raft_entry_bytes_total",
     "stampede_raft_is_leader",

@@ -10,7 +10,7 @@
 //! the harness, not the cluster: it counts as unknown, never as a pass, and
 //! the search stays below its rate, saying "at least" what passed.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The bracket is narrow enough when the failing rate is within this factor
 /// of the passing one.
@@ -22,7 +22,7 @@ pub const MIN_RATE: f64 = 0.01;
 pub const MAX_RATE: f64 = 10_000.0;
 
 /// One run of the scenario at one rate.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Probe {
     /// The arrival rate, jobs per second.
     pub value: f64,
@@ -38,12 +38,12 @@ pub struct Probe {
     /// Whether the run measured the cluster; an invalid probe is unknown.
     pub valid: bool,
     /// Why it was invalid.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalid: Vec<String>,
 }
 
 /// The search's outcome, as `summary.json` gives it.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SearchReport {
     /// What was searched over: `rate` (jobs per second).
     pub parameter: String,

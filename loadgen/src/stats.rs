@@ -25,13 +25,13 @@
 //! Everything here is pure and tested on synthetic data of known
 //! distribution (see the tests: coverage over 1,000 seeded trials).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The level every interval of a run or comparison is built for.
 pub const CONFIDENCE: f64 = 0.95;
 
 /// How an interval was made; its name is what `summary.json` says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Method {
     /// Over repetitions of the run: the distribution-free interval for the
@@ -43,7 +43,7 @@ pub enum Method {
 }
 
 /// A median with its interval.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Interval {
     pub median: f64,
     pub lo: f64,

@@ -7,7 +7,7 @@
 //!
 //! Pure: the sampler's series and the stream's counts in, a verdict out.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sampler::Series;
 
@@ -25,7 +25,8 @@ pub const LATE_SHARE: f64 = 0.01;
 const CPU: &str = "process_cpu_seconds_total";
 
 /// The verdict, with each reason and its figure.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Validity {
     pub valid: bool,
     pub reasons: Vec<String>,
@@ -43,12 +44,12 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// A run on this machine: loadgen's runtime takes every core, each
-    /// nodesim process its `--threads` (`nodesim_args`, default 1).
-    /// `local` is false for a cluster elsewhere: then only loadgen is
-    /// judged here (the machine's cores are not the other processes').
-    pub fn new(series: &[Series], nodesim_args: &[String], local: bool) -> Budget {
-        let cores = usable_cores();
+    /// A run on a machine of `cores` usable cores ([`usable_cores`]):
+    /// loadgen's runtime takes every core, each nodesim process its
+    /// `--threads` (`nodesim_args`, default 1). `local` is false for a
+    /// cluster elsewhere: then only loadgen is judged here (the machine's
+    /// cores are not the other processes').
+    pub fn of(cores: f64, series: &[Series], nodesim_args: &[String], local: bool) -> Budget {
         let nodesim = nodesim_threads(nodesim_args).min(cores);
         let mut generators = vec![(crate::sampler::LOADGEN_TARGET.to_string(), cores)];
         if local {

@@ -46,6 +46,17 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
         stdout.contains("placement p50 / p99 ms") && stdout.contains("prioritized"),
         "{stdout}"
     );
+    // The table ends with the answer: each variant's bottleneck and stages.
+    let (_, answer) = stdout
+        .rsplit_once("where the time went:")
+        .unwrap_or_else(|| panic!("no answer: {stdout}"));
+    for v in ["legacy", "prioritized"] {
+        assert!(answer.contains(&format!("\n{v}: at ")), "{v}: {answer}");
+    }
+    assert!(
+        answer.matches("stage p50 / p99 ms: ").count() == 2,
+        "{answer}"
+    );
 
     let summary = json(&out.join("summary.json"));
     let errors = schema_errors(&summary);
@@ -66,6 +77,18 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
 
     assert_eq!(summary["complete"], true);
     let variants = summary["variants"].as_array().unwrap();
+    // The builds that ran, as each process served them: here all three of
+    // this build.
+    let own = stampede_proto::build::BUILD;
+    for binary in ["cluster", "nodesim", "loadgen"] {
+        let b = &summary["build"][binary];
+        assert_eq!(
+            (b["commit"].as_str(), b["dirty"].as_bool()),
+            (Some(own.commit), Some(own.dirty)),
+            "{binary}: {b}"
+        );
+        assert_eq!(variants[1]["build"][binary], *b, "{binary}");
+    }
     let names: Vec<&str> = variants
         .iter()
         .map(|v| v["name"].as_str().unwrap())

@@ -26,7 +26,7 @@ fn run_dir(
         .collect();
     let summary = json!({
         "schema_version": 1,
-        "scenario": {"name": scenario},
+        "scenario": serde_json::to_value(loadgen::Scenario::load(scenario).unwrap()).unwrap(),
         "variants": [{
             "name": "only",
             "stream": {"placements_per_second": rates[0], "time_to_running_ms": {"p99": p99s[0]},
@@ -39,6 +39,16 @@ fn run_dir(
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("summary.json"), summary.to_string()).unwrap();
     dir
+}
+
+/// Records in `dir`'s summary that its run's cluster was built from
+/// `commit` with uncommitted changes.
+fn with_build(dir: &Path, commit: &str) {
+    let path = dir.join("summary.json");
+    let mut summary = json(&path);
+    let build = json!({"commit": commit, "dirty": true, "version": "0.1.0"});
+    summary["build"] = json!({"cluster": build, "nodesim": build, "loadgen": null});
+    std::fs::write(&path, summary.to_string()).unwrap();
 }
 
 fn compare(a: &Path, b: &Path, extra: &[&str]) -> Output {
@@ -65,6 +75,7 @@ fn the_same_figures_again_are_inconclusive_and_exit_zero() {
         &[102.0, 98.0, 100.0, 103.0, 96.0],
         &[920.0, 880.0, 960.0, 900.0, 940.0],
     );
+    with_build(&a, "0123456789abcdef0123");
     let out = compare(&a, &b, &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
@@ -74,7 +85,18 @@ fn the_same_figures_again_are_inconclusive_and_exit_zero() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("no gated measure is worse"), "{stdout}");
+    // What each side ran: A's builds, and B's summary (as an earlier
+    // loadgen wrote it) recorded none.
+    assert!(
+        stdout.contains(
+            "A ran cluster 0123456789ab+dirty, nodesim 0123456789ab+dirty, loadgen unknown"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("B ran no recorded build"), "{stdout}");
     let c = json(&b.join("compare.json"));
+    assert_eq!(c["build_a"]["cluster"]["commit"], "0123456789abcdef0123");
+    assert_eq!(c["build_b"]["cluster"], Value::Null);
     let m = &c["variants"][0]["measures"][0];
     assert_eq!(
         (m["measure"].as_str(), m["verdict"].as_str()),

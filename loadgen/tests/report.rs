@@ -179,6 +179,7 @@ fn summary() -> RunSummary {
     };
     RunSummary {
         schema_version: SCHEMA_VERSION,
+        build: Default::default(),
         scenario: Scenario::parse(SWEEP, "sweep.toml").unwrap(),
         raft_entries_by_type: Default::default(),
         blocking_queries_by_source: Default::default(),

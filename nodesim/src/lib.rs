@@ -60,7 +60,7 @@ pub enum JobTimes {
 
 /// Simulates a fleet of client nodes against a stampede cluster.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "nodesim", version, about)]
+#[command(name = "nodesim", version = stampede_proto::build::LONG_VERSION, about)]
 pub struct Opts {
     /// Nodes in the whole fleet; with --shard, this process runs its share.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

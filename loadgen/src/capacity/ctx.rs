@@ -25,7 +25,7 @@ pub(super) struct Ctx<'a> {
     /// its CPU counts in the run's cost.
     pub(super) own_metrics: String,
     /// `--baseline`'s summary, which every variant is judged against.
-    pub(super) baseline: Option<serde_json::Value>,
+    pub(super) baseline: Option<RunSummary>,
     /// The variants that run a build of their own, by name (`builds`).
     pub(super) binaries: std::collections::BTreeMap<String, crate::summary::Binaries>,
 }

@@ -72,18 +72,9 @@ pub(super) async fn run_local(
         tls: scenario.tls,
         fleet: nodesim.0.iter().map(|c| c.id()).collect(),
     };
-    let mut summary = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
-    for s in &summary.series {
-        if let Some(t) = s.lost_at {
-            summary.problems.push(format!(
-                "{} stopped answering {t:.0}s into the run",
-                s.target.name
-            ));
-        }
-    }
+    let summary = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
     drop(nodesim);
     cluster.stop_all();
-    summary.binaries = ctx.binaries.get(&v.name).cloned();
     Ok(summary)
 }
 

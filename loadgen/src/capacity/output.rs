@@ -69,9 +69,9 @@ pub(super) fn write(path: PathBuf, body: impl AsRef<[u8]>) -> Result<(), Capacit
     std::fs::write(&path, body).map_err(|e| CapacityError::Write(path, e))
 }
 
-/// Reads `--baseline`: an earlier run's summary.json (see `summary::parse_baseline`).
-pub(super) fn load_baseline(path: &Path) -> Result<serde_json::Value, CapacityError> {
+/// Reads `--baseline`: an earlier run's summary.json (see `summary::parse_summary`).
+pub(super) fn load_baseline(path: &Path) -> Result<RunSummary, CapacityError> {
     let bad = |m: String| CapacityError::Baseline(path.to_path_buf(), m);
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
-    summary::parse_baseline(&text).map_err(|e| bad(e.to_string()))
+    summary::parse_summary(&text).map_err(|e| bad(e.to_string()))
 }

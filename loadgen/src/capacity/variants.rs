@@ -303,10 +303,6 @@ impl Rounds<'_, '_> {
 /// variant, compared round by round with the first at `level`, that are
 /// still inconclusive, as "variant: measure (B/A [lo, hi])".
 pub(super) fn undecided(summary: &RunSummary, level: f64, gates: &[String]) -> Vec<String> {
-    let variants = serde_json::to_value(&summary.variants).expect("a summary serializes");
-    let Some(variants) = variants.as_array() else {
-        return Vec::new();
-    };
     let judging = Judging {
         paired: true,
         level,
@@ -315,13 +311,16 @@ pub(super) fn undecided(summary: &RunSummary, level: f64, gates: &[String]) -> V
         true => m.gated,
         false => gates.iter().any(|g| g == m.name),
     };
+    let Some(first) = summary.variants.first() else {
+        return Vec::new();
+    };
     let mut out = Vec::new();
-    for v in variants.iter().skip(1) {
-        for m in judging.variant(&variants[0], v, &gated) {
+    for v in summary.variants.iter().skip(1) {
+        for m in judging.variant(first, v, &gated) {
             if m.gated && !m.verdict.decided() {
                 out.push(format!(
                     "{}: {} (x{:.3} [{:.3}, {:.3}], floor {:.1}%)",
-                    v["name"].as_str().unwrap_or("?"),
+                    v.name,
                     m.measure,
                     m.ratio,
                     m.lo,

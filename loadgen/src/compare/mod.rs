@@ -10,7 +10,7 @@ mod page;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use crate::summary::RunSummary;
 
 pub use crate::summary::comparison::{
     compare, Comparison, FloorSource, MeasureComparison, Mismatch, Samples, Verdict,
@@ -71,8 +71,9 @@ pub enum CompareError {
     },
 }
 
-/// Reads a run directory's `summary.json` (or the file itself).
-pub fn load(path: &Path) -> Result<Value, CompareError> {
+/// Reads a run directory's `summary.json` (or the file itself), typed; a
+/// file that is not one is refused naming the file and what is wrong.
+pub fn load(path: &Path) -> Result<RunSummary, CompareError> {
     let file = match path.is_dir() {
         true => path.join("summary.json"),
         false => path.to_path_buf(),
@@ -81,7 +82,7 @@ pub fn load(path: &Path) -> Result<Value, CompareError> {
         path: file.clone(),
         source,
     })?;
-    crate::summary::parse_baseline(&text).map_err(|e| CompareError::NotASummary {
+    crate::summary::parse_summary(&text).map_err(|e| CompareError::NotASummary {
         path: file,
         why: e.to_string(),
     })
@@ -122,27 +123,25 @@ pub fn run(opts: &CompareOpts) -> Result<Comparison, CompareError> {
 }
 
 /// Keeps only variant `name` of `summary`, named `as_name` (so that two
-/// variants, even of one run, are compared as one).
-fn pick(summary: &mut Value, path: &Path, name: &str, as_name: &str) -> Result<(), CompareError> {
-    let variants = summary["variants"].as_array_mut();
-    let Some(variants) = variants else {
-        return Err(CompareError::NotASummary {
-            path: path.to_path_buf(),
-            why: "no variants".into(),
-        });
-    };
-    let have: Vec<String> = (variants.iter())
-        .filter_map(|v| v["name"].as_str().map(String::from))
-        .collect();
-    let Some(mut chosen) = variants.iter().find(|v| v["name"] == name).cloned() else {
+/// variants, even of one run, are compared as one); the summary's build
+/// becomes that variant's.
+fn pick(
+    summary: &mut RunSummary,
+    path: &Path,
+    name: &str,
+    as_name: &str,
+) -> Result<(), CompareError> {
+    let Some(mut chosen) = summary.variants.iter().find(|v| v.name == name).cloned() else {
+        let have: Vec<&str> = summary.variants.iter().map(|v| v.name.as_str()).collect();
         return Err(CompareError::NoVariant {
             path: path.to_path_buf(),
             name: name.into(),
             have: have.join(", "),
         });
     };
-    chosen["name"] = Value::from(as_name);
-    *variants = vec![chosen];
+    chosen.name = as_name.into();
+    summary.build = chosen.build.clone();
+    summary.variants = vec![chosen];
     Ok(())
 }
 

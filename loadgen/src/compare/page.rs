@@ -5,18 +5,25 @@
 
 use std::fmt::Write;
 
-use serde_json::Value;
-
 use super::{Comparison, Verdict};
 use crate::report::escape;
+use crate::stream::Window;
 use crate::summary::measures::{by_name, figure};
+use crate::summary::{RunSummary, VariantSummary};
 
 /// The table for the terminal.
 pub fn table(c: &Comparison) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "compare {} -> {} ({})", c.a, c.b, c.scenario);
+    let _ = writeln!(out, "  A ran {}", c.build_a.line());
+    let _ = writeln!(out, "  B ran {}", c.build_b.line());
     for v in &c.variants {
         let _ = writeln!(out, "\nvariant {}", v.name);
+        // A variant that ran a build other than its run's says so.
+        if (&v.build_a, &v.build_b) != (&c.build_a, &c.build_b) {
+            let _ = writeln!(out, "  A ran {}", v.build_a.line());
+            let _ = writeln!(out, "  B ran {}", v.build_b.line());
+        }
         let _ = writeln!(
             out,
             "  {:<34} {:>12} {:>12} {:>8} {:>17} {:>8}  {:<12} samples",
@@ -96,17 +103,19 @@ svg{background:#fafafa;border:1px solid #ddd}.a{stroke:#1f6fb2}.b{stroke:#d9651f
 
 /// The page: the verdict tables, then per variant the two runs' latency
 /// distributions and windows overlaid.
-pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
+pub fn html(c: &Comparison, a: &RunSummary, b: &RunSummary) -> String {
     let mut out = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>compare: {}</title><style>{STYLE}</style></head><body>",
         escape(&c.scenario)
     );
     let _ = write!(
         out,
-        "<h1>{} compared</h1><p>A: <code>{}</code> (blue)<br>B: <code>{}</code> (orange)</p>",
+        "<h1>{} compared</h1><p>A: <code>{}</code> (blue), ran {}<br>B: <code>{}</code> (orange), ran {}</p>",
         escape(&c.scenario),
         escape(&c.a),
-        escape(&c.b)
+        escape(&c.build_a.line()),
+        escape(&c.b),
+        escape(&c.build_b.line())
     );
     match c.worse.is_empty() {
         true => out.push_str("<p class=\"better\">No gated measure is worse.</p>"),
@@ -142,24 +151,29 @@ pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
             );
         }
         out.push_str("</table><div class=\"charts\">");
-        let (va, vb) = (&a["variants"][i], &b["variants"][i]);
-        for (title, key) in [
-            ("Time to placement", "placement_ms"),
-            ("Time to running", "time_to_running_ms"),
-        ] {
-            let pick = |v: &Value| cdf_points(v, key);
-            out.push_str(&svg(title, "ms", "fraction of jobs", &pick(va), &pick(vb)));
-        }
-        let windows = |v: &Value, f: fn(&Value) -> Option<f64>| -> Vec<(f64, f64)> {
-            let list = v
-                .pointer("/stream/running_windows")
-                .and_then(Value::as_array);
-            let pts = list.into_iter().flatten();
-            pts.filter_map(|w| Some((w["from_s"].as_f64()?, f(w)?)))
-                .collect()
+        // The comparison has the variants both summaries have, in order.
+        let (Some(va), Some(vb)) = (a.variants.get(i), b.variants.get(i)) else {
+            out.push_str("</div>");
+            continue;
         };
-        let jobs = |w: &Value| w["jobs"].as_f64();
-        let p99 = |w: &Value| w["time_to_running_p99_ms"].as_f64();
+        let latencies: [(&str, Latencies); 2] = [
+            ("Time to placement", |v| {
+                &v.stream.latency_quantiles.placement_ms
+            }),
+            ("Time to running", |v| {
+                &v.stream.latency_quantiles.time_to_running_ms
+            }),
+        ];
+        for (title, ms) in latencies {
+            let (pa, pb) = (cdf_points(va, ms(va)), cdf_points(vb, ms(vb)));
+            out.push_str(&svg(title, "ms", "fraction of jobs", &pa, &pb));
+        }
+        let windows = |v: &VariantSummary, f: fn(&Window) -> Option<f64>| -> Vec<(f64, f64)> {
+            let pts = v.stream.running_windows.iter();
+            pts.filter_map(|w| Some((w.from_s, f(w)?))).collect()
+        };
+        let jobs = |w: &Window| Some(w.jobs as f64);
+        let p99 = |w: &Window| w.time_to_running_p99_ms;
         out.push_str(&svg(
             "Jobs running, per window",
             "s",
@@ -180,16 +194,14 @@ pub fn html(c: &Comparison, a: &Value, b: &Value) -> String {
     out
 }
 
-/// A variant's latency distribution: (latency, fraction at or below it).
-fn cdf_points(v: &Value, key: &str) -> Vec<(f64, f64)> {
-    let lq = &v["stream"]["latency_quantiles"];
-    let (Some(q), Some(ms)) = (lq["q"].as_array(), lq[key].as_array()) else {
-        return Vec::new();
-    };
-    q.iter()
-        .zip(ms)
-        .filter_map(|(q, ms)| Some((ms.as_f64()?, q.as_f64()?)))
-        .collect()
+/// Where a variant's summary holds one latency's sketch.
+type Latencies = fn(&VariantSummary) -> &[f64];
+
+/// A variant's latency distribution: (latency, fraction at or below it),
+/// from its sketch's latencies `ms` at its quantiles.
+fn cdf_points(v: &VariantSummary, ms: &[f64]) -> Vec<(f64, f64)> {
+    let q = &v.stream.latency_quantiles.q;
+    ms.iter().zip(q).map(|(ms, q)| (*ms, *q)).collect()
 }
 
 /// One small line chart of A (blue) and B (orange).

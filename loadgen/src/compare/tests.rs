@@ -1,29 +1,47 @@
-use serde_json::{json, Value};
-
 use super::*;
+use crate::scenario::Scenario;
+use crate::stats::{median_interval, Method, CONFIDENCE};
 use crate::summary::comparison::FloorSource;
+use crate::summary::{BuildInfo, Builds, Repetition, Round, VariantSummary};
+
+/// A summary of `variants` of scenario `name`, as loadgen writes it.
+fn summary(name: &str, variants: Vec<VariantSummary>) -> RunSummary {
+    let mut scenario = Scenario::load("default").unwrap();
+    scenario.name = name.into();
+    RunSummary::new(&scenario, &variants, variants.len(), None, None, None)
+}
+
+/// A repetition of round `round` with these measures.
+fn rep(round: usize, measures: &[(&str, f64)]) -> Repetition {
+    Repetition {
+        round: round as u32,
+        measures: measures.iter().map(|(k, x)| (k.to_string(), *x)).collect(),
+        valid: true,
+    }
+}
 
 /// A summary of one variant whose repetitions have these placements/s and
 /// p99 times to running.
-fn run(scenario: &str, rates: &[f64], p99s: &[f64]) -> Value {
-    let reps: Vec<Value> = rates
-        .iter()
-        .zip(p99s)
-        .map(|(r, p)| json!({"placements_per_s": r, "p99_time_to_running_ms": p}))
+fn run(scenario: &str, rates: &[f64], p99s: &[f64]) -> RunSummary {
+    let mut v = VariantSummary {
+        name: "only".into(),
+        ..Default::default()
+    };
+    v.stream.placements_per_second = rates[0];
+    v.stream.time_to_running_ms.p99 = p99s[0];
+    v.repetitions = (rates.iter().zip(p99s).enumerate())
+        .map(|(i, (r, p))| {
+            rep(
+                i + 1,
+                &[("placements_per_s", *r), ("p99_time_to_running_ms", *p)],
+            )
+        })
         .collect();
-    json!({
-        "schema_version": crate::summary::SCHEMA_VERSION,
-        "scenario": {"name": scenario},
-        "variants": [{
-            "name": "only",
-            "stream": {"placements_per_second": rates[0], "time_to_running_ms": {"p99": p99s[0]}},
-            "repetitions": reps,
-        }],
-    })
+    summary(scenario, vec![v])
 }
 
 /// Five repetitions of a steady build.
-fn steady() -> Value {
+fn steady() -> RunSummary {
     run(
         "s",
         &[100.0, 104.0, 97.0, 101.0, 99.0],
@@ -32,7 +50,7 @@ fn steady() -> Value {
 }
 
 /// Five repetitions of a build 30% slower, whose jobs take 60% longer to run.
-fn slower() -> Value {
+fn slower() -> RunSummary {
     run(
         "s",
         &[70.0, 72.0, 69.0, 74.0, 71.0],
@@ -120,13 +138,19 @@ fn one_figure_each_gives_no_verdict() {
 
 #[test]
 fn a_single_run_is_judged_on_its_windows() {
-    let windows = |xs: &[f64]| json!({"method": "batch-means", "samples": xs});
+    let windows = |xs: &[f64]| median_interval(xs, CONFIDENCE, Method::BatchMeans).unwrap();
     let mut a = run("s", &[100.0], &[900.0]);
     let mut b = run("s", &[60.0], &[900.0]);
-    a["variants"][0]["intervals"] =
-        json!({"placements_per_s": windows(&[100.0, 98.0, 103.0, 99.0, 101.0, 100.0])});
-    b["variants"][0]["intervals"] =
-        json!({"placements_per_s": windows(&[60.0, 61.0, 59.0, 62.0, 58.0, 60.0])});
+    let (wa, wb) = (
+        windows(&[100.0, 98.0, 103.0, 99.0, 101.0, 100.0]),
+        windows(&[60.0, 61.0, 59.0, 62.0, 58.0, 60.0]),
+    );
+    a.variants[0]
+        .intervals
+        .insert("placements_per_s".into(), wa);
+    b.variants[0]
+        .intervals
+        .insert("placements_per_s".into(), wb);
     let c = compare(&a, &b, &[], ("a", "b")).unwrap();
     let m = &c.variants[0].measures[0];
     assert_eq!(
@@ -160,24 +184,27 @@ fn a_change_wholly_inside_the_noise_floor_is_the_same_and_one_reaching_into_it_i
 
 /// One run of two variants, `base` and `new`, whose rounds had these
 /// placements/s: the summary with its seed and rounds, as loadgen writes it.
-fn one_run(base: &[f64], new: &[f64]) -> Value {
-    let reps = |xs: &[f64]| -> Vec<Value> {
-        xs.iter()
-            .enumerate()
-            .map(|(i, x)| json!({"round": i + 1, "placements_per_s": x, "valid": true}))
-            .collect()
+fn one_run(base: &[f64], new: &[f64]) -> RunSummary {
+    let variant = |name: &str, xs: &[f64]| {
+        let mut v = VariantSummary {
+            name: name.into(),
+            ..Default::default()
+        };
+        v.stream.placements_per_second = xs[0];
+        v.repetitions = (xs.iter().enumerate())
+            .map(|(i, x)| rep(i + 1, &[("placements_per_s", *x)]))
+            .collect();
+        v
     };
-    let variant = |name: &str, xs: &[f64]| json!({"name": name, "stream": {"placements_per_second": xs[0]}, "repetitions": reps(xs)});
-    let rounds: Vec<Value> = (1..=base.len())
-        .map(|r| json!({"round": r, "order": ["new", "base"]}))
+    let mut run = summary("s", vec![variant("base", base), variant("new", new)]);
+    run.seed = Some(7);
+    run.rounds = (1..=base.len() as u32)
+        .map(|round| Round {
+            round,
+            order: vec!["new".into(), "base".into()],
+        })
         .collect();
-    json!({
-        "schema_version": crate::summary::SCHEMA_VERSION,
-        "scenario": {"name": "s"},
-        "seed": 7,
-        "rounds": rounds,
-        "variants": [variant("base", base), variant("new", new)],
-    })
+    run
 }
 
 #[test]
@@ -210,7 +237,7 @@ fn two_variants_of_one_run_are_paired_round_by_round_against_a_calibrated_floor(
     // The same figures as two separate runs (no shared rounds): pooled,
     // the drift makes it inconclusive.
     let mut apart = b.clone();
-    apart["seed"] = json!(8);
+    apart.seed = Some(8);
     let m = compare(&a, &apart, &[], ("a", "b")).unwrap().variants[0].measures[0].clone();
     assert_eq!(
         (m.samples, m.verdict),
@@ -242,7 +269,7 @@ fn different_scenarios_or_variants_cannot_be_compared() {
     let err = compare(&a, &b, &[], ("a", "b")).unwrap_err();
     assert!(matches!(err, Mismatch::Scenarios { .. }), "{err}");
     let mut c = run("default", &[1.0], &[1.0]);
-    c["variants"][0]["name"] = json!("legacy");
+    c.variants[0].name = "legacy".into();
     let err = compare(&a, &c, &[], ("a", "b")).unwrap_err();
     assert_eq!(
         err.to_string(),
@@ -271,9 +298,9 @@ fn the_page_and_table_show_every_verdict() {
 fn two_variants_of_one_run_compare_as_one_and_a_missing_one_is_named() {
     // One run of two variants: the steady build, and the slower one.
     let mut both = steady();
-    let mut slow = slower()["variants"][0].clone();
-    slow["name"] = json!("slow");
-    both["variants"].as_array_mut().unwrap().push(slow);
+    let mut slow = slower().variants[0].clone();
+    slow.name = "slow".into();
+    both.variants.push(slow);
     let (mut a, mut b) = (both.clone(), both);
     pick(&mut a, Path::new("run"), "only", "only").unwrap();
     pick(&mut b, Path::new("run"), "slow", "only").unwrap();
@@ -282,4 +309,58 @@ fn two_variants_of_one_run_compare_as_one_and_a_missing_one_is_named() {
 
     let err = pick(&mut steady(), Path::new("run"), "timed", "timed").unwrap_err();
     assert_eq!(err.to_string(), "run: no variant \"timed\" (it has only)");
+}
+
+#[test]
+fn the_table_and_the_json_name_the_builds_each_side_ran() {
+    let build = |commit: &str, dirty: bool| BuildInfo {
+        commit: commit.into(),
+        dirty,
+        version: "0.1.0".into(),
+    };
+    let builds = |commit: &str, dirty: bool| Builds {
+        cluster: Some(build(commit, dirty)),
+        nodesim: Some(build(commit, dirty)),
+        loadgen: Some(build("1111111111111111", false)),
+    };
+    let (mut a, mut b) = (steady(), slower());
+    a.variants[0].build = builds("aaaaaaaaaaaaaaaa", false);
+    b.variants[0].build = builds("bbbbbbbbbbbbbbbb", true);
+    // The run's build is its first variant's.
+    let (a, b) = (summary("s", a.variants), summary("s", b.variants));
+    let c = compare(&a, &b, &[], ("runs/a", "runs/b")).unwrap();
+    let table = page::table(&c);
+    assert!(
+        table.contains("A ran cluster aaaaaaaaaaaa, nodesim aaaaaaaaaaaa, loadgen 111111111111"),
+        "{table}"
+    );
+    assert!(
+        table.contains("B ran cluster bbbbbbbbbbbb+dirty, nodesim bbbbbbbbbbbb+dirty"),
+        "{table}"
+    );
+    let json = serde_json::to_value(&c).unwrap();
+    assert_eq!(json["build_a"]["cluster"]["commit"], "aaaaaaaaaaaaaaaa");
+    assert_eq!(json["build_b"]["cluster"]["dirty"], true);
+    assert_eq!(
+        json["variants"][0]["build_b"]["nodesim"]["commit"],
+        "bbbbbbbbbbbbbbbb"
+    );
+    assert!(page::html(&c, &a, &b).contains("bbbbbbbbbbbb+dirty"));
+}
+
+#[test]
+fn a_file_that_is_not_a_summary_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("summary.json");
+    std::fs::write(
+        &path,
+        "{\"schema_version\": 1, \"variants\": [{\"name\": 3}]}",
+    )
+    .unwrap();
+    let err = load(dir.path()).unwrap_err().to_string();
+    assert!(
+        err.starts_with(&format!("{}: not a loadgen summary.json", path.display())),
+        "{err}"
+    );
+    assert!(err.contains("invalid type"), "{err}");
 }

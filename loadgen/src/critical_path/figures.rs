@@ -4,14 +4,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{JobPath, N_STAGES, ROLLOUT, STAGES};
 use crate::scenario::{JobKind, Kind};
 use crate::stream::Percentiles;
 
 /// One stage over a variant's traced jobs.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StageFigure {
     pub stage: String,
     /// Where the stage runs: leader, worker, nodesim or loadgen.
@@ -25,14 +26,16 @@ pub struct StageFigure {
 
 /// The median time per stage, in path order: over every traced job, and
 /// over the slowest 1%.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct StageMedians {
     pub all: Vec<f64>,
     pub slowest: Vec<f64>,
 }
 
 /// What set the p99, and which process was closest to a full core.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Bottleneck {
     /// The stage with the largest share of the slowest jobs' time.
     pub stage: String,
@@ -45,7 +48,8 @@ pub struct Bottleneck {
 }
 
 /// How the traces were read, and the check that the stages add up.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct TraceCheck {
     /// Jobs with a whole path (the figures are theirs).
     pub traced: u64,
@@ -72,7 +76,8 @@ pub struct TraceCheck {
 }
 
 /// A variant's critical path in `summary.json` (flattened into the variant).
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct CriticalPath {
     /// Every stage in path order; empty when no job was traced.
     pub stages: Vec<StageFigure>,

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stampede_launch::{LocalCluster, NodeId, StatusReport};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::security::Role;
@@ -16,7 +16,8 @@ use crate::stream::Journal;
 
 /// The audit at the end of a run with faults: every job whose registration
 /// was acknowledged must be on every server, and nothing else may be.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Audit {
     /// Job ids whose registration the cluster acknowledged.
     pub acked: u64,

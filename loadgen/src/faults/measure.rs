@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Injected;
 use crate::critical_path::FaultWindow;
@@ -12,7 +12,7 @@ use crate::stream::{JobTimes, Journal, Percentiles};
 
 /// One fault as it was injected and what it cost. Times are seconds; `_s`
 /// times without "time" in the name count from the start of the job stream.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FaultReport {
     pub action: FaultAction,
     /// When the fault was injected. It is the step's `at` unless the cluster

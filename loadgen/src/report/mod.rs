@@ -12,6 +12,7 @@
 mod charts;
 mod samples;
 mod tables;
+mod terminal;
 mod time_went;
 
 use std::fmt::Write;
@@ -19,7 +20,7 @@ use std::fmt::Write;
 use crate::summary::RunSummary;
 use charts::Chart;
 
-pub use tables::terminal as table;
+pub use terminal::terminal as table;
 
 const UPLOT_JS: &str = include_str!("../../assets/uPlot.iife.min.js");
 const UPLOT_CSS: &str = include_str!("../../assets/uPlot.min.css");
@@ -205,6 +206,7 @@ mod tests {
         variant.stream.latency_quantiles.placement_ms = q.iter().map(|q| 10.0 + 90.0 * q).collect();
         variant.stream.latency_quantiles.q = q;
         RunSummary {
+            build: Default::default(),
             schema_version: SCHEMA_VERSION,
             scenario: Scenario::load("faults").unwrap(),
             raft_entries_by_type: Default::default(),

@@ -1,5 +1,5 @@
-//! The report's tables: the summary (one column per variant) that the
-//! terminal prints as text and the page as HTML, the variants side by side,
+//! The report's tables: the summary's rows (one column per variant) that
+//! the terminal prints as text (`terminal`) and the page as HTML, the variants side by side,
 //! each variant's faults, and the search's probes.
 
 use std::fmt::Write;
@@ -7,17 +7,17 @@ use std::fmt::Write;
 use super::escape;
 use crate::stats::Method;
 use crate::summary::measures::MEASURES;
-use crate::summary::{Leak, RunSummary, VariantSummary};
+use crate::summary::{BuildInfo, Leak, RunSummary, VariantSummary};
 
 /// One measure of every variant; `sub` rows detail the row above them.
-struct Row {
-    name: String,
-    sub: bool,
-    values: Vec<String>,
+pub(super) struct Row {
+    pub(super) name: String,
+    pub(super) sub: bool,
+    pub(super) values: Vec<String>,
 }
 
 /// A measure to one decimal, or `-` when there is none.
-fn tenths(v: Option<f64>) -> String {
+pub(super) fn tenths(v: Option<f64>) -> String {
     v.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
@@ -35,8 +35,15 @@ fn gc_kinds() -> [&'static str; 5] {
     ["evals", "allocs", "jobs", "deployments", "nodes"]
 }
 
-/// The summary's rows, the same for the terminal and the page.
-fn rows(s: &RunSummary) -> Vec<Row> {
+/// Adds a row: its name (indented: a detail of the row above) and how each
+/// variant's cell is read.
+type AddRow<'a> = dyn FnMut(&str, &dyn Fn(&VariantSummary) -> String) + 'a;
+
+/// The summary's rows, the same for the terminal and the page: first
+/// whether the run measured the cluster and what it did, then what it
+/// cost, how it grew, the fleet, the faults and audits, each measure's
+/// interval, and what went wrong.
+pub(super) fn rows(s: &RunSummary) -> Vec<Row> {
     let mut rows = Vec::new();
     let mut row = |name: &str, f: &dyn Fn(&VariantSummary) -> String| {
         rows.push(Row {
@@ -45,12 +52,33 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             values: s.variants.iter().map(f).collect(),
         });
     };
-    // First whether the run measured the cluster at all.
+    outcome_rows(&mut row);
+    cost_rows(&mut row);
+    growth_rows(s, &mut row);
+    if s.variants.iter().any(|v| v.fleet.ready_s.is_some()) {
+        fleet_rows(&mut row);
+    }
+    fault_rows(s, &mut row);
+    audit_rows(s, &mut row);
+    interval_rows(s, &mut row);
+    row("problems", &|v| {
+        if v.problems.is_empty() {
+            "none".into()
+        } else {
+            v.problems.join("; ")
+        }
+    });
+    rows
+}
+
+/// Whether the run measured the cluster at all, and what the stream did.
+fn outcome_rows(row: &mut AddRow) {
     row("validity", &|v| match v.validity.valid {
         true => "valid".into(),
         false => format!("INVALID ({} reasons below)", v.validity.reasons.len()),
     });
     row("repetitions", &|v| v.repetitions.len().max(1).to_string());
+    row("build (cluster / nodesim)", &build_cell);
     row("jobs submitted (late, dropped, failed)", &|v| {
         let st = &v.stream;
         format!(
@@ -71,6 +99,27 @@ fn rows(s: &RunSummary) -> Vec<Row> {
     row("placements/s", &|v| {
         format!("{:.0}", v.stream.placements_per_second)
     });
+}
+
+/// The commits the variant's cluster and nodesim were built from (one when
+/// they are the same), `+dirty` when built with uncommitted changes.
+fn build_cell(v: &VariantSummary) -> String {
+    let short = |b: &Option<BuildInfo>| match b {
+        Some(b) => {
+            let commit: String = b.commit.chars().take(8).collect();
+            format!("{commit}{}", if b.dirty { "+dirty" } else { "" })
+        }
+        None => "-".into(),
+    };
+    let (cluster, nodesim) = (short(&v.build.cluster), short(&v.build.nodesim));
+    match cluster == nodesim {
+        true => cluster,
+        false => format!("{cluster} / {nodesim}"),
+    }
+}
+
+/// What the run cost: raft entries and bytes, RPCs, blocking queries, CPU.
+fn cost_rows(row: &mut AddRow) {
     row("raft entries", &|v| {
         v.raft_entries_by_type.values().sum::<u64>().to_string()
     });
@@ -113,8 +162,11 @@ fn rows(s: &RunSummary) -> Vec<Row> {
         v.cpu_seconds_per_1000_placements
             .map_or("- (none placed)".into(), |c| format!("{c:.2}"))
     });
-    // Growth over a long run: memory and state, and what GC took away.
-    // A slope is only a leak when the state's rows were flat.
+}
+
+/// Growth over a long run: memory and state, what GC took away, and the
+/// elections. A slope is only a leak when the state's rows were flat.
+fn growth_rows(s: &RunSummary, row: &mut AddRow) {
     row("server memory, 2nd half", &|v| {
         let slope = v
             .server_rss_slope_mib_per_min
@@ -177,10 +229,10 @@ fn rows(s: &RunSummary) -> Vec<Row> {
         ),
         None => "-".into(),
     });
-    if s.variants.iter().any(|v| v.fleet.ready_s.is_some()) {
-        fleet_rows(&mut row);
-    }
-    // Faults: one row per step (the variants ran the same steps), then the audit.
+}
+
+/// One row per fault step (the variants ran the same steps) and its details.
+fn fault_rows(s: &RunSummary, row: &mut AddRow) {
     let steps = s.variants.iter().map(|v| v.faults.len()).max().unwrap_or(0);
     for i in 0..steps {
         let action = s.scenario.faults.get(i).map_or("?", |f| f.action.name());
@@ -213,6 +265,11 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             None => "-".into(),
         });
     }
+}
+
+/// The acknowledged-jobs audit, and the invariant audit: one row per
+/// invariant, its violations or ok.
+fn audit_rows(s: &RunSummary, row: &mut AddRow) {
     if s.variants.iter().any(|v| v.audit.is_some()) {
         row("audit: acked / lost / phantom", &|v| match &v.audit {
             Some(a) if a.error.is_some() => "could not check".into(),
@@ -220,7 +277,6 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             None => "-".into(),
         });
     }
-    // The invariant audit: one row per invariant, its violations or ok.
     for name in crate::invariants::NAMES {
         let of = |v: &VariantSummary| v.invariants.iter().find(|i| i.name == name).cloned();
         if !s.variants.iter().any(|v| of(v).is_some()) {
@@ -233,8 +289,11 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             None => "-".into(),
         });
     }
-    // Each measure's median and 95% interval: over the repetitions, or
-    // over one run's 10 s windows (batch means).
+}
+
+/// Each measure's median and 95% interval: over the repetitions, or over
+/// one run's 10 s windows (batch means).
+fn interval_rows(s: &RunSummary, row: &mut AddRow) {
     for m in MEASURES {
         if !s.variants.iter().any(|v| v.intervals.contains_key(m.name)) {
             continue;
@@ -256,18 +315,10 @@ fn rows(s: &RunSummary) -> Vec<Row> {
             },
         );
     }
-    row("problems", &|v| {
-        if v.problems.is_empty() {
-            "none".into()
-        } else {
-            v.problems.join("; ")
-        }
-    });
-    rows
 }
 
 /// The fleet's rows (`summary.fleet`).
-fn fleet_rows(row: &mut impl FnMut(&str, &dyn Fn(&VariantSummary) -> String)) {
+fn fleet_rows(row: &mut AddRow) {
     let num = |x: Option<f64>| x.map_or("-".into(), figure);
     row("fleet: nodes / ready s / registrations/s", &|v| {
         let f = &v.fleet;
@@ -314,74 +365,6 @@ fn fleet_rows(row: &mut impl FnMut(&str, &dyn Fn(&VariantSummary) -> String)) {
     row("  until every allocation ran s", &|v| {
         tenths(v.fleet.all_running_s)
     });
-}
-
-/// The terminal summary: one column per variant, then the search, the
-/// breaches and what else went wrong.
-pub fn terminal(s: &RunSummary) -> String {
-    let rows = rows(s);
-    let name = |r: &Row| {
-        if r.sub {
-            format!("  {}", r.name)
-        } else {
-            r.name.clone()
-        }
-    };
-    let width = rows.iter().map(|r| name(r).len()).max().unwrap_or(0);
-    let cols: Vec<usize> = (0..s.variants.len())
-        .map(|i| {
-            rows.iter()
-                .map(|r| r.values[i].len())
-                .chain([s.variants[i].name.len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = format!("{:width$}", format!("scenario {}", s.scenario.name));
-    for (v, w) in s.variants.iter().zip(&cols) {
-        let _ = write!(out, "  {:>w$}", v.name);
-    }
-    for r in &rows {
-        let _ = write!(out, "\n{:width$}", name(r));
-        for (v, w) in r.values.iter().zip(&cols) {
-            let _ = write!(out, "  {v:>w$}");
-        }
-    }
-    for v in s.variants.iter().filter(|v| !v.validity.valid) {
-        for why in &v.validity.reasons {
-            let _ = write!(out, "\nINVALID {}: {why}", v.name);
-        }
-    }
-    if let Some(search) = &s.search {
-        let _ = write!(out, "\nsearch for the highest rate: {}", search.confidence);
-        for p in &search.probes {
-            let _ = write!(
-                out,
-                "\n  {:>9} jobs/s  p99 placement {:>8.0} ms  p99 running {:>8.0} ms  {}{}",
-                p.value,
-                p.p99_placement_ms,
-                p.p99_running_ms,
-                match (p.valid, p.passed) {
-                    (false, _) => "unknown (invalid run)",
-                    (true, true) => "met the SLOs",
-                    (true, false) => "failed",
-                },
-                if p.repeat { " (again)" } else { "" }
-            );
-        }
-    } else if !s.slo_breaches.is_empty() {
-        let _ = write!(out, "\nSLO breached: {}", s.slo_breaches.join("; "));
-    }
-    for a in &s.audit_failures {
-        let _ = write!(out, "\naudit failed: {a}");
-    }
-    for r in &s.regressions {
-        let _ = write!(out, "\nworse than the baseline: {r}");
-    }
-    if !s.complete {
-        out.push_str("\nthe run did not complete: this report is partial");
-    }
-    out
 }
 
 /// The summary as an HTML table: one column per variant.
@@ -605,6 +588,7 @@ mod tests {
 
     fn run(variants: Vec<VariantSummary>) -> RunSummary {
         RunSummary {
+            build: Default::default(),
             schema_version: crate::summary::SCHEMA_VERSION,
             scenario: Scenario::load("default").unwrap(),
             raft_entries_by_type: Default::default(),
@@ -624,6 +608,26 @@ mod tests {
     }
 
     #[test]
+    fn the_build_row_names_each_variants_commits() {
+        let build = |commit: &str, dirty: bool| {
+            Some(BuildInfo {
+                commit: commit.into(),
+                dirty,
+                version: "0.1.0".into(),
+            })
+        };
+        let mut same = VariantSummary::default();
+        same.build.cluster = build("0123456789abcdef", false);
+        same.build.nodesim = build("0123456789abcdef", false);
+        let mut mixed = VariantSummary::default();
+        mixed.build.cluster = build("fedcba9876543210", true);
+        mixed.build.nodesim = build("0123456789abcdef", false);
+        let older = VariantSummary::default();
+        let cells: Vec<String> = [same, mixed, older].iter().map(build_cell).collect();
+        assert_eq!(cells, ["01234567", "fedcba98+dirty / 01234567", "-"]);
+    }
+
+    #[test]
     fn cpu_per_1000_placements_is_shown_and_nothing_placed_says_so() {
         let variant = |name: &str, cpu: Option<f64>| VariantSummary {
             name: name.into(),
@@ -635,7 +639,7 @@ mod tests {
             variant("costly", Some(5.126)),
             variant("idle", None),
         ]);
-        let line = terminal(&s)
+        let line = super::super::table(&s)
             .lines()
             .find(|l| l.starts_with("CPU-s per 1000 placements"))
             .expect("a row in the terminal table")

@@ -30,6 +30,7 @@ use follow::{submit_and_follow, Submission};
 use report::{percentiles_ms, quantiles_ms, windows};
 pub use report::{
     sketch_quantiles, Ack, JobTimes, Journal, LatencyQuantiles, Percentiles, RanJob, StreamReport,
+    Window,
 };
 
 /// Submissions in flight at most; more are dropped (and counted).

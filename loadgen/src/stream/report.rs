@@ -3,12 +3,13 @@
 //! that turn histograms and per-job timings into them.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::time::Duration;
 
 /// What the stream did, latencies in milliseconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct StreamReport {
     pub scheduled: u64,
     pub submitted: u64,
@@ -134,7 +135,8 @@ impl StreamReport {
 /// latencies: the latency in ms at each quantile of `q` (empty when no job
 /// got that far). About a hundred points keep summary.json small and still
 /// draw a smooth CDF, with the tail (p99.5, p99.9) kept.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct LatencyQuantiles {
     pub q: Vec<f64>,
     pub placement_ms: Vec<f64>,
@@ -150,7 +152,8 @@ pub fn sketch_quantiles() -> Vec<f64> {
 }
 
 /// One window of the stream.
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Window {
     pub from_s: f64,
     pub to_s: f64,
@@ -160,7 +163,8 @@ pub struct Window {
     pub time_to_running_p99_ms: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
 pub struct Percentiles {
     pub count: u64,
     pub p50: f64,

@@ -22,9 +22,10 @@
 //! comparisons of a build with itself.
 
 use serde::Serialize;
-use serde_json::Value;
 
 use super::measures::{self, by_name, Measure, MEASURES};
+use super::{Builds, RunSummary, VariantSummary};
+use crate::stats::Method;
 use crate::stats::{log_spread, median, paired_ratio_interval, ratio_interval, CONFIDENCE};
 
 /// Below this confidence (too few samples on a side: three against three
@@ -120,6 +121,10 @@ pub struct MeasureComparison {
 #[derive(Debug, Clone, Serialize)]
 pub struct VariantComparison {
     pub name: String,
+    /// The builds each side's variant ran (they differ between two
+    /// variants of one run that ran builds of their own).
+    pub build_a: Builds,
+    pub build_b: Builds,
     pub measures: Vec<MeasureComparison>,
 }
 
@@ -128,6 +133,9 @@ pub struct VariantComparison {
 pub struct Comparison {
     pub a: String,
     pub b: String,
+    /// What each side ran: its summary's `build`.
+    pub build_a: Builds,
+    pub build_b: Builds,
     pub scenario: String,
     pub variants: Vec<VariantComparison>,
     /// Gated measures judged `worse`, as "variant: measure".
@@ -137,29 +145,20 @@ pub struct Comparison {
 /// Compares two summaries. `gates` names the gated measures (empty: each
 /// measure's default).
 pub fn compare(
-    a: &Value,
-    b: &Value,
+    a: &RunSummary,
+    b: &RunSummary,
     gates: &[String],
     names: (&str, &str),
 ) -> Result<Comparison, Mismatch> {
     for g in gates {
         by_name(g).ok_or_else(|| Mismatch::UnknownGate(g.clone()))?;
     }
-    let scenario = |v: &Value| {
-        v.pointer("/scenario/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string()
-    };
-    let (sa, sb) = (scenario(a), scenario(b));
+    let (sa, sb) = (a.scenario.name.clone(), b.scenario.name.clone());
     if sa != sb {
         return Err(Mismatch::Scenarios { a: sa, b: sb });
     }
-    let variant_names = |v: &Value| -> Vec<String> {
-        let list = v["variants"].as_array().into_iter().flatten();
-        list.map(|x| x["name"].as_str().unwrap_or("").to_string())
-            .collect()
-    };
+    let variant_names =
+        |s: &RunSummary| -> Vec<String> { s.variants.iter().map(|v| v.name.clone()).collect() };
     let (va, vb) = (variant_names(a), variant_names(b));
     if va != vb {
         return Err(Mismatch::Variants {
@@ -178,12 +177,14 @@ pub fn compare(
     let mut out = Comparison {
         a: names.0.into(),
         b: names.1.into(),
+        build_a: a.build.clone(),
+        build_b: b.build.clone(),
         scenario: sa,
         variants: Vec::new(),
         worse: Vec::new(),
     };
-    for (i, name) in va.iter().enumerate() {
-        let measures = judging.variant(&a["variants"][i], &b["variants"][i], &gated);
+    for (name, (x, y)) in va.iter().zip(a.variants.iter().zip(&b.variants)) {
+        let measures = judging.variant(x, y, &gated);
         for m in measures
             .iter()
             .filter(|m| m.gated && m.verdict == Verdict::Worse)
@@ -192,6 +193,8 @@ pub fn compare(
         }
         out.variants.push(VariantComparison {
             name: name.clone(),
+            build_a: x.build.clone(),
+            build_b: y.build.clone(),
             measures,
         });
     }
@@ -227,18 +230,12 @@ impl Judging {
 
     /// For summaries `a` and `b`: paired when they are one run (the same
     /// seed and rounds), at the level that run's looks were drawn at.
-    pub fn of(a: &Value, b: &Value) -> Judging {
-        fn rounds(v: &Value) -> Option<&Vec<Value>> {
-            v["rounds"].as_array().filter(|r| !r.is_empty())
-        }
-        let one_run = rounds(a).is_some() && rounds(a) == rounds(b) && a["seed"] == b["seed"];
+    pub fn of(a: &RunSummary, b: &RunSummary) -> Judging {
+        let one_run = !a.rounds.is_empty() && a.rounds == b.rounds && a.seed == b.seed;
         match one_run {
             true => Judging {
                 paired: true,
-                level: a
-                    .pointer("/sequential/level")
-                    .and_then(Value::as_f64)
-                    .unwrap_or(CONFIDENCE),
+                level: a.sequential.as_ref().map_or(CONFIDENCE, |s| s.level),
             },
             false => Judging::UNPAIRED,
         }
@@ -247,8 +244,8 @@ impl Judging {
     /// Every measure of variant `a` against variant `b`; `gated` says which gate.
     pub fn variant(
         self,
-        a: &Value,
-        b: &Value,
+        a: &VariantSummary,
+        b: &VariantSummary,
         gated: &dyn Fn(&Measure) -> bool,
     ) -> Vec<MeasureComparison> {
         MEASURES
@@ -261,8 +258,8 @@ impl Judging {
     fn measure(
         self,
         m: &'static Measure,
-        a: &Value,
-        b: &Value,
+        a: &VariantSummary,
+        b: &VariantSummary,
         gated: bool,
     ) -> Option<MeasureComparison> {
         let (xa, ka) = samples(m, a);
@@ -309,8 +306,8 @@ impl Judging {
 
 /// Every measure of variant `a` against variant `b` of two separate runs.
 pub fn compare_variant(
-    a: &Value,
-    b: &Value,
+    a: &VariantSummary,
+    b: &VariantSummary,
     gated: &dyn Fn(&Measure) -> bool,
 ) -> Vec<MeasureComparison> {
     Judging::UNPAIRED.variant(a, b, gated)
@@ -358,10 +355,10 @@ pub fn own_floors(
 }
 
 /// The (A, B) figures of `m` in each round both variants ran, by round.
-fn paired_rounds(m: &Measure, a: &Value, b: &Value) -> Vec<(f64, f64)> {
-    let by_round = |v: &Value| -> std::collections::BTreeMap<u64, f64> {
-        (v["repetitions"].as_array().into_iter().flatten())
-            .filter_map(|r| Some((r["round"].as_u64()?, r[m.name].as_f64()?)))
+fn paired_rounds(m: &Measure, a: &VariantSummary, b: &VariantSummary) -> Vec<(f64, f64)> {
+    let by_round = |v: &VariantSummary| -> std::collections::BTreeMap<u32, f64> {
+        (v.repetitions.iter())
+            .filter_map(|r| Some((r.round, *r.measures.get(m.name)?)))
             .collect()
     };
     let (ra, rb) = (by_round(a), by_round(b));
@@ -371,26 +368,22 @@ fn paired_rounds(m: &Measure, a: &Value, b: &Value) -> Vec<(f64, f64)> {
 }
 
 /// A variant's samples of `m`: its repetitions, else its windows, else its one figure.
-fn samples(m: &Measure, v: &Value) -> (Vec<f64>, Samples) {
-    if let Some(reps) = v["repetitions"].as_array().filter(|r| r.len() >= 2) {
-        let xs: Vec<f64> = reps.iter().filter_map(|r| r[m.name].as_f64()).collect();
+fn samples(m: &Measure, v: &VariantSummary) -> (Vec<f64>, Samples) {
+    if v.repetitions.len() >= 2 {
+        let xs: Vec<f64> = (v.repetitions.iter())
+            .filter_map(|r| r.measures.get(m.name).copied())
+            .collect();
         if xs.len() >= 2 {
             return (xs, Samples::Repetitions);
         }
     }
-    let interval = &v["intervals"][m.name];
-    if interval["method"] == "batch-means" {
-        let xs: Vec<f64> = interval["samples"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_f64)
-            .collect();
-        if xs.len() >= 2 {
-            return (xs, Samples::Windows);
+    let windows = v.intervals.get(m.name);
+    if let Some(interval) = windows.filter(|i| i.method == Method::BatchMeans) {
+        if interval.samples.len() >= 2 {
+            return (interval.samples.clone(), Samples::Windows);
         }
     }
-    ((m.read)(v).into_iter().collect(), Samples::Single)
+    (m.of(v).into_iter().collect(), Samples::Single)
 }
 
 /// The verdict on an interval of B/A against `floor`, and why none when

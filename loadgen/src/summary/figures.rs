@@ -45,6 +45,7 @@ pub fn summarize(
     let (state_objects, state_objects_peak) = state_objects(&servers);
     VariantSummary {
         name: v.name.clone(),
+        build: Default::default(),
         binaries: None,
         noise_floors: BTreeMap::new(),
         tls: false,

@@ -8,7 +8,7 @@
 //! and parked, with no work (a system job's evaluation alone holds every
 //! node's placement in memory).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::faults::FaultReport;
 use crate::sampler::{Point, Series, NODESIM_HEARTBEATS as HEARTBEATS, NODESIM_TTL as TTL};
@@ -21,7 +21,8 @@ const DOWN: &str = "stampede_nodes{status=\"down\"}";
 const TERM: &str = "stampede_raft_term";
 
 /// `summary.fleet`: the fleet's registration, footprint and heartbeats.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Fleet {
     /// The scenario's nodes.
     pub nodes: u64,

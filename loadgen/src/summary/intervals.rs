@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::measures::figures;
 use super::{summarize, VariantSummary};
@@ -22,7 +22,8 @@ use crate::validity::Validity;
 pub const WINDOW_S: f64 = 10.0;
 
 /// One repetition's measures, by name (`summary::measures`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Repetition {
     /// The round it ran in (1 for the first): `compare` pairs two variants
     /// of one run round by round.
@@ -53,9 +54,7 @@ pub fn window_figures(
             WINDOW_S,
             Vec::new(),
         );
-        out.push(figures(
-            &serde_json::to_value(&window).expect("a summary serializes"),
-        ));
+        out.push(figures(&window));
         from = to;
     }
     out
@@ -94,10 +93,7 @@ pub fn intervals(samples: &[BTreeMap<String, f64>], method: Method) -> BTreeMap<
 /// A variant's repetitions (each with its validity and, for a single one,
 /// its window figures) as one summary. `None` for none.
 pub fn combine(mut reps: Vec<VariantSummary>) -> Option<VariantSummary> {
-    let figures: Vec<BTreeMap<String, f64>> = reps
-        .iter()
-        .map(|r| figures(&serde_json::to_value(r).expect("a summary serializes")))
-        .collect();
+    let figures: Vec<BTreeMap<String, f64>> = reps.iter().map(figures).collect();
     let repetitions: Vec<Repetition> = figures
         .iter()
         .zip(&reps)

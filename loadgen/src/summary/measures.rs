@@ -1,11 +1,13 @@
 //! The measures a comparison (`loadgen compare`, `--baseline`) and a run's
-//! intervals are made of: what each is, where
-//! a variant's summary holds it, which way is better, whether it gates, and
-//! the noise floor under which a change is not called.
+//! intervals are made of: what each is, how it is read from a variant's
+//! summary (a typed accessor, so that a field renamed behind a measure
+//! fails to compile or fails `every_measure_is_in_a_real_summary`, instead
+//! of reading as no data), which way is better, whether it gates, and the
+//! noise floor under which a change is not called.
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
+use super::VariantSummary;
 
 /// One measure of a variant.
 #[derive(Debug)]
@@ -23,9 +25,16 @@ pub struct Measure {
     /// "Comparing runs"): what the medians moved by, with room for the
     /// drift of an hour.
     pub noise_floor: f64,
-    /// Reads it from a variant of `summary.json` (or from a repetition's
-    /// figures, which hold it by name).
-    pub read: fn(&Value) -> Option<f64>,
+    /// Reads it from a variant's summary; `None` when the variant has none
+    /// (nothing placed, no server sampled).
+    pub read: fn(&VariantSummary) -> Option<f64>,
+}
+
+impl Measure {
+    /// The measure's figure in `v`, when it has one that is a number.
+    pub fn of(&self, v: &VariantSummary) -> Option<f64> {
+        (self.read)(v).filter(|x| x.is_finite())
+    }
 }
 
 /// Every measure, in the order the table shows them.
@@ -36,7 +45,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: true,
         gated: true,
         noise_floor: 0.03,
-        read: |v| v.pointer("/stream/placements_per_second")?.as_f64(),
+        read: |v| Some(v.stream.placements_per_second),
     },
     Measure {
         name: "p99_placement_ms",
@@ -44,7 +53,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: true,
         noise_floor: 0.15,
-        read: |v| v.pointer("/stream/placement_ms/p99")?.as_f64(),
+        read: |v| Some(v.stream.placement_ms.p99),
     },
     Measure {
         name: "p99_time_to_running_ms",
@@ -52,7 +61,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: true,
         noise_floor: 0.05,
-        read: |v| v.pointer("/stream/time_to_running_ms/p99")?.as_f64(),
+        read: |v| Some(v.stream.time_to_running_ms.p99),
     },
     Measure {
         name: "cpu_seconds_per_1000_placements",
@@ -60,7 +69,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: true,
         noise_floor: 0.05,
-        read: |v| v.get("cpu_seconds_per_1000_placements")?.as_f64(),
+        read: |v| v.cpu_seconds_per_1000_placements,
     },
     Measure {
         name: "server_rss_mib",
@@ -69,10 +78,9 @@ pub const MEASURES: &[Measure] = &[
         gated: true,
         noise_floor: 0.05,
         read: |v| {
-            let rss = v.get("rss_mib")?.as_object()?;
-            rss.iter()
+            (v.rss_mib.iter())
                 .filter(|(k, _)| k.starts_with("server"))
-                .filter_map(|(_, mib)| mib.as_f64())
+                .map(|(_, mib)| *mib)
                 .reduce(f64::max)
         },
     },
@@ -82,7 +90,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: true,
         noise_floor: 0.02,
-        read: |v| per_placement(v, "raft_bytes_by_type"),
+        read: |v| per_placement(v, &v.raft_bytes_by_type),
     },
     Measure {
         name: "raft_entries_per_placement",
@@ -90,7 +98,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: false,
         noise_floor: 0.02,
-        read: |v| per_placement(v, "raft_entries_by_type"),
+        read: |v| per_placement(v, &v.raft_entries_by_type),
     },
     Measure {
         name: "blocking_queries_per_placement",
@@ -98,7 +106,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: false,
         noise_floor: 0.02,
-        read: |v| per_placement(v, "blocking_queries_by_source"),
+        read: |v| per_placement(v, &v.blocking_queries_by_source),
     },
     Measure {
         name: "p50_time_to_running_ms",
@@ -108,7 +116,7 @@ pub const MEASURES: &[Measure] = &[
         // (a runner 10% slower moved it ×1.07 and the p99 less).
         gated: true,
         noise_floor: 0.05,
-        read: |v| v.pointer("/stream/time_to_running_ms/p50")?.as_f64(),
+        read: |v| Some(v.stream.time_to_running_ms.p50),
     },
     Measure {
         name: "server_cpu_cores",
@@ -116,11 +124,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: false,
         noise_floor: 0.05,
-        read: |v| {
-            let cores = v.get("cpu_cores")?.as_object()?;
-            let servers = cores.iter().filter(|(k, _)| k.starts_with("server"));
-            Some(servers.filter_map(|(_, c)| c.as_f64()).sum())
-        },
+        read: |v| Some(v.server_cpu_cores()),
     },
 ];
 
@@ -147,46 +151,46 @@ pub fn names() -> String {
         .join(", ")
 }
 
-/// A total (the sum of an object's numbers) per allocation placed; `None`
-/// when nothing was placed.
-fn per_placement(v: &Value, field: &str) -> Option<f64> {
-    let total: f64 = v
-        .get(field)?
-        .as_object()?
-        .values()
-        .filter_map(Value::as_f64)
-        .sum();
-    let placed = v.pointer("/stream/allocations_placed")?.as_f64()?;
-    (placed > 0.0).then(|| total / placed)
+/// A total (the sum of a map's counts) per allocation placed; `None` when
+/// nothing was placed.
+fn per_placement(v: &VariantSummary, counts: &BTreeMap<String, u64>) -> Option<f64> {
+    let total: u64 = counts.values().sum();
+    let placed = v.stream.allocations_placed;
+    (placed > 0).then(|| total as f64 / placed as f64)
 }
 
-/// Every measure of one variant of `summary.json`, by name: what a
-/// repetition keeps of itself.
-pub fn figures(variant: &Value) -> BTreeMap<String, f64> {
+/// Every measure of one variant, by name: what a repetition keeps of itself.
+pub fn figures(variant: &VariantSummary) -> BTreeMap<String, f64> {
     MEASURES
         .iter()
-        .filter_map(|m| Some((m.name.to_string(), (m.read)(variant)?)))
+        .filter_map(|m| Some((m.name.to_string(), m.of(variant)?)))
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn each_measure_reads_its_figure_from_a_variant() {
-        let v = json!({
-            "stream": {"placements_per_second": 500.0, "allocations_placed": 1000,
-                       "placement_ms": {"p99": 80.0},
-                       "time_to_running_ms": {"p50": 300.0, "p99": 900.0}},
-            "cpu_seconds_per_1000_placements": 0.2,
-            "rss_mib": {"server1": 100.0, "server2": 140.0, "nodesim": 900.0},
-            "cpu_cores": {"server1": 0.25, "server2": 0.5, "loadgen": 0.1},
-            "raft_bytes_by_type": {"plan": 300000, "client_update": 200000},
-            "raft_entries_by_type": {"plan": 50, "client_update": 150},
-            "blocking_queries_by_source": {"client_allocs": 2000},
-        });
+        let mut v = VariantSummary::default();
+        v.stream.placements_per_second = 500.0;
+        v.stream.allocations_placed = 1000;
+        v.stream.placement_ms.p99 = 80.0;
+        v.stream.time_to_running_ms.p50 = 300.0;
+        v.stream.time_to_running_ms.p99 = 900.0;
+        v.cpu_seconds_per_1000_placements = Some(0.2);
+        let named = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
+            pairs.iter().map(|(k, x)| (k.to_string(), *x)).collect()
+        };
+        let counts = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
+            pairs.iter().map(|(k, x)| (k.to_string(), *x)).collect()
+        };
+        v.rss_mib = named(&[("server1", 100.0), ("server2", 140.0), ("nodesim", 900.0)]);
+        v.cpu_cores = named(&[("server1", 0.25), ("server2", 0.5), ("loadgen", 0.1)]);
+        v.raft_bytes_by_type = counts(&[("plan", 300000), ("client_update", 200000)]);
+        v.raft_entries_by_type = counts(&[("plan", 50), ("client_update", 150)]);
+        v.blocking_queries_by_source = counts(&[("client_allocs", 2000)]);
         let f = figures(&v);
         assert_eq!(f["placements_per_s"], 500.0);
         assert_eq!(f["p99_placement_ms"], 80.0);
@@ -198,11 +202,20 @@ mod tests {
         assert_eq!(f["raft_bytes_per_placement"], 500.0);
         assert_eq!(f["raft_entries_per_placement"], 0.2);
         assert_eq!(f["blocking_queries_per_placement"], 2.0);
+        assert_eq!(f.len(), MEASURES.len(), "every measure read: {f:?}");
     }
 
     #[test]
     fn nothing_placed_has_no_cost_per_placement() {
-        let v = json!({"stream": {"allocations_placed": 0}, "raft_bytes_by_type": {"plan": 5}});
+        let mut v = VariantSummary::default();
+        v.raft_bytes_by_type.insert("plan".into(), 5);
         assert!(!figures(&v).contains_key("raft_bytes_per_placement"));
+    }
+
+    #[test]
+    fn a_figure_that_is_not_a_number_is_none() {
+        let mut v = VariantSummary::default();
+        v.stream.placements_per_second = f64::NAN;
+        assert!(!figures(&v).contains_key("placements_per_s"));
     }
 }

@@ -4,7 +4,7 @@
 //! more than garbage collection removes) grows its memory with its data: a
 //! slope there is no leak, and the check says so instead of judging it.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sampler::{label, Series};
 
@@ -19,7 +19,8 @@ pub const FLAT_ROWS: f64 = 0.05;
 pub const FLAT_MIB_PER_MIN: f64 = 0.5;
 
 /// The servers' memory, per row and over time.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Memory {
     /// The fullest server's resident memory at the end per row of its
     /// state (every table), per node and per allocation, bytes.
@@ -32,13 +33,14 @@ pub struct Memory {
 }
 
 /// The leak check's verdict and why.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct LeakCheck {
     pub verdict: Leak,
     pub why: String,
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Leak {
     /// Rows flat and memory flat.

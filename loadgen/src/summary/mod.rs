@@ -4,15 +4,24 @@
 //!
 //! It lives apart from `capacity`, which runs the processes, and from
 //! `report`, which renders it, so that both depend on it and not on each
-//! other. [`figures`] turns a variant's samples into its figures (the
-//! results model), [`slo`] checks them against the scenario, and
-//! [`baseline`] against an earlier run. Everything here is pure (no I/O, no
-//! processes, no async): it can be tested on values alone.
+//! other. [`build()`] is the one place a variant's summary is made, from the
+//! [`VariantInputs`] `capacity` gathered: [`figures`] turns its samples
+//! into its figures (the results model), and `build.rs` names the builds
+//! that ran. [`slo`] checks a summary against the scenario,
+//! [`baseline`] reads one back and judges it against an earlier run, and
+//! [`measures`] are what a comparison reads of it, typed. Everything here
+//! is pure (no I/O, no processes, no async): it can be tested on values
+//! alone.
 //!
 //! The field names are a contract: `loadgen/summary.schema.json` describes
-//! them, and dashboards and baselines read them.
+//! them, dashboards and baselines read them, and `loadgen compare` reads
+//! older runs' summaries back into these types (a field they lack takes its
+//! default). `builder`'s tests fill a whole summary from a realistic run
+//! and fail when a field behind a compared measure is renamed.
 
 mod baseline;
+mod build;
+mod builder;
 pub mod comparison;
 pub mod delivery;
 mod figures;
@@ -24,9 +33,11 @@ mod slo;
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-pub use baseline::{parse_baseline, regressions};
+pub use baseline::{parse_summary, regressions};
+pub use build::{BuildInfo, Builds};
+pub use builder::{build, Faulted, VariantInputs};
 pub use comparison::Judging;
 pub use figures::summarize;
 pub use intervals::{combine, window_figures, Repetition};
@@ -46,66 +57,80 @@ use crate::validity::Validity;
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
 
-#[derive(Debug, Clone, Serialize)]
+///
+/// Read back (`loadgen compare`, `--baseline`), a field an earlier loadgen
+/// did not write takes its default, so that a new build compares with an
+/// old run; only `schema_version`, `scenario` and `variants` are required.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunSummary {
     pub schema_version: u32,
+    /// The builds that ran: the first variant's (each variant has its own,
+    /// which differ when variants run other builds).
+    #[serde(default)]
+    pub build: Builds,
     pub scenario: Scenario,
     /// The first variant's totals (the only one when there are no variants).
+    #[serde(default)]
     pub raft_entries_by_type: BTreeMap<String, u64>,
+    #[serde(default)]
     pub blocking_queries_by_source: BTreeMap<String, u64>,
     pub variants: Vec<VariantSummary>,
     /// SLO thresholds breached, by variant.
+    #[serde(default)]
     pub slo_breaches: Vec<String>,
     /// Measures more than 10% worse than `--baseline`'s, by variant.
+    #[serde(default)]
     pub regressions: Vec<String>,
     /// Audits that found acknowledged jobs missing or jobs never submitted
     /// (or could not check), by variant; the run fails on any.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub audit_failures: Vec<String>,
     /// The invariant audit over every variant: each invariant ok only if it
     /// held in every variant (absent when no variant was audited).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invariants: Vec<Invariant>,
+    #[serde(default)]
     pub complete: bool,
     /// The Prometheus that scraped the run, when one was installed.
+    #[serde(default)]
     pub prometheus: Option<PrometheusInfo>,
     /// With `--find-max-rate`: the probes and the highest rate that met the SLOs.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<SearchReport>,
     /// The seed that drew each round's order of the variants (`--seed`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
     /// Each round: every variant once, in the order it ran.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rounds: Vec<Round>,
     /// With `--until-conclusive`: how the run decided to stop.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequential: Option<Sequential>,
 }
 
 /// A variant's own build of the project.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Binaries {
     /// The directory its `cluster` and `nodesim` ran from.
     pub dir: String,
     /// The revision it was built from, as given and as resolved.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_rev: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
 }
 
 /// One round of a run: every variant once, in an order drawn from the
 /// run's seed, so that a drift or a periodic neighbour cannot line up with
 /// one variant.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Round {
     pub round: u32,
     pub order: Vec<String>,
 }
 
 /// How a run with `--until-conclusive` added rounds and why it stopped.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Sequential {
     /// The first round after which the variants were compared.
     pub first_look: u32,
@@ -124,10 +149,16 @@ pub struct Sequential {
     pub undecided: Vec<String>,
 }
 
-/// One variant's results.
-#[derive(Debug, Clone, Default, Serialize)]
+/// One variant's results. Built by [`build`] from what a run gathered;
+/// read back with a default for every field an earlier loadgen did not
+/// write.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct VariantSummary {
     pub name: String,
+    /// The builds of `cluster`, `nodesim` and loadgen this variant ran, as
+    /// each process said it.
+    pub build: Builds,
     /// Whether the run measured the cluster and not the harness: invalid,
     /// with each reason and its figure, when loadgen fell behind its
     /// schedule or a generator or the machine saturated (`validity`).
@@ -263,7 +294,7 @@ pub fn cpu_seconds_per_1000_placements(cpu_seconds: f64, placements: u64) -> Opt
 }
 
 /// What `summary.json` says about the run's Prometheus.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PrometheusInfo {
     /// Where it listened during the run.
     pub url: String,
@@ -279,13 +310,14 @@ impl RunSummary {
         scenario: &Scenario,
         variants: &[VariantSummary],
         planned: usize,
-        baseline: Option<&serde_json::Value>,
+        baseline: Option<&RunSummary>,
         prometheus: Option<PrometheusInfo>,
         search: Option<SearchReport>,
     ) -> Self {
         let first = variants.first();
         RunSummary {
             schema_version: SCHEMA_VERSION,
+            build: first.map(|v| v.build.clone()).unwrap_or_default(),
             scenario: scenario.clone(),
             raft_entries_by_type: first
                 .map(|v| v.raft_entries_by_type.clone())
@@ -295,7 +327,7 @@ impl RunSummary {
                 .unwrap_or_default(),
             variants: variants.to_vec(),
             regressions: baseline
-                .map(|b| regressions(b, &serde_json::to_value(variants).unwrap_or_default()))
+                .map(|b| regressions(b, variants))
                 .unwrap_or_default(),
             slo_breaches: slo_breaches(&scenario.slo, variants),
             audit_failures: audit_failures(variants),

@@ -1,0 +1,183 @@
+//! One variant's summary from what its run gathered: [`build`] is the one
+//! place a [`VariantSummary`] is filled (`capacity::drive` only gathers
+//! the [`VariantInputs`]), so every field of `summary.json` is set here
+//! and nowhere else, and a test can fill a whole summary from values.
+//! Pure: no I/O, no processes, no clock.
+
+use std::time::Duration;
+
+use super::fleet::{self, FleetInput};
+use super::{summarize, window_figures, Binaries, BuildInfo, Builds, VariantSummary};
+use crate::critical_path::{self, JobPath};
+use crate::faults::{self, Audit, Injected};
+use crate::invariants::Invariant;
+use crate::sampler::Series;
+use crate::scenario::{Scenario, Variant};
+use crate::stream::{Journal, StreamReport};
+use crate::validity::{self, Budget, Schedule};
+
+/// Everything a variant's run gathered, as [`build`] sums it up.
+pub struct VariantInputs<'a> {
+    pub scenario: &'a Scenario,
+    pub variant: &'a Variant,
+    /// What the job stream measured, and its journal of every job.
+    pub stream: StreamReport,
+    pub journal: Journal,
+    /// Every process's samples over the run.
+    pub series: Vec<Series>,
+    /// How long the stream ran, seconds, and its wall-clock start and end
+    /// in Unix seconds.
+    pub seconds: f64,
+    pub started_unix: f64,
+    pub ended_unix: f64,
+    /// What went wrong (empty when the run completed).
+    pub problems: Vec<String>,
+    /// Whether the cluster ran with mutual TLS and ACL tokens.
+    pub tls: bool,
+    /// Where the variant's `cluster` and `nodesim` came from, when not
+    /// from beside loadgen.
+    pub binaries: Option<Binaries>,
+    /// Whether loadgen started the cluster on this machine (then nodesim's
+    /// and the machine's CPU count in the run's validity, and a process
+    /// that stopped answering is a problem), and the cores this machine
+    /// lets it use.
+    pub local: bool,
+    pub cores: f64,
+    /// The traced jobs' critical paths, and how many jobs ran without one.
+    pub paths: Vec<JobPath>,
+    pub untraced: u64,
+    /// The scenario's faults as injected; `None` when none were.
+    pub faulted: Option<Faulted>,
+    /// The acknowledged-jobs audit and the invariant audit, when run.
+    pub audit: Option<Audit>,
+    pub invariants: Vec<Invariant>,
+    /// Seconds from nodesim's start until every node was ready, and the
+    /// cluster's raft term when it first had a leader.
+    pub ready_s: Option<f64>,
+    pub term_at_start: Option<u64>,
+    /// loadgen's own build (the servers' and nodesim's are in `series`).
+    pub loadgen: BuildInfo,
+}
+
+/// The faults injected into a local cluster during the stream.
+pub struct Faulted {
+    pub injected: Vec<Injected>,
+    /// The window the throughput before and after each fault is taken over.
+    pub throughput_window: Duration,
+}
+
+/// The variant's summary: the stream and samples summed up
+/// ([`summarize`]), then the figures that need the whole run: windows,
+/// validity, faults, the critical path and its slowest jobs, the audits,
+/// elections and the fleet, and the builds that ran.
+pub fn build(i: VariantInputs) -> VariantSummary {
+    let stream_s = i.scenario.duration.as_secs_f64();
+    let first_submit_s = i.stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
+    let mut problems = i.problems;
+    if i.local {
+        problems.extend(lost(&i.series));
+    }
+    let mut s = summarize(i.variant, i.stream, i.series, i.seconds, problems);
+    s.tls = i.tls;
+    s.binaries = i.binaries;
+    s.build = Builds::of(&s.series, i.loadgen);
+    s.window_figures = window_figures(i.variant, &s, stream_s);
+    s.validity = validity_of(&s, i.scenario, i.variant, i.local, i.cores);
+    if let Some(f) = &i.faulted {
+        s.faults = faults::measure(
+            &f.injected,
+            &i.journal,
+            &s.stream.jobs,
+            stream_s,
+            f.throughput_window,
+        );
+        s.acks_per_second = faults::acks_per_second(&i.journal, i.seconds);
+    }
+    let windows = faults::windows(&s.faults, s.stream.jobs.start_us);
+    let jobs_per_s = s.stream.submitted as f64 / stream_s;
+    s.critical_path = critical_path::figures_with_faults(
+        &i.paths,
+        i.untraced,
+        &s.cpu_cores,
+        jobs_per_s,
+        &windows,
+        &i.scenario.job_mix,
+    );
+    let k = i.scenario.trace_slowest as usize;
+    s.slowest_paths = critical_path::slowest_marked(&i.paths, k, &i.variant.name, &windows);
+    s.started_unix = i.started_unix;
+    s.ended_unix = i.ended_unix;
+    s.audit = i.audit;
+    s.invariants = i.invariants;
+    let times = (i.ready_s, i.term_at_start, first_submit_s);
+    add_fleet(&mut s, i.scenario.nodes, times);
+    s
+}
+
+/// The processes that stopped answering the sampler, and when.
+fn lost(series: &[Series]) -> Vec<String> {
+    (series.iter())
+        .filter_map(|s| {
+            let t = s.lost_at?;
+            Some(format!(
+                "{} stopped answering {t:.0}s into the run",
+                s.target.name
+            ))
+        })
+        .collect()
+}
+
+/// Whether the run measured the cluster and not the harness.
+fn validity_of(
+    s: &VariantSummary,
+    scenario: &Scenario,
+    v: &Variant,
+    local: bool,
+    cores: f64,
+) -> validity::Validity {
+    let nodesim_args: Vec<String> = (scenario.nodesim_args.iter())
+        .chain(&v.nodesim_args)
+        .cloned()
+        .collect();
+    let budget = Budget::of(cores, &s.series, &nodesim_args, local);
+    let schedule = Schedule {
+        scheduled: s.stream.scheduled,
+        late: s.stream.late,
+        dropped: s.stream.dropped,
+    };
+    validity::judge(schedule, &s.series, &budget)
+}
+
+/// The run's elections and its fleet's figures, from the samples.
+/// `times`: when the fleet was ready, the term at the start, and when the
+/// first job was submitted.
+fn add_fleet(
+    summary: &mut VariantSummary,
+    nodes: u64,
+    (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
+) {
+    let is_server = |s: &&Series| !s.names_of("stampede_raft_term").is_empty();
+    let servers: Vec<&Series> = summary.series.iter().filter(is_server).collect();
+    let nodesims: Vec<&Series> = summary
+        .series
+        .iter()
+        .filter(|s| !s.names_of("stampede_nodesim_nodes").is_empty())
+        .collect();
+    let elections = fleet::elections(&servers, term_at_start);
+    let ran = summary.stream.time_to_running_ms.count > 0;
+    let f = fleet::fleet(&FleetInput {
+        nodes,
+        ready_s,
+        first_submit_s,
+        servers: &servers,
+        nodesims: &nodesims,
+        faults: &summary.faults,
+        elections,
+        slowest_running_ms: ran.then_some(summary.stream.time_to_running_ms.max),
+    });
+    summary.elections = elections;
+    summary.fleet = f;
+}
+
+#[cfg(test)]
+mod tests;
