@@ -50,6 +50,10 @@
 //! does). Local clusters of real processes are started by the
 //! `stampede-launch` crate, which does not link this one.
 
+/// This binary's build (its commit, and whether the checkout had changes),
+/// stamped by the package's build script.
+pub const BUILD: stampede_proto::build::Build = stampede_proto::this_build!();
+
 pub mod api;
 pub mod cli;
 pub mod control;

@@ -8,7 +8,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// The stampede server under test, and tools to run it.
 #[derive(Parser)]
-#[command(version = stampede_proto::build::LONG_VERSION, about)]
+#[command(version = stampede_proto::long_version!(), about)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -50,6 +50,10 @@
 //! The commands and the renderer are public modules; everything else is
 //! private, its types re-exported here where a caller needs them.
 
+/// This binary's build (its commit, and whether the checkout had changes),
+/// stamped by the package's build script.
+pub const BUILD: stampede_proto::build::Build = stampede_proto::this_build!();
+
 pub mod capacity;
 pub mod compare;
 mod critical_path;

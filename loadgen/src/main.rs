@@ -4,7 +4,7 @@ use clap::{Parser, Subcommand};
 
 /// Drives load at a stampede cluster and measures what it costs.
 #[derive(Parser)]
-#[command(version = stampede_proto::build::LONG_VERSION, about)]
+#[command(version = stampede_proto::long_version!(), about)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::Duration;
 
 use common::{browser, capacity, json, schema_errors, succeeded};
@@ -77,15 +78,24 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
 
     assert_eq!(summary["complete"], true);
     let variants = summary["variants"].as_array().unwrap();
-    // The builds that ran, as each process served them: here all three of
-    // this build.
-    let own = stampede_proto::build::BUILD;
+    // The builds that ran, as each process served them: each the build its
+    // binary says it is (`--version`), stamped when that binary was built.
+    let loadgen_dir = std::path::Path::new(common::LOADGEN).parent().unwrap();
     for binary in ["cluster", "nodesim", "loadgen"] {
         let b = &summary["build"][binary];
-        assert_eq!(
-            (b["commit"].as_str(), b["dirty"].as_bool()),
-            (Some(own.commit), Some(own.dirty)),
-            "{binary}: {b}"
+        let version = Command::new(loadgen_dir.join(binary))
+            .arg("--version")
+            .output()
+            .unwrap();
+        let version = String::from_utf8_lossy(&version.stdout);
+        let said = format!(
+            "(commit {}, dirty: {})",
+            b["commit"].as_str().unwrap_or("?"),
+            b["dirty"].as_bool().map_or("?".into(), |d| d.to_string())
+        );
+        assert!(
+            version.contains(&said),
+            "{binary}: {b} but --version: {version}"
         );
         assert_eq!(variants[1]["build"][binary], *b, "{binary}");
     }

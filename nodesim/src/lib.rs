@@ -12,6 +12,10 @@
 // tonic calls return `Result<_, tonic::Status>`, a large error type.
 #![allow(clippy::result_large_err)]
 
+/// This binary's build (its commit, and whether the checkout had changes),
+/// stamped by the package's build script.
+pub const BUILD: stampede_proto::build::Build = stampede_proto::this_build!();
+
 pub mod alloc_sync;
 mod calls;
 mod identity;
@@ -60,7 +64,7 @@ pub enum JobTimes {
 
 /// Simulates a fleet of client nodes against a stampede cluster.
 #[derive(Debug, Clone, Parser)]
-#[command(name = "nodesim", version = stampede_proto::build::LONG_VERSION, about)]
+#[command(name = "nodesim", version = stampede_proto::long_version!(), about)]
 pub struct Opts {
     /// Nodes in the whole fleet; with --shard, this process runs its share.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]

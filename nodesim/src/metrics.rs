@@ -158,7 +158,7 @@ impl Metrics {
         ] {
             registry.register(c).unwrap();
         }
-        stampede_proto::build::register(&registry);
+        stampede_proto::build::register(&registry, crate::BUILD);
         #[cfg(target_os = "linux")]
         registry
             .register(stampede_proto::process_collector(""))

@@ -148,7 +148,7 @@ impl Metrics {
             ),
             registry: r,
         };
-        stampede_proto::build::register(&m.registry);
+        stampede_proto::build::register(&m.registry, crate::BUILD);
         #[cfg(target_os = "linux")]
         m.registry
             .register(stampede_proto::process_collector("stampede"))

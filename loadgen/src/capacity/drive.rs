@@ -143,7 +143,7 @@ pub(super) async fn drive(
         invariants,
         ready_s: before.ready_s,
         term_at_start: before.term_at_start,
-        loadgen: stampede_proto::build::BUILD.into(),
+        loadgen: crate::BUILD.into(),
     });
     write_traces(dir, &summary.slowest_paths)?;
     Ok(summary)
