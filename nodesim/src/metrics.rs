@@ -164,7 +164,7 @@ impl Metrics {
             .unwrap();
         let stages = stampede_proto::metric_defs::job_stage_seconds(
             &registry,
-            &[JobStage::RunnerStart, JobStage::ReportRunning],
+            &JobStage::timed_in(stampede_proto::Binary::Nodesim),
         );
         // Every label value shows from the start, so dashboards see zeros, not gaps.
         for s in NodeState::ALL {

@@ -103,7 +103,7 @@ mod metrics_http;
 pub mod node_secret;
 pub mod security;
 mod sync;
-pub use labels::{JobStage, QuerySource};
+pub use labels::{Binary, JobStage, Process, QuerySource};
 pub use sync::{lock, read, write};
 mod process_metrics;
 pub use metrics_http::{render_metrics, serve_metrics};
