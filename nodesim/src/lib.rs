@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use stampede_proto::address::{parse_address, ADDRESS_ENV};
 use stampede_proto::client::{retryable, ClientError, ClusterClient};
 use stampede_proto::{AllocClientStatus, NodeUpdateAllocRequest};
 use tokio::sync::{watch, Semaphore};
@@ -65,8 +66,17 @@ pub struct Opts {
     /// Nodes in the whole fleet; with --shard, this process runs its share.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub nodes: u64,
-    /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Servers' gRPC addresses, comma-separated (HOST:PORT,...); `cluster`
+    /// and loadgen read the same flag and variable.
+    #[arg(
+        long = "address",
+        visible_alias = "servers",
+        env = ADDRESS_ENV,
+        value_delimiter = ',',
+        required = true,
+        value_name = "HOST:PORT",
+        value_parser = parse_address
+    )]
     pub servers: Vec<String>,
     /// TLS (the client certificate of `cluster tls init`) and the ACL token.
     #[command(flatten)]
@@ -181,7 +191,7 @@ impl Opts {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("--servers: {0}")]
+    #[error("--address: {0}")]
     Servers(#[from] ClientError),
     #[error(transparent)]
     Security(#[from] stampede_proto::security::SecurityError),

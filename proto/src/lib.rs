@@ -94,6 +94,7 @@ macro_rules! sized {
 }
 
 pub mod acl;
+pub mod address;
 pub mod call_stream;
 pub mod client;
 pub mod codec;

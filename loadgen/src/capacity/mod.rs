@@ -64,6 +64,7 @@ use ctx::Ctx;
 /// table. An audit that failed is an error; breaches and regressions are
 /// in the summary for the caller to judge.
 pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    opts.check_address()?;
     opts.read_inventory()?;
     if opts.sample_every < Duration::from_millis(100) {
         return Err(CapacityError::SampleEvery.into());
@@ -82,10 +83,14 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         .server_args
         .extend(opts.server_args.iter().cloned());
     if !scenario.faults.is_empty() && !opts.servers.is_empty() {
-        return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()).into());
+        return Err(
+            CapacityError::FaultsNeedLocal(scenario.name.clone(), opts.address_source()).into(),
+        );
     }
     if scenario.search.is_some() && !opts.servers.is_empty() {
-        return Err(CapacityError::SearchNeedsLocal(scenario.name.clone()).into());
+        return Err(
+            CapacityError::SearchNeedsLocal(scenario.name.clone(), opts.address_source()).into(),
+        );
     }
     let baseline = match &opts.baseline {
         Some(path) => Some(output::load_baseline(path)?),

@@ -1,4 +1,4 @@
-//! One variant against a cluster loadgen did not start (`--servers` or
+//! One variant against a cluster loadgen did not start (`--address` or
 //! `--inventory`): nothing is spawned; its processes are only sampled.
 
 use std::path::Path;
@@ -23,7 +23,7 @@ pub(super) async fn run_remote(
 ) -> Result<VariantSummary, CapacityError> {
     let opts = ctx.opts;
     if opts.metrics.is_empty() {
-        return Err(CapacityError::NoMetrics);
+        return Err(CapacityError::NoMetrics(opts.address_source()));
     }
     let servers = opts.metrics.len() - opts.fleet_metrics.len();
     let targets = opts
