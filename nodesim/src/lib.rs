@@ -37,6 +37,7 @@ use tonic::Code;
 
 use crate::alloc_sync::{AllocSync, SendBatch, SendFailed, UpdateMode, UpdateTicks};
 use crate::metrics::{Metrics, NodeState, ERROR_KINDS, PRIORITIES};
+use crate::node::{rotate, Shared};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
 
@@ -204,41 +205,6 @@ pub enum Error {
         addr: SocketAddr,
         source: std::io::Error,
     },
-}
-
-/// What every node of the fleet shares.
-pub(crate) struct Shared {
-    /// The nodes' calls, on one stream per channel of the cluster client.
-    calls: Arc<calls::Calls>,
-    profile: NodeProfile,
-    metrics: Metrics,
-    sync: Arc<AllocSync>,
-    factory: AllocRunnerFactory,
-    query_wait: Duration,
-    register_permits: Semaphore,
-    /// Each node's secret_id, derived when a call is built.
-    identity: Arc<identity::Identity>,
-    /// Each node's current channel into `client`.
-    channels: Arc<Vec<AtomicU32>>,
-}
-
-impl Shared {
-    fn channel_of(&self, slot: u32) -> usize {
-        self.channels[slot as usize].load(Ordering::Relaxed) as usize
-    }
-
-    fn rotate_channel(&self, slot: u32) {
-        rotate(&self.channels, &self.calls, slot);
-    }
-}
-
-/// Moves node `slot` to the next channel (another server) whose connection
-/// has not been lost lately.
-fn rotate(channels: &[AtomicU32], calls: &calls::Calls, slot: u32) {
-    let c = &channels[slot as usize];
-    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
-        Some(calls.next_healthy(i as usize) as u32)
-    });
 }
 
 /// A running fleet.
