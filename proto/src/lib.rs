@@ -100,6 +100,7 @@ pub mod client;
 pub mod codec;
 mod labels;
 pub mod metric_defs;
+pub mod metric_names;
 mod metrics_http;
 pub mod node_secret;
 pub mod security;

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use stampede_proto::client::ClusterClient;
+use stampede_proto::metric_names;
 
 use super::ctx::Ctx;
 use super::drive::{drive, per_server, BeforeStream, Driving};
@@ -90,7 +91,8 @@ async fn classify(http: &reqwest::Client, urls: &[String]) -> (Vec<String>, Vec<
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };
-        if text.contains("stampede_nodesim_") {
+        // Every nodesim shard exports its nodes; no server does.
+        if text.contains(metric_names::NODESIM_NODES) {
             nodesim.push(host);
         } else {
             servers.push(host);
