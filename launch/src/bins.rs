@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::LaunchError;
+use crate::error::LaunchError;
 
 /// What `bin serve --help` prints: the flags that server takes.
 pub(crate) fn serve_help(bin: &Path) -> Result<String, LaunchError> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use stampede_proto::acl::{Acl, Scope};
 use stampede_proto::security::{Role, Security, TlsArgs, TOKEN_FILE};
 
-use crate::LaunchError;
+use crate::error::LaunchError;
 
 /// Makes the cluster's CA, certificates and token with `bin tls init`,
 /// unless a previous run left them in `dir`.

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cluster::NodeId;
+use crate::server::NodeId;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {

@@ -11,9 +11,10 @@
 //! With the cargo feature `testing`, the module `testing` is the harness the
 //! workspace's integration tests share.
 //!
-//! - [`cluster`]: [`LocalCluster`], its servers' processes and where they
-//!   live; its faults and stops (`cluster/faults.rs`) and what its servers
-//!   say over HTTP (`cluster/status.rs`);
+//! - [`cluster`]: [`LocalCluster`]: starting it and (re)spawning its
+//!   servers ([`ServerProc`], each a process and where it lives); its faults
+//!   and stops (`cluster/faults.rs`) and what its servers say over HTTP
+//!   (`cluster/status.rs`);
 //! - [`credentials`]: the cluster's CA, certificates and tokens, and an HTTP
 //!   client that presents them;
 //! - [`bins`]: finding the workspace's binaries and what a `cluster` binary
@@ -29,12 +30,14 @@ pub mod delay;
 mod error;
 pub mod links;
 pub mod process;
+mod server;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use bins::sibling_bin;
 pub use cluster::status::{metric_value, StatusReport};
-pub use cluster::{LaunchOptions, LocalCluster, NodeId, ServerProc};
+pub use cluster::{LaunchOptions, LocalCluster};
 pub use credentials::{http_client, make_tls_dir, security_in};
 pub use error::LaunchError;
 pub use process::{colocated_threads, terminate};
+pub use server::{NodeId, ServerProc};

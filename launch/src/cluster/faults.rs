@@ -5,9 +5,9 @@
 use std::process::Child;
 
 use super::{LocalCluster, NodeId};
+use crate::error::LaunchError;
 use crate::links::PeerLinks;
 use crate::process::terminate;
-use crate::LaunchError;
 
 impl LocalCluster {
     /// `kill -9`: the server gets no chance to flush anything.

@@ -4,24 +4,21 @@
 //! [`status`].
 
 use std::fs::OpenOptions;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use stampede_proto::security::{Role, Security, TlsArgs, TOKEN_FILE};
 
 use crate::bins::serve_help;
 use crate::credentials::{http_client, make_tls_dir, security_in};
+use crate::error::LaunchError;
 use crate::links::PeerLinks;
 use crate::process::{colocated_threads, free_ports};
-use crate::LaunchError;
+pub use crate::server::{NodeId, ServerProc};
 
 mod faults;
 pub mod status;
-
-/// A server's raft id.
-pub type NodeId = u64;
 
 #[derive(Debug, Clone)]
 pub struct LaunchOptions {
@@ -39,21 +36,6 @@ pub struct LaunchOptions {
     /// Where the TLS files are kept (made there if missing): several
     /// clusters of one capacity run share them. Default: `ROOT/tls`.
     pub tls_dir: Option<PathBuf>,
-}
-
-/// One server process and where it lives.
-#[derive(Debug)]
-pub struct ServerProc {
-    pub id: NodeId,
-    pub rpc: SocketAddr,
-    pub http: SocketAddr,
-    pub data_dir: PathBuf,
-    pub log: PathBuf,
-    child: Option<Child>,
-    /// Stopped with SIGSTOP and not yet continued.
-    paused: bool,
-    /// RLIMIT_NOFILE (soft and hard) for its next start, if not inherited.
-    nofile: Option<u64>,
 }
 
 pub struct LocalCluster {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::{LocalCluster, NodeId};
+use crate::error::LaunchError;
 use crate::process::POLL;
-use crate::LaunchError;
 
 /// The answer of a server's `GET /v1/status`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
