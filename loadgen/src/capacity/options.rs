@@ -196,7 +196,7 @@ impl CapacityOpts {
                 from: self.address_source(),
             });
         }
-        if self.metrics.is_empty() && self.inventory.is_none() {
+        if self.metrics.is_empty() {
             return Err(CapacityError::NoMetrics(self.address_source()));
         }
         Ok(())
