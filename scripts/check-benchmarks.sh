@@ -192,6 +192,10 @@ def help_of(binary, sub):
                     m = re.match(r"^\s+(?:(-\w), )?(--[\w-]+)", h)
                     if m:
                         flags.update(f for f in m.groups() if f)
+                    # A flag's older names, still taken (clap's visible
+                    # aliases, on the flag's line or below it).
+                    for a in re.findall(r"\[alias(?:es)?: ([^\]]*)\]", h):
+                        flags.update(re.findall(r"--[\w-]+", a))
                     m = re.match(r"^\s+(-\w)\s", h)
                     if m:
                         flags.add(m.group(1))

@@ -4,7 +4,7 @@
 # above them in cluster/src/lib.rs's layout (scripts/check_imports.py says
 # what counts as an import and at which level loops are looked for).
 #
-#   scripts/check-imports.sh                # cluster, loadgen and nodesim
+#   scripts/check-imports.sh                # cluster, launch, loadgen and nodesim
 #   scripts/check-imports.sh loadgen        # the crates given
 #   scripts/check-imports.sh --self-test    # prove that a loop is refused and a clean crate passes
 set -euo pipefail

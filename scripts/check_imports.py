@@ -552,7 +552,7 @@ def main(argv):
     if argv[:1] == ["--self-test"]:
         return self_test()
     problems = []
-    for root in argv or ["cluster", "loadgen", "nodesim"]:
+    for root in argv or ["cluster", "launch", "loadgen", "nodesim"]:
         if not os.path.isdir(os.path.join(root, "src")):
             print(f"check-imports: {root}/src is not a directory", file=sys.stderr)
             return 2

@@ -14,7 +14,7 @@
 #      writer registers) at each writer count, then etcd's own benchmark
 #      client, `etcdctl check perf --load=xl`;
 #   2. a 3-server stampede (`cluster dev --servers 3 --insecure`: etcd runs
-#      without TLS too), driven by `loadgen writes --servers` (node
+#      without TLS too), driven by `loadgen writes --address` (node
 #      registrations) at each writer count.
 # Data dirs are in a temporary directory, removed at exit with every process
 # it started.
@@ -196,7 +196,7 @@ done
 grep -q '^metrics:' "$work/dev.log" || { cat "$work/dev.log" >&2; die "the stampede cluster did not start"; }
 servers=$(awk '$3 ~ /^127\.0\.0\.1:/ {print $3}' "$work/dev.log" | paste -sd, -)
 echo "stampede: 3 servers at $servers" >&2
-measure stampede --servers "$servers"
+measure stampede --address "$servers"
 
 # The table, on stderr.
 {

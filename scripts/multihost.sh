@@ -154,7 +154,7 @@ done
 for k in 0 1; do
   # shellcheck disable=SC2046
   in_ns "n$k" env STAMPEDE_TOKEN="$write_token" "$BIN/nodesim" --nodes="$nodes" --shard="$k/2" \
-    --id-prefix=multihost --servers="$servers" --metrics="${addr[n$k]}:9101" \
+    --id-prefix=multihost --address="$servers" --metrics="${addr[n$k]}:9101" \
     $(tls_role client) --duration=2h >"$out/logs/nodesim-$k.log" 2>&1 &
   pids+=($!)
   printf '[[nodesim]]\nmetrics = "http://%s:9101/metrics"\n' "${addr[n$k]}" >>"$out/inventory.toml"

@@ -38,7 +38,7 @@ for _ in $(seq 600); do grep -q '^metrics:' "$work/dev.log" && break; sleep 0.1;
 servers=$(awk '$3 ~ /^127\.0\.0\.1:/ {print $3}' "$work/dev.log" | paste -sd, -)
 [ -n "$servers" ] || { cat "$work/dev.log"; echo "the cluster did not start" >&2; exit 1; }
 
-"$bin/nodesim" --nodes "$NODES" --servers "$servers" --metrics 127.0.0.1:0 \
+"$bin/nodesim" --nodes "$NODES" --address "$servers" --metrics 127.0.0.1:0 \
   --id-prefix fp >"$work/nodesim.out" 2>"$work/nodesim.log" &
 nodesim=$!
 pids+=($nodesim)

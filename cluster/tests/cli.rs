@@ -125,6 +125,31 @@ fn errors_print_the_message_chain_without_a_backtrace() {
     }
 }
 
+/// An address that is not HOST:PORT, typed or exported, is refused before
+/// any call, naming both places it may have come from.
+#[test]
+fn a_bad_address_is_refused_naming_the_flag_and_the_variable() {
+    let env = stampede_proto::address::ADDRESS_ENV;
+    let from_env = Command::new(cluster_bin())
+        .args(["node", "status"])
+        .env(env, "127.0.0.1:1,no-port")
+        .output()
+        .unwrap();
+    let typed = Command::new(cluster_bin())
+        .args(["node", "status", "--address", "no-port"])
+        .env_remove(env)
+        .output()
+        .unwrap();
+    for out in [from_env, typed] {
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no-port") && err.contains("--address") && err.contains(env),
+            "{err}"
+        );
+    }
+}
+
 /// Servers that know each other only by DNS name (as a StatefulSet's pods
 /// do) form a cluster, and `cluster health` reports it: not ready before a
 /// leader, then ready on every server.

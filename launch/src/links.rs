@@ -30,7 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::NodeId;
+use crate::server::NodeId;
 
 /// How much one direction of a connection reads at a time: the most a cut
 /// can catch in the proxy's own buffer.

@@ -23,7 +23,9 @@ use stampede_proto::{
     TaskGroup,
 };
 
-use crate::{sibling_bin, LaunchOptions, LocalCluster, NodeId};
+use crate::bins::sibling_bin;
+use crate::cluster::{LaunchOptions, LocalCluster};
+use crate::server::NodeId;
 
 /// How long a cluster gets to agree on a leader: generous, because on a
 /// loaded 2-core machine several test clusters start at once.

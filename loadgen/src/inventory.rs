@@ -10,7 +10,7 @@
 //! metrics = "http://10.77.0.21:9101/metrics"    # one entry per shard
 //! ```
 //!
-//! It stands for `--servers` and `--metrics`; knowing which processes are
+//! It stands for `--address` and `--metrics`; knowing which processes are
 //! nodesim shards, loadgen also waits for the whole fleet to be ready
 //! before the stream starts.
 
@@ -79,7 +79,7 @@ impl Inventory {
         Ok(inv)
     }
 
-    /// `--servers`: every server's gRPC address.
+    /// `--address`: every server's gRPC address.
     pub fn server_addrs(&self) -> Vec<String> {
         self.servers.iter().map(|s| s.rpc.clone()).collect()
     }

@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Drives load at a stampede cluster and measures what it costs.
 #[derive(Parser)]
@@ -42,13 +43,26 @@ const CANNOT_COMPARE: u8 = 2;
 #[tokio::main]
 async fn main() -> ExitCode {
     stampede_proto::init_logging();
-    match run(Cli::parse()).await {
+    match run(parse()).await {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// The command line, and for `loadgen capacity` whether its addresses
+/// came from STAMPEDE_ADDRESS (a refusal says which to drop).
+fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Cmd::Capacity(opts), Some(m)) =
+        (&mut cli.command, matches.subcommand_matches("capacity"))
+    {
+        opts.address_from_env = m.value_source("servers") == Some(ValueSource::EnvVariable);
+    }
+    cli
 }
 
 /// `loadgen compare`: 0 when no gated measure is worse, 1 when one is, 2

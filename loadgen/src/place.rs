@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
+use stampede_proto::address::{parse_address, ADDRESS_ENV};
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::node_secret::NodeKey;
 use stampede_proto::{
@@ -21,7 +22,15 @@ const PLACE_WAIT: Duration = Duration::from_secs(30);
 #[derive(Debug, Clone, Args)]
 pub struct PlaceOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(
+        long = "address",
+        visible_alias = "servers",
+        env = ADDRESS_ENV,
+        value_delimiter = ',',
+        required = true,
+        value_name = "HOST:PORT",
+        value_parser = parse_address
+    )]
     pub servers: Vec<String>,
     /// TLS files and the ACL token to present (or STAMPEDE_TLS_* and STAMPEDE_TOKEN).
     #[command(flatten)]

@@ -5,50 +5,51 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use stampede_proto::metric_names;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// The servers' blocking-query delivery latency, by source (the summary's
 /// `blocking_delivery_ms`).
-pub const DELIVERY_BUCKETS: &str = "stampede_blocking_query_delivery_seconds_bucket";
+pub const DELIVERY_BUCKETS: &str = metric_names::BLOCKING_QUERY_DELIVERY_SECONDS_BUCKET;
 
 /// nodesim's heartbeats: the count of its round-trip histogram (the
 /// summary's `fleet.heartbeats_per_second`).
-pub const NODESIM_HEARTBEATS: &str = "stampede_nodesim_heartbeat_seconds_count";
+pub const NODESIM_HEARTBEATS: &str = metric_names::NODESIM_HEARTBEAT_SECONDS_COUNT;
 /// The heartbeat TTL the servers last gave nodesim's nodes (`fleet.ttl_s`).
-pub const NODESIM_TTL: &str = "stampede_nodesim_heartbeat_ttl_seconds";
+pub const NODESIM_TTL: &str = metric_names::NODESIM_HEARTBEAT_TTL_SECONDS;
 
 /// Series a report uses; everything else on `/metrics` is left out.
 const KEEP: &[&str] = &[
     stampede_proto::build::BUILD_INFO_METRIC,
-    "stampede_raft_entries_total",
-    "stampede_raft_entry_bytes_total",
-    "stampede_raft_is_leader",
-    "stampede_raft_term",
-    "stampede_nodes",
+    metric_names::RAFT_ENTRIES_TOTAL,
+    metric_names::RAFT_ENTRY_BYTES_TOTAL,
+    metric_names::RAFT_IS_LEADER,
+    metric_names::RAFT_TERM,
+    metric_names::NODES,
     NODESIM_HEARTBEATS,
     NODESIM_TTL,
-    "stampede_raft_applied_index",
-    "stampede_blocking_queries_started_total",
-    "stampede_blocking_queries_inflight",
+    metric_names::RAFT_APPLIED_INDEX,
+    metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
+    metric_names::BLOCKING_QUERIES_INFLIGHT,
     DELIVERY_BUCKETS,
-    "stampede_broker_ready",
-    "stampede_broker_unacked",
-    "stampede_blocked_evals",
-    "stampede_broker_cancelable",
-    "stampede_evals_cancelled_total",
-    "stampede_deployment_watchers",
-    "stampede_deployment_watcher_limiter_wait_seconds_sum",
-    "stampede_deployment_watcher_limiter_wait_seconds_count",
-    "stampede_nodesim_update_rpcs_total",
-    "stampede_nodesim_nodes",
-    "stampede_nodesim_allocs",
-    "stampede_nodesim_errors_total",
-    "stampede_worker_nacks_total",
-    "stampede_state_objects",
-    "stampede_gc_collected_total",
-    "stampede_blocked_evals_unblocked_total",
-    "stampede_broker_nack_delays_total",
+    metric_names::BROKER_READY,
+    metric_names::BROKER_UNACKED,
+    metric_names::BLOCKED_EVALS,
+    metric_names::BROKER_CANCELABLE,
+    metric_names::EVALS_CANCELLED_TOTAL,
+    metric_names::DEPLOYMENT_WATCHERS,
+    metric_names::DEPLOYMENT_WATCHER_LIMITER_WAIT_SECONDS_SUM,
+    metric_names::DEPLOYMENT_WATCHER_LIMITER_WAIT_SECONDS_COUNT,
+    metric_names::NODESIM_UPDATE_RPCS_TOTAL,
+    metric_names::NODESIM_NODES,
+    metric_names::NODESIM_ALLOCS,
+    metric_names::NODESIM_ERRORS_TOTAL,
+    metric_names::WORKER_NACKS_TOTAL,
+    metric_names::STATE_OBJECTS,
+    metric_names::GC_COLLECTED_TOTAL,
+    metric_names::BLOCKED_EVALS_UNBLOCKED_TOTAL,
+    metric_names::BROKER_NACK_DELAYS_TOTAL,
     "process_cpu_seconds_total",
     "process_resident_memory_bytes",
 ];

@@ -4,7 +4,7 @@
 //! Writes made after the warm-up and acknowledged before the end of the
 //! measured window count.
 //!
-//! Against stampede (`--servers`) each write registers a node: one committed
+//! Against stampede (`--address`) each write registers a node: one committed
 //! raft entry. Against etcd (`--etcd-endpoints`, for a side-by-side with
 //! `scripts/compare-etcd.sh`) each write is a put through etcd's v3 JSON
 //! gateway whose value is the bytes of the node the stampede writer would
@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use hdrhistogram::Histogram;
 use prost::Message;
 use serde::Serialize;
+use stampede_proto::address::{parse_address, ADDRESS_ENV};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::node_secret::NodeKey;
 use stampede_proto::{Node, Resources};
@@ -28,15 +29,20 @@ use stampede_proto::{Node, Resources};
 pub struct WritesOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
     #[arg(
-        long,
+        long = "address",
+        visible_alias = "servers",
+        env = ADDRESS_ENV,
         value_delimiter = ',',
-        required_unless_present = "etcd_endpoints",
-        conflicts_with = "etcd_endpoints"
+        value_name = "HOST:PORT",
+        value_parser = parse_address,
+        required_unless_present = "etcd_endpoints"
     )]
     pub servers: Vec<String>,
     /// Write to an etcd cluster instead: its members' client URLs,
     /// comma-separated (http://HOST:PORT,...). Each write is a put through
-    /// etcd's v3 JSON gateway (POST /v3/kv/put) of a node registration's bytes.
+    /// etcd's v3 JSON gateway (POST /v3/kv/put) of a node registration's
+    /// bytes. The stampede addresses are not used then (so an exported
+    /// STAMPEDE_ADDRESS may stay).
     #[arg(long, value_delimiter = ',', value_name = "URL")]
     pub etcd_endpoints: Vec<String>,
     /// TLS files and the ACL token to present (or STAMPEDE_TLS_* and STAMPEDE_TOKEN).
@@ -112,7 +118,7 @@ pub enum WritesError {
     Http(#[from] reqwest::Error),
     #[error(transparent)]
     Security(#[from] stampede_proto::security::SecurityError),
-    #[error("--servers: {0}")]
+    #[error("--address: {0}")]
     Client(#[from] stampede_proto::client::ClientError),
     #[error("a writer stopped: {0}")]
     Writer(#[from] tokio::task::JoinError),

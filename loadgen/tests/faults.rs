@@ -176,6 +176,7 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
 #[test]
 fn faults_are_refused_for_a_cluster_loadgen_did_not_start() {
     let (_dir, out, mut cmd) = capacity(FAULTS, "faults-ci");
+    // `--servers`: the flag's old name, still taken.
     let run = cmd
         .args([
             "--servers",
@@ -188,7 +189,7 @@ fn faults_are_refused_for_a_cluster_loadgen_did_not_start() {
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
     assert!(
-        err.contains("[[faults]]") && err.contains("without --servers"),
+        err.contains("[[faults]]") && err.contains("without --address"),
         "{err}"
     );
     assert!(!out.exists(), "nothing was started or written");

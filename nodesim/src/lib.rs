@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use stampede_proto::address::{parse_address, ADDRESS_ENV};
 use stampede_proto::client::{retryable, ClientError, ClusterClient};
 use stampede_proto::{AllocClientStatus, NodeUpdateAllocRequest};
 use tokio::sync::{watch, Semaphore};
@@ -40,6 +41,7 @@ use tonic::Code;
 
 use crate::alloc_sync::{AllocSync, SendBatch, SendFailed, UpdateMode, UpdateTicks};
 use crate::metrics::{Metrics, NodeState, ERROR_KINDS, PRIORITIES};
+use crate::node::{rotate, Shared};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
 
@@ -69,8 +71,17 @@ pub struct Opts {
     /// Nodes in the whole fleet; with --shard, this process runs its share.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub nodes: u64,
-    /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
-    #[arg(long, value_delimiter = ',', required = true)]
+    /// Servers' gRPC addresses, comma-separated (HOST:PORT,...); `cluster`
+    /// and loadgen read the same flag and variable.
+    #[arg(
+        long = "address",
+        visible_alias = "servers",
+        env = ADDRESS_ENV,
+        value_delimiter = ',',
+        required = true,
+        value_name = "HOST:PORT",
+        value_parser = parse_address
+    )]
     pub servers: Vec<String>,
     /// TLS (the client certificate of `cluster tls init`) and the ACL token.
     #[command(flatten)]
@@ -185,7 +196,7 @@ impl Opts {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("--servers: {0}")]
+    #[error("--address: {0}")]
     Servers(#[from] ClientError),
     #[error(transparent)]
     Security(#[from] stampede_proto::security::SecurityError),
@@ -198,41 +209,6 @@ pub enum Error {
         addr: SocketAddr,
         source: std::io::Error,
     },
-}
-
-/// What every node of the fleet shares.
-pub(crate) struct Shared {
-    /// The nodes' calls, on one stream per channel of the cluster client.
-    calls: Arc<calls::Calls>,
-    profile: NodeProfile,
-    metrics: Metrics,
-    sync: Arc<AllocSync>,
-    factory: AllocRunnerFactory,
-    query_wait: Duration,
-    register_permits: Semaphore,
-    /// Each node's secret_id, derived when a call is built.
-    identity: Arc<identity::Identity>,
-    /// Each node's current channel into `client`.
-    channels: Arc<Vec<AtomicU32>>,
-}
-
-impl Shared {
-    fn channel_of(&self, slot: u32) -> usize {
-        self.channels[slot as usize].load(Ordering::Relaxed) as usize
-    }
-
-    fn rotate_channel(&self, slot: u32) {
-        rotate(&self.channels, &self.calls, slot);
-    }
-}
-
-/// Moves node `slot` to the next channel (another server) whose connection
-/// has not been lost lately.
-fn rotate(channels: &[AtomicU32], calls: &calls::Calls, slot: u32) {
-    let c = &channels[slot as usize];
-    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
-        Some(calls.next_healthy(i as usize) as u32)
-    });
 }
 
 /// A running fleet.

@@ -21,7 +21,7 @@ async fn run(opts: nodesim::Opts) -> anyhow::Result<()> {
     let summary = nodesim::run(opts).await?;
     println!("{summary}");
     if summary.registrations == 0 {
-        anyhow::bail!("no node registered: is the cluster at --servers up?");
+        anyhow::bail!("no node registered: is the cluster at --address (STAMPEDE_ADDRESS) up?");
     }
     Ok(())
 }

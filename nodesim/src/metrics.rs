@@ -7,6 +7,7 @@ use prometheus::{
     Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
     Registry,
 };
+use stampede_proto::metric_names;
 use stampede_proto::{AllocClientStatus, JobStage};
 
 /// A node's connection state, the `state` label of `stampede_nodesim_nodes`.
@@ -76,7 +77,7 @@ impl Metrics {
         let registry = Registry::new();
         let nodes = IntGaugeVec::new(
             Opts::new(
-                "stampede_nodesim_nodes",
+                metric_names::NODESIM_NODES,
                 "Simulated nodes by connection state.",
             ),
             &["state"],
@@ -84,7 +85,7 @@ impl Metrics {
         .unwrap();
         let allocs = IntGaugeVec::new(
             Opts::new(
-                "stampede_nodesim_allocs",
+                metric_names::NODESIM_ALLOCS,
                 "Allocations on simulated nodes by the client status their runner last reported.",
             ),
             &["client_status"],
@@ -102,7 +103,7 @@ impl Metrics {
         .unwrap();
         let update_rpcs = IntCounterVec::new(
             Opts::new(
-                "stampede_nodesim_update_rpcs_total",
+                metric_names::NODESIM_UPDATE_RPCS_TOTAL,
                 "Node.UpdateAlloc calls; urgent ones carried a ClientStatus change.",
             ),
             &["priority"],
@@ -118,14 +119,14 @@ impl Metrics {
         .unwrap();
         let heartbeat_seconds = Histogram::with_opts(
             HistogramOpts::new(
-                "stampede_nodesim_heartbeat_seconds",
+                metric_names::NODESIM_HEARTBEAT_SECONDS,
                 "Round trip of a successful Node.UpdateStatus heartbeat.",
             )
             .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
         )
         .unwrap();
         let heartbeat_ttl_seconds = Gauge::new(
-            "stampede_nodesim_heartbeat_ttl_seconds",
+            metric_names::NODESIM_HEARTBEAT_TTL_SECONDS,
             "The heartbeat TTL the servers last gave a node.",
         )
         .unwrap();
@@ -140,7 +141,7 @@ impl Metrics {
         )
         .unwrap();
         let errors = IntCounterVec::new(
-            Opts::new("stampede_nodesim_errors_total", "Failed calls by kind."),
+            Opts::new(metric_names::NODESIM_ERRORS_TOTAL, "Failed calls by kind."),
             &["kind"],
         )
         .unwrap();
@@ -165,7 +166,7 @@ impl Metrics {
             .unwrap();
         let stages = stampede_proto::metric_defs::job_stage_seconds(
             &registry,
-            &[JobStage::RunnerStart, JobStage::ReportRunning],
+            &JobStage::timed_in(stampede_proto::Binary::Nodesim),
         );
         // Every label value shows from the start, so dashboards see zeros, not gaps.
         for s in NodeState::ALL {
@@ -252,5 +253,21 @@ impl Metrics {
     /// Serves `/metrics` on `addr` until the process ends.
     pub async fn serve(self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
         stampede_proto::serve_metrics(addr, self.registry).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_nodesim_name_loadgen_reads_is_defined_here() {
+        let text = Metrics::new().render();
+        let ours = metric_names::ALL
+            .iter()
+            .filter(|n| n.starts_with("stampede_nodesim_"));
+        for name in ours {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
     }
 }

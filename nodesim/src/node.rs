@@ -9,6 +9,7 @@
 //! holds only what those waits need.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,12 +20,53 @@ use stampede_proto::{
     NodeClientAllocsRequest, NodeRegisterRequest, NodeStatus, NodeUpdateStatusRequest,
     QueryOptions,
 };
+use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
-use crate::metrics::{NodeState, SOURCE};
-use crate::runner::{is_terminal, AllocReport, AllocRunner, Reporter};
-use crate::Shared;
+use crate::alloc_sync::AllocSync;
+use crate::calls::Calls;
+use crate::identity::Identity;
+use crate::metrics::{Metrics, NodeState, SOURCE};
+use crate::profile::NodeProfile;
+use crate::runner::{is_terminal, AllocReport, AllocRunner, AllocRunnerFactory, Reporter};
+
+/// What every node of the fleet shares: made by the fleet
+/// (`Fleet::start`) and handed to each node it starts.
+pub(crate) struct Shared {
+    /// The nodes' calls, on one stream per channel of the cluster client.
+    pub calls: Arc<Calls>,
+    pub profile: NodeProfile,
+    pub metrics: Metrics,
+    pub sync: Arc<AllocSync>,
+    pub factory: AllocRunnerFactory,
+    pub query_wait: Duration,
+    pub register_permits: Semaphore,
+    /// Each node's secret_id, derived when a call is built.
+    pub identity: Arc<Identity>,
+    /// Each node's current channel into the cluster client (one slot per
+    /// node of this shard).
+    pub channels: Arc<Vec<AtomicU32>>,
+}
+
+impl Shared {
+    fn channel_of(&self, slot: u32) -> usize {
+        self.channels[slot as usize].load(Ordering::Relaxed) as usize
+    }
+
+    fn rotate_channel(&self, slot: u32) {
+        rotate(&self.channels, &self.calls, slot);
+    }
+}
+
+/// Moves node `slot` to the next channel (another server) whose connection
+/// has not been lost lately.
+pub(crate) fn rotate(channels: &[AtomicU32], calls: &Calls, slot: u32) {
+    let c = &channels[slot as usize];
+    let _ = c.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |i| {
+        Some(calls.next_healthy(i as usize) as u32)
+    });
+}
 
 /// The longest an RPC other than the blocking query may take before the
 /// node tries the next server: the cluster client's attempt timeout, short
@@ -360,7 +402,7 @@ impl SimNode {
     }
 }
 
-fn observe(m: &crate::metrics::Metrics, outcome: &str, started: Instant) {
+fn observe(m: &Metrics, outcome: &str, started: Instant) {
     m.query_seconds
         .with_label_values(&[outcome])
         .observe(started.elapsed().as_secs_f64());

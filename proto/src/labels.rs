@@ -126,9 +126,57 @@ impl QuerySource {
     }
 }
 
+/// A process a job's path crosses, as the stages name it: the `process` of
+/// a stage in `summary.json` and `traces.json`, and where a stage is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Process {
+    /// The leader server: its API, broker, plan applier and deployment
+    /// watchers, and the raft applies the path reads (an entry applies there
+    /// first).
+    Leader,
+    /// A scheduler worker (on any server).
+    Worker,
+    /// Whichever server a call came to (a follower as well as the leader):
+    /// the registration's API call, a blocking query's answer.
+    Server,
+    Nodesim,
+    Loadgen,
+}
+
+/// The binaries whose processes a stage is timed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Binary {
+    Cluster,
+    Nodesim,
+    Loadgen,
+}
+
+impl Process {
+    pub const fn label(self) -> &'static str {
+        match self {
+            Process::Leader => "leader",
+            Process::Worker => "worker",
+            Process::Server => "server",
+            Process::Nodesim => "nodesim",
+            Process::Loadgen => "loadgen",
+        }
+    }
+
+    /// The binary this process runs.
+    pub fn binary(self) -> Binary {
+        match self {
+            Process::Leader | Process::Worker | Process::Server => Binary::Cluster,
+            Process::Nodesim => Binary::Nodesim,
+            Process::Loadgen => Binary::Loadgen,
+        }
+    }
+}
+
 /// The stages of a job's critical path, in path order: the `stage` label of
 /// `stampede_job_stage_seconds` and the stage names of `loadgen capacity`'s
-/// "where the time went". Each stage ends at the step it is named for.
+/// "where the time went" (`summary.json`, `traces.json`). Each stage ends at
+/// the step it is named for. The one definition of the stages' names, order
+/// and processes: the servers, nodesim and loadgen all take them from here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum JobStage {
     /// Submitted → the job's registration applied.
@@ -158,6 +206,8 @@ pub enum JobStage {
 }
 
 impl JobStage {
+    /// Every stage, in path order: stage `i` of a job's path runs from its
+    /// boundary `i` to `i + 1`.
     pub const ALL: [JobStage; 11] = [
         JobStage::Register,
         JobStage::Rollout,
@@ -172,7 +222,9 @@ impl JobStage {
         JobStage::Observe,
     ];
 
-    pub fn label(self) -> &'static str {
+    /// The stage's name (a contract: metrics, `summary.json`, `traces.json`
+    /// and the dashboards carry it).
+    pub const fn label(self) -> &'static str {
         match self {
             JobStage::Register => "register",
             JobStage::Rollout => "rollout",
@@ -188,14 +240,58 @@ impl JobStage {
         }
     }
 
-    /// The process whose clock and work end this stage.
-    pub fn process(self) -> &'static str {
+    /// The stage named `name`, if one is.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|s| s.label() == name)
+    }
+
+    /// The process that times this stage in `stampede_job_stage_seconds`:
+    /// the one that sees it end. `register` is the API call of the server
+    /// the registration came to (request to reply, a follower's forward
+    /// included); `rollout` the leader's deployment watcher; `enqueue` and
+    /// `broker_wait` the leader's dequeue; `catch_up`, `schedule` and
+    /// `plan_commit` a worker (the plan from its submission to the
+    /// applier's answer); `deliver` and `observe` the server whose blocking
+    /// query answers the node or loadgen (from the apply to the answer);
+    /// `runner_start` and `report_running` nodesim (the latter from the
+    /// start to the server's acknowledgement of the running report).
+    pub const fn process(self) -> Process {
         match self {
-            JobStage::CatchUp | JobStage::Schedule => "worker",
-            JobStage::Deliver | JobStage::RunnerStart => "nodesim",
-            JobStage::Observe => "loadgen",
-            _ => "leader",
+            JobStage::Rollout | JobStage::Enqueue | JobStage::BrokerWait => Process::Leader,
+            JobStage::CatchUp | JobStage::Schedule | JobStage::PlanCommit => Process::Worker,
+            JobStage::Register | JobStage::Deliver | JobStage::Observe => Process::Server,
+            JobStage::RunnerStart | JobStage::ReportRunning => Process::Nodesim,
         }
+    }
+
+    /// The process whose clock stamps the stage's end in a job's path (the
+    /// boundary `JobService.Trace` or loadgen records): the `process` of
+    /// the stage in `summary.json` and `traces.json`. It differs from
+    /// [`JobStage::process`] where the end is an entry's apply (`plan_commit`
+    /// and `report_running`: the leader's apply) or is stamped by the
+    /// process the answer goes to (`deliver`: nodesim got the allocation;
+    /// `observe`: loadgen saw the job running).
+    pub const fn traced_by(self) -> Process {
+        match self {
+            JobStage::CatchUp | JobStage::Schedule => Process::Worker,
+            JobStage::Deliver | JobStage::RunnerStart => Process::Nodesim,
+            JobStage::Observe => Process::Loadgen,
+            JobStage::Register
+            | JobStage::Rollout
+            | JobStage::Enqueue
+            | JobStage::BrokerWait
+            | JobStage::PlanCommit
+            | JobStage::ReportRunning => Process::Leader,
+        }
+    }
+
+    /// The stages that processes of `binary` time, in path order: each
+    /// registers only these, so no stage is counted twice.
+    pub fn timed_in(binary: Binary) -> Vec<JobStage> {
+        Self::ALL
+            .into_iter()
+            .filter(|s| s.process().binary() == binary)
+            .collect()
     }
 }
 
@@ -212,5 +308,24 @@ mod tests {
             assert_eq!(QuerySource::parse(s.label()), s);
         }
         assert_eq!(QuerySource::parse("a-made-up-caller"), QuerySource::Other);
+    }
+
+    #[test]
+    fn every_stage_is_timed_once_and_named_once() {
+        let timed: Vec<JobStage> = [Binary::Cluster, Binary::Nodesim, Binary::Loadgen]
+            .into_iter()
+            .flat_map(JobStage::timed_in)
+            .collect();
+        assert_eq!(timed.len(), JobStage::ALL.len());
+        for s in JobStage::ALL {
+            assert!(timed.contains(&s), "{s:?} is timed nowhere");
+            assert_eq!(JobStage::parse(s.label()), Some(s));
+        }
+        assert_eq!(
+            JobStage::timed_in(Binary::Nodesim),
+            [JobStage::RunnerStart, JobStage::ReportRunning]
+        );
+        assert!(JobStage::timed_in(Binary::Loadgen).is_empty());
+        assert_eq!(JobStage::parse("queued"), None);
     }
 }

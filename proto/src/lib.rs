@@ -94,17 +94,19 @@ macro_rules! sized {
 }
 
 pub mod acl;
+pub mod address;
 pub mod build;
 pub mod call_stream;
 pub mod client;
 pub mod codec;
 mod labels;
 pub mod metric_defs;
+pub mod metric_names;
 mod metrics_http;
 pub mod node_secret;
 pub mod security;
 mod sync;
-pub use labels::{JobStage, QuerySource};
+pub use labels::{Binary, JobStage, Process, QuerySource};
 pub use sync::{lock, read, write};
 mod process_metrics;
 pub use metrics_http::{render_metrics, serve_metrics};

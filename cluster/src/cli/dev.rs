@@ -91,7 +91,10 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
     match cluster.tls_dir() {
         Some(dir) => {
             let d = dir.display();
-            println!("to call it (TLS with the operator certificate, the management token):");
+            println!(
+                "to call it from cluster, nodesim or loadgen (TLS with the operator certificate, \
+                 the management token):"
+            );
             println!(
                 "  export STAMPEDE_ADDRESS={addrs} STAMPEDE_TLS_CA={d}/ca.pem \\\n    \
                  STAMPEDE_TLS_CERT={d}/operator.pem STAMPEDE_TLS_KEY={d}/operator.key \\\n    \
@@ -103,7 +106,9 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
             );
         }
         None => {
-            println!("to call it: export STAMPEDE_ADDRESS={addrs}");
+            println!(
+                "to call it from cluster, nodesim or loadgen: export STAMPEDE_ADDRESS={addrs}"
+            );
             println!("metrics: curl http://{http}/metrics");
         }
     }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use stampede_proto::address::{parse_address, ADDRESS_ENV};
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::security::ClientSecurityArgs;
 use stampede_proto::{
@@ -28,12 +29,15 @@ use render::*;
 /// list are tried while one is down or the cluster has no leader.
 #[derive(Debug, Clone, Args)]
 pub struct Target {
-    /// A server's gRPC address, HOST:PORT; a comma-separated list to try several.
+    /// A server's gRPC address, HOST:PORT; a comma-separated list to try
+    /// several. nodesim and loadgen read the same flag and variable.
     #[arg(
         long,
-        env = "STAMPEDE_ADDRESS",
+        env = ADDRESS_ENV,
         default_value = "127.0.0.1:4647",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_name = "HOST:PORT",
+        value_parser = parse_address
     )]
     pub address: Vec<String>,
     #[command(flatten)]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use prometheus::{Histogram, IntCounterVec, IntGaugeVec, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter_vec, int_gauge_vec};
+use stampede_proto::metric_names;
 use stampede_proto::NodeStatus;
 
 use super::leader::blocked_evals::BlockedEvals;
@@ -30,14 +31,14 @@ impl StateMetrics {
         Self {
             objects: int_gauge_vec(
                 registry,
-                "stampede_state_objects",
+                metric_names::STATE_OBJECTS,
                 "Rows in this server's state, by table.",
                 "table",
                 &TABLES,
             ),
             collected: int_counter_vec(
                 registry,
-                "stampede_gc_collected_total",
+                metric_names::GC_COLLECTED_TOTAL,
                 "Rows garbage collection removed from this server's state, by kind.",
                 "kind",
                 &gc::KINDS,

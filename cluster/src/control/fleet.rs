@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use prometheus::{IntGaugeVec, Registry};
 use stampede_proto::metric_defs::int_gauge_vec;
+use stampede_proto::metric_names;
 use stampede_proto::{AllocClientStatus, NodeStatus};
 use tokio::sync::watch;
 
@@ -32,7 +33,7 @@ impl FleetGauges {
             leading,
             nodes: int_gauge_vec(
                 registry,
-                "stampede_nodes",
+                metric_names::NODES,
                 "Leader: client nodes by status.",
                 "status",
                 &[],

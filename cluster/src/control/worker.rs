@@ -21,6 +21,7 @@ use serde::Serialize;
 use stampede_proto::metric_defs::{
     counter, histogram_vec, int_counter, int_counter_vec, int_gauge_vec,
 };
+use stampede_proto::metric_names;
 use stampede_proto::{
     lock, EvalAckRequest, EvalDequeueReply, EvalDequeueRequest, EvalReapRequest, EvalStatus,
     EvalUpdateRequest, Evaluation, JobType, Plan, PlanResult,
@@ -178,7 +179,7 @@ impl WorkerMetrics {
             // Every reason at zero from the start, so a dashboard shows "none yet".
             nacks: int_counter_vec(
                 registry,
-                "stampede_worker_nacks_total",
+                metric_names::WORKER_NACKS_TOTAL,
                 "Evaluations workers gave back, by reason.",
                 "reason",
                 &NackReason::ALL.map(NackReason::label),

@@ -1,12 +1,13 @@
 //! `stampede_job_stage_seconds` as a server measures it: the stages of a
-//! job's critical path that end on a server (see `JobStage`). nodesim
-//! measures the runner's start and its running report, and `loadgen
-//! capacity` joins every stage of each job from `JobService.Trace`.
+//! job's critical path that a server times (`JobStage::process`, which says
+//! which part times each). nodesim times the runner's start and its running
+//! report, and `loadgen capacity` joins every stage of each job from
+//! `JobService.Trace`.
 
 use prometheus::{HistogramVec, Registry};
-use stampede_proto::JobStage;
+use stampede_proto::{Binary, JobStage};
 
-/// The stages a server ends, each observed by the part that ends it.
+/// The stages a server times, each observed by the part that sees it end.
 /// Cheap to clone: the API, the leader's dequeue, the workers and the
 /// blocking queries each hold one.
 #[derive(Clone)]
@@ -17,26 +18,12 @@ pub struct JobStages {
 }
 
 impl JobStages {
-    /// `register` by the API (request to reply), `rollout` by the
-    /// deployment watcher (each later step it writes), `enqueue` and
-    /// `broker_wait` at dequeue, `catch_up`, `schedule` and `plan_commit`
-    /// by workers, `deliver` and `observe` as the blocking-query delivery
-    /// of nodes' and loadgen's queries.
-    pub const ENDED_HERE: [JobStage; 9] = [
-        JobStage::Register,
-        JobStage::Rollout,
-        JobStage::Enqueue,
-        JobStage::BrokerWait,
-        JobStage::CatchUp,
-        JobStage::Schedule,
-        JobStage::PlanCommit,
-        JobStage::Deliver,
-        JobStage::Observe,
-    ];
-
     pub fn new(registry: &Registry) -> Self {
         Self {
-            seconds: stampede_proto::metric_defs::job_stage_seconds(registry, &Self::ENDED_HERE),
+            seconds: stampede_proto::metric_defs::job_stage_seconds(
+                registry,
+                &JobStage::timed_in(Binary::Cluster),
+            ),
             on: true,
         }
     }

@@ -7,6 +7,7 @@
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
+use stampede_proto::metric_names;
 
 pub struct Metrics {
     registry: Registry,
@@ -51,14 +52,14 @@ impl Metrics {
         let m = Self {
             raft_entries: int_counter_vec(
                 &r,
-                "stampede_raft_entries_total",
+                metric_names::RAFT_ENTRIES_TOTAL,
                 "Raft commands applied to the state machine, by message type (a batched log entry counts each of its commands).",
                 "type",
                 types,
             ),
             raft_entry_bytes: int_counter_vec(
                 &r,
-                "stampede_raft_entry_bytes_total",
+                metric_names::RAFT_ENTRY_BYTES_TOTAL,
                 "Bytes of raft commands applied to the state machine, by message type.",
                 "type",
                 types,
@@ -88,7 +89,7 @@ impl Metrics {
             ),
             raft_applied_index: int_gauge(
                 &r,
-                "stampede_raft_applied_index",
+                metric_names::RAFT_APPLIED_INDEX,
                 "Index of the last entry applied to this server's state machine.",
             ),
             raft_snapshot_index: int_gauge(
@@ -96,10 +97,10 @@ impl Metrics {
                 "stampede_raft_snapshot_index",
                 "Last index covered by this server's current snapshot.",
             ),
-            raft_term: int_gauge(&r, "stampede_raft_term", "Current raft term."),
+            raft_term: int_gauge(&r, metric_names::RAFT_TERM, "Current raft term."),
             raft_is_leader: int_gauge(
                 &r,
-                "stampede_raft_is_leader",
+                metric_names::RAFT_IS_LEADER,
                 "1 while this server is the raft leader, else 0.",
             ),
             raft_leader_changes: int_counter(

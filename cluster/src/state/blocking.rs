@@ -27,6 +27,7 @@ use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec, Registry};
 use rand::Rng;
 use smallvec::SmallVec;
 use stampede_proto::metric_defs::{histogram_vec, int_counter_vec, int_gauge_vec};
+use stampede_proto::metric_names;
 use stampede_proto::QueryOptions;
 use stampede_proto::{lock, JobStage, QuerySource};
 use tokio::sync::Notify;
@@ -67,14 +68,14 @@ impl BlockingMetrics {
         Self {
             started: int_counter_vec(
                 registry,
-                "stampede_blocking_queries_started_total",
+                metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
                 "Blocking queries started, by kind of caller.",
                 "source",
                 &sources,
             ),
             inflight: int_gauge_vec(
                 registry,
-                "stampede_blocking_queries_inflight",
+                metric_names::BLOCKING_QUERIES_INFLIGHT,
                 "Blocking queries parked or running now, by kind of caller.",
                 "source",
                 &sources,
@@ -89,7 +90,7 @@ impl BlockingMetrics {
             delivery: {
                 let h = histogram_vec(
                     registry,
-                    "stampede_blocking_query_delivery_seconds",
+                    metric_names::BLOCKING_QUERY_DELIVERY_SECONDS,
                     "From the apply of the raft entry a parked blocking query answers with to its answer leaving this server, by kind of caller.",
                     "source",
                     (0.00005, 2.0, 20),

@@ -62,7 +62,10 @@ pub(super) fn resolve(
             continue;
         }
         if !opts.servers.is_empty() {
-            return Err(CapacityError::BinariesNeedLocal(v.name.clone()));
+            return Err(CapacityError::BinariesNeedLocal(
+                v.name.clone(),
+                opts.address_source(),
+            ));
         }
         let mut commit = None;
         if let Some(rev) = &v.git_rev {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use stampede_proto::metric_names;
 use tokio::time::Instant;
 
 use crate::sampler;
@@ -24,8 +25,11 @@ pub(super) async fn wait_for_fleet(
     let started = Instant::now();
     let wait = ready_wait(nodes);
     let deadline = started + wait;
-    let ready_series = "stampede_nodesim_nodes{state=\"ready\"}";
-    let refused_series = "stampede_nodesim_errors_total{kind=\"register\"}";
+    let ready_series = format!("{}{{state=\"ready\"}}", metric_names::NODESIM_NODES);
+    let refused_series = format!(
+        "{}{{kind=\"register\"}}",
+        metric_names::NODESIM_ERRORS_TOTAL
+    );
     // Per shard: (ready, refused), or None while it does not answer.
     let mut shards: Vec<Option<(u64, u64)>> = Vec::new();
     if urls.len() > 1 {
@@ -43,8 +47,8 @@ pub(super) async fn wait_for_fleet(
             };
             shards.push(text.map(|text| {
                 let values = sampler::parse(&text);
-                let get = |series| values.get(series).copied().unwrap_or(0.0) as u64;
-                (get(ready_series), get(refused_series))
+                let get = |series: &str| values.get(series).copied().unwrap_or(0.0) as u64;
+                (get(&ready_series), get(&refused_series))
             }));
         }
         let (ready, refused) = shards
@@ -83,7 +87,7 @@ pub(super) async fn highest_term(http: &reqwest::Client, urls: &[String]) -> Opt
             continue;
         };
         let text = reply.text().await.unwrap_or_default();
-        if let Some(term) = sampler::parse(&text).get("stampede_raft_term") {
+        if let Some(term) = sampler::parse(&text).get(metric_names::RAFT_TERM) {
             highest = highest.max(Some(*term as u64));
         }
     }

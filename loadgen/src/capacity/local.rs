@@ -156,6 +156,8 @@ fn start_nodesim(
     }
     let child = nodesim_cmd
         .args(["--nodes", &scenario.nodes.to_string()])
+        // `--servers`, `--address`'s old name: a variant's nodesim may be
+        // another build's (`--variant-bin`), older than the new name.
         .args(["--servers", &cluster.rpc_addrs().join(",")])
         .args(["--metrics", &format!("127.0.0.1:{port}")])
         .args([

@@ -64,6 +64,7 @@ use ctx::Ctx;
 /// table. An audit that failed is an error; breaches and regressions are
 /// in the summary for the caller to judge.
 pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    opts.check_address()?;
     opts.read_inventory()?;
     if opts.sample_every < Duration::from_millis(100) {
         return Err(CapacityError::SampleEvery.into());
@@ -140,10 +141,16 @@ fn checked_scenario(opts: &CapacityOpts) -> Result<Scenario, CapacityError> {
         .server_args
         .extend(opts.server_args.iter().cloned());
     if !scenario.faults.is_empty() && !opts.servers.is_empty() {
-        return Err(CapacityError::FaultsNeedLocal(scenario.name.clone()));
+        return Err(CapacityError::FaultsNeedLocal(
+            scenario.name.clone(),
+            opts.address_source(),
+        ));
     }
     if scenario.search.is_some() && !opts.servers.is_empty() {
-        return Err(CapacityError::SearchNeedsLocal(scenario.name.clone()));
+        return Err(CapacityError::SearchNeedsLocal(
+            scenario.name.clone(),
+            opts.address_source(),
+        ));
     }
     if opts.until_conclusive && options::search_budget(&scenario, opts).is_some() {
         return Err(CapacityError::SearchNotSequential(scenario.name.clone()));

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use stampede_proto::address::{parse_address, ADDRESS_ENV};
 use stampede_proto::security::ClientSecurityArgs;
 
+use crate::capacity::error::{AddressSource, CapacityError};
 use crate::inventory::Inventory;
 use crate::scenario::Scenario;
 
@@ -23,7 +25,7 @@ pub struct CapacityOpts {
     /// Search for the highest arrival rate whose measures all meet the
     /// scenario's SLOs: each probe is a whole run at one rate, doubling or
     /// halving until one passes and one fails, then narrowing to 10%.
-    #[arg(long, conflicts_with = "servers")]
+    #[arg(long)]
     pub find_max_rate: bool,
     /// With --find-max-rate or a scenario's [search]: how long the search may
     /// take in all; it stops before a probe that would not fit [default: the
@@ -38,7 +40,7 @@ pub struct CapacityOpts {
     /// --max-repeat rounds and within --budget. Looks start at the first
     /// round that can decide at the level the looks share (with 10 rounds
     /// at most: round 8, each look at 98.4%), and not before --repeat.
-    #[arg(long, conflicts_with_all = ["find_max_rate", "servers", "inventory"])]
+    #[arg(long, conflicts_with_all = ["find_max_rate", "inventory"])]
     pub until_conclusive: bool,
     /// With --until-conclusive: a measure that must be decided before the run
     /// stops; may be repeated [default: the gated measures of `loadgen
@@ -78,22 +80,32 @@ pub struct CapacityOpts {
     /// The run directory [default: runs/SCENARIO-UNIXTIME].
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Drive an existing cluster at these gRPC addresses; nothing is spawned,
-    /// and only the scenario's first variant runs.
-    #[arg(long, value_delimiter = ',')]
+    /// Drive an existing cluster at these gRPC addresses (with --metrics,
+    /// or --inventory in their place); nothing is spawned, and only the
+    /// scenario's first variant runs. STAMPEDE_ADDRESS, exported, makes a
+    /// run drive that cluster too: unset, loadgen starts a cluster of its
+    /// own.
+    #[arg(
+        long = "address",
+        visible_alias = "servers",
+        env = ADDRESS_ENV,
+        value_delimiter = ',',
+        value_name = "HOST:PORT",
+        value_parser = parse_address
+    )]
     pub servers: Vec<String>,
-    /// With --servers: every process's /metrics URL to sample (servers and nodesim shards).
+    /// With --address: every process's /metrics URL to sample (servers and nodesim shards).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
     /// The servers and nodesim shards of a deployed run, from a TOML file
-    /// (see loadgen/README.md, "Remote mode with an inventory"): in place of --servers and --metrics, and
+    /// (see loadgen/README.md, "Remote mode with an inventory"): in place of --address and --metrics, and
     /// the stream waits until the shards' whole fleet is ready.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["servers", "metrics", "find_max_rate"])]
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["metrics", "find_max_rate"])]
     pub inventory: Option<PathBuf>,
     /// The nodesim shards' /metrics, from --inventory.
     #[arg(skip)]
     pub fleet_metrics: Vec<String>,
-    /// With --servers: the TLS files and token to present to that cluster.
+    /// With --address: the TLS files and token to present to that cluster.
     #[command(flatten)]
     pub security: ClientSecurityArgs,
     /// An earlier run's summary.json: flag (and fail on) costs or latencies
@@ -124,8 +136,14 @@ pub struct CapacityOpts {
     /// once the cluster is at rest, every server is read and checked
     /// against the scheduler's promises (`invariants` in summary.json).
     /// Needs servers loadgen starts.
-    #[arg(long, conflicts_with_all = ["servers", "inventory"])]
+    #[arg(long, conflicts_with = "inventory")]
     pub audit: bool,
+    /// Whether the addresses came from STAMPEDE_ADDRESS rather than
+    /// --address (set by the binary from its parsed command line): the
+    /// flags that need servers loadgen starts are checked against
+    /// --address here, not by clap, so that their refusal can say which.
+    #[arg(skip)]
+    pub address_from_env: bool,
 }
 
 /// With --until-conclusive: the fewest rounds before the first look (each
@@ -147,7 +165,53 @@ fn parse_variant_bin(s: &str) -> Result<(String, PathBuf), String> {
 }
 
 impl CapacityOpts {
-    /// `--inventory`: its servers and shards in place of `--servers` and `--metrics`.
+    /// Checks, before anything runs, that the addresses of a cluster to
+    /// drive go with the other flags: an inventory names its own servers
+    /// (an exported STAMPEDE_ADDRESS gives way to it, a typed --address does
+    /// not); `--find-max-rate`, `--until-conclusive` and `--audit` need
+    /// servers loadgen starts; a cluster loadgen did not start is sampled
+    /// through --metrics.
+    pub(super) fn check_address(&mut self) -> Result<(), CapacityError> {
+        if self.servers.is_empty() {
+            return Ok(());
+        }
+        if self.inventory.is_some() {
+            if self.address_from_env {
+                self.servers.clear();
+                return Ok(());
+            }
+            return Err(CapacityError::NeedsNoAddress {
+                what: "--inventory (which names the servers itself)".into(),
+                from: self.address_source(),
+            });
+        }
+        let local_only = [
+            (self.find_max_rate, "--find-max-rate"),
+            (self.until_conclusive, "--until-conclusive"),
+            (self.audit, "--audit"),
+        ];
+        if let Some((_, flag)) = local_only.iter().find(|(on, _)| *on) {
+            return Err(CapacityError::NeedsNoAddress {
+                what: format!("{flag} (which needs servers loadgen starts)"),
+                from: self.address_source(),
+            });
+        }
+        if self.metrics.is_empty() {
+            return Err(CapacityError::NoMetrics(self.address_source()));
+        }
+        Ok(())
+    }
+
+    /// Where the addresses of the cluster to drive came from, and how not
+    /// to drive it, for a refusal.
+    pub(super) fn address_source(&self) -> AddressSource {
+        AddressSource {
+            from_env: self.address_from_env,
+            addresses: self.servers.join(","),
+        }
+    }
+
+    /// `--inventory`: its servers and shards in place of `--address` and `--metrics`.
     pub(super) fn read_inventory(&mut self) -> Result<(), crate::inventory::InventoryError> {
         if let Some(path) = &self.inventory {
             let inventory = Inventory::load(path)?;

@@ -1,10 +1,11 @@
-//! One variant against a cluster loadgen did not start (`--servers` or
+//! One variant against a cluster loadgen did not start (`--address` or
 //! `--inventory`): nothing is spawned; its processes are only sampled.
 
 use std::path::Path;
 use std::time::Duration;
 
 use stampede_proto::client::ClusterClient;
+use stampede_proto::metric_names;
 
 use super::ctx::Ctx;
 use super::drive::{drive, per_server, BeforeStream, Driving};
@@ -23,7 +24,7 @@ pub(super) async fn run_remote(
 ) -> Result<VariantSummary, CapacityError> {
     let opts = ctx.opts;
     if opts.metrics.is_empty() {
-        return Err(CapacityError::NoMetrics);
+        return Err(CapacityError::NoMetrics(opts.address_source()));
     }
     let servers = opts.metrics.len() - opts.fleet_metrics.len();
     let targets = opts
@@ -90,7 +91,8 @@ async fn classify(http: &reqwest::Client, urls: &[String]) -> (Vec<String>, Vec<
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };
-        if text.contains("stampede_nodesim_") {
+        // Every nodesim shard exports its nodes; no server does.
+        if text.contains(metric_names::NODESIM_NODES) {
             nodesim.push(host);
         } else {
             servers.push(host);

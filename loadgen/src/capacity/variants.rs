@@ -95,7 +95,7 @@ pub(super) fn sequential_level(first: u32, max: u32) -> (f64, u32) {
     (1.0 - ALPHA, max)
 }
 
-/// Every variant of the scenario (only the first with --servers), round by round.
+/// Every variant of the scenario (only the first with --address), round by round.
 pub(super) async fn run_variants(
     scenario: &Scenario,
     out: &Path,

@@ -22,7 +22,7 @@ mod figures;
 #[cfg(test)]
 mod tests;
 
-use stampede_proto::JobTrace;
+use stampede_proto::{JobStage, JobTrace};
 
 use crate::stream::RanJob;
 
@@ -31,10 +31,12 @@ pub use figures::{
     TracedJob,
 };
 
-/// One stage of the path: its name (a contract: `summary.json` and
-/// `traces.json` carry it), the process it runs in, and what it is in words.
+/// One stage of the path: its name and the process whose clock ends it
+/// (a contract: `summary.json` and `traces.json` carry both; they, and the
+/// stages' order, are `stampede_proto::JobStage`'s), and what it is in words.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Stage {
+    pub stage: JobStage,
     pub name: &'static str,
     pub process: &'static str,
     pub what: &'static str,
@@ -43,28 +45,24 @@ pub struct Stage {
     pub across_a_failover: &'static str,
 }
 
-const fn stage(
-    name: &'static str,
-    process: &'static str,
-    what: &'static str,
-    across_a_failover: &'static str,
-) -> Stage {
+const fn stage(stage: JobStage, what: &'static str, across_a_failover: &'static str) -> Stage {
     Stage {
-        name,
-        process,
+        stage,
+        name: stage.label(),
+        process: stage.traced_by().label(),
         what,
         across_a_failover,
     }
 }
 
 /// How many stages a path has.
-pub const N_STAGES: usize = 11;
+pub const N_STAGES: usize = JobStage::ALL.len();
 
-/// The stages in path order; stage `i` runs from boundary `i` to `i + 1`.
+/// The stages in path order (`JobStage::ALL`'s); stage `i` runs from
+/// boundary `i` to `i + 1`.
 pub const STAGES: [Stage; N_STAGES] = [
     stage(
-        "register",
-        "leader",
+        JobStage::Register,
         "the registration's commit",
         "the registration waited for a leader that answers (a write to a server that stopped answering waits for the caller's attempt timeout)",
     ),
@@ -72,70 +70,69 @@ pub const STAGES: [Stage; N_STAGES] = [
     // placed the last allocation: 0 but for a rolling update, whose later
     // steps each wait for the previous one's allocations to be healthy.
     stage(
-        ROLLOUT,
-        "leader",
+        JobStage::Rollout,
         "the rolling update's pace: each step waited for the previous one's health",
         "a rolling update's next step waited for a new leader's deployment watcher",
     ),
     stage(
-        "enqueue",
-        "leader",
+        JobStage::Enqueue,
         "enqueueing the evaluation",
         "the evaluation waited for the new leader to restore its broker",
     ),
     stage(
-        "broker_wait",
-        "leader",
+        JobStage::BrokerWait,
         "the broker's queue",
         "the evaluation waited in the new leader's broker until a worker reached it",
     ),
     stage(
-        "catch_up",
-        "worker",
+        JobStage::CatchUp,
         "a worker catching up",
         "a worker's state caught up with the new leader's",
     ),
     stage(
-        "schedule",
-        "worker",
+        JobStage::Schedule,
         "scheduling",
         "the scheduler ran on a worker whose leader changed",
     ),
     stage(
-        "plan_commit",
-        "leader",
+        JobStage::PlanCommit,
         "the plan's commit",
         "the plan waited for a leader that could commit it",
     ),
     stage(
-        "deliver",
-        "nodesim",
+        JobStage::Deliver,
         "delivery to the node",
         "the node's allocation query was parked on a server that stopped answering, until the node found it gone and asked another",
     ),
     stage(
-        "runner_start",
-        "nodesim",
+        JobStage::RunnerStart,
         "the runner's start",
         "the runner started while the cluster failed over (the runner does not wait on it)",
     ),
     stage(
-        "report_running",
-        "leader",
+        JobStage::ReportRunning,
         "client-update batching",
         "the node's running report went to a server that stopped answering, and waited for the node's retry",
     ),
     stage(
-        "observe",
-        "loadgen",
+        JobStage::Observe,
         "loadgen's observation",
         "loadgen's own query was parked on a server that stopped answering",
     ),
 ];
 
+// The words above follow the stages' one order.
+const _: () = {
+    let mut i = 0;
+    while i < N_STAGES {
+        assert!(STAGES[i].stage as usize == JobStage::ALL[i] as usize);
+        i += 1;
+    }
+};
+
 /// The stage a rolling update's later steps are in; its sentence names
 /// the update blocks that set its pace.
-pub const ROLLOUT: &str = "rollout";
+pub const ROLLOUT: &str = JobStage::Rollout.label();
 
 /// One job's path: its twelve boundaries in Unix microseconds, in order
 /// (each at or after the one before), and what clamping them cost.

@@ -463,3 +463,24 @@ fn a_step_created_after_the_run_was_seen_running_is_not_its_path() {
     run.running_us = run.scheduled_us + 4000;
     assert_eq!(path(&run, &trace), Err(Untraced::Superseded));
 }
+
+#[test]
+fn stage_names_and_processes_are_the_contract_summary_json_carries() {
+    let pairs = STAGES.map(|s| (s.name, s.process));
+    assert_eq!(
+        pairs,
+        [
+            ("register", "leader"),
+            ("rollout", "leader"),
+            ("enqueue", "leader"),
+            ("broker_wait", "leader"),
+            ("catch_up", "worker"),
+            ("schedule", "worker"),
+            ("plan_commit", "leader"),
+            ("deliver", "nodesim"),
+            ("runner_start", "nodesim"),
+            ("report_running", "leader"),
+            ("observe", "loadgen"),
+        ]
+    );
+}

@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use stampede_launch::{LocalCluster, NodeId};
 use stampede_proto::client::{ClientError, ClusterClient};
+use stampede_proto::metric_names;
 use stampede_proto::security::Role;
 use stampede_proto::{
     AllocsGetRequest, JobAllocationsRequest, JobDeploymentsRequest, JobEvaluationsRequest,
@@ -58,11 +59,11 @@ pub enum ReadError {
 /// delivered but not acknowledged, waiting behind their job's or out on a
 /// nack delay, and plans waiting to be applied.
 const QUEUES: [&str; 5] = [
-    "stampede_broker_ready",
-    "stampede_broker_unacked",
-    "stampede_broker_waiting_on_job",
-    "stampede_broker_delayed",
-    "stampede_plan_queue_depth",
+    metric_names::BROKER_READY,
+    metric_names::BROKER_UNACKED,
+    metric_names::BROKER_WAITING_ON_JOB,
+    metric_names::BROKER_DELAYED,
+    metric_names::PLAN_QUEUE_DEPTH,
 ];
 
 /// The invariant audit of a local cluster after the drain: waits (up to

@@ -5,8 +5,10 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+use stampede_proto::metric_names;
 
 use super::samples::{add, by_label, gauge, rate, Points};
+
 use crate::sampler::{Series, LOADGEN_TARGET};
 use crate::stream::LatencyQuantiles;
 use crate::summary::{RunSummary, VariantSummary};
@@ -148,8 +150,9 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         c.sync = Some(v.name.clone());
         c
     };
-    let is_nodesim =
-        |s: &Series| s.target.name == "nodesim" || !s.names_of("stampede_nodesim_nodes").is_empty();
+    let is_nodesim = |s: &Series| {
+        s.target.name == "nodesim" || !s.names_of(metric_names::NODESIM_NODES).is_empty()
+    };
     let nodesim: Vec<&Series> = v.series.iter().filter(|s| is_nodesim(s)).collect();
     // loadgen samples itself too: its CPU and memory are plotted below.
     let servers: Vec<&Series> = v
@@ -175,14 +178,14 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
     out.push(time(
         "Raft entries by type",
         "entries/s",
-        &by_label(&busiest, "stampede_raft_entries_total", "type", true),
+        &by_label(&busiest, metric_names::RAFT_ENTRIES_TOTAL, "type", true),
     ));
     out.push(time(
         "Blocking queries started by source",
         "queries/s",
         &by_label(
             &servers,
-            "stampede_blocking_queries_started_total",
+            metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
             "source",
             true,
         ),
@@ -192,7 +195,7 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         "queries",
         &by_label(
             &servers,
-            "stampede_blocking_queries_inflight",
+            metric_names::BLOCKING_QUERIES_INFLIGHT,
             "source",
             false,
         ),
@@ -202,16 +205,16 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         "RPCs/s",
         &by_label(
             &nodesim,
-            "stampede_nodesim_update_rpcs_total",
+            metric_names::NODESIM_UPDATE_RPCS_TOTAL,
             "priority",
             true,
         ),
     ));
     let mut broker = Vec::new();
     for metric in [
-        "stampede_broker_ready",
-        "stampede_broker_unacked",
-        "stampede_blocked_evals",
+        metric_names::BROKER_READY,
+        metric_names::BROKER_UNACKED,
+        metric_names::BLOCKED_EVALS,
     ] {
         let mut sum = BTreeMap::new();
         for s in &servers {
@@ -244,12 +247,12 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
     out.push(time(
         "State rows by table",
         "rows",
-        &by_label(&busiest, "stampede_state_objects", "table", false),
+        &by_label(&busiest, metric_names::STATE_OBJECTS, "table", false),
     ));
     out.push(time(
         "Garbage collected by kind",
         "rows/s",
-        &by_label(&busiest, "stampede_gc_collected_total", "kind", true),
+        &by_label(&busiest, metric_names::GC_COLLECTED_TOTAL, "kind", true),
     ));
     let windows: Points = v
         .stream

@@ -7,6 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use stampede_proto::build::{Build, BUILD_INFO_METRIC};
+use stampede_proto::metric_names;
 
 use crate::sampler::{label, Series};
 
@@ -61,8 +62,8 @@ impl Builds {
     pub fn of(series: &[Series], loadgen: BuildInfo) -> Builds {
         let first = |is: &dyn Fn(&Series) -> bool| series.iter().filter(|s| is(s)).find_map(served);
         Builds {
-            cluster: first(&|s| !s.names_of("stampede_raft_term").is_empty()),
-            nodesim: first(&|s| !s.names_of("stampede_nodesim_nodes").is_empty()),
+            cluster: first(&|s| !s.names_of(metric_names::RAFT_TERM).is_empty()),
+            nodesim: first(&|s| !s.names_of(metric_names::NODESIM_NODES).is_empty()),
             loadgen: Some(loadgen),
         }
     }

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use stampede_proto::metric_names;
+
 use super::fleet::{self, FleetInput};
 use super::{summarize, window_figures, Binaries, BuildInfo, Builds, VariantSummary};
 use crate::critical_path::{self, JobPath};
@@ -156,12 +158,12 @@ fn add_fleet(
     nodes: u64,
     (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
 ) {
-    let is_server = |s: &&Series| !s.names_of("stampede_raft_term").is_empty();
+    let is_server = |s: &&Series| !s.names_of(metric_names::RAFT_TERM).is_empty();
     let servers: Vec<&Series> = summary.series.iter().filter(is_server).collect();
     let nodesims: Vec<&Series> = summary
         .series
         .iter()
-        .filter(|s| !s.names_of("stampede_nodesim_nodes").is_empty())
+        .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
         .collect();
     let elections = fleet::elections(&servers, term_at_start);
     let ran = summary.stream.time_to_running_ms.count > 0;

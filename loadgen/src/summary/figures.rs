@@ -7,6 +7,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use stampede_proto::metric_names;
+
 use super::{cpu_seconds_per_1000_placements, VariantSummary};
 use crate::sampler::{label, Series};
 use crate::scenario::Variant;
@@ -30,14 +32,14 @@ pub fn summarize(
 ) -> VariantSummary {
     let servers: Vec<&Series> = series
         .iter()
-        .filter(|s| !s.names_of("stampede_raft_entries_total").is_empty())
+        .filter(|s| !s.names_of(metric_names::RAFT_ENTRIES_TOTAL).is_empty())
         .collect();
-    let raft_entries_by_type = most_by_label(&servers, "stampede_raft_entries_total", "type");
-    let raft_bytes_by_type = most_by_label(&servers, "stampede_raft_entry_bytes_total", "type");
+    let raft_entries_by_type = most_by_label(&servers, metric_names::RAFT_ENTRIES_TOTAL, "type");
+    let raft_bytes_by_type = most_by_label(&servers, metric_names::RAFT_ENTRY_BYTES_TOTAL, "type");
     let deployment_query_wait_seconds = servers
         .iter()
         .map(|s| {
-            s.delta("stampede_deployment_watcher_limiter_wait_seconds_sum")
+            s.delta(metric_names::DEPLOYMENT_WATCHER_LIMITER_WAIT_SECONDS_SUM)
                 .max(0.0)
         })
         .sum();
@@ -62,7 +64,7 @@ pub fn summarize(
         server_rss_growth_after_10m: server_rss_growth_after(&servers, SOAK_SETTLE),
         state_objects,
         state_objects_peak,
-        gc_collected: most_by_label(&servers, "stampede_gc_collected_total", "kind"),
+        gc_collected: most_by_label(&servers, metric_names::GC_COLLECTED_TOTAL, "kind"),
         server_args: v.server_args.clone(),
         nodesim_args: v.nodesim_args.clone(),
         client_update_share: client_update_share(&raft_entries_by_type),
@@ -72,14 +74,14 @@ pub fn summarize(
         // Queries are served by whichever server got them: added up.
         blocking_queries_by_source: sum_by_label(
             &servers,
-            "stampede_blocking_queries_started_total",
+            metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
             "source",
         ),
         deployment_query_wait_seconds,
         blocking_delivery_ms: super::delivery::delivery(&servers),
         client_update_rpcs: sum_by_label(
             &series.iter().collect::<Vec<_>>(),
-            "stampede_nodesim_update_rpcs_total",
+            metric_names::NODESIM_UPDATE_RPCS_TOTAL,
             "priority",
         ),
         stream,
@@ -185,7 +187,7 @@ fn state_objects(servers: &[&Series]) -> (BTreeMap<String, u64>, BTreeMap<String
     let mut last_by = BTreeMap::new();
     let mut peak_by = BTreeMap::new();
     for s in servers {
-        for name in s.names_of("stampede_state_objects") {
+        for name in s.names_of(metric_names::STATE_OBJECTS) {
             let table = label(&name, "table").unwrap_or("?").to_string();
             let last = s.last(&name).max(0.0) as u64;
             let e = last_by.entry(table.clone()).or_insert(0);

@@ -9,6 +9,7 @@
 //! node's placement in memory).
 
 use serde::{Deserialize, Serialize};
+use stampede_proto::metric_names;
 
 use crate::faults::FaultReport;
 use crate::sampler::{Point, Series, NODESIM_HEARTBEATS as HEARTBEATS, NODESIM_TTL as TTL};
@@ -18,7 +19,7 @@ const RSS: &str = "process_resident_memory_bytes";
 const ALLOCS: &str = "stampede_state_objects{table=\"allocs\"}";
 const PARKED: &str = "stampede_blocking_queries_inflight{source=\"client_allocs\"}";
 const DOWN: &str = "stampede_nodes{status=\"down\"}";
-const TERM: &str = "stampede_raft_term";
+const TERM: &str = metric_names::RAFT_TERM;
 
 /// `summary.fleet`: the fleet's registration, footprint and heartbeats.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -5,11 +5,12 @@
 //! slope there is no leak, and the check says so instead of judging it.
 
 use serde::{Deserialize, Serialize};
+use stampede_proto::metric_names;
 
 use crate::sampler::{label, Series};
 
 const RSS: &str = "process_resident_memory_bytes";
-const ROWS: &str = "stampede_state_objects";
+const ROWS: &str = metric_names::STATE_OBJECTS;
 
 /// The state's rows count as flat when they moved less than this over the
 /// second half of the run.

@@ -19,6 +19,9 @@ pub fn capacity(scenario: &str, name: &str) -> (tempfile::TempDir, PathBuf, Comm
     std::fs::write(&file, scenario).unwrap();
     let out = dir.path().join("run");
     let mut cmd = Command::new(LOADGEN);
+    // An address exported in the shell that runs the tests would make the
+    // run drive that cluster instead of starting its own.
+    cmd.env_remove(stampede_proto::address::ADDRESS_ENV);
     cmd.args(["capacity", "--scenario"])
         .arg(&file)
         .arg("--out")

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use prometheus::{IntCounter, IntGauge, Registry};
 use stampede_proto::metric_defs::{int_counter, int_gauge};
+use stampede_proto::metric_names;
 use stampede_proto::Evaluation;
 
 use super::broker::EvalBroker;
@@ -68,12 +69,12 @@ impl BlockedEvals {
         let metrics = BlockedMetrics {
             blocked: int_gauge(
                 registry,
-                "stampede_blocked_evals",
+                metric_names::BLOCKED_EVALS,
                 "Evaluations waiting for capacity.",
             ),
             unblocked: int_counter(
                 registry,
-                "stampede_blocked_evals_unblocked_total",
+                metric_names::BLOCKED_EVALS_UNBLOCKED_TOTAL,
                 "Blocked evaluations sent back to the broker after a capacity change.",
             ),
         };

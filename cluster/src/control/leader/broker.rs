@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
+use stampede_proto::metric_names;
 use stampede_proto::{Evaluation, JobType};
 
 use crate::model::is_core;
@@ -120,17 +121,17 @@ impl BrokerMetrics {
         Self {
             ready: int_gauge(
                 registry,
-                "stampede_broker_ready",
+                metric_names::BROKER_READY,
                 "Evaluations ready for a worker.",
             ),
             unacked: int_gauge(
                 registry,
-                "stampede_broker_unacked",
+                metric_names::BROKER_UNACKED,
                 "Evaluations handed to a worker and not yet acked.",
             ),
             waiting_on_job: int_gauge(
                 registry,
-                "stampede_broker_waiting_on_job",
+                metric_names::BROKER_WAITING_ON_JOB,
                 "Evaluations waiting behind another evaluation of the same job.",
             ),
             dequeue_wait: histogram(
@@ -160,12 +161,12 @@ impl BrokerMetrics {
             ),
             cancelable: int_gauge(
                 registry,
-                "stampede_broker_cancelable",
+                metric_names::BROKER_CANCELABLE,
                 "Evaluations set aside by an ack of a newer one, waiting to be canceled.",
             ),
             cancelled: int_counter(
                 registry,
-                "stampede_evals_cancelled_total",
+                metric_names::EVALS_CANCELLED_TOTAL,
                 "Evaluations written as canceled.",
             ),
             cancel_batches: int_counter(
@@ -175,12 +176,12 @@ impl BrokerMetrics {
             ),
             nack_delayed: int_counter(
                 registry,
-                "stampede_broker_nack_delays_total",
+                metric_names::BROKER_NACK_DELAYS_TOTAL,
                 "Nacked evaluations held back for their nack delay before another delivery.",
             ),
             delayed: int_gauge(
                 registry,
-                "stampede_broker_delayed",
+                metric_names::BROKER_DELAYED,
                 "Nacked evaluations serving their nack delay.",
             ),
         }

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
+use stampede_proto::metric_names;
 use stampede_proto::{lock, JobStage, QuerySource};
 use stampede_proto::{
     log_entry::Msg, DeploymentStatus, DeploymentUpdateEntry, LogEntry, QueryOptions,
@@ -86,12 +87,12 @@ impl WatcherMetrics {
         Self {
             watchers: int_gauge(
                 registry,
-                "stampede_deployment_watchers",
+                metric_names::DEPLOYMENT_WATCHERS,
                 "Leader: running deployments being watched.",
             ),
             limiter_wait: histogram(
                 registry,
-                "stampede_deployment_watcher_limiter_wait_seconds",
+                metric_names::DEPLOYMENT_WATCHER_LIMITER_WAIT_SECONDS,
                 "Time a deployment watcher query waited for the shared query rate limiter.",
                 (0.0001, 4.0, 10),
             ),

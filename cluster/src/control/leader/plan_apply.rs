@@ -58,6 +58,7 @@ use std::time::Instant;
 use prometheus::{Histogram, IntCounter, IntGauge, Registry};
 use stampede_proto::lock;
 use stampede_proto::metric_defs::{histogram, int_counter, int_gauge};
+use stampede_proto::metric_names;
 use stampede_proto::{
     log_entry::Msg, Allocation, BatchEntry, LogEntry, NodeStatus, Plan, PlanApplyEntry, PlanResult,
     Resources,
@@ -91,7 +92,7 @@ impl PlanMetrics {
         Self {
             queue_depth: int_gauge(
                 registry,
-                "stampede_plan_queue_depth",
+                metric_names::PLAN_QUEUE_DEPTH,
                 "Plans waiting for the plan applier.",
             ),
             evaluate_seconds: histogram(
