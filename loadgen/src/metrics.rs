@@ -98,7 +98,7 @@ impl LoadMetrics {
         ] {
             registry.register(c).expect("metric names are unique");
         }
-        stampede_proto::build::register(&registry, crate::BUILD);
+        stampede_proto::build::register(&registry, stampede_proto::this_build!());
         Self {
             registry,
             submissions,

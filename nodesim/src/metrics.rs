@@ -159,7 +159,7 @@ impl Metrics {
         ] {
             registry.register(c).unwrap();
         }
-        stampede_proto::build::register(&registry, crate::BUILD);
+        stampede_proto::build::register(&registry, stampede_proto::this_build!());
         #[cfg(target_os = "linux")]
         registry
             .register(stampede_proto::process_collector(""))

@@ -3,7 +3,7 @@
 //! `cluster node status` and nodesim's gauges all spell a status the same way.
 //! A value outside the enum (an `i32` from a newer peer) is `unknown`.
 
-use crate::{
+use crate::v1::{
     AllocClientStatus, AllocDesiredStatus, DeploymentStatus, EvalStatus, JobStatus, JobType,
     NodeStatus,
 };

@@ -3,9 +3,7 @@
 
 #![allow(clippy::large_enum_variant)]
 
-pub mod v1 {
-    tonic::include_proto!("stampede.v1");
-}
+pub mod v1;
 
 pub use v1::*;
 

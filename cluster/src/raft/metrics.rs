@@ -149,7 +149,7 @@ impl Metrics {
             ),
             registry: r,
         };
-        stampede_proto::build::register(&m.registry, crate::BUILD);
+        stampede_proto::build::register(&m.registry, stampede_proto::this_build!());
         #[cfg(target_os = "linux")]
         m.registry
             .register(stampede_proto::process_collector("stampede"))

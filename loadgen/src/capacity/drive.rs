@@ -143,7 +143,7 @@ pub(super) async fn drive(
         invariants,
         ready_s: before.ready_s,
         term_at_start: before.term_at_start,
-        loadgen: crate::BUILD.into(),
+        loadgen: stampede_proto::this_build!().into(),
     });
     write_traces(dir, &summary.slowest_paths)?;
     Ok(summary)
