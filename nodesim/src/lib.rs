@@ -247,46 +247,14 @@ impl Fleet {
             ),
             None => None,
         };
-        let channels: Arc<Vec<AtomicU32>> = Arc::new(
-            (0..indexes.len())
-                .map(|slot| AtomicU32::new((slot % client.channel_count()) as u32))
-                .collect(),
-        );
-        let calls = Arc::new(calls::Calls::new(client.clone()));
-        let id_prefix = opts.id_prefix.clone().unwrap_or_else(|| {
-            let run: u32 = rand::random();
-            format!("sim-{run:08x}")
-        });
-        let identity = Arc::new(identity::Identity::new(
-            opts.secret_key_file.as_deref(),
-            id_prefix.clone(),
-            opts.shard,
-        )?);
-        let sync = AllocSync::with_ticks(
-            opts.update_mode,
-            opts.update_ticks,
-            indexes.len(),
+        let shared = Arc::new(Fleet::shared(
+            &opts,
+            client,
             metrics.clone(),
-            update_sender(calls.clone(), channels.clone(), identity.clone()),
-        );
-        sync.set_job_times(opts.job_times == JobTimes::On);
-        let shared = Arc::new(Shared {
-            calls,
-            profile: NodeProfile {
-                id_prefix,
-                datacenters: opts.datacenters.clone(),
-                classes: opts.classes.clone(),
-                cpu_mhz: opts.cpu_mhz.clone(),
-                memory_mb: opts.memory_mb.clone(),
-            },
-            metrics,
-            sync: sync.clone(),
             factory,
-            query_wait: opts.query_wait,
-            register_permits: Semaphore::new(opts.register_concurrency as usize),
-            identity,
-            channels,
-        });
+            indexes.len(),
+        )?);
+        let sync = shared.sync.clone();
         let (stop, stopped) = watch::channel(false);
         let sync_task = tokio::spawn(sync.run(stopped));
         let started = Instant::now();
@@ -308,6 +276,59 @@ impl Fleet {
             metrics_addr,
             mode: opts.update_mode,
             ticks: opts.update_ticks,
+        })
+    }
+
+    /// What every node of the fleet shares: the calls to the cluster
+    /// (each node's channel, spread over the connections), the nodes'
+    /// profile and identity, the metrics, and the client-update buffers
+    /// ([`AllocSync`], for `slots` nodes).
+    fn shared(
+        opts: &Opts,
+        client: ClusterClient,
+        metrics: Metrics,
+        factory: AllocRunnerFactory,
+        slots: usize,
+    ) -> Result<Shared, Error> {
+        let channels: Arc<Vec<AtomicU32>> = Arc::new(
+            (0..slots)
+                .map(|slot| AtomicU32::new((slot % client.channel_count()) as u32))
+                .collect(),
+        );
+        let calls = Arc::new(calls::Calls::new(client.clone()));
+        let id_prefix = opts.id_prefix.clone().unwrap_or_else(|| {
+            let run: u32 = rand::random();
+            format!("sim-{run:08x}")
+        });
+        let identity = Arc::new(identity::Identity::new(
+            opts.secret_key_file.as_deref(),
+            id_prefix.clone(),
+            opts.shard,
+        )?);
+        let sync = AllocSync::with_ticks(
+            opts.update_mode,
+            opts.update_ticks,
+            slots,
+            metrics.clone(),
+            update_sender(calls.clone(), channels.clone(), identity.clone()),
+        );
+        sync.set_job_times(opts.job_times == JobTimes::On);
+        Ok(Shared {
+            calls,
+            profile: NodeProfile {
+                id_prefix,
+                datacenters: opts.datacenters.clone(),
+                classes: opts.classes.clone(),
+                cpu_mhz: opts.cpu_mhz.clone(),
+                memory_mb: opts.memory_mb.clone(),
+            },
+            metrics,
+            sync: sync.clone(),
+            factory,
+            query_wait: opts.query_wait,
+            register_permits: Semaphore::new(opts.register_concurrency as usize),
+            identity,
+            channels,
         })
     }
 

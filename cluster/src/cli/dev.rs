@@ -34,6 +34,9 @@ pub struct DevOpts {
     pub server_args: Vec<String>,
 }
 
+/// Starts the servers, waits until every one has applied the leader's
+/// first entry, says how to reach them, and keeps them up until Ctrl-C or
+/// `--duration`.
 pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
     let bin = std::env::current_exe()?;
     let mut cluster = LocalCluster::start(LaunchOptions {
@@ -49,7 +52,35 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
         opts.servers,
         cluster.root().display()
     );
-    let leader = match cluster.wait_for_leader(opts.leader_timeout).await {
+    let (leader, index) = ready(&mut cluster, opts.leader_timeout).await?;
+    println!("every server has applied index {index}; leader is server {leader}");
+    println!();
+    print_servers(&cluster).await?;
+    println!();
+    print_how_to_call(&cluster);
+    match opts.duration {
+        Some(d) => {
+            println!("running for {}", humantime::format_duration(d));
+            tokio::select! {
+                _ = tokio::time::sleep(d) => {}
+                _ = shutdown_signal() => {}
+            }
+        }
+        None => {
+            println!("press Ctrl-C to stop");
+            shutdown_signal().await;
+        }
+    }
+    cluster.stop_all();
+    println!("stopped");
+    Ok(())
+}
+
+/// Waits for a leader (printing every server's log if none comes) and
+/// until every server has the leader's first entry, when the cluster is
+/// ready to take writes: the leader and that entry's index.
+async fn ready(cluster: &mut LocalCluster, leader_timeout: Duration) -> anyhow::Result<(u64, u64)> {
+    let leader = match cluster.wait_for_leader(leader_timeout).await {
         Ok(l) => l,
         Err(e) => {
             for id in cluster.ids() {
@@ -58,8 +89,6 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
             return Err(e.into());
         }
     };
-
-    // Every server has the leader's first entry: the cluster is ready to take writes.
     let index = cluster.status(leader).await?.last_log_index;
     for id in cluster.ids() {
         cluster
@@ -71,9 +100,11 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
             )
             .await?;
     }
+    Ok((leader, index))
+}
 
-    println!("every server has applied index {index}; leader is server {leader}");
-    println!();
+/// One line per server: its state, addresses, term and indexes.
+async fn print_servers(cluster: &LocalCluster) -> anyhow::Result<()> {
     println!(
         "{:>3}  {:<9} {:<21} {:<21} {:>5} {:>9} {:>8}",
         "id", "state", "rpc", "http", "term", "last_log", "applied"
@@ -85,7 +116,13 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
             s.id, st.state, s.rpc, s.http, st.term, st.last_log_index, st.applied_index
         );
     }
-    println!();
+    Ok(())
+}
+
+/// The export line that points cluster, nodesim and loadgen at the
+/// servers (with the operator's TLS files and token when it has TLS), and
+/// how to read a server's metrics.
+fn print_how_to_call(cluster: &LocalCluster) {
     let http = cluster.servers()[0].http;
     let addrs = cluster.rpc_addrs().join(",");
     match cluster.tls_dir() {
@@ -112,20 +149,4 @@ pub async fn run(opts: DevOpts) -> anyhow::Result<()> {
             println!("metrics: curl http://{http}/metrics");
         }
     }
-    match opts.duration {
-        Some(d) => {
-            println!("running for {}", humantime::format_duration(d));
-            tokio::select! {
-                _ = tokio::time::sleep(d) => {}
-                _ = shutdown_signal() => {}
-            }
-        }
-        None => {
-            println!("press Ctrl-C to stop");
-            shutdown_signal().await;
-        }
-    }
-    cluster.stop_all();
-    println!("stopped");
-    Ok(())
 }
