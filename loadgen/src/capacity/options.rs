@@ -15,7 +15,7 @@ use crate::scenario::Scenario;
 
 #[derive(Debug, Clone, Args)]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini, faults, audit, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, c2m, c2m-ceiling, faults, audit, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// How long jobs are submitted, overriding the scenario's `duration`

@@ -13,6 +13,11 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         include_str!("../../scenarios/deployments.toml"),
     ),
     ("c2m-mini", include_str!("../../scenarios/c2m-mini.toml")),
+    ("c2m", include_str!("../../scenarios/c2m.toml")),
+    (
+        "c2m-ceiling",
+        include_str!("../../scenarios/c2m-ceiling.toml"),
+    ),
     ("faults", include_str!("../../scenarios/faults.toml")),
     ("audit", include_str!("../../scenarios/audit.toml")),
     ("failover", include_str!("../../scenarios/failover.toml")),

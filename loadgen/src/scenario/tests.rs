@@ -246,3 +246,93 @@ fn every_example_scenario_loads_and_a_variant_names_its_build_one_way() {
         .to_string();
     assert!(e.contains("must name a revision"), "{e}");
 }
+
+/// Arrivals of a constant stream, counted as the stream draws them: one
+/// every `1 / rate` seconds from `1 / rate` on, while before the end.
+fn constant_arrivals(s: &Scenario) -> u64 {
+    let Arrival::Constant { rate } = s.arrival else {
+        panic!("{}: a constant arrival", s.name)
+    };
+    let total = s.duration.as_secs_f64();
+    let (mut t, mut n) = (0.0, 0);
+    loop {
+        t += 1.0 / rate;
+        if t >= total {
+            return n;
+        }
+        n += 1;
+    }
+}
+
+/// The value of nodesim flag `flag` in the scenario's `nodesim_args`, or
+/// nodesim's default (4,000 MHz, 8,192 MB).
+fn node_amount(s: &Scenario, flag: &str, default: u64) -> u64 {
+    let args = &s.nodesim_args;
+    args.iter()
+        .position(|a| a == flag)
+        .map_or(default, |i| args[i + 1].parse().unwrap())
+}
+
+/// Whether `allocations` of the scenario's one job kind fit on its fleet
+/// with `room` (0.25: a quarter of each node's CPU and memory left), spread
+/// evenly.
+fn fits_with_room(s: &Scenario, allocations: u64, room: f64) -> bool {
+    let [job] = s.job_mix.as_slice() else {
+        panic!("{}: one job kind", s.name)
+    };
+    let per_node = allocations.div_ceil(s.nodes);
+    let cpu = node_amount(s, "--cpu-mhz", 4000) as f64;
+    let memory = node_amount(s, "--memory-mb", 8192) as f64;
+    (per_node * job.cpu_mhz) as f64 <= cpu * (1.0 - room)
+        && (per_node * job.memory_mb) as f64 <= memory * (1.0 - room)
+}
+
+#[test]
+fn c2m_offers_two_million_allocations_and_they_fit_its_fleet_with_room() {
+    let s = Scenario::load("c2m").unwrap();
+    assert_eq!(s.nodes, 10_000);
+    assert_eq!(s.job_mix.len(), 1);
+    let job = &s.job_mix[0];
+    assert_eq!((job.kind, job.count), (Kind::Service, 1000));
+    let jobs = constant_arrivals(&s);
+    assert_eq!(jobs, 2000, "2,000 jobs of 1,000");
+    let allocations = jobs * job.count as u64;
+    assert_eq!(allocations, 2_000_000);
+    assert!(fits_with_room(&s, allocations, 0.25));
+    assert!(
+        !fits_with_room(&s, allocations * 4, 0.0),
+        "the check can fail"
+    );
+    assert_eq!(
+        s.update_share + s.stop_share + s.scale_share + s.purge_share,
+        0.0
+    );
+    assert!(s.faults.is_empty() && s.search.is_none());
+    // A cluster at Nomad's C2M pace (about 1,500 placements/s) finishes
+    // within the stream and its drain.
+    let at_nomads_pace = allocations as f64 / 1500.0;
+    assert!((s.duration + s.drain).as_secs_f64() > at_nomads_pace);
+}
+
+#[test]
+fn c2m_ceiling_searches_c2m_minis_shape_against_a_ten_second_p99_to_running() {
+    let s = Scenario::load("c2m-ceiling").unwrap();
+    let mini = Scenario::load("c2m-mini").unwrap();
+    assert_eq!(s.nodes, mini.nodes);
+    assert_eq!(s.job_mix[0].count, mini.job_mix[0].count);
+    assert!(s.search.is_some());
+    assert_eq!(s.slo.p99_running_ms, Some(10_000.0));
+    assert_eq!(s.slo.p99_placement_ms, None);
+    // Every probe up to 100 jobs/s (100,000 placements/s, five times the
+    // issue's moonshot) fits the fleet, so only the cluster's pace fails one.
+    let v = Variant {
+        rate: Some(100.0),
+        ..Default::default()
+    };
+    let fast = s.for_variant(&v);
+    let allocations = constant_arrivals(&fast) * s.job_mix[0].count as u64;
+    assert!(allocations >= 2_900_000, "{allocations}");
+    assert!(fits_with_room(&fast, allocations, 0.25));
+    // A job not running within the drain is beyond the SLO.
+    assert!(s.drain.as_secs_f64() * 1000.0 >= s.slo.p99_running_ms.unwrap());
+}

@@ -49,6 +49,19 @@ pub fn judge(slo: &Slo, v: &VariantSummary) -> (bool, bool, Vec<String>) {
         }
         near |= (p99 / max - 1.0).abs() <= NEAR;
     }
+    // Jobs never seen running are missing from the p99 of those that were:
+    // when more than 1% never ran, the p99 of all of them is beyond the
+    // drain (a probe whose cluster fell hopelessly behind would otherwise
+    // pass on its first, fast jobs).
+    if let Some(max) = slo.p99_running_ms {
+        let never = v.stream.submitted.saturating_sub(v.stream.running);
+        if never * 100 > v.stream.submitted {
+            breaches.push(format!(
+                "p99 time to running beyond the drain (> {max:.0} ms): {never} of {} jobs never ran",
+                v.stream.submitted
+            ));
+        }
+    }
     // A probe that placed nothing measured nothing: it cannot pass.
     if v.stream.placement_ms.count == 0 {
         breaches.push("nothing was placed".into());
@@ -182,5 +195,41 @@ mod tests {
         let mut troubled = probe(500.0, 10);
         troubled.problems.push("nodesim stopped answering".into());
         assert!(!judge(&slo, &troubled).0);
+    }
+
+    #[test]
+    fn a_probe_whose_jobs_did_not_all_run_breaks_a_time_to_running_slo() {
+        let slo = Slo {
+            p99_placement_ms: None,
+            p99_running_ms: Some(10_000.0),
+        };
+        // 1,000 jobs submitted; the ones that ran did so fast.
+        let probe = |running: u64| {
+            let mut v = VariantSummary::default();
+            v.stream.placement_ms = crate::stream::Percentiles {
+                count: running,
+                p99: 800.0,
+                ..Default::default()
+            };
+            v.stream.time_to_running_ms.p99 = 2_000.0;
+            (v.stream.submitted, v.stream.running) = (1000, running);
+            v
+        };
+        assert_eq!(judge(&slo, &probe(1000)), (true, false, vec![]));
+        // 1% never ran: the p99 is still among those that did.
+        assert!(judge(&slo, &probe(990)).0);
+        // 300 never ran: the p99 of all of them is beyond the drain.
+        let (passed, _, breaches) = judge(&slo, &probe(700));
+        assert!(!passed);
+        assert_eq!(
+            breaches,
+            ["p99 time to running beyond the drain (> 10000 ms): 300 of 1000 jobs never ran"]
+        );
+        // Without a time-to-running SLO the placements alone are judged.
+        let placement_only = Slo {
+            p99_placement_ms: Some(1000.0),
+            p99_running_ms: None,
+        };
+        assert!(judge(&placement_only, &probe(700)).0);
     }
 }
