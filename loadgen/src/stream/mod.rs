@@ -27,11 +27,11 @@ mod report;
 
 use draw::{Draw, Planner};
 use follow::{submit_and_follow, Submission};
-use report::{percentiles_ms, quantiles_ms, windows};
 pub use report::{
-    sketch_quantiles, Ack, JobTimes, Journal, LatencyQuantiles, Percentiles, RanJob, StreamReport,
-    Window,
+    makespan_s, sketch_quantiles, Ack, JobTimes, Journal, LatencyQuantiles, Percentiles, RanJob,
+    StreamReport, Window,
 };
+use report::{percentiles_ms, quantiles_ms, windows};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;
@@ -278,6 +278,7 @@ fn finish(mut tally: Tally, start: Instant, total: f64) -> (StreamReport, Journa
         time_to_running_ms: quantiles_ms(tally.running.as_ref(), &q),
         q,
     };
+    tally.report.makespan_s = report::makespan_s(&tally.report.jobs.ran, tally.report.scheduled);
     if let Some(last) = tally.last_placement {
         let secs = (last - start).as_secs_f64().max(1e-3);
         tally.report.placements_per_second = tally.report.allocations_placed as f64 / secs;

@@ -25,6 +25,14 @@ pub struct StreamReport {
     pub allocations_placed: u64,
     /// Allocations placed per second, from the first submission to the last placement.
     pub placements_per_second: f64,
+    /// Seconds from the first submission's scheduled time to the moment the
+    /// stream saw the last job's allocations all running (its blocking
+    /// query on the job's summary answered with every one up): how long
+    /// the whole workload took to run, queueing and all. Null unless every
+    /// scheduled submission was acknowledged and followed to running (a
+    /// job dropped, refused, lost or still pending when the drain ended
+    /// leaves no last allocation to count to). See [`makespan_s`].
+    pub makespan_s: Option<f64>,
     /// Jobs the stream stopped (`stop_share`), and stops the cluster refused.
     pub stops: u64,
     pub stops_failed: u64,
@@ -129,6 +137,21 @@ impl StreamReport {
             ..StreamReport::default()
         }
     }
+}
+
+/// The stream's makespan (`StreamReport::makespan_s`): from the earliest
+/// scheduled submission among `ran` (each job that ran: when it was
+/// scheduled, seconds from the stream's start, and how long it took to
+/// run, ms) to the latest moment one of them was seen running, seconds.
+/// `None` when nothing ran, or when fewer ran than the `scheduled`
+/// submissions (some never did, so the last allocation running is unknown).
+pub fn makespan_s(ran: &[(f64, f64, u64)], scheduled: u64) -> Option<f64> {
+    if ran.is_empty() || (ran.len() as u64) < scheduled {
+        return None;
+    }
+    let first = ran.iter().map(|j| j.0).reduce(f64::min)?;
+    let last = ran.iter().map(|j| j.0 + j.1 / 1000.0).reduce(f64::max)?;
+    Some((last - first).max(0.0))
 }
 
 /// A sorted quantile sketch of the placement and time-to-running
@@ -258,6 +281,27 @@ pub(super) fn windows(runs: &[(f64, f64, u64)], total: f64) -> Vec<Window> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_makespan_runs_from_the_first_submission_to_the_last_running() {
+        // c2m-mini's shape: a job every 1/6 s from 1/6 s on, each taking
+        // longer to run as a backlog builds; the last scheduled is not the
+        // last to run (a slow one scheduled earlier ran after it).
+        let mut ran: Vec<(f64, f64, u64)> = (1..=100)
+            .map(|i| (i as f64 / 6.0, 1500.0 + 40.0 * i as f64, 1000))
+            .collect();
+        ran[90].1 = 9_000.0;
+        // In the order they ran, not the order they were scheduled.
+        ran.sort_by(|a, b| (a.0 + a.1 / 1000.0).total_cmp(&(b.0 + b.1 / 1000.0)));
+        let m = makespan_s(&ran, 100).unwrap();
+        // First submission at 1/6 s; job 91, scheduled at 15.17 s, ran
+        // 9 s later, after job 100 (16.67 s + 5.5 s).
+        let want = 91.0 / 6.0 + 9.0 - 1.0 / 6.0;
+        assert!((m - want).abs() < 1e-9, "{m} {want}");
+        // One of the 100 never ran: no makespan to speak of.
+        assert_eq!(makespan_s(&ran[1..], 100), None);
+        assert_eq!(makespan_s(&[], 0), None);
+    }
 
     #[test]
     fn the_quantile_sketch_rises_from_the_fastest_to_the_slowest_job() {
