@@ -28,6 +28,16 @@ names! {
     RAFT_IS_LEADER = "stampede_raft_is_leader";
     RAFT_TERM = "stampede_raft_term";
     RAFT_APPLIED_INDEX = "stampede_raft_applied_index";
+    /// Bytes of the server's current raft snapshot (the latest built or
+    /// installed).
+    RAFT_SNAPSHOT_BYTES = "stampede_raft_snapshot_bytes";
+    /// Time to build a snapshot from the state: encode it and write it to
+    /// disk, synced.
+    RAFT_SNAPSHOT_BUILD_SECONDS = "stampede_raft_snapshot_build_seconds"
+        [
+            RAFT_SNAPSHOT_BUILD_SECONDS_SUM = "_sum",
+            RAFT_SNAPSHOT_BUILD_SECONDS_COUNT = "_count"
+        ];
     /// Client nodes by `status`.
     NODES = "stampede_nodes";
     /// Rows of the state store by `table`.
@@ -79,6 +89,8 @@ pub const ALL: &[&str] = &[
     RAFT_IS_LEADER,
     RAFT_TERM,
     RAFT_APPLIED_INDEX,
+    RAFT_SNAPSHOT_BYTES,
+    RAFT_SNAPSHOT_BUILD_SECONDS,
     NODES,
     STATE_OBJECTS,
     GC_COLLECTED_TOTAL,

@@ -31,6 +31,9 @@ pub struct Metrics {
     pub raft_snapshots_built: IntCounter,
     pub raft_snapshots_installed: IntCounter,
     pub raft_snapshot_bytes: IntGauge,
+    /// Each snapshot this server built: from the copy of its state to the
+    /// snapshot encoded and on disk.
+    pub raft_snapshot_build_seconds: Histogram,
     /// Writes this server received as a follower and sent on to the leader.
     pub writes_forwarded: IntCounter,
     /// Of those, how each was done first: `apply` when this server applied
@@ -120,8 +123,15 @@ impl Metrics {
             ),
             raft_snapshot_bytes: int_gauge(
                 &r,
-                "stampede_raft_snapshot_bytes",
+                metric_names::RAFT_SNAPSHOT_BYTES,
                 "Size of this server's current snapshot.",
+            ),
+            raft_snapshot_build_seconds: histogram(
+                &r,
+                metric_names::RAFT_SNAPSHOT_BUILD_SECONDS,
+                "Time to build a snapshot from this server's state: encode it and write it to disk, synced.",
+                // 10 ms to about 5 minutes.
+                (0.01, 2.0, 15),
             ),
             append_rpc_seconds: histogram(
                 &r,
@@ -200,5 +210,22 @@ mod tests {
         assert!(text.contains("stampede_raft_entries_total{type=\"node_register\"} 2"));
         assert!(text.contains("stampede_raft_entry_bytes_total{type=\"node_register\"} 42"));
         assert!(text.contains("stampede_process_resident_memory_bytes"));
+    }
+
+    #[test]
+    fn every_server_name_loadgen_reads_is_defined_here() {
+        let text = Metrics::new().render();
+        let ours = [
+            metric_names::RAFT_ENTRIES_TOTAL,
+            metric_names::RAFT_ENTRY_BYTES_TOTAL,
+            metric_names::RAFT_IS_LEADER,
+            metric_names::RAFT_TERM,
+            metric_names::RAFT_APPLIED_INDEX,
+            metric_names::RAFT_SNAPSHOT_BYTES,
+            metric_names::RAFT_SNAPSHOT_BUILD_SECONDS,
+        ];
+        for name in ours {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}");
+        }
     }
 }

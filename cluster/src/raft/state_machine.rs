@@ -312,6 +312,7 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let began = std::time::Instant::now();
         let n = self.builds.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match self.last_applied {
             Some(l) => format!(
@@ -339,6 +340,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
         self.metrics.raft_snapshots_built.inc();
+        self.metrics
+            .raft_snapshot_build_seconds
+            .observe(began.elapsed().as_secs_f64());
         self.metrics
             .raft_snapshot_bytes
             .set(stored.data.len() as i64);
