@@ -27,11 +27,11 @@ mod report;
 
 use draw::{Draw, Planner};
 use follow::{submit_and_follow, Submission};
-pub use report::{
-    makespan_s, sketch_quantiles, Ack, JobTimes, Journal, LatencyQuantiles, Percentiles, RanJob,
-    StreamReport, Window,
-};
 use report::{percentiles_ms, quantiles_ms, windows};
+pub use report::{
+    sketch_quantiles, Ack, JobTimes, Journal, LatencyQuantiles, Percentiles, RanJob, StreamReport,
+    Window,
+};
 
 /// Submissions in flight at most; more are dropped (and counted).
 pub const MAX_IN_FLIGHT: usize = 10_000;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use stampede_proto::metric_names;
 
 use super::fleet::{self, FleetInput};
+use super::per_allocation;
 use super::{summarize, window_figures, Binaries, BuildInfo, Builds, VariantSummary};
 use crate::critical_path::{self, JobPath};
 use crate::faults::{self, Audit, Injected};
@@ -113,7 +114,27 @@ pub fn build(i: VariantInputs) -> VariantSummary {
     s.invariants = i.invariants;
     let times = (i.ready_s, i.term_at_start, first_submit_s);
     add_fleet(&mut s, i.scenario.nodes, times);
+    add_per_allocation(&mut s);
     s
+}
+
+/// What an allocation cost the servers, nodesim, the raft log and its
+/// snapshots, from the samples and the allocations the stream saw running.
+fn add_per_allocation(summary: &mut VariantSummary) {
+    let servers: Vec<&Series> = (summary.series.iter())
+        .filter(|s| !s.names_of(metric_names::RAFT_TERM).is_empty())
+        .collect();
+    let nodesims: Vec<&Series> = (summary.series.iter())
+        .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
+        .collect();
+    let (figures, snapshots) = per_allocation::per_allocation(
+        &servers,
+        &nodesims,
+        &summary.raft_bytes_by_type,
+        summary.stream.allocations_placed,
+    );
+    summary.per_allocation = figures;
+    summary.snapshots = snapshots;
 }
 
 /// The processes that stopped answering the sampler, and when.

@@ -62,6 +62,8 @@ pub fn summarize(
         server_rss_slope_mib_per_min: server_rss_slope(&servers),
         memory: super::memory::memory(&servers, server_rss_slope(&servers)),
         server_rss_growth_after_10m: server_rss_growth_after(&servers, SOAK_SETTLE),
+        per_allocation: Default::default(),
+        snapshots: Default::default(),
         state_objects,
         state_objects_peak,
         gc_collected: most_by_label(&servers, metric_names::GC_COLLECTED_TOTAL, "kind"),

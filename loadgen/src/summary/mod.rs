@@ -29,6 +29,7 @@ pub mod fleet;
 mod intervals;
 pub mod measures;
 mod memory;
+pub mod per_allocation;
 mod slo;
 
 use std::collections::BTreeMap;
@@ -42,6 +43,7 @@ pub use comparison::Judging;
 pub use figures::summarize;
 pub use intervals::{combine, window_figures, Repetition};
 pub use memory::{Leak, Memory};
+pub use per_allocation::{PerAllocation, Snapshots};
 pub use slo::{audit_failures, judge, slo_breaches};
 
 use crate::critical_path::{CriticalPath, TracedJob};
@@ -227,6 +229,15 @@ pub struct VariantSummary {
     /// The servers' memory per row of state, and the leak check, judged only
     /// when the state's rows were flat over the second half.
     pub memory: Memory,
+    /// What carrying an allocation cost: the fullest server's and
+    /// nodesim's peak memory, the raft log's bytes, a snapshot's bytes and
+    /// build seconds, each per allocation (null when unknown; see
+    /// [`per_allocation`]).
+    pub per_allocation: PerAllocation,
+    /// The snapshots the servers built during the run: how many, the
+    /// slowest build's seconds and the largest's bytes, with the
+    /// allocations each held.
+    pub snapshots: Snapshots,
     /// For runs of more than ten minutes: how much the most-grown server's
     /// resident memory grew from ten minutes in to the end (0.1 is 10%).
     pub server_rss_growth_after_10m: Option<f64>,

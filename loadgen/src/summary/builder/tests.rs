@@ -57,6 +57,11 @@ fn server_metrics(id: u64, t: f64) -> String {
         (t / 10.0).floor()
     );
     m += "stampede_nodes{status=\"down\"} 0\n";
+    // Every server builds a snapshot between 29 and 30 s: 0.4 s, 1.5 MB.
+    let built = if t >= 30.0 { 1.0 } else { 0.0 };
+    m += &format!("stampede_raft_snapshot_build_seconds_count {built}\n");
+    m += &format!("stampede_raft_snapshot_build_seconds_sum {}\n", 0.4 * built);
+    m += &format!("stampede_raft_snapshot_bytes {}\n", 1.5e6 * built);
     m += &format!("stampede_raft_is_leader {}\n", u8::from(id == 2));
     m += &format!("stampede_process_cpu_seconds_total {}\n", 0.3 * t);
     let rss = (90.0 + id as f64 * 10.0 + t / 10.0) * MIB;
@@ -144,6 +149,8 @@ fn stream() -> StreamReport {
         time_to_running_ms: Percentiles::of(&ran),
         allocations_placed: 2 * n,
         placements_per_second: (2 * n) as f64 / STREAM_S as f64,
+        // The first job scheduled at 0 s, the last to run at 59.5 s + 680 ms.
+        makespan_s: Some(60.18),
         running_windows: (0..STREAM_S / 10)
             .map(|w| crate::stream::Window {
                 from_s: w as f64 * 10.0,
@@ -479,6 +486,24 @@ fn the_builder_fills_the_whole_variant_from_its_inputs() {
     assert_eq!(v.fleet.nodes, scenario().nodes);
     assert_eq!(v.fleet.ready_s, Some(3.5));
     assert_eq!(v.fleet.ttl_s, Some(10.0));
+    // The makespan, as the stream measured it.
+    assert_eq!(v.stream.makespan_s, Some(60.18));
+    // What an allocation cost: 240 running; server 3 the fullest (126 MiB
+    // at its peak), nodesim 60 MiB, 486,000 raft bytes; each server built
+    // one snapshot of 1.5 MB in 0.4 s while its state held 120 allocations.
+    let p = &v.per_allocation;
+    assert_eq!(p.allocations, 240);
+    assert_eq!(p.server_rss_bytes, Some(126.0 * MIB / 240.0));
+    assert_eq!(p.nodesim_rss_bytes, Some(60.0 * MIB / 240.0));
+    assert_eq!(p.raft_log_bytes, Some(2025.0));
+    assert_eq!(p.snapshot_bytes, Some(12_500.0));
+    let per_s = p.snapshot_seconds.unwrap();
+    assert!((per_s - 0.4 / 120.0).abs() < 1e-12, "{per_s}");
+    assert_eq!(v.snapshots.built, 3);
+    assert_eq!(v.snapshots.largest_bytes, Some(1_500_000));
+    assert_eq!(v.snapshots.largest_allocations, Some(120));
+    let slowest = v.snapshots.slowest_build_s.unwrap();
+    assert!((slowest - 0.4).abs() < 1e-12, "{slowest}");
     // The run's windows, and the stream's wall-clock range.
     assert_eq!(v.window_figures.len(), 5, "10-20 ... 50-60");
     assert_eq!(v.ended_unix - v.started_unix, 62.0);
@@ -497,6 +522,10 @@ fn a_real_summary_meets_the_schema() {
         .collect();
     assert!(errors.is_empty(), "{errors:#?}");
     assert_eq!(summary["build"]["cluster"]["dirty"], true);
+    let v = &summary["variants"][0];
+    assert_eq!(v["stream"]["makespan_s"], 60.18);
+    assert_eq!(v["per_allocation"]["snapshot_bytes"], 12_500.0);
+    assert_eq!(v["snapshots"]["built"], 3);
     assert_eq!(
         summary["variants"][0]["build"]["loadgen"]["commit"],
         "feedface"
