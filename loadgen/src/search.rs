@@ -40,6 +40,10 @@ pub struct Probe {
     /// Why it was invalid.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub invalid: Vec<String>,
+    /// The placements per second the cluster took in this run
+    /// (`stream.placements_per_second`), whatever it was offered.
+    #[serde(default)]
+    pub placements_per_s: f64,
 }
 
 /// The search's outcome, as `summary.json` gives it.
@@ -63,6 +67,54 @@ pub struct SearchReport {
     pub confidence: String,
     pub budget_seconds: f64,
     pub spent_seconds: f64,
+    /// The allocations each job of the scenario asks for (the mix's
+    /// weighted mean; a system job counts the fleet's nodes): what turns a
+    /// rate of jobs into one of placements.
+    #[serde(default)]
+    pub placements_per_job: Option<f64>,
+    /// `max_passing` and `min_failing` offered in placements per second.
+    #[serde(default)]
+    pub max_passing_placements_per_s: Option<f64>,
+    #[serde(default)]
+    pub min_failing_placements_per_s: Option<f64>,
+    /// The placements per second the cluster took at `max_passing` (the
+    /// lowest of its runs): the ceiling a planner reads.
+    #[serde(default)]
+    pub taken_placements_per_s: Option<f64>,
+}
+
+impl SearchReport {
+    /// The report with its bracket in placements per second too, jobs of
+    /// `per_job` allocations each, and the placements taken at the highest
+    /// passing rate said in its confidence.
+    pub fn with_placements(mut self, per_job: Option<f64>) -> Self {
+        let times = |rate: Option<f64>| Some(rate? * per_job?);
+        self.placements_per_job = per_job;
+        self.max_passing_placements_per_s = times(self.max_passing);
+        self.min_failing_placements_per_s = times(self.min_failing);
+        self.taken_placements_per_s = self.max_passing.and_then(|lo| {
+            (self.probes.iter())
+                .filter(|p| p.value == lo)
+                .map(|p| p.placements_per_s)
+                .reduce(f64::min)
+        });
+        if let (Some(lo), Some(offered), Some(taken)) = (
+            self.max_passing,
+            self.max_passing_placements_per_s,
+            self.taken_placements_per_s,
+        ) {
+            let mut said = format!(
+                "; at {lo} jobs/s the offer was {offered:.0} placements/s and the cluster took {taken:.0}/s"
+            );
+            if let Some(hi) = self.min_failing_placements_per_s {
+                said.push_str(&format!(
+                    " (the ceiling is below {hi:.0} placements/s offered)"
+                ));
+            }
+            self.confidence.push_str(&said);
+        }
+        self
+    }
 }
 
 /// Where the search stands: the probes so far, by rate.
@@ -206,6 +258,10 @@ impl Search {
             confidence,
             budget_seconds,
             spent_seconds,
+            placements_per_job: None,
+            max_passing_placements_per_s: None,
+            min_failing_placements_per_s: None,
+            taken_placements_per_s: None,
         }
     }
 }
@@ -225,7 +281,40 @@ mod tests {
             seconds: 1.0,
             valid: true,
             invalid: vec![],
+            placements_per_s: value * 900.0,
         }
+    }
+
+    #[test]
+    fn the_bracket_is_said_in_placements_per_second_too() {
+        // Jobs of 1,000 allocations; the cluster takes 90% of the offer.
+        let s = run(4.0, 13.0);
+        let r = s.report(60.0, 30.0, false).with_placements(Some(1000.0));
+        let (lo, hi) = (r.max_passing.unwrap(), r.min_failing.unwrap());
+        assert_eq!(r.placements_per_job, Some(1000.0));
+        assert_eq!(r.max_passing_placements_per_s, Some(lo * 1000.0));
+        assert_eq!(r.min_failing_placements_per_s, Some(hi * 1000.0));
+        assert_eq!(r.taken_placements_per_s, Some(lo * 900.0));
+        let said = format!(
+            "at {lo} jobs/s the offer was {:.0} placements/s and the cluster took {:.0}/s",
+            lo * 1000.0,
+            lo * 900.0
+        );
+        assert!(r.confidence.contains(&said), "{}", r.confidence);
+        // A run twice at the highest passing rate: the lower take counts.
+        let mut s = Search::new(4.0);
+        s.record(probe(4.0, true));
+        s.record(Probe {
+            repeat: true,
+            placements_per_s: 3000.0,
+            ..probe(4.0, true)
+        });
+        let r = s.report(60.0, 10.0, false).with_placements(Some(1000.0));
+        assert_eq!(r.taken_placements_per_s, Some(3000.0));
+        // Without a count per job (or a passing rate) there is nothing to say.
+        let r = s.report(60.0, 10.0, false).with_placements(None);
+        assert_eq!(r.max_passing_placements_per_s, None);
+        assert!(!r.confidence.contains("placements/s"), "{}", r.confidence);
     }
 
     /// A cluster that meets the SLO up to `capacity` jobs/s.

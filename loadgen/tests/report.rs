@@ -176,6 +176,7 @@ fn summary() -> RunSummary {
         seconds: 60.0,
         valid: true,
         invalid: vec![],
+        placements_per_s: 9.0 * value,
     };
     RunSummary {
         schema_version: SCHEMA_VERSION,
@@ -200,6 +201,10 @@ fn summary() -> RunSummary {
             confidence: "made up".into(),
             budget_seconds: 600.0,
             spent_seconds: 180.0,
+            placements_per_job: Some(10.0),
+            max_passing_placements_per_s: Some(40.0),
+            min_failing_placements_per_s: Some(80.0),
+            taken_placements_per_s: Some(36.0),
         }),
         seed: None,
         rounds: vec![],

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::ctx::{finish, Ctx};
 use super::error::CapacityError;
 use super::local::run_local;
-use crate::scenario::{Arrival, Scenario, Variant};
+use crate::scenario::{Arrival, Kind, Scenario, Variant};
 use crate::search::{Probe, Search};
 use crate::summary::{self, RunSummary, VariantSummary};
 
@@ -68,14 +68,34 @@ pub(super) async fn find_max_rate(
         }
         search.record(probe.probe);
         variants.push(summary);
+        let so_far = search.report(budget_s, began.elapsed().as_secs_f64(), false);
         finish(
             &variants,
-            search.report(budget_s, began.elapsed().as_secs_f64(), false),
+            so_far.with_placements(placements_per_job(scenario)),
         )?;
     }
-    let report = search.report(budget_s, began.elapsed().as_secs_f64(), out_of_budget);
+    let report = search
+        .report(budget_s, began.elapsed().as_secs_f64(), out_of_budget)
+        .with_placements(placements_per_job(scenario));
     eprintln!("loadgen: search: {}", report.confidence);
     finish(&variants, report)
+}
+
+/// The allocations a job of the scenario asks for: the mix's mean,
+/// weighted by each kind's share (a system job asks one per node); `None`
+/// for an empty mix.
+pub(super) fn placements_per_job(scenario: &Scenario) -> Option<f64> {
+    let weights: u64 = scenario.job_mix.iter().map(|j| j.weight as u64).sum();
+    let allocations: f64 = (scenario.job_mix.iter())
+        .map(|j| {
+            let count = match j.kind {
+                Kind::System => scenario.nodes as f64,
+                _ => j.count as f64,
+            };
+            j.weight as f64 * count
+        })
+        .sum();
+    (weights > 0).then(|| allocations / weights as f64)
 }
 
 /// Says which probe runs next, and how much of the budget is left.
@@ -147,6 +167,7 @@ async fn run_probe(
         seconds: t0.elapsed().as_secs_f64(),
         valid,
         invalid: summary.validity.reasons.clone(),
+        placements_per_s: summary.stream.placements_per_second,
     };
     Ok((
         summary,
@@ -157,4 +178,22 @@ async fn run_probe(
         },
         took,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_of_the_scenario_asks_its_mixs_mean_allocations() {
+        let ceiling = Scenario::load("c2m-ceiling").unwrap();
+        assert_eq!(placements_per_job(&ceiling), Some(1000.0));
+        // max-rate: web (6 x 5), etl (3 x 10), agent (1 x a system job
+        // on every one of 1,000 nodes).
+        let mix = Scenario::load("max-rate").unwrap();
+        assert_eq!(
+            placements_per_job(&mix),
+            Some((30.0 + 30.0 + 1000.0) / 10.0)
+        );
+    }
 }

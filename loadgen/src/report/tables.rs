@@ -54,6 +54,7 @@ pub(super) fn rows(s: &RunSummary) -> Vec<Row> {
     };
     outcome_rows(&mut row);
     cost_rows(&mut row);
+    per_allocation_rows(&mut row);
     growth_rows(s, &mut row);
     if s.variants.iter().any(|v| v.fleet.ready_s.is_some()) {
         fleet_rows(&mut row);
@@ -98,6 +99,47 @@ fn outcome_rows(row: &mut AddRow) {
     });
     row("placements/s", &|v| {
         format!("{:.0}", v.stream.placements_per_second)
+    });
+    row("makespan s (first submitted to all running)", &|v| {
+        tenths(v.stream.makespan_s)
+    });
+}
+
+/// A per-allocation figure with as many digits as it needs, `-` unknown.
+fn per_allocation(x: Option<f64>) -> String {
+    x.map_or("-".into(), figure)
+}
+
+/// What an allocation cost (`per_allocation`) and the snapshots behind it.
+fn per_allocation_rows(row: &mut AddRow) {
+    row("per allocation: server / nodesim RSS bytes", &|v| {
+        let p = &v.per_allocation;
+        format!(
+            "{} / {}",
+            per_allocation(p.server_rss_bytes),
+            per_allocation(p.nodesim_rss_bytes)
+        )
+    });
+    row("  raft log bytes", &|v| {
+        per_allocation(v.per_allocation.raft_log_bytes)
+    });
+    row("  snapshot bytes / build us", &|v| {
+        let p = &v.per_allocation;
+        format!(
+            "{} / {}",
+            per_allocation(p.snapshot_bytes),
+            per_allocation(p.snapshot_seconds.map(|s| s * 1e6))
+        )
+    });
+    row("snapshots built (slowest s, largest MiB)", &|v| {
+        let sn = &v.snapshots;
+        format!(
+            "{} ({}, {})",
+            sn.built,
+            sn.slowest_build_s.map_or("-".into(), figure),
+            sn.largest_bytes
+                .map_or("-".into(), |b| figure(b as f64 / 1048576.0))
+        )
     });
 }
 
@@ -559,15 +601,17 @@ pub fn probes(s: &RunSummary) -> String {
     };
     let mut html = format!(
         "<p id=\"search\">{}</p><table class=\"data probes\"><thead><tr><th>rate (jobs/s)</th>\
-         <th>p99 placement ms</th><th>p99 running ms</th><th>result</th></tr></thead><tbody>",
+         <th>placements/s taken</th><th>p99 placement ms</th><th>p99 running ms</th>\
+         <th>result</th></tr></thead><tbody>",
         escape(&search.confidence)
     );
     for p in &search.probes {
         let _ = write!(
             html,
-            "<tr><td>{}{}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>",
+            "<tr><td>{}{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{}</td></tr>",
             p.value,
             if p.repeat { " (again)" } else { "" },
+            p.placements_per_s,
             p.p99_placement_ms,
             p.p99_running_ms,
             if p.passed {
@@ -625,6 +669,57 @@ mod tests {
         let older = VariantSummary::default();
         let cells: Vec<String> = [same, mixed, older].iter().map(build_cell).collect();
         assert_eq!(cells, ["01234567", "fedcba98+dirty / 01234567", "-"]);
+    }
+
+    #[test]
+    fn the_makespan_and_what_an_allocation_cost_are_shown() {
+        let mut c2m = VariantSummary {
+            name: "c2m".into(),
+            ..Default::default()
+        };
+        c2m.stream.makespan_s = Some(287.44);
+        c2m.per_allocation = crate::summary::PerAllocation {
+            allocations: 2_000_000,
+            server_rss_bytes: Some(812.4),
+            nodesim_rss_bytes: Some(301.0),
+            raft_log_bytes: Some(96.25),
+            snapshot_bytes: Some(171.0),
+            snapshot_seconds: Some(2.5e-6),
+        };
+        c2m.snapshots = crate::summary::Snapshots {
+            built: 7,
+            slowest_build_s: Some(4.2),
+            largest_bytes: Some(300 * 1048576),
+            ..Default::default()
+        };
+        let unknown = VariantSummary {
+            name: "unknown".into(),
+            ..Default::default()
+        };
+        let s = run(vec![c2m, unknown]);
+        let text = super::super::table(&s);
+        let line = |start: &str| {
+            (text.lines())
+                .find(|l| l.trim_start().starts_with(start))
+                .unwrap_or_else(|| panic!("no row {start}: {text}"))
+                .to_string()
+        };
+        let makespan = line("makespan s");
+        assert!(
+            makespan.contains(" 287.4 ") && makespan.ends_with(" -"),
+            "{makespan}"
+        );
+        let rss = line("per allocation: server / nodesim RSS bytes");
+        assert!(
+            rss.contains(" 812 / 301 ") && rss.ends_with("- / -"),
+            "{rss}"
+        );
+        assert!(line("raft log bytes").contains(" 96.25 "), "{text}");
+        let snap = line("snapshot bytes / build us");
+        assert!(snap.contains(" 171 / 2.50 "), "{snap}");
+        let built = line("snapshots built");
+        assert!(built.contains(" 7 (4.20, 300) "), "{built}");
+        assert!(built.ends_with(" 0 (-, -)"), "{built}");
     }
 
     #[test]

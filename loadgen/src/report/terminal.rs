@@ -64,8 +64,9 @@ fn verdicts(s: &RunSummary) -> String {
         for p in &search.probes {
             let _ = write!(
                 out,
-                "\n  {:>9} jobs/s  p99 placement {:>8.0} ms  p99 running {:>8.0} ms  {}{}",
+                "\n  {:>9} jobs/s  {:>8.0} placements/s taken  p99 placement {:>8.0} ms  p99 running {:>8.0} ms  {}{}",
                 p.value,
+                p.placements_per_s,
                 p.p99_placement_ms,
                 p.p99_running_ms,
                 match (p.valid, p.passed) {

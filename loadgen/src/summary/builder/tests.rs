@@ -338,27 +338,35 @@ fn run() -> RunSummary {
         stopped: "max-repeat".into(),
         undecided: vec!["faults: placements_per_s".into()],
     });
-    run.search = Some(SearchReport {
-        parameter: "rate".into(),
-        max_passing: Some(2.0),
-        at_least: true,
-        harness_limit: None,
-        min_failing: None,
-        probes: vec![Probe {
-            value: 2.0,
-            passed: true,
-            p99_placement_ms: 110.0,
-            p99_running_ms: 700.0,
-            breaches: Vec::new(),
-            repeat: false,
-            seconds: 62.0,
-            valid: true,
-            invalid: Vec::new(),
-        }],
-        confidence: "one probe".into(),
-        budget_seconds: 600.0,
-        spent_seconds: 62.0,
-    });
+    run.search = Some(
+        SearchReport {
+            parameter: "rate".into(),
+            max_passing: Some(2.0),
+            at_least: true,
+            harness_limit: None,
+            min_failing: None,
+            probes: vec![Probe {
+                value: 2.0,
+                passed: true,
+                p99_placement_ms: 110.0,
+                p99_running_ms: 700.0,
+                breaches: Vec::new(),
+                repeat: false,
+                seconds: 62.0,
+                valid: true,
+                invalid: Vec::new(),
+                placements_per_s: 4.0,
+            }],
+            confidence: "one probe".into(),
+            budget_seconds: 600.0,
+            spent_seconds: 62.0,
+            placements_per_job: None,
+            max_passing_placements_per_s: None,
+            min_failing_placements_per_s: None,
+            taken_placements_per_s: None,
+        }
+        .with_placements(Some(2.0)),
+    );
     run
 }
 
@@ -526,6 +534,9 @@ fn a_real_summary_meets_the_schema() {
     assert_eq!(v["stream"]["makespan_s"], 60.18);
     assert_eq!(v["per_allocation"]["snapshot_bytes"], 12_500.0);
     assert_eq!(v["snapshots"]["built"], 3);
+    let search = &summary["search"];
+    assert_eq!(search["max_passing_placements_per_s"], 4.0);
+    assert_eq!(search["taken_placements_per_s"], 4.0);
     assert_eq!(
         summary["variants"][0]["build"]["loadgen"]["commit"],
         "feedface"
