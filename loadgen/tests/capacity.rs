@@ -19,6 +19,9 @@ duration = "6s"
 drain = "30s"
 arrival = { process = "constant", rate = 2.0 }
 update_share = 0.3
+# A snapshot every 25 raft entries, so that a run this small builds some
+# and per_allocation's snapshot figures have builds to read.
+server_args = ["--snapshot-entries", "25"]
 
 [[jobs]]
 name = "web"
@@ -175,6 +178,12 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
         stdout.contains("CPU-s per 1000 placements"),
         "the table shows it: {stdout}"
     );
+    for v in variants {
+        makespan_and_per_allocation(v);
+    }
+    for row in ["makespan s", "per allocation: server / nodesim RSS bytes"] {
+        assert!(stdout.contains(row), "the table shows {row}: {stdout}");
+    }
     // Variants compare on the very same stream.
     for field in ["scheduled", "updates"] {
         assert_eq!(
@@ -243,6 +252,69 @@ const STAGES: [&str; 11] = [
     "report_running",
     "observe",
 ];
+
+/// The stream's makespan and what an allocation cost, present and sane:
+/// each per-allocation figure is its absolute measure (the summary's own
+/// peak memory, raft bytes) over the allocations the run placed.
+fn makespan_and_per_allocation(v: &serde_json::Value) {
+    const MIB: f64 = 1048576.0;
+    let stream = &v["stream"];
+    // Every job ran: jobs scheduled from 0.5 s to 5.5 s, the last running
+    // after its own time to running.
+    let makespan = stream["makespan_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("a makespan when every job ran: {stream}"));
+    let slowest_s = stream["time_to_running_ms"]["max"].as_f64().unwrap() / 1000.0;
+    assert!(
+        makespan >= 5.0 && makespan >= slowest_s,
+        "{makespan} {stream}"
+    );
+    assert!(makespan <= v["seconds"].as_f64().unwrap(), "{makespan}");
+    let p = &v["per_allocation"];
+    let allocations = p["allocations"].as_f64().unwrap();
+    assert_eq!(p["allocations"], stream["allocations_placed"], "{p}");
+    let per = |field: &str| {
+        p[field]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{field} known: {p}"))
+    };
+    let rss = v["rss_mib"].as_object().unwrap();
+    let mib = |name: &str| rss[name].as_f64().unwrap();
+    let fullest = ["server-1", "server-2", "server-3"].map(mib);
+    let fullest = fullest.into_iter().reduce(f64::max).unwrap();
+    let close = |a: f64, b: f64| (a / b - 1.0).abs() < 1e-9;
+    assert!(
+        close(per("server_rss_bytes") * allocations, fullest * MIB),
+        "{p}"
+    );
+    assert!(
+        close(per("nodesim_rss_bytes") * allocations, mib("nodesim") * MIB),
+        "{p}"
+    );
+    let raft_bytes: u64 = (v["raft_bytes_by_type"].as_object().unwrap().values())
+        .map(|b| b.as_u64().unwrap())
+        .sum();
+    assert!(
+        close(per("raft_log_bytes") * allocations, raft_bytes as f64),
+        "{p}"
+    );
+    // Snapshots every 25 entries: some built, each in well under 10 s,
+    // each held some of the run's allocations.
+    let snaps = &v["snapshots"];
+    assert!(snaps["built"].as_u64().unwrap() > 0, "{snaps}");
+    let slowest = snaps["slowest_build_s"].as_f64().unwrap();
+    assert!(slowest > 0.0 && slowest < 10.0, "{snaps}");
+    let held = snaps["largest_allocations"].as_f64().unwrap();
+    assert!(held >= 1.0 && held <= allocations, "{snaps}");
+    let bytes = snaps["largest_bytes"].as_f64().unwrap();
+    assert!(close(per("snapshot_bytes") * held, bytes), "{p} {snaps}");
+    let held = snaps["slowest_build_allocations"].as_f64().unwrap();
+    assert!(
+        per("snapshot_seconds") * held <= slowest * (1.0 + 1e-9),
+        "{p} {snaps}"
+    );
+    assert!(per("snapshot_seconds") > 0.0, "{p}");
+}
 
 /// Each variant's critical path in summary.json, and traces.json in the
 /// run directory and each variant's: every slow job's stages contiguous
