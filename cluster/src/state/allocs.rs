@@ -195,6 +195,18 @@ impl State {
         if client_terminal(slot.client_status) && !planted("accept_terminal_report") {
             return;
         }
+        // Nor does a running allocation go back to pending. A node's call
+        // goes out at once and its timeout only stops the wait, so a
+        // `pending` report that timed out at the node can still reach the
+        // leader after the `running` report the node sent in its place: it
+        // would undo it, and the node, which holds `running` delivered,
+        // never says it again (allocations left pending for good around a
+        // failover under load).
+        if slot.client_status == AllocClientStatus::Running as i32
+            && update.client_status == AllocClientStatus::Pending as i32
+        {
+            return;
+        }
         // The node's allocations hold the other reference to it: let go of
         // that one while the report is taken (it is put back below), and
         // unless a reader or a copy of the state holds it too, the

@@ -322,6 +322,44 @@ fn allocations_are_counted_by_client_status_across_jobs() {
 }
 
 #[test]
+fn a_pending_report_applied_after_a_running_one_leaves_the_allocation_running() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    apply(
+        &mut s,
+        2,
+        plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]),
+    );
+    // The node's `running` report lands first; its earlier `pending`
+    // report, which timed out at the node, reaches the log after it.
+    apply(&mut s, 3, statuses(&[("a1", AllocClientStatus::Running)]));
+    let running = s.alloc("a1").unwrap();
+    apply(&mut s, 4, statuses(&[("a1", AllocClientStatus::Pending)]));
+    assert_eq!(
+        s.alloc("a1").unwrap(),
+        running,
+        "the late report changed nothing"
+    );
+    let by_status = s.alloc_client_statuses();
+    assert_eq!(
+        by_status.get(&(AllocClientStatus::Running as i32)),
+        Some(&1)
+    );
+    // Pending to running, and running to a final status, still go through.
+    apply(&mut s, 5, statuses(&[("a2", AllocClientStatus::Pending)]));
+    apply(&mut s, 6, statuses(&[("a2", AllocClientStatus::Running)]));
+    assert_eq!(
+        s.alloc("a2").unwrap().client_status,
+        AllocClientStatus::Running as i32
+    );
+    apply(&mut s, 7, statuses(&[("a1", AllocClientStatus::Complete)]));
+    assert_eq!(
+        s.alloc("a1").unwrap().client_status,
+        AllocClientStatus::Complete as i32
+    );
+}
+
+#[test]
 fn a_report_changed_in_place_leaves_every_copy_as_it_was_and_the_tables_as_a_copy_would() {
     // One state reported to while nothing else holds the allocation
     // (changed where it is), one while a copy of the state is alive
