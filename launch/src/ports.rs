@@ -53,12 +53,13 @@ fn ephemeral_range() -> Option<(u16, u16)> {
     Some((it.next()??, it.next()??))
 }
 
-/// A starting offset that differs between processes and calls.
+/// A starting offset that differs between processes and calls: the random
+/// keys the standard library draws for each `RandomState`.
 fn scatter() -> usize {
     use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    h.finish() as usize
+    std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish() as usize
 }
 
 #[cfg(test)]
