@@ -54,8 +54,11 @@ const KEEP: &[&str] = &[
     metric_names::BLOCKED_EVALS_UNBLOCKED_TOTAL,
     metric_names::BROKER_NACK_DELAYS_TOTAL,
     "process_cpu_seconds_total",
-    "process_resident_memory_bytes",
+    RSS,
 ];
+
+/// Every process's resident memory, bytes (the standard process metric).
+pub const RSS: &str = "process_resident_memory_bytes";
 
 /// The name loadgen's own series go by (in samples and `cpu_cores`).
 pub const LOADGEN_TARGET: &str = "loadgen";
@@ -94,6 +97,14 @@ impl Series {
             .and_then(|p| p.values.get(name))
             .copied()
             .unwrap_or(0.0)
+    }
+
+    /// The highest value of `name` in any sample, if one has it.
+    pub fn peak(&self, name: &str) -> Option<f64> {
+        self.points
+            .iter()
+            .filter_map(|p| p.values.get(name).copied())
+            .reduce(f64::max)
     }
 
     pub fn last(&self, name: &str) -> f64 {

@@ -236,7 +236,7 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         .series
         .iter()
         .map(|s| {
-            let p = gauge(s, "process_resident_memory_bytes")
+            let p = gauge(s, crate::sampler::RSS)
                 .into_iter()
                 .map(|(t, b)| (t, b / 1048576.0))
                 .collect();

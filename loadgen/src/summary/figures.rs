@@ -10,7 +10,7 @@ use std::time::Duration;
 use stampede_proto::metric_names;
 
 use super::{cpu_seconds_per_1000_placements, VariantSummary};
-use crate::sampler::{label, Series};
+use crate::sampler::{label, Series, RSS};
 use crate::scenario::Variant;
 use crate::stream::StreamReport;
 
@@ -18,7 +18,6 @@ use crate::stream::StreamReport;
 /// `server_rss_growth_after_10m` reports.
 pub const SOAK_SETTLE: Duration = Duration::from_secs(600);
 
-const RSS: &str = "process_resident_memory_bytes";
 const MIB: f64 = 1048576.0;
 
 /// One variant's summary from what its run measured: the stream's report,
@@ -164,10 +163,7 @@ fn cpu_and_memory(series: &[Series]) -> (BTreeMap<String, f64>, f64, BTreeMap<St
 
 /// The highest value of `name` in any sample (0 without one).
 fn peak(s: &Series, name: &str) -> f64 {
-    s.points
-        .iter()
-        .filter_map(|p| p.values.get(name))
-        .fold(0.0f64, |a, b| a.max(*b))
+    s.peak(name).unwrap_or(0.0).max(0.0)
 }
 
 /// The steepest server's memory growth over the second half of the run, MiB

@@ -12,10 +12,9 @@ use serde::{Deserialize, Serialize};
 use stampede_proto::metric_names;
 
 use crate::faults::FaultReport;
-use crate::sampler::{Point, Series, NODESIM_HEARTBEATS as HEARTBEATS, NODESIM_TTL as TTL};
+use crate::sampler::{Point, Series, NODESIM_HEARTBEATS as HEARTBEATS, NODESIM_TTL as TTL, RSS};
 use crate::scenario::FaultAction;
 
-const RSS: &str = "process_resident_memory_bytes";
 const ALLOCS: &str = "stampede_state_objects{table=\"allocs\"}";
 const PARKED: &str = "stampede_blocking_queries_inflight{source=\"client_allocs\"}";
 const DOWN: &str = "stampede_nodes{status=\"down\"}";

@@ -7,9 +7,8 @@
 use serde::{Deserialize, Serialize};
 use stampede_proto::metric_names;
 
-use crate::sampler::{label, Series};
+use crate::sampler::{label, Series, RSS};
 
-const RSS: &str = "process_resident_memory_bytes";
 const ROWS: &str = metric_names::STATE_OBJECTS;
 
 /// The state's rows count as flat when they moved less than this over the

@@ -15,9 +15,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use stampede_proto::metric_names;
 
-use crate::sampler::Series;
+use crate::sampler::{Series, RSS};
 
-const RSS: &str = "process_resident_memory_bytes";
 const ALLOCS: &str = "stampede_state_objects{table=\"allocs\"}";
 const BUILD_SUM: &str = metric_names::RAFT_SNAPSHOT_BUILD_SECONDS_SUM;
 const BUILD_COUNT: &str = metric_names::RAFT_SNAPSHOT_BUILD_SECONDS_COUNT;
@@ -109,14 +108,6 @@ fn builds(servers: &[&Series]) -> Vec<Build> {
     out
 }
 
-/// The highest value of `name` in any of `s`'s samples.
-fn peak(s: &Series, name: &str) -> Option<f64> {
-    s.points
-        .iter()
-        .filter_map(|p| p.values.get(name).copied())
-        .reduce(f64::max)
-}
-
 /// The per-allocation figures and the snapshots, from the servers' and
 /// nodesims' samples, the raft bytes by message type (the most any server
 /// applied) and the allocations the run placed and saw running.
@@ -130,10 +121,10 @@ pub fn per_allocation(
         x.filter(|_| allocations > 0)
             .map(|x| x / allocations as f64)
     };
-    let server_rss = servers.iter().filter_map(|s| peak(s, RSS)).reduce(f64::max);
+    let server_rss = servers.iter().filter_map(|s| s.peak(RSS)).reduce(f64::max);
     let nodesim_rss = nodesims
         .iter()
-        .filter_map(|s| peak(s, RSS))
+        .filter_map(|s| s.peak(RSS))
         .reduce(|a, b| a + b);
     let raft_bytes =
         (!raft_bytes_by_type.is_empty()).then(|| raft_bytes_by_type.values().sum::<u64>() as f64);
