@@ -4,7 +4,7 @@
 //! takes any call (followers forward writes), so no leader tracking is needed.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tonic::metadata::{Ascii, MetadataValue};
@@ -18,7 +18,7 @@ use crate::deployment_service_client::DeploymentServiceClient;
 use crate::eval_service_client::EvalServiceClient;
 use crate::job_service_client::JobServiceClient;
 use crate::node_service_client::NodeServiceClient;
-use crate::{Job, JobRegisterReply, JobRegisterRequest, Node, NodeRegisterRequest};
+use crate::{Job, JobRegisterReply, JobRegisterRequest, Node, NodeGetRequest, NodeRegisterRequest};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -124,7 +124,9 @@ pub struct ClusterClient {
 
 /// How long a channel whose call failed in a way worth another server (its
 /// connection lost, no answer in an attempt's time, `Unavailable`) is
-/// passed over by new calls while another is there.
+/// passed over by new calls while another is there, at the least: after
+/// it, the channel is taken again only once a probe of its own has been
+/// answered (see [`PROBE_EVERY`]).
 /// A paused server's kernel still accepts connections, so every call sent
 /// its way waits for a connect timeout; and tonic fails the calls queued on
 /// a channel that cannot connect one per connect attempt, so a busy caller's
@@ -132,12 +134,24 @@ pub struct ClusterClient {
 /// a server that failed an RPC to the back of its list in the same way.
 pub const QUARANTINE: Duration = Duration::from_secs(3);
 
-/// When each channel last lost its connection.
+/// How often a passed-over channel is probed: a cheap local read
+/// (`NodeService.Get` of no node), answered by any live server that is in
+/// touch with the others. Without the probe the channel was taken again
+/// when its quarantine ran out, whether or not its server answered: a
+/// server paused for 10 s was tried every 3 s, and the calls that a busy
+/// caller queued on it each time waited for its connect attempts to fail
+/// one by one, up to the pause's end (loadgen's writes and reads, 4-5 s).
+pub const PROBE_EVERY: Duration = Duration::from_millis(500);
+
+/// When each channel last lost its connection, and whether it waits for a
+/// probe's answer.
 #[derive(Debug)]
 struct Health {
     epoch: Instant,
     /// Milliseconds from `epoch` to the last failure, plus one (0: none).
     failed_ms: Vec<std::sync::atomic::AtomicU64>,
+    /// Passed over until a probe is answered (a probe task runs for it).
+    suspect: Vec<AtomicBool>,
 }
 
 impl Health {
@@ -145,6 +159,7 @@ impl Health {
         Self {
             epoch: Instant::now(),
             failed_ms: (0..n).map(|_| Default::default()).collect(),
+            suspect: (0..n).map(|_| Default::default()).collect(),
         }
     }
 
@@ -153,10 +168,44 @@ impl Health {
         self.failed_ms[i].store(ms, Ordering::Relaxed);
     }
 
-    fn failed_lately(&self, i: usize) -> bool {
+    /// Within [`QUARANTINE`] of the channel's last failure.
+    fn quarantined(&self, i: usize) -> bool {
         match self.failed_ms[i].load(Ordering::Relaxed) {
             0 => false,
             at => self.epoch.elapsed().as_millis() as u64 + 1 < at + QUARANTINE.as_millis() as u64,
+        }
+    }
+
+    fn failed_lately(&self, i: usize) -> bool {
+        self.quarantined(i) || self.suspect[i].load(Ordering::Relaxed)
+    }
+}
+
+/// Probes channel `i` every [`PROBE_EVERY`] until, its quarantine over, a
+/// probe is answered; then new calls take it again. Ends too when every
+/// client that shared `health` is gone.
+async fn probe(channel: Channel, auth: Authorization, health: std::sync::Arc<Health>, i: usize) {
+    loop {
+        tokio::time::sleep(PROBE_EVERY).await;
+        if std::sync::Arc::strong_count(&health) == 1 {
+            return;
+        }
+        if health.quarantined(i) {
+            continue;
+        }
+        let mut nodes = NodeServiceClient::with_interceptor(channel.clone(), auth.clone());
+        let ask = nodes.get(NodeGetRequest {
+            node_id: "connection-probe".into(),
+        });
+        let answered = match tokio::time::timeout(CONNECT_TIMEOUT + PROBE_EVERY, ask).await {
+            Ok(Ok(_)) => true,
+            // Not found, or not allowed: the server answered.
+            Ok(Err(s)) => !retryable(&s),
+            Err(_) => false,
+        };
+        if answered && !health.quarantined(i) {
+            health.suspect[i].store(false, Ordering::Relaxed);
+            return;
         }
     }
 }
@@ -316,9 +365,26 @@ impl ClusterClient {
     }
 
     /// Notes that channel `i` failed a call (its connection lost, no answer
-    /// in time): new calls pass it over for [`QUARANTINE`].
+    /// in time): new calls pass it over for [`QUARANTINE`], and after it
+    /// until a probe of the channel is answered.
     pub fn note_lost(&self, i: usize) {
-        self.health.failed(i % self.channels.len());
+        self.mark_failed(i % self.channels.len());
+    }
+
+    fn mark_failed(&self, i: usize) {
+        self.health.failed(i);
+        // Outside a runtime nothing can probe: the quarantine alone holds.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !self.health.suspect[i].swap(true, Ordering::Relaxed) {
+            runtime.spawn(probe(
+                self.channels[i].clone(),
+                self.auth.clone(),
+                self.health.clone(),
+                i,
+            ));
+        }
     }
 
     /// This client with every call on channel `i`.
@@ -388,7 +454,7 @@ impl ClusterClient {
             // server that cannot answer now (no leader yet, cut off) or
             // that lost its connection is not tried again at once.
             if retryable(&status) {
-                self.health.failed(i);
+                self.mark_failed(i);
             }
             if write && retryable(&status) {
                 in_doubt.get_or_insert_with(|| status.message().to_string());
@@ -525,6 +591,36 @@ mod tests {
             "a server that cannot answer now"
         );
         assert!(!client.health.failed_lately(2));
+    }
+
+    #[tokio::test]
+    async fn a_passed_over_server_is_taken_again_only_once_it_answers_a_probe() {
+        // A paused server: its kernel accepts connections, nothing answers.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let client =
+            ClusterClient::new(&[addr.as_str(), "127.0.0.1:1"], &Security::insecure()).unwrap();
+        client.note_lost(0);
+        // Its quarantine ran out long ago, and it has not answered a probe.
+        tokio::time::sleep(QUARANTINE + CONNECT_TIMEOUT + 4 * PROBE_EVERY).await;
+        assert!(client.health.failed_lately(0), "taken again unanswered");
+        assert_eq!(client.pick(), 1);
+        assert_eq!(client.next_healthy(1), 1);
+        // It resumes; any gRPC answer will do.
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_routes(tonic::service::Routes::default())
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        let deadline = Instant::now() + 3 * (CONNECT_TIMEOUT + PROBE_EVERY);
+        while client.health.failed_lately(0) {
+            assert!(
+                Instant::now() < deadline,
+                "never taken again after it answered"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(client.next_healthy(1), 0);
     }
 
     #[tokio::test]

@@ -219,8 +219,13 @@ pub fn measure(
     // Fresh registrations and rolling updates apart: an update runs at its
     // rollout's pace (seconds, by design), and measured against a baseline
     // of registrations every update after a fault read as held up by it.
-    let rollouts: std::collections::HashSet<u64> =
-        jobs.rollouts.iter().map(|s| s.to_bits()).collect();
+    let keys =
+        |at: &[f64]| -> std::collections::HashSet<u64> { at.iter().map(|s| s.to_bits()).collect() };
+    let rollouts = keys(&jobs.rollouts);
+    // A submission that ran only as a later one of its job is not this
+    // fault's to measure: its time to running is the later one's rollout,
+    // measured on its own.
+    let superseded = keys(&jobs.superseded);
     let rollout = |j: &(f64, f64)| rollouts.contains(&j.0.to_bits());
     let kinds: Vec<(Latencies, Latencies)> = [false, true]
         .into_iter()
@@ -229,7 +234,9 @@ pub fn measure(
             let running = jobs.ran.iter().map(|r| (r.0, r.1));
             (
                 placed.filter(|j| rollout(j) == want).collect(),
-                running.filter(|j| rollout(j) == want).collect(),
+                running
+                    .filter(|j| rollout(j) == want && !superseded.contains(&j.0.to_bits()))
+                    .collect(),
             )
         })
         .collect();

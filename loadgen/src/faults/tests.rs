@@ -417,3 +417,38 @@ fn a_rolling_update_is_measured_against_other_updates_not_registrations() {
     let back = r[0].control_plane_recovery_s.unwrap();
     assert!((back - 3.2).abs() < 1e-9, "{back}");
 }
+
+#[test]
+fn a_registration_an_update_overtook_is_left_to_the_update() {
+    let f = fault_at_20(FaultAction::KillLeader, 10, 21.0);
+    let mut ran: Vec<(f64, f64, u64)> = steady(5.0, 40.0, 800.0)
+        .into_iter()
+        .map(|(s, ms)| (s, ms, 1))
+        .collect();
+    // Registered at 20.3 and updated at 21.5, before it ran: it ran only
+    // as the update, whose rollout took 5 s.
+    ran.push((20.3, 6200.0, 5));
+    let mut jobs = JobTimes {
+        placed: steady(5.0, 40.0, 20.0),
+        ran,
+        ..Default::default()
+    };
+    let measured = |jobs: &JobTimes| {
+        let r = measure(
+            std::slice::from_ref(&f),
+            &journal(&[]),
+            jobs,
+            40.0,
+            Duration::from_secs(10),
+        );
+        r[0].control_plane_recovery_s.unwrap()
+    };
+    let counted = measured(&jobs);
+    assert!((counted - 6.5).abs() < 1e-9, "{counted}");
+    jobs.superseded.push(20.3);
+    assert_eq!(
+        measured(&jobs),
+        0.0,
+        "the overtaken registration is not the fault's"
+    );
+}

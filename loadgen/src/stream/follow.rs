@@ -39,6 +39,12 @@ pub(super) async fn submit_and_follow(
     tally: Arc<Mutex<Tally>>,
     metrics: LoadMetrics,
 ) {
+    let nth = {
+        let mut t = tally.lock().unwrap();
+        let n = t.sent.entry(s.job.id.clone()).or_default();
+        *n += 1;
+        *n
+    };
     let Some(eval_id) = submit(&client, &s, &tally, &metrics).await else {
         return;
     };
@@ -64,11 +70,14 @@ pub(super) async fn submit_and_follow(
     let now = Instant::now();
     let mut t = tally.lock().unwrap();
     Tally::record(&mut t.running, &metrics.time_to_running, s.scheduled);
-    t.report.jobs.ran.push((
-        (s.scheduled - s.start).as_secs_f64(),
-        (now - s.scheduled).as_secs_f64() * 1000.0,
-        up,
-    ));
+    let at = (s.scheduled - s.start).as_secs_f64();
+    t.report
+        .jobs
+        .ran
+        .push((at, (now - s.scheduled).as_secs_f64() * 1000.0, up));
+    if t.sent.get(&s.job.id).is_some_and(|&n| n > nth) {
+        t.report.jobs.superseded.push(at);
+    }
     let ran = RanJob {
         job_id: s.job.id.clone(),
         scheduled_us: t.clock.unix_us(s.scheduled),

@@ -83,6 +83,9 @@ struct Tally {
     last_placement: Option<Instant>,
     /// Jobs followed to running: the ones a stop may pick.
     settled: HashSet<String>,
+    /// Registrations sent so far, per job: a submission followed to
+    /// running after a later one of its job was sent waited for that one.
+    sent: std::collections::HashMap<String, u32>,
 }
 
 impl Tally {

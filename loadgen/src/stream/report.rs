@@ -72,6 +72,11 @@ pub struct JobTimes {
     /// `placed`): its placement and time to running go at its rolling
     /// update's pace, so a fault's recovery compares it with other updates.
     pub rollouts: Vec<f64>,
+    /// When each submission that ran only as a later submission of its job
+    /// (an update sent before it ran) was scheduled: its time to running
+    /// includes that update's rollout, so a fault's recovery leaves it out
+    /// (the update is measured on its own).
+    pub superseded: Vec<f64>,
 }
 
 /// A job that ran: its id, when its submission was scheduled and when the

@@ -174,6 +174,7 @@ fn stream() -> StreamReport {
                 .collect(),
             start_us: START_US,
             rollouts: Vec::new(),
+            superseded: Vec::new(),
         },
         ..Default::default()
     }
