@@ -342,26 +342,36 @@ impl ClusterClient {
         self.channels[i].clone()
     }
 
-    /// The next channel in turn that has not lost its connection lately
-    /// (the next in turn if all have).
+    /// The next channel in turn that has not failed lately; if all have,
+    /// the next whose server at least answered (it refused `Unavailable`,
+    /// as every server does while the others elect a leader) rather than
+    /// one that lost its connection or did not answer; else the next in turn.
     fn pick(&self) -> usize {
         let n = self.channels.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        (0..n)
-            .map(|k| (start + k) % n)
-            .find(|&i| !self.health.failed_lately(i))
+        self.first_usable((0..n).map(|k| (start + k) % n))
             .unwrap_or(start % n)
     }
 
-    /// The channel after `from` that has not lost its connection lately
-    /// (the one after `from` if all have): where a caller that keeps its
-    /// own channel, such as a simulated node, moves after a failure.
+    /// The channel after `from` that has not failed lately, chosen as
+    /// [`pick`](Self::pick) chooses (the one after `from` if none is
+    /// usable): where a caller that keeps its own channel, such as a
+    /// simulated node, moves after a failure.
     pub fn next_healthy(&self, from: usize) -> usize {
         let n = self.channels.len();
-        (1..=n)
-            .map(|k| (from + k) % n)
-            .find(|&i| !self.health.failed_lately(i))
+        self.first_usable((1..=n).map(|k| (from + k) % n))
             .unwrap_or((from + 1) % n)
+    }
+
+    /// Of `order`, the first channel that has not failed lately, else the
+    /// first whose server is not suspected of being unreachable.
+    fn first_usable(&self, order: impl Iterator<Item = usize> + Clone) -> Option<usize> {
+        let h = &self.health;
+        order.clone().find(|&i| !h.failed_lately(i)).or_else(|| {
+            order
+                .into_iter()
+                .find(|&i| !h.suspect[i].load(Ordering::Relaxed))
+        })
     }
 
     /// Notes that channel `i` failed a call (its connection lost, no answer
@@ -453,7 +463,9 @@ impl ClusterClient {
             // for a while, as a Nomad client does after a failed RPC: a
             // server that cannot answer now (no leader yet, cut off) or
             // that lost its connection is not tried again at once.
-            if retryable(&status) {
+            if answered_unavailable(&status) {
+                self.health.failed(i);
+            } else if retryable(&status) {
                 self.mark_failed(i);
             }
             if write && retryable(&status) {
@@ -508,6 +520,14 @@ impl ClusterClient {
         })
         .await
     }
+}
+
+/// The server itself refused the call `Unavailable` (no leader yet, out of
+/// touch): it is up and answering, so it is passed over for the quarantine
+/// only, not held out until a probe; a connection lost or an attempt
+/// unanswered is the transport's status (or loadgen's timeout) instead.
+fn answered_unavailable(s: &Status) -> bool {
+    s.code() == Code::Unavailable && std::error::Error::source(s).is_none()
 }
 
 /// Answers that another server, or the same one a moment later, may not
@@ -621,6 +641,41 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(client.next_healthy(1), 0);
+    }
+
+    #[tokio::test]
+    async fn when_every_server_failed_one_that_answered_is_taken_before_one_unreachable() {
+        let addrs = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
+        let client = ClusterClient::new(&addrs, &Security::insecure())
+            .unwrap()
+            .with_retry_for(Duration::from_millis(100));
+        // Server 0's connection is lost (nothing listens there, so its
+        // probe is never answered); servers 1 and 2 answer that no leader
+        // is elected yet, as every live server does during an election.
+        let _ = client
+            .retrying(|c| async move {
+                match c.pin.unwrap() {
+                    0 => {
+                        let mut s = Status::unavailable("connection refused");
+                        s.set_source(std::sync::Arc::new(std::io::Error::other("refused")));
+                        Err::<(), _>(s)
+                    }
+                    _ => Err(Status::unavailable("no raft leader is elected yet")),
+                }
+            })
+            .await;
+        assert!((0..3).all(|i| client.health.failed_lately(i)));
+        assert!(client.health.suspect[0].load(Ordering::Relaxed));
+        assert!(!client.health.suspect[1].load(Ordering::Relaxed));
+        assert!(!client.health.suspect[2].load(Ordering::Relaxed));
+        let picks: Vec<usize> = (0..6).map(|_| client.pick()).collect();
+        assert!(
+            !picks.contains(&0),
+            "the unreachable server taken: {picks:?}"
+        );
+        assert_eq!(client.next_healthy(0), 1);
+        assert_eq!(client.next_healthy(1), 2);
+        assert_eq!(client.next_healthy(2), 1);
     }
 
     #[tokio::test]

@@ -94,14 +94,27 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    /// The bounds of the jobs submitted in `[baseline_from_s, at_s)` and
-    /// done (placed, or running) before the injection: [`held_up_bound_ms`]
-    /// of their p99. Jobs as `(submitted s, latency ms)`.
-    pub fn of(w: RecoveryWindow, placed: &[(f64, f64)], running: &[(f64, f64)]) -> Self {
+    /// The bounds of the jobs submitted in `[baseline_from_s, at_s)` of any
+    /// of `windows` and done (placed, or running) before that window's
+    /// injection: [`held_up_bound_ms`] of their p99, the baseline jobs of a
+    /// run's quiet stretches so far together. Jobs as `(submitted s,
+    /// latency ms)`. One window holds few rolling updates (about five in
+    /// 10 s of the `faults` stream), and the p99 of five is their slowest:
+    /// a baseline of rollouts that happened to be quick made every rollout
+    /// after a fault read as held up, one after the other, for 15 s.
+    pub fn pooled(
+        windows: &[RecoveryWindow],
+        placed: &[(f64, f64)],
+        running: &[(f64, f64)],
+    ) -> Self {
         let bound = |jobs: &[(f64, f64)]| {
             let baseline: Vec<f64> = jobs
                 .iter()
-                .filter(|j| j.0 >= w.baseline_from_s && j.0 < w.at_s && done(j) < w.at_s)
+                .filter(|j| {
+                    windows
+                        .iter()
+                        .any(|w| j.0 >= w.baseline_from_s && j.0 < w.at_s && done(j) < w.at_s)
+                })
                 .map(|j| j.1)
                 .collect();
             (!baseline.is_empty()).then(|| held_up_bound_ms(Percentiles::of(&baseline).p99))
@@ -109,14 +122,6 @@ impl Bounds {
         Bounds {
             placement_ms: bound(placed),
             running_ms: bound(running),
-        }
-    }
-
-    /// These, each measure without a baseline taking `earlier`'s.
-    pub fn or(self, earlier: Bounds) -> Bounds {
-        Bounds {
-            placement_ms: self.placement_ms.or(earlier.placement_ms),
-            running_ms: self.running_ms.or(earlier.running_ms),
         }
     }
 }
@@ -243,7 +248,7 @@ pub fn measure(
     // When the previous fault's control plane was back: the next baseline
     // starts after it.
     let mut previous_back: Option<f64> = None;
-    let mut bounds = [Bounds::default(); 2];
+    let mut quiet: Vec<RecoveryWindow> = Vec::new();
     injected
         .iter()
         .enumerate()
@@ -276,13 +281,15 @@ pub fn measure(
                 // its end holds up the last submissions too.
                 until_s: injected.get(i + 1).map_or(f64::INFINITY, |n| n.at_s),
             };
-            // A fault too close to the one before to have a baseline of
-            // its own is measured against the last one's. Each kind of
-            // job against its own kind; the later recovery is kept.
+            // Each fault is measured against the quiet stretches before it,
+            // its own and the earlier faults' (a fault too close to the one
+            // before has none of its own). Each kind of job against its own
+            // kind; the later recovery is kept.
+            quiet.push(recovery_window);
             let mut control_plane_recovery_s: Option<f64> = None;
-            for (k, (placed, running)) in kinds.iter().enumerate() {
-                bounds[k] = Bounds::of(recovery_window, placed, running).or(bounds[k]);
-                let r = control_plane_recovery(recovery_window, bounds[k], placed, running);
+            for (placed, running) in &kinds {
+                let bounds = Bounds::pooled(&quiet, placed, running);
+                let r = control_plane_recovery(recovery_window, bounds, placed, running);
                 control_plane_recovery_s = match (control_plane_recovery_s, r) {
                     (Some(a), Some(b)) => Some(a.max(b)),
                     (a, b) => a.or(b),
