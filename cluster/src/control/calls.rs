@@ -398,6 +398,10 @@ impl Leader for LeaderCalls {
     async fn reap(&self, req: EvalReapRequest) -> Result<u64, ControlError> {
         LeaderCalls::reap(self, req, false).await
     }
+
+    async fn leadership_moved(&self) {
+        self.0.router.leadership_moved().await
+    }
 }
 
 /// The raft entry of a garbage collection write.

@@ -95,6 +95,23 @@ impl Router {
         *self.leading.borrow()
     }
 
+    /// Resolves when raft's view of the leader, or this server's leading
+    /// flag, differs from what it is now; never if neither can change any
+    /// more (the server is shutting down).
+    pub async fn leadership_moved(&self) {
+        let mut metrics = self.raft.server_metrics();
+        let mut leading = self.leading.clone();
+        let leader = metrics.borrow_and_update().current_leader;
+        let lead = *leading.borrow_and_update();
+        let moved = tokio::select! {
+            r = metrics.wait_for(|m| m.current_leader != leader) => r.is_ok(),
+            r = leading.wait_for(|&l| l != lead) => r.is_ok(),
+        };
+        if !moved {
+            std::future::pending::<()>().await;
+        }
+    }
+
     /// Decides where a leader-only call goes; `forwarded` says whether
     /// another server already sent it here.
     pub fn route(&self, forwarded: bool) -> Result<Route, ControlError> {

@@ -59,6 +59,13 @@ pub trait Leader: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<u64, ControlError>> + Send;
     /// A core evaluation's garbage collection write; returns its index.
     fn reap(&self, req: EvalReapRequest) -> impl Future<Output = Result<u64, ControlError>> + Send;
+    /// Resolves when the leadership moves from where it is now (another
+    /// leader known, this server taking or leaving the lead): a worker
+    /// whose dequeue failed in an election tries again then, not after
+    /// its backoff.
+    fn leadership_moved(&self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
 }
 
 /// Worker settings; the defaults are Nomad's.
@@ -454,8 +461,15 @@ impl<L: Leader> WorkerRun<L> {
                 }
                 Err(e) => {
                     tracing::debug!("dequeue failed: {e}");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(BACKOFF_LIMIT);
+                    // Doubling up to 1 s, a worker failing through an
+                    // election slept 320-640 ms past its end: 250 ms of
+                    // broker wait for the jobs submitted during it.
+                    // The backoff starts over once the leadership moved:
+                    // the new leader may still be restoring its broker.
+                    backoff = tokio::select! {
+                        _ = tokio::time::sleep(backoff) => (backoff * 2).min(BACKOFF_LIMIT),
+                        _ = self.leader.leadership_moved() => BACKOFF_BASE,
+                    };
                     continue;
                 }
             };
@@ -965,6 +979,78 @@ mod tests {
             lock(&self.seen).updates.push(req);
             Ok(9)
         }
+    }
+
+    /// A cluster in an election until `elected` turns true: every dequeue
+    /// fails until then; each dequeue after it is timed.
+    #[derive(Clone)]
+    struct ElectingLeader {
+        elected: watch::Receiver<bool>,
+        answered: Arc<Mutex<Vec<tokio::time::Instant>>>,
+    }
+
+    impl Leader for ElectingLeader {
+        async fn dequeue(&self, _: EvalDequeueRequest) -> Result<EvalDequeueReply, ControlError> {
+            if !*self.elected.borrow() {
+                return Err(ControlError::Unavailable(
+                    "no raft leader is elected yet".into(),
+                ));
+            }
+            lock(&self.answered).push(tokio::time::Instant::now());
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok(EvalDequeueReply::default())
+        }
+        async fn ack(&self, _: EvalAckRequest) -> Result<(), ControlError> {
+            Ok(())
+        }
+        async fn nack(&self, _: EvalAckRequest) -> Result<(), ControlError> {
+            Ok(())
+        }
+        async fn submit_plan(&self, _: Plan) -> Result<PlanResult, ControlError> {
+            Ok(PlanResult::default())
+        }
+        async fn reap(&self, _: EvalReapRequest) -> Result<u64, ControlError> {
+            Ok(0)
+        }
+        async fn update_evals(&self, _: EvalUpdateRequest) -> Result<u64, ControlError> {
+            Ok(0)
+        }
+        async fn leadership_moved(&self) {
+            let mut elected = self.elected.clone();
+            let now = *elected.borrow_and_update();
+            let _ = elected.wait_for(|&e| e != now).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_failing_through_an_election_dequeues_once_a_leader_is_known() {
+        let (elect, elected) = watch::channel(false);
+        let leader = ElectingLeader {
+            elected,
+            answered: Arc::default(),
+        };
+        let pool = WorkerPool::new(
+            leader.clone(),
+            Arc::new(StateStore::default()),
+            WorkerConfig::default(),
+            &Registry::new(),
+            JobStages::new(&Registry::new()),
+        );
+        pool.set_count(1);
+        // A second of failed dequeues: the backoff is up to 640 ms by now.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let at = tokio::time::Instant::now();
+        elect.send(true).unwrap();
+        while lock(&leader.answered).is_empty() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let first = lock(&leader.answered)[0];
+        assert!(
+            first - at <= Duration::from_millis(5),
+            "dequeued {:?} after the leader was known",
+            first - at
+        );
+        pool.stop_all();
     }
 
     /// A state with one ready node of 1,000 MHz and a service job of three

@@ -45,7 +45,7 @@ pub(super) async fn submit_and_follow(
         *n += 1;
         *n
     };
-    let Some(eval_id) = submit(&client, &s, &tally, &metrics).await else {
+    let Some((eval_id, registered)) = submit(&client, &s, &tally, &metrics).await else {
         return;
     };
     let _following = Following::start(&metrics.following);
@@ -64,7 +64,7 @@ pub(super) async fn submit_and_follow(
         t.report.placed += 1;
         t.last_placement = Some(Instant::now());
     }
-    let Some(up) = running(&client, &tally, &s.job).await else {
+    let Some(up) = running(&client, &tally, &s.job, registered).await else {
         return;
     };
     let now = Instant::now();
@@ -90,13 +90,14 @@ pub(super) async fn submit_and_follow(
 }
 
 /// Registers the job and records the write and, when it is acknowledged,
-/// the acknowledgement; the evaluation it created, or `None` if it failed.
+/// the acknowledgement; the evaluation it created and the registration's
+/// raft index, or `None` if it failed.
 async fn submit(
     client: &ClusterClient,
     s: &Submission,
     tally: &Mutex<Tally>,
     metrics: &LoadMetrics,
-) -> Option<String> {
+) -> Option<(String, u64)> {
     let job = &s.job;
     let sent_s = s.start.elapsed().as_secs_f64();
     let reply = client.register_job(job.clone()).await;
@@ -130,7 +131,7 @@ async fn submit(
         scheduled_s: (s.scheduled - s.start).as_secs_f64(),
         acked_s,
     });
-    Some(reply.eval_id)
+    Some((reply.eval_id, reply.index))
 }
 
 /// Waits until evaluation `eval_id` of job `job_id` has completed (or a
@@ -167,10 +168,21 @@ async fn placed(client: &ClusterClient, tally: &Mutex<Tally>, job_id: &str, eval
 
 /// Waits until every allocation of the job's newest spec runs (or, for
 /// batch work, ran): how many, or `None` if it could not be followed.
-async fn running(client: &ClusterClient, tally: &Mutex<Tally>, job: &Job) -> Option<u64> {
+/// The first read asks for the job's allocations as of after its
+/// registration (raft index `registered`), so a server that has not
+/// applied the placement yet waits for it: without that, a server a
+/// moment behind answered with the previous version's allocations, all
+/// complete, and a batch job's update counted as running 3 ms after it was
+/// sent, before it was placed (a clamp in its path of 600 ms).
+async fn running(
+    client: &ClusterClient,
+    tally: &Mutex<Tally>,
+    job: &Job,
+    registered: u64,
+) -> Option<u64> {
     let want = job.task_groups[0].count() as u64;
     let system = job.r#type == JobType::System as i32;
-    let mut index = 1;
+    let mut index = registered.max(1);
     loop {
         let job_id = &job.id;
         let got = read(client, tally, job_id, |c| async move {
