@@ -254,6 +254,17 @@ impl SimNode {
                 failed => {
                     observe(m, "error", started);
                     m.error("allocs_query");
+                    match &failed {
+                        Ok(Err(s)) => tracing::debug!(
+                            node = self.index,
+                            channel,
+                            after_ms = started.elapsed().as_millis() as u64,
+                            "allocs query failed: {:?} {}",
+                            s.code(),
+                            s.message()
+                        ),
+                        _ => tracing::debug!(node = self.index, channel, "allocs query timed out"),
+                    }
                     if !matches!(&failed, Ok(Err(s)) if s.code() == Code::NotFound) {
                         self.rotate();
                     }
