@@ -82,6 +82,12 @@ impl Calls {
         self.client.note_lost(channel);
     }
 
+    /// Whether new calls pass `channel` over (its connection was lost
+    /// lately, and its server has not answered a probe since).
+    pub(crate) fn passed_over(&self, channel: usize) -> bool {
+        self.client.passed_over(channel)
+    }
+
     /// The channel a node on `from` moves to after a failure: the next
     /// one whose connection has not been lost lately.
     pub(crate) fn next_healthy(&self, from: usize) -> usize {

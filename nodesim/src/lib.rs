@@ -26,7 +26,7 @@ pub mod runner;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -383,7 +383,7 @@ fn update_sender(
     identity: Arc<identity::Identity>,
 ) -> SendBatch {
     Arc::new(move |slot, allocs| {
-        let channel = channels[slot as usize].load(Ordering::Relaxed) as usize;
+        let channel = node::current_channel(&channels, &calls, slot);
         let calls = calls.clone();
         let secrets = vec![identity.of_slot(slot)];
         let channels = channels.clone();

@@ -51,12 +51,26 @@ pub(crate) struct Shared {
 
 impl Shared {
     fn channel_of(&self, slot: u32) -> usize {
-        self.channels[slot as usize].load(Ordering::Relaxed) as usize
+        current_channel(&self.channels, &self.calls, slot)
     }
 
     fn rotate_channel(&self, slot: u32) {
         rotate(&self.channels, &self.calls, slot);
     }
+}
+
+/// The channel node `slot` calls on: its own, unless that one is passed
+/// over (another node's call found its connection lost), when the node
+/// moves first. A node whose query was not in flight when the connection
+/// died learned nothing of it, and its next call waited out a connect
+/// timeout on the dead server (a pause's delivery, 1 s late).
+pub(crate) fn current_channel(channels: &[AtomicU32], calls: &Calls, slot: u32) -> usize {
+    let c = channels[slot as usize].load(Ordering::Relaxed) as usize;
+    if !calls.passed_over(c) {
+        return c;
+    }
+    rotate(channels, calls, slot);
+    channels[slot as usize].load(Ordering::Relaxed) as usize
 }
 
 /// Moves node `slot` to the next channel (another server) whose connection
