@@ -443,3 +443,23 @@ async fn timed<T>(call: impl std::future::Future<Output = Result<T, Status>>) ->
             ))
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stampede_proto::client::ClusterClient;
+    use stampede_proto::security::Security;
+
+    #[tokio::test]
+    async fn a_node_on_a_server_another_node_lost_moves_before_its_next_call() {
+        let addrs = ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"];
+        let calls = Calls::new(ClusterClient::new(&addrs, &Security::insecure()).unwrap());
+        let channels: Vec<AtomicU32> = [1, 2].into_iter().map(AtomicU32::new).collect();
+        assert_eq!(current_channel(&channels, &calls, 0), 1);
+        // Another node's call on channel 1 lost its connection.
+        calls.note_lost(1);
+        assert_eq!(current_channel(&channels, &calls, 0), 2);
+        assert_eq!(channels[0].load(Ordering::Relaxed), 2, "the node moved");
+        assert_eq!(current_channel(&channels, &calls, 1), 2, "others stay");
+    }
+}

@@ -142,7 +142,19 @@ pub struct Proposer {
     /// How long a client's write waits for this server to be in touch
     /// again before it is refused: a leader woken from a pause hears of its
     /// successor within a heartbeat, and then sends the write on to it.
+    /// Counted from the loss (as the first write saw it), not per write: a
+    /// leader cut off for 10 s held each write sent its way for the whole
+    /// wait, though it could no longer be regained in it.
     touch_wait: Duration,
+    /// When a write first found this server out of touch since it last
+    /// lost touch (the contact's changes say when that was).
+    lost_seen: Arc<std::sync::Mutex<LostSeen>>,
+}
+
+/// See [`Proposer::lost_seen`].
+struct LostSeen {
+    changes: tokio::sync::watch::Receiver<crate::state::contact::Touch>,
+    since: Option<Instant>,
 }
 
 impl Proposer {
@@ -166,15 +178,33 @@ impl Proposer {
             quotas: Quotas::NONE,
             contact: Contact::always(),
             touch_wait: Duration::ZERO,
+            lost_seen: Arc::new(std::sync::Mutex::new(LostSeen {
+                changes: Contact::always().changes(),
+                since: None,
+            })),
         }
     }
 
     /// This proposer, taking no write here while `contact` is lost; a
     /// client's write waits up to `touch_wait` for it to be regained.
     pub fn with_contact(mut self, contact: Contact, touch_wait: Duration) -> Self {
+        self.lost_seen = Arc::new(std::sync::Mutex::new(LostSeen {
+            changes: contact.changes(),
+            since: None,
+        }));
         self.contact = contact;
         self.touch_wait = touch_wait;
         self
+    }
+
+    /// When this server's present loss of touch was first seen by a write.
+    fn loss_began(&self) -> Instant {
+        let mut seen = stampede_proto::lock(&self.lost_seen);
+        if seen.changes.has_changed().unwrap_or(false) {
+            seen.changes.borrow_and_update();
+            seen.since = None;
+        }
+        *seen.since.get_or_insert_with(Instant::now)
     }
 
     /// This proposer, refusing client writes past `quotas`.
@@ -225,9 +255,9 @@ impl Proposer {
                 // of its successor within a heartbeat and then sends the
                 // write on to it. Still out of touch, the caller goes to
                 // another server.
-                let wait = self
-                    .touch_wait
-                    .min(deadline.saturating_duration_since(Instant::now()));
+                let wait = (self.loss_began() + self.touch_wait)
+                    .min(deadline)
+                    .saturating_duration_since(Instant::now());
                 match tokio::time::timeout(wait, self.contact.until_in_touch()).await {
                     Ok(()) => continue,
                     Err(_) => return Err(err),
