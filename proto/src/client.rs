@@ -214,6 +214,7 @@ async fn probe(channel: Channel, auth: Authorization, health: std::sync::Arc<Hea
             Err(_) => false,
         };
         if answered && !health.quarantined(i) {
+            tracing::debug!(channel = i, "probe answered: the channel is taken again");
             health.suspect[i].store(false, Ordering::Relaxed);
             return;
         }
@@ -479,6 +480,14 @@ impl ClusterClient {
             // for a while, as a Nomad client does after a failed RPC: a
             // server that cannot answer now (no leader yet, cut off) or
             // that lost its connection is not tried again at once.
+            if retryable(&status) {
+                tracing::debug!(
+                    channel = i,
+                    "call failed: {:?} {}",
+                    status.code(),
+                    status.message()
+                );
+            }
             if answered_unavailable(&status) {
                 self.health.failed(i);
             } else if retryable(&status) {
