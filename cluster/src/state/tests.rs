@@ -321,8 +321,9 @@ fn allocations_are_counted_by_client_status_across_jobs() {
     assert_eq!(counted, by_one);
 }
 
-#[test]
-fn a_pending_report_applied_after_a_running_one_leaves_the_allocation_running() {
+/// Node n1 with allocations a1 and a2 of job web, as a plan placed them
+/// (indexes 1 and 2).
+fn a1_and_a2_on_n1() -> State {
     let mut s = State::default();
     apply(&mut s, 1, node_entry("n1"));
     apply(
@@ -330,6 +331,12 @@ fn a_pending_report_applied_after_a_running_one_leaves_the_allocation_running() 
         2,
         plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]),
     );
+    s
+}
+
+#[test]
+fn a_pending_report_applied_after_a_running_one_leaves_the_allocation_running() {
+    let mut s = a1_and_a2_on_n1();
     // The node's `running` report lands first; its earlier `pending`
     // report, which timed out at the node, reaches the log after it.
     apply(&mut s, 3, statuses(&[("a1", AllocClientStatus::Running)]));
@@ -708,13 +715,7 @@ fn secrets_survive_a_snapshot_and_an_old_snapshot_loads_without_them() {
 
 #[test]
 fn a_lost_or_finished_allocation_stays_so_whatever_its_client_reports() {
-    let mut s = State::default();
-    apply(&mut s, 1, node_entry("n1"));
-    apply(
-        &mut s,
-        2,
-        plan_entry(vec![alloc("a1", "n1", "web"), alloc("a2", "n1", "web")]),
-    );
+    let mut s = a1_and_a2_on_n1();
     apply(
         &mut s,
         3,

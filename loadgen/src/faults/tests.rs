@@ -4,7 +4,9 @@ use std::time::Duration;
 use stampede_launch::{NodeId, StatusReport};
 
 use super::audit::compare;
-use super::measure::{control_plane_recovery, held_up_bound_ms, Bounds, RecoveryWindow};
+use super::measure::{
+    control_plane_recovery, held_up_bound_ms, Bounds, FaultReport, RecoveryWindow,
+};
 use super::{acks_per_second, measure, Injected};
 use crate::scenario::{FaultAction, FaultStep};
 use crate::server_status::{named_leader, settled};
@@ -212,6 +214,18 @@ fn steady(from: f64, to: f64, ms: f64) -> Vec<(f64, f64)> {
     (0..n).map(|i| (from + i as f64 * 0.5, ms)).collect()
 }
 
+/// What `faults` cost a stream of `jobs` lasting `stream_s`, with no
+/// acknowledgement recorded and the usual 10 s throughput window.
+fn recoveries(faults: &[Injected], jobs: &JobTimes, stream_s: f64) -> Vec<FaultReport> {
+    measure(
+        faults,
+        &journal(&[]),
+        jobs,
+        stream_s,
+        Duration::from_secs(10),
+    )
+}
+
 /// The recovery against the fault's own baseline.
 fn recovery(w: RecoveryWindow, placed: &[(f64, f64)], running: &[(f64, f64)]) -> Option<f64> {
     control_plane_recovery(w, Bounds::pooled(&[w], placed, running), placed, running)
@@ -315,13 +329,7 @@ fn each_fault_is_measured_against_the_jobs_before_it() {
         undone_s: 31.0,
         ..f.clone()
     };
-    let r = measure(
-        &[f.clone(), second],
-        &journal(&[]),
-        &jobs,
-        40.0,
-        Duration::from_secs(10),
-    );
+    let r = recoveries(&[f.clone(), second], &jobs, 40.0);
     assert!((r[0].control_plane_recovery_s.unwrap() - 2.6).abs() < 1e-9);
     assert_eq!(r[1].control_plane_recovery_s, Some(0.0));
     // A fault right after the first one's control plane was back (22.6 s)
@@ -334,13 +342,7 @@ fn each_fault_is_measured_against_the_jobs_before_it() {
         ..f.clone()
     };
     jobs.placed.push((23.1, 1000.0));
-    let r = measure(
-        &[f, close],
-        &journal(&[]),
-        &jobs,
-        40.0,
-        Duration::from_secs(10),
-    );
+    let r = recoveries(&[f, close], &jobs, 40.0);
     assert!(
         (r[1].control_plane_recovery_s.unwrap() - 1.1).abs() < 1e-9,
         "{:?}",
@@ -398,13 +400,7 @@ fn a_rolling_update_is_measured_against_other_updates_not_registrations() {
         ..Default::default()
     };
     jobs.ran = ran.clone();
-    let r = measure(
-        std::slice::from_ref(&f),
-        &journal(&[]),
-        &jobs,
-        40.0,
-        Duration::from_secs(10),
-    );
+    let r = recoveries(std::slice::from_ref(&f), &jobs, 40.0);
     assert_eq!(
         r[0].control_plane_recovery_s,
         Some(0.0),
@@ -413,7 +409,7 @@ fn a_rolling_update_is_measured_against_other_updates_not_registrations() {
     // One registration caught by the fault: running 2.2 s late.
     ran.push((20.2, 3000.0, 1));
     jobs.ran = ran;
-    let r = measure(&[f], &journal(&[]), &jobs, 40.0, Duration::from_secs(10));
+    let r = recoveries(&[f], &jobs, 40.0);
     let back = r[0].control_plane_recovery_s.unwrap();
     assert!((back - 3.2).abs() < 1e-9, "{back}");
 }
@@ -434,13 +430,7 @@ fn a_registration_an_update_overtook_is_left_to_the_update() {
         ..Default::default()
     };
     let measured = |jobs: &JobTimes| {
-        let r = measure(
-            std::slice::from_ref(&f),
-            &journal(&[]),
-            jobs,
-            40.0,
-            Duration::from_secs(10),
-        );
+        let r = recoveries(std::slice::from_ref(&f), jobs, 40.0);
         r[0].control_plane_recovery_s.unwrap()
     };
     let counted = measured(&jobs);
@@ -480,13 +470,7 @@ fn rollouts_are_measured_against_every_quiet_stretch_so_far() {
         rollouts: updates.iter().map(|u| u.0).collect(),
         ..Default::default()
     };
-    let r = measure(
-        &[first, second],
-        &journal(&[]),
-        &jobs,
-        80.0,
-        Duration::from_secs(10),
-    );
+    let r = recoveries(&[first, second], &jobs, 80.0);
     assert_eq!(
         r[1].control_plane_recovery_s,
         Some(0.0),
