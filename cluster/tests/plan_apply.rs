@@ -15,7 +15,7 @@ use futures::future::join_all;
 use stampede_launch::testing::{
     allocs, eventually_ok, register_job, service_job, Harness, CATCH_UP,
 };
-use stampede_proto::{Job, JobType};
+use stampede_proto::{AllocClientStatus, AllocDesiredStatus, Job, JobType};
 
 /// Node capacity and the size of each job's one allocation: any node takes
 /// two, never three.
@@ -159,4 +159,69 @@ async fn a_system_job_in_pieces_runs_on_every_node() {
     // Twenty placements, three a piece: at least seven plan entries.
     let pieces = c.metric(leader, plan_entries).await.unwrap_or(0.0) - before;
     assert!(pieces >= 7.0, "{pieces} plan entries");
+}
+
+/// Each server applies every entry 600 ms after it commits, and a write
+/// gives up after 200 ms: every write is answered before it takes effect.
+/// The plan applier must not take its own entry's time-out for a failure:
+/// its worker, told the plan failed, would give the evaluation back, and
+/// the next worker, scheduling on a state without the first plan, would
+/// place the job's allocations a second time (the scheduler stops such
+/// duplicates once it sees them, if another evaluation of the job comes).
+/// The clients' own writes time out here too, and take effect all the
+/// same: the test looks for their effects, not their answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plan_that_commits_after_its_write_gave_up_is_placed_once() {
+    let args = [
+        "--apply-delay",
+        "600ms",
+        "--leader-wait-ms",
+        "200",
+        "--eval-nack-initial-delay",
+        "0s",
+    ];
+    let (c, leader) = Harness::with_leader(3, &args).await;
+    let client = c.client();
+    let node = stampede_launch::testing::node_with("n-0", NODE_MHZ, 4096);
+    let _ = stampede_launch::testing::register_node(&client, node).await;
+    common::eventually_has_node(&client, "n-0").await;
+    let _hb = heartbeat(&client, vec!["n-0".into()], Duration::from_secs(1));
+    let _ = client.register_job(service_job("web", 2, 100, 64)).await;
+    common::wait_live(&client, "web", 2).await;
+    // Settled: nothing left to schedule, and every plan's entry applied.
+    eventually_ok("the leader's broker is empty", CATCH_UP, || async {
+        let mut busy = 0.0;
+        for series in [
+            "stampede_broker_unacked",
+            "stampede_broker_ready",
+            "stampede_plan_queue_depth",
+        ] {
+            busy += c.metric(leader, series).await.map_err(|e| e.to_string())?;
+        }
+        (busy == 0.0)
+            .then_some(())
+            .ok_or(format!("{busy} evaluations or plans left"))
+    })
+    .await;
+    let all = stampede_launch::testing::allocs(&client, "web")
+        .await
+        .unwrap();
+    let mut indexes: Vec<u32> = live(&all).iter().map(|a| a.index).collect();
+    indexes.sort();
+    assert_eq!(indexes, [0, 1], "each index live once");
+    // Nor was any placed twice and the extra stopped later: every
+    // allocation stopped was lost with its node (which the slow writes
+    // here may have marked down).
+    let stopped: Vec<_> = all
+        .iter()
+        .filter(|a| {
+            a.desired_status == AllocDesiredStatus::Stop as i32
+                && a.client_status != AllocClientStatus::Lost as i32
+        })
+        .map(|a| (a.index, &a.desired_description))
+        .collect();
+    assert!(
+        stopped.is_empty(),
+        "placed twice, then stopped: {stopped:?}"
+    );
 }

@@ -49,6 +49,7 @@
 //! ([`split::PlanBudget::over_limit`], checked where plans arrive), so no
 //! caller can put an oversized entry in the log.
 
+pub mod slots;
 pub mod split;
 
 use std::collections::HashSet;
@@ -72,6 +73,7 @@ use crate::model::alloc_terminal;
 use crate::raft::ProposeError;
 use crate::scheduler::fits;
 use crate::state::State;
+use slots::Places;
 
 /// Plans that may wait in the queue before submitters are told to back off.
 const QUEUE_DEPTH: usize = 1024;
@@ -184,8 +186,8 @@ impl PlanQueue {
 }
 
 /// How long a committed entry may take to be applied here before the
-/// applier gives up on it as if it failed (it never has to wait: a write is
-/// answered once applied).
+/// applier says so in its log (it never has to wait: a write is answered
+/// once applied). It waits on: the next plans are checked on that state.
 const APPLIED_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Most plans written in one raft entry (with raft batching on).
@@ -393,14 +395,28 @@ fn send(ctx: &LeaderContext, m: &Arc<PlanMetrics>, mut waiting: Next) -> Option<
     let (proposer, store, m) = (ctx.proposer.clone(), ctx.store.clone(), m.clone());
     let done = tokio::spawn(async move {
         let start = Instant::now();
-        let written = proposer.write(entry).await;
+        // Its fate, not a guess at it: an entry given up on at a deadline
+        // or a loss of touch may still commit, and the plans checked next
+        // without it would place again what it placed (a worker told its
+        // plan failed gives its evaluation back, to be scheduled again).
+        let written = proposer.write_settled(entry).await;
         m.apply_seconds.observe(start.elapsed().as_secs_f64());
         // The batch leaves what is checked on top of the state only once
         // the state holds it (a write is answered once it is applied here,
         // so this does not wait).
         let ok = match &written {
-            Ok(index) => store.wait_for_index(*index, APPLIED_WAIT).await,
-            Err(_) => false,
+            Ok(index) => {
+                while !store.wait_for_index(*index, APPLIED_WAIT).await {
+                    tracing::warn!(
+                        "plan entry {index} committed but not applied here after {APPLIED_WAIT:?}"
+                    );
+                }
+                true
+            }
+            Err(e) => {
+                tracing::warn!("plan entry not written: {e}");
+                false
+            }
         };
         for (mut result, (placed, stopped), reply) in waiters {
             let answer = match &written {
@@ -436,6 +452,10 @@ fn evaluate_plan(
     plan: &Plan,
 ) -> (PlanResult, Option<PlanApplyEntry>, (u64, u64)) {
     let checked = evaluate(state, unapplied, plan);
+    for held in &checked.held_twice {
+        // A plan made on a state that missed an earlier plan of its job.
+        tracing::warn!(eval = plan.eval_id, "placement refused: {held}");
+    }
     let in_full = checked.rejected.is_empty();
     let mut result = PlanResult {
         refresh_index: if in_full { 0 } else { state.index() },
@@ -477,6 +497,9 @@ pub struct Checked {
     pub updated: Vec<Allocation>,
     pub stopped: Vec<Allocation>,
     pub rejected: Vec<String>,
+    /// Why placements were refused for a place of the job already held
+    /// (see [`slots`]), one line each.
+    pub held_twice: Vec<String>,
 }
 
 /// Checks a plan against the latest state with what is accepted and not
@@ -492,9 +515,11 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
         .collect();
     let stopped_ids: HashSet<&str> = stopped.iter().map(|a| a.id.as_str()).collect();
     let job_live = state.job(&plan.job_id).is_some_and(|j| !j.stop);
+    let mut places = Places::new(state, unapplied, &plan.job_id, &stopped_ids);
     let mut placed = Vec::new();
     let mut updated = Vec::new();
     let mut rejected = Vec::new();
+    let mut held_twice = Vec::new();
     let mut nodes: Vec<&String> = plan.node_allocation.keys().collect();
     nodes.sort();
     for node_id in nodes {
@@ -512,6 +537,12 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
                         fits(&node, &Resources::default(), &used)
                     }
                 }));
+        let ok = ok
+            && (new.is_empty()
+                || places
+                    .take(node_id, &new)
+                    .map_err(|held| held_twice.push(held))
+                    .is_ok());
         if ok {
             placed.extend(new.into_iter().cloned());
             updated.extend(updates.into_iter().cloned());
@@ -524,6 +555,7 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
         updated,
         stopped,
         rejected,
+        held_twice,
     }
 }
 
@@ -595,11 +627,18 @@ mod tests {
         s
     }
 
+    /// A plan placing `alloc_id` (index: its digits) on n1.
     fn plan(alloc_id: &str, cpu_mhz: u64) -> Plan {
+        let index = alloc_id
+            .trim_start_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap_or(0);
         let alloc = Allocation {
             id: alloc_id.into(),
             node_id: "n1".into(),
             job_id: "web".into(),
+            task_group: "web".into(),
+            index,
             desired_status: AllocDesiredStatus::Run as i32,
             resources: Some(Resources {
                 cpu_mhz,
@@ -633,7 +672,9 @@ mod tests {
         let first_entry = entry.expect("the first plan places");
         unapplied.add(1, &first_entry);
         let refused = vec!["n1".to_string()];
-        assert_eq!(evaluate(&state, &unapplied, &second).rejected, refused);
+        let checked = evaluate(&state, &unapplied, &second);
+        assert_eq!(checked.rejected, refused);
+        assert!(checked.held_twice.is_empty(), "for room, not its place");
         // Committed and applied: the state holds it, and it still counts
         // once, not twice, whether or not its batch has left yet.
         state.apply(
@@ -740,6 +781,165 @@ mod tests {
         assert_eq!(
             evaluate(&state, &unapplied, &plan("a2", 600)).rejected,
             vec!["n1".to_string()]
+        );
+    }
+
+    /// `plan` with `alloc` (on n1) stopped too.
+    fn stopping(mut plan: Plan, alloc: &str) -> Plan {
+        let mut stop = self::plan(alloc, 0).node_allocation.remove("n1").unwrap();
+        stop.allocs[0].desired_status = AllocDesiredStatus::Stop as i32;
+        plan.node_update.insert("n1".into(), stop);
+        plan
+    }
+
+    fn apply(state: &mut State, index: u64, entry: PlanApplyEntry) {
+        let entry = LogEntry {
+            msg: Some(Msg::PlanApply(entry)),
+        };
+        state.apply(index, &entry, &mut Changes::default());
+    }
+
+    #[test]
+    fn a_place_of_the_job_already_held_is_refused_until_its_holder_stops() {
+        let mut state = state_with_node(10_000);
+        let mut unapplied = Unapplied::default();
+        let first = entry_of(&state, &plan("a1", 100));
+        unapplied.add(1, &first);
+        // Index 1 again, from a worker that scheduled without the first.
+        let again = plan("b1", 100);
+        let checked = evaluate(&state, &unapplied, &again);
+        assert_eq!(checked.rejected, ["n1"]);
+        assert_eq!(checked.held_twice.len(), 1);
+        assert!(
+            checked.held_twice[0].contains("web web[1]") && checked.held_twice[0].contains("a1"),
+            "{:?}",
+            checked.held_twice
+        );
+        assert!(
+            evaluate(&state, &unapplied, &plan("b2", 100))
+                .rejected
+                .is_empty(),
+            "another index is free"
+        );
+        // Applied, a1 holds it all the same.
+        apply(&mut state, 3, first);
+        unapplied.applied(1);
+        assert_eq!(evaluate(&state, &unapplied, &again).rejected, ["n1"]);
+        // A replacement stops a1 in the same plan.
+        let replacement = stopping(plan("b1", 100), "a1");
+        assert!(evaluate(&state, &unapplied, &replacement)
+            .rejected
+            .is_empty());
+        // Or a plan accepted before it stopped a1.
+        let stop = stopping(
+            Plan {
+                job_id: "web".into(),
+                ..Default::default()
+            },
+            "a1",
+        );
+        unapplied.add(2, &entry_of(&state, &stop));
+        assert!(evaluate(&state, &unapplied, &again).rejected.is_empty());
+        // Two placements of one index in one plan: the second is refused.
+        let mut twice = plan("c3", 100);
+        let mut other = twice.node_allocation["n1"].allocs[0].clone();
+        other.id = "d3".into();
+        twice
+            .node_allocation
+            .get_mut("n1")
+            .unwrap()
+            .allocs
+            .push(other);
+        assert_eq!(evaluate(&state, &unapplied, &twice).rejected, ["n1"]);
+    }
+
+    #[test]
+    fn a_canary_shares_its_index_only_with_allocations_of_other_versions() {
+        let mut state = state_with_node(10_000);
+        let a1 = entry_of(&state, &plan("a1", 100));
+        apply(&mut state, 3, a1);
+        let canary = |id: &str, version: u64| {
+            let mut p = plan(id, 100);
+            let a = &mut p.node_allocation.get_mut("n1").unwrap().allocs[0];
+            (a.canary, a.job_version) = (true, version);
+            p
+        };
+        let unapplied = Unapplied::default();
+        let first = canary("c1", 1);
+        assert!(evaluate(&state, &unapplied, &first).rejected.is_empty());
+        let c1 = entry_of(&state, &first);
+        apply(&mut state, 4, c1);
+        assert_eq!(
+            evaluate(&state, &unapplied, &canary("d1", 1)).rejected,
+            ["n1"],
+            "a second canary of version 1 at index 1"
+        );
+        assert!(
+            evaluate(&state, &unapplied, &canary("d1", 2))
+                .rejected
+                .is_empty(),
+            "a canary of the next version"
+        );
+        assert_eq!(
+            evaluate(&state, &unapplied, &plan("e1", 100)).rejected,
+            ["n1"],
+            "a plain allocation beside the canary"
+        );
+    }
+
+    #[test]
+    fn a_system_job_holds_one_place_per_node() {
+        let mut state = state_with_node(10_000);
+        let n2 = Node {
+            id: "n2".into(),
+            status: NodeStatus::Ready as i32,
+            resources: Some(Resources {
+                cpu_mhz: 10_000,
+                memory_mb: 1024,
+            }),
+            ..Default::default()
+        };
+        let sys = Job {
+            id: "web".into(),
+            r#type: stampede_proto::JobType::System as i32,
+            ..Default::default()
+        };
+        for (index, msg) in [
+            Msg::NodeRegister(NodeRegisterEntry {
+                node: Some(n2),
+                ..Default::default()
+            }),
+            Msg::JobRegister(JobRegisterEntry {
+                job: Some(sys),
+                ..Default::default()
+            }),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            state.apply(
+                index as u64 + 3,
+                &LogEntry { msg: Some(msg) },
+                &mut Changes::default(),
+            );
+        }
+        // Index 0 on both nodes, as a system job places.
+        let mut both = plan("a0", 100);
+        let mut on_n2 = both.node_allocation["n1"].allocs[0].clone();
+        (on_n2.id, on_n2.node_id) = ("b0".into(), "n2".into());
+        both.node_allocation.insert(
+            "n2".into(),
+            AllocList {
+                allocs: vec![on_n2],
+            },
+        );
+        let unapplied = Unapplied::default();
+        assert!(evaluate(&state, &unapplied, &both).rejected.is_empty());
+        let placed = entry_of(&state, &both);
+        apply(&mut state, 5, placed);
+        assert_eq!(
+            evaluate(&state, &unapplied, &plan("c0", 100)).rejected,
+            ["n1"]
         );
     }
 }

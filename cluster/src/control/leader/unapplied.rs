@@ -23,6 +23,41 @@ struct Accepted {
     /// The status the plan gives; a stored allocation keeps its own.
     client_status: i32,
     resources: Option<Resources>,
+    /// Where it stands in its job, for the check that no place of a job is
+    /// held twice (`plan_apply::slots`).
+    slot: Slot,
+}
+
+/// An allocation's place in its job: its group and index, and whether it
+/// is a canary of its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slot {
+    pub job_id: String,
+    pub task_group: String,
+    pub index: u32,
+    pub canary: bool,
+    pub job_version: u64,
+}
+
+impl Slot {
+    pub fn of(a: &Allocation) -> Self {
+        Self {
+            job_id: a.job_id.clone(),
+            task_group: a.task_group.clone(),
+            index: a.index,
+            canary: a.canary,
+            job_version: a.job_version,
+        }
+    }
+}
+
+/// An accepted allocation of a job, as [`Unapplied::of_job`] gives it.
+pub struct JobAlloc<'a> {
+    pub id: &'a str,
+    pub node_id: &'a str,
+    pub desired_status: i32,
+    pub client_status: i32,
+    pub slot: &'a Slot,
 }
 
 /// Accepted allocations not yet applied here, by node and id; the latest
@@ -30,6 +65,8 @@ struct Accepted {
 #[derive(Default)]
 pub struct Unapplied {
     on_node: HashMap<String, HashMap<String, Accepted>>,
+    /// Each job's accepted allocations: id to node.
+    by_job: HashMap<String, HashMap<String, String>>,
 }
 
 impl Unapplied {
@@ -43,8 +80,13 @@ impl Unapplied {
                     desired_status: a.desired_status,
                     client_status: a.client_status,
                     resources: a.resources,
+                    slot: Slot::of(a),
                 },
             );
+            self.by_job
+                .entry(a.job_id.clone())
+                .or_default()
+                .insert(a.id.clone(), a.node_id.clone());
         }
     }
 
@@ -55,11 +97,46 @@ impl Unapplied {
             allocs.retain(|_, a| a.batch != batch);
             !allocs.is_empty()
         });
+        let on_node = &self.on_node;
+        self.by_job.retain(|_, allocs| {
+            allocs.retain(|id, node| on_node.get(node).is_some_and(|m| m.contains_key(id)));
+            !allocs.is_empty()
+        });
     }
 
     /// Forgets everything: nothing accepted is in flight any more.
     pub fn clear(&mut self) {
         self.on_node.clear();
+        self.by_job.clear();
+    }
+
+    /// The accepted allocations of job `job_id` not yet applied here.
+    pub fn of_job<'a>(&'a self, job_id: &str) -> impl Iterator<Item = JobAlloc<'a>> + 'a {
+        self.by_job
+            .get(job_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|(id, node)| self.get(node, id))
+    }
+
+    /// The accepted allocations on node `node_id` not yet applied here.
+    pub fn of_node<'a>(&'a self, node_id: &str) -> impl Iterator<Item = JobAlloc<'a>> + 'a {
+        self.on_node
+            .get_key_value(node_id)
+            .into_iter()
+            .flat_map(|(node, allocs)| allocs.keys().filter_map(|id| self.get(node, id)))
+    }
+
+    /// The accepted allocation `id` on node `node_id`, if there is one.
+    pub fn get<'a>(&'a self, node_id: &'a str, id: &'a str) -> Option<JobAlloc<'a>> {
+        let a = self.on_node.get(node_id)?.get(id)?;
+        Some(JobAlloc {
+            id,
+            node_id,
+            desired_status: a.desired_status,
+            client_status: a.client_status,
+            slot: &a.slot,
+        })
     }
 
     /// Whether an accepted plan not yet applied here stops allocation `id`

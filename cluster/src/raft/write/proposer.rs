@@ -439,20 +439,26 @@ impl Proposer {
             };
             match written {
                 Err(_) => Err(ProposeError::NotCommitted(wait)),
-                Ok(Ok(index)) => {
-                    metrics
-                        .raft_apply_seconds
-                        .observe(start.elapsed().as_secs_f64());
-                    Ok(index)
-                }
-                Ok(Err(Failed::NotLeader(Some((id, addr))))) => {
-                    Err(ProposeError::NotLeader { id, addr })
-                }
-                Ok(Err(Failed::NotLeader(None))) => Err(ProposeError::NoLeader),
-                Ok(Err(Failed::Raft(e))) => Err(ProposeError::Raft(e)),
-                Ok(Err(Failed::ShuttingDown)) => Err(ProposeError::ShuttingDown),
+                Ok(outcome) => settled(outcome, start, &metrics),
             }
         }
+    }
+
+    /// Hands `entry` to this server's raft now and returns a future for
+    /// its fate, however long that takes: its index once committed and
+    /// applied here, or an error once it never will be (this server does
+    /// not lead, or lost the lead and the entry was replaced in its log).
+    /// Never in doubt, unlike [`Proposer::write_local`], which gives up at
+    /// a deadline or a loss of touch while the entry may still commit: the
+    /// plan applier checks its next plans on what its last entry did.
+    fn submit_settled(
+        &self,
+        entry: LogEntry,
+    ) -> impl Future<Output = Result<u64, ProposeError>> + Send + 'static {
+        let start = Instant::now();
+        let written = self.batcher.submit(entry);
+        let metrics = self.metrics.clone();
+        async move { settled(written.await, start, &metrics) }
     }
 
     /// Whether this server gathers concurrent writes into shared entries.
@@ -512,6 +518,26 @@ impl Proposer {
     }
 }
 
+/// What a write handed to raft at `start` came to.
+fn settled(
+    outcome: Result<u64, Failed>,
+    start: Instant,
+    metrics: &Metrics,
+) -> Result<u64, ProposeError> {
+    match outcome {
+        Ok(index) => {
+            metrics
+                .raft_apply_seconds
+                .observe(start.elapsed().as_secs_f64());
+            Ok(index)
+        }
+        Err(Failed::NotLeader(Some((id, addr)))) => Err(ProposeError::NotLeader { id, addr }),
+        Err(Failed::NotLeader(None)) => Err(ProposeError::NoLeader),
+        Err(Failed::Raft(e)) => Err(ProposeError::Raft(e)),
+        Err(Failed::ShuttingDown) => Err(ProposeError::ShuttingDown),
+    }
+}
+
 /// A proposer that writes only on this server and never forwards: what the
 /// leader-only mechanisms get, because what they write (broker deliveries,
 /// plan results, heartbeat expiries) belongs to this server's term; on
@@ -538,6 +564,14 @@ impl LocalProposer {
     ) -> impl Future<Output = Result<u64, ProposeError>> + Send + 'static {
         self.0
             .submit_local_until(entry, Instant::now() + self.0.leader_wait)
+    }
+
+    /// Proposes on this server and waits for the entry's fate: its index
+    /// once committed, or an error once it never will be. No deadline and
+    /// no loss of touch ends the wait, since the entry may commit after
+    /// either (see [`Proposer::submit_settled`]).
+    pub async fn write_settled(&self, entry: LogEntry) -> Result<u64, ProposeError> {
+        self.0.submit_settled(entry).await
     }
 
     /// Whether this server gathers concurrent writes into shared entries.
