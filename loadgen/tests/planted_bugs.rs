@@ -19,7 +19,7 @@ type Plant = (
     &'static [(&'static str, &'static str)],
 );
 
-const CAUGHT_BY: [Plant; 3] = [
+const CAUGHT_BY: [Plant; 4] = [
     // Nothing checks that a placement fits: the scheduler packs onto nodes
     // already full and the plan applier takes it. (Skipping only the
     // applier's check shows only when two workers race for the last room
@@ -47,6 +47,9 @@ const CAUGHT_BY: [Plant; 3] = [
         &[],
         &[],
     ),
+    // A batch job's evaluation after the first (an update, a scale) places
+    // every index again beside what runs, and the plan applier lets it.
+    ("place_every_index", "duplicates", &[], &[]),
 ];
 
 #[test]

@@ -151,6 +151,13 @@ fn moves_kept() -> bool {
     !crate::model::planted::planted("deployment_ignores_kept")
 }
 
+/// With the planted bug `place_every_index` (debug builds), a group
+/// without a rollout places every index at each evaluation, beside what
+/// already runs, and the plan applier does not look at what holds an index.
+pub fn place_every_index() -> bool {
+    crate::model::planted::planted("place_every_index")
+}
+
 /// Whether `ask` fits on `node` given `used` (both cpu_mhz and memory_mb).
 /// Always yes with the planted bug `skip_fit_check` (debug builds), which
 /// both the scheduler and the plan applier then believe.
@@ -458,6 +465,9 @@ impl<'a> Planner<'a> {
         allocs: &[&Allocation],
         batch: bool,
     ) -> Vec<u32> {
+        if place_every_index() {
+            return (0..tg.count()).collect();
+        }
         let mut live: Vec<&Allocation> = allocs
             .iter()
             .copied()
