@@ -64,13 +64,22 @@ impl Shared {
 /// moves first. A node whose query was not in flight when the connection
 /// died learned nothing of it, and its next call waited out a connect
 /// timeout on the dead server (a pause's delivery, 1 s late).
+/// With every channel passed over, it stays: moving would only churn.
 pub(crate) fn current_channel(channels: &[AtomicU32], calls: &Calls, slot: u32) -> usize {
-    let c = channels[slot as usize].load(Ordering::Relaxed) as usize;
+    let own = &channels[slot as usize];
+    let c = own.load(Ordering::Relaxed) as usize;
     if !calls.passed_over(c) {
         return c;
     }
-    rotate(channels, calls, slot);
-    channels[slot as usize].load(Ordering::Relaxed) as usize
+    let next = calls.next_healthy(c);
+    if calls.passed_over(next) {
+        return c;
+    }
+    match own.compare_exchange(c as u32, next as u32, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => next,
+        // Moved meanwhile by its own failed call.
+        Err(moved) => moved as usize,
+    }
 }
 
 /// Moves node `slot` to the next channel (another server) whose connection
@@ -461,5 +470,10 @@ mod tests {
         assert_eq!(current_channel(&channels, &calls, 0), 2);
         assert_eq!(channels[0].load(Ordering::Relaxed), 2, "the node moved");
         assert_eq!(current_channel(&channels, &calls, 1), 2, "others stay");
+        // Every server passed over: no one moves.
+        calls.note_lost(0);
+        calls.note_lost(2);
+        assert_eq!(current_channel(&channels, &calls, 0), 2);
+        assert_eq!(current_channel(&channels, &calls, 0), 2, "no churn");
     }
 }

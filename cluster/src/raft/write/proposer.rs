@@ -157,6 +157,16 @@ struct LostSeen {
     since: Option<Instant>,
 }
 
+impl LostSeen {
+    /// Following `contact`, with no loss seen yet.
+    fn of(contact: &Contact) -> Arc<std::sync::Mutex<Self>> {
+        Arc::new(std::sync::Mutex::new(Self {
+            changes: contact.changes(),
+            since: None,
+        }))
+    }
+}
+
 impl Proposer {
     pub fn new(
         raft: Raft,
@@ -178,20 +188,14 @@ impl Proposer {
             quotas: Quotas::NONE,
             contact: Contact::always(),
             touch_wait: Duration::ZERO,
-            lost_seen: Arc::new(std::sync::Mutex::new(LostSeen {
-                changes: Contact::always().changes(),
-                since: None,
-            })),
+            lost_seen: LostSeen::of(&Contact::always()),
         }
     }
 
     /// This proposer, taking no write here while `contact` is lost; a
     /// client's write waits up to `touch_wait` for it to be regained.
     pub fn with_contact(mut self, contact: Contact, touch_wait: Duration) -> Self {
-        self.lost_seen = Arc::new(std::sync::Mutex::new(LostSeen {
-            changes: contact.changes(),
-            since: None,
-        }));
+        self.lost_seen = LostSeen::of(&contact);
         self.contact = contact;
         self.touch_wait = touch_wait;
         self
