@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::{NodeId, Raft};
-use crate::state::contact::Touch;
+use crate::state::contact::{Loss, Touch};
 
 /// How often raft's metrics are looked at: a tenth of the lease.
 fn poll_every(lease: Duration) -> Duration {
@@ -48,6 +48,10 @@ pub(crate) struct Judge {
     leader_known_at: Instant,
     /// When this server became leader, while it leads.
     leading_since: Option<Instant>,
+    /// The last look, and the last look that came more than a lease after
+    /// the one before: the server had not run (paused, or starved).
+    last_look: Option<Instant>,
+    woke_at: Option<Instant>,
 }
 
 impl Judge {
@@ -57,10 +61,33 @@ impl Judge {
             lease,
             leader_known_at: now,
             leading_since: None,
+            last_look: None,
+            woke_at: None,
         }
     }
 
+    /// Where this server stands at `now`. A loss found within a lease of
+    /// waking is marked so: the server's view is old, not cut off, and it
+    /// hears of the cluster within a heartbeat.
     pub fn judge(&mut self, seen: Seen, now: Instant) -> Touch {
+        if self
+            .last_look
+            .is_some_and(|l| now.saturating_duration_since(l) > self.lease)
+        {
+            self.woke_at = Some(now);
+        }
+        self.last_look = Some(now);
+        let woken = self
+            .woke_at
+            .is_some_and(|w| now.saturating_duration_since(w) <= self.lease);
+        match self.standing(seen, now) {
+            Some(why) => Touch::Lost(Loss { why, woken }),
+            None => Touch::InTouch,
+        }
+    }
+
+    /// Why this server is out of touch, if it is.
+    fn standing(&mut self, seen: Seen, now: Instant) -> Option<String> {
         let leads = seen.state == ServerState::Leader;
         if !leads {
             self.leading_since = None;
@@ -69,7 +96,7 @@ impl Judge {
             self.leader_known_at = now;
         }
         if seen.voters <= 1 {
-            return Touch::InTouch;
+            return None;
         }
         let lease_ms = self.lease.as_millis();
         if leads {
@@ -78,23 +105,23 @@ impl Judge {
                 .since_quorum_ack
                 .unwrap_or_else(|| now.saturating_duration_since(since));
             if silent > self.lease {
-                return Touch::Lost(format!(
+                return Some(format!(
                     "server {} leads but no quorum has acknowledged it for {} ms (its lease is {lease_ms} ms): it may be cut off from the others, who elect another",
                     self.id,
                     silent.as_millis()
                 ));
             }
-            return Touch::InTouch;
+            return None;
         }
         let unknown = now.saturating_duration_since(self.leader_known_at);
         if unknown > self.lease {
-            return Touch::Lost(format!(
+            return Some(format!(
                 "server {} has known no leader for {} ms (longer than an election takes, {lease_ms} ms): it may be cut off from the others",
                 self.id,
                 unknown.as_millis()
             ));
         }
-        Touch::InTouch
+        None
     }
 }
 
@@ -133,7 +160,9 @@ pub async fn follow(
                 return false;
             }
             match &touch {
-                Touch::Lost(why) => tracing::warn!("out of touch: {why}"),
+                Touch::Lost(loss) => {
+                    tracing::warn!(woken = loss.woken, "out of touch: {}", loss.why)
+                }
                 Touch::InTouch => tracing::info!("in touch with the cluster again"),
             }
             *t = touch;
@@ -178,11 +207,12 @@ mod tests {
         assert_eq!(j.judge(leader(Some(1000)), t0), Touch::InTouch);
         let t = j.judge(leader(Some(1001)), t0);
         assert!(lost(&t), "{t:?}");
-        let Touch::Lost(why) = t else { unreachable!() };
+        let Touch::Lost(loss) = t else { unreachable!() };
         assert!(
-            why.contains("server 1 leads") && why.contains("1001 ms"),
-            "{why}"
+            loss.why.contains("server 1 leads") && loss.why.contains("1001 ms"),
+            "{loss}"
         );
+        assert!(!loss.woken, "looked at all along: cut off");
         // Acknowledged again (the partition healed and it still leads).
         assert_eq!(j.judge(leader(Some(20)), t0), Touch::InTouch);
     }
@@ -209,6 +239,28 @@ mod tests {
         assert_eq!(j.judge(follower(None), election + LEASE), Touch::InTouch);
         let t = j.judge(follower(None), election + LEASE + Duration::from_millis(1));
         assert!(lost(&t), "{t:?}");
+    }
+
+    #[test]
+    fn a_loss_found_on_waking_from_a_pause_is_marked_woken() {
+        let t0 = Instant::now();
+        let mut j = Judge::new(1, LEASE, t0);
+        assert_eq!(j.judge(leader(Some(100)), t0), Touch::InTouch);
+        // Ten seconds without a look: the process did not run.
+        let woke = t0 + Duration::from_secs(10);
+        // raft's own figure may not show the silence at the first look.
+        assert_eq!(j.judge(leader(Some(100)), woke), Touch::InTouch);
+        let t = j.judge(leader(Some(10_000)), woke + LEASE / 10);
+        assert!(matches!(&t, Touch::Lost(l) if l.woken), "{t:?}");
+        // A loss found a lease after waking is a cut off server's.
+        let later = woke + LEASE + Duration::from_millis(200);
+        let mut looks = woke + LEASE / 10;
+        while looks < later {
+            looks += LEASE / 10;
+            j.judge(leader(Some(10_000)), looks);
+        }
+        let t = j.judge(leader(Some(11_000)), later);
+        assert!(matches!(&t, Touch::Lost(l) if !l.woken), "{t:?}");
     }
 
     #[test]

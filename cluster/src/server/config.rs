@@ -611,10 +611,11 @@ impl ServeOpts {
         Duration::from_millis(4 * self.election_timeout_ms)
     }
 
-    /// How long a client's write to a server out of touch waits for it to
-    /// be in touch again: two leader heartbeats, time for a leader woken
-    /// from a pause to hear of its successor (and send the write on to it),
-    /// and short for one cut off, whose callers should go elsewhere.
+    /// How long a client's write to a server woken out of touch waits for
+    /// it to be in touch again: two leader heartbeats, time for a leader
+    /// woken from a pause to hear of its successor (and send the write on
+    /// to it). A server cut off (not woken) refuses at once: its callers
+    /// should go elsewhere.
     pub fn touch_wait(&self) -> Duration {
         Duration::from_millis(2 * self.heartbeat_ms)
     }

@@ -16,8 +16,34 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Touch {
     InTouch,
-    /// Out of touch, and why (a sentence for the caller's status).
-    Lost(String),
+    /// Out of touch, and why.
+    Lost(Loss),
+}
+
+/// Why a server is out of touch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Loss {
+    /// A sentence for the caller's status.
+    pub why: String,
+    /// Found on waking: the server did not run for longer than the lease
+    /// (paused, or starved), and hears of the cluster within a heartbeat.
+    /// Otherwise it is cut off, and nothing comes of waiting on it.
+    pub woken: bool,
+}
+
+impl From<&str> for Loss {
+    fn from(why: &str) -> Self {
+        Self {
+            why: why.to_string(),
+            woken: false,
+        }
+    }
+}
+
+impl std::fmt::Display for Loss {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.why)
+    }
 }
 
 /// The read end: cheap to clone.
@@ -40,8 +66,14 @@ impl Contact {
     pub fn lost(&self) -> Option<String> {
         match &*self.0.borrow() {
             Touch::InTouch => None,
-            Touch::Lost(why) => Some(why.clone()),
+            Touch::Lost(loss) => Some(loss.why.clone()),
         }
+    }
+
+    /// Whether this server is out of touch and was not woken into it: cut
+    /// off, with nothing to wait for.
+    pub fn cut_off(&self) -> bool {
+        matches!(&*self.0.borrow(), Touch::Lost(loss) if !loss.woken)
     }
 
     /// Resolves with the reason once this server is out of touch (at once
@@ -50,7 +82,7 @@ impl Contact {
         let mut rx = self.0.clone();
         let why = match rx.wait_for(|t| matches!(t, Touch::Lost(_))).await {
             Ok(t) => match &*t {
-                Touch::Lost(why) => Some(why.clone()),
+                Touch::Lost(loss) => Some(loss.why.clone()),
                 Touch::InTouch => None,
             },
             Err(_) => None,

@@ -258,7 +258,12 @@ impl Proposer {
                 // Cut off, or just woken from a pause: a woken leader hears
                 // of its successor within a heartbeat and then sends the
                 // write on to it. Still out of touch, the caller goes to
-                // another server.
+                // another server; a server cut off sends it there at once,
+                // as no heartbeat can reach it (a write held when a leader
+                // was cut off waited out the touch wait for nothing).
+                if self.contact.cut_off() {
+                    return Err(err);
+                }
                 let wait = (self.loss_began() + self.touch_wait)
                     .min(deadline)
                     .saturating_duration_since(Instant::now());
