@@ -232,3 +232,64 @@ async fn a_leader_cut_off_from_the_others_sends_its_callers_elsewhere() {
     )
     .await;
 }
+
+/// A follower that knows no leader yet, in an election, holds a node's
+/// heartbeat until there is one to send it to, as Nomad's servers hold an
+/// RPC, instead of refusing it (the node would come back only after its
+/// backoff). The leader is killed and one follower paused, so the other
+/// campaigns and can win only once the paused one is resumed; a heartbeat
+/// sent to it meanwhile is answered once the election is won. (Election
+/// timeouts of 1 s make the lease, and the hold, 4 s: time for the test to
+/// see the call held and resume the other follower.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_follower_in_an_election_holds_a_nodes_heartbeat_until_a_leader_is_elected() {
+    // No scheduler workers: their dequeues would be held too.
+    let args = [
+        "--election-timeout-ms",
+        "1000",
+        "--heartbeat-min-ttl",
+        "600s",
+        "--workers",
+        "0",
+    ];
+    let (mut c, leader) = Harness::with_leader(3, &args).await;
+    register_nodes(&c.client(), "n", 1, 1000, 4096).await;
+    let others = c.ids_except(leader);
+    let (asked, paused) = (others[0], others[1]);
+    eventually_has_node(&c.client_of(&[asked]), "n-0").await;
+    c.kill(leader).unwrap();
+    c.pause(paused).unwrap();
+    c.wait_for_status(asked, "campaigns, knowing no leader", CATCH_UP, |s| {
+        s.leader_id.is_none()
+    })
+    .await
+    .unwrap();
+    let heartbeat = tokio::spawn({
+        let on_asked = c.client_of(&[asked]);
+        async move {
+            let req = stampede_proto::NodeUpdateStatusRequest {
+                node_id: "n-0".into(),
+                status: stampede_proto::NodeStatus::Ready as i32,
+                secret_id: secret_of("n-0"),
+            };
+            on_asked.nodes().update_status(req).await
+        }
+    });
+    // Held, not refused, while no leader can be elected.
+    eventually(
+        "the heartbeat is held on the follower",
+        CATCH_UP,
+        || async {
+            c.metric(asked, "stampede_leader_calls_held")
+                .await
+                .unwrap_or(0.0)
+                == 1.0
+        },
+    )
+    .await;
+    assert!(!heartbeat.is_finished(), "answered without a leader");
+    c.resume(paused).unwrap();
+    let answer = heartbeat.await.unwrap();
+    let reply = answer.expect("the heartbeat reaches the new leader");
+    assert!(reply.get_ref().heartbeat_ttl_ms > 0, "{reply:?}");
+}

@@ -67,7 +67,7 @@ impl LeaderCalls {
         fwd: bool,
     ) -> Result<EvalDequeueReply, ControlError> {
         let schedulers = validate::schedulers(&req.schedulers)?;
-        if let Route::Leader(to) = self.0.router.route(fwd)? {
+        if let Route::Leader(to) = self.0.router.route_held(fwd).await? {
             let mut client = eval_client(to.channel());
             return Ok(to.call(client.dequeue(forwarded(req))).await?.into_inner());
         }
@@ -105,7 +105,7 @@ impl LeaderCalls {
     /// cancelations keep pace with the schedulers without delaying the reply.
     pub async fn ack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
         validate::delivery(&req.eval_id, &req.token)?;
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => {
                 to.call(eval_client(to.channel()).ack(forwarded(req)))
                     .await?;
@@ -123,7 +123,7 @@ impl LeaderCalls {
 
     pub async fn nack(&self, req: EvalAckRequest, fwd: bool) -> Result<(), ControlError> {
         validate::delivery(&req.eval_id, &req.token)?;
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => {
                 to.call(eval_client(to.channel()).nack(forwarded(req)))
                     .await?;
@@ -162,7 +162,7 @@ impl LeaderCalls {
         for (i, e) in req.evals.iter().enumerate() {
             validate::eval(&format!("evals[{i}]"), e)?;
         }
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => Ok(to
                 .call(eval_client(to.channel()).update(forwarded(req)))
                 .await?
@@ -180,7 +180,7 @@ impl LeaderCalls {
     pub async fn reap(&self, req: EvalReapRequest, fwd: bool) -> Result<u64, ControlError> {
         validate::delivery(&req.eval_id, &req.token)?;
         let collect = validate::reap(req.collect.as_ref())?;
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => Ok(to
                 .call(eval_client(to.channel()).reap(forwarded(req)))
                 .await?
@@ -196,7 +196,7 @@ impl LeaderCalls {
     /// Queues a forced garbage collection on the leader; returns the core
     /// evaluation's id.
     pub async fn force_gc(&self, fwd: bool) -> Result<String, ControlError> {
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => Ok(to
                 .call(eval_client(to.channel()).force_gc(forwarded(Empty {})))
                 .await?
@@ -212,7 +212,7 @@ impl LeaderCalls {
         if let Some(over) = PlanBudget::over_limit(&plan) {
             return Err(ControlError::TooLarge(over));
         }
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => Ok(to
                 .call(
                     plan_client(to.channel())
@@ -235,7 +235,7 @@ impl LeaderCalls {
         validate::id("node_id", &req.node_id)?;
         let status = validate::node_status("status", req.status)?;
         identity::secret_field("secret_id", &req.secret_id)?;
-        match self.0.router.route(fwd)? {
+        match self.0.router.route_held(fwd).await? {
             Route::Leader(to) => Ok(to
                 .call(node_client(to.channel()).update_status(forwarded(req)))
                 .await?
@@ -299,7 +299,7 @@ impl LeaderCalls {
         let vouched = identity::secrets_form(&req.secrets)?;
         // Where the call goes; an error (a forwarded call here, not the
         // leader) only after the caller's identity is checked.
-        let route = self.0.router.route(fwd);
+        let route = self.0.router.route_held(fwd).await;
         // Read under the lock, not from a copy: a copy of the state alive
         // while entries apply makes each apply copy what it touches. Checked
         // on every server the call passes, the leader too: any caller may

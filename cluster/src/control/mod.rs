@@ -58,6 +58,10 @@ pub struct ControlConfig {
     pub parking: ParkLimits,
     /// Whether jobs' paths are stamped and timed (`--job-times`).
     pub job_times: bool,
+    /// The longest a leader-only call is held here through an election
+    /// (`routing::Router::route_held`): the contact lease, past which a
+    /// server without a leader is out of touch anyway.
+    pub leader_hold: std::time::Duration,
 }
 
 /// The parts that exist before raft does: the state machine's observer
@@ -137,7 +141,14 @@ impl ControlPlane {
             contact,
         } = parts;
         let (leading, leading_rx) = watch::channel(false);
-        let router = Router::new(raft.clone(), channels, leading_rx.clone(), contact.clone());
+        let router = Router::new(
+            raft.clone(),
+            channels,
+            leading_rx.clone(),
+            contact.clone(),
+            config.leader_hold,
+            registry,
+        );
         tokio::spawn(wake_parked_when_out_of_touch(
             contact.changes(),
             hub.watchers.clone(),

@@ -9,7 +9,10 @@ use stampede_proto::eval_service_client::EvalServiceClient;
 use stampede_proto::node_service_client::NodeServiceClient;
 use stampede_proto::plan_service_client::PlanServiceClient;
 use std::future::Future;
+use std::time::Duration;
 
+use prometheus::{IntGauge, Registry};
+use stampede_proto::metric_defs::int_gauge;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use tonic::Request;
@@ -74,6 +77,16 @@ pub struct Router {
     /// Whether this server is in touch with the cluster: a leader out of
     /// touch answers no leader-only call.
     contact: Contact,
+    /// The longest a leader-only call waits, on a server in touch that
+    /// knows no leader yet (an election) or was just elected (restoring its
+    /// broker), for the call to have somewhere to go, as Nomad's servers
+    /// hold an RPC through an election (`rpc_hold_timeout`). Refused at
+    /// once, the call came back after its caller's backoff. The contact
+    /// lease: a server without a leader for longer is out of touch, and
+    /// refuses at once (its callers go elsewhere).
+    hold: Duration,
+    /// Calls held now.
+    held: IntGauge,
 }
 
 impl Router {
@@ -82,12 +95,20 @@ impl Router {
         channels: PeerChannels,
         leading: watch::Receiver<bool>,
         contact: Contact,
+        hold: Duration,
+        registry: &Registry,
     ) -> Self {
         Self {
             raft,
             channels,
             leading,
             contact,
+            hold,
+            held: int_gauge(
+                registry,
+                "stampede_leader_calls_held",
+                "Leader-only calls held here until a leader is elected or ready (at most the contact lease).",
+            ),
         }
     }
 
@@ -109,6 +130,37 @@ impl Router {
         };
         if !moved {
             std::future::pending::<()>().await;
+        }
+    }
+
+    /// [`Router::route`], holding the call while it has nowhere to go yet:
+    /// an election on, or this server just elected and not ready, while
+    /// it is in touch, for up to the contact lease.
+    pub async fn route_held(&self, forwarded: bool) -> Result<Route, ControlError> {
+        let deadline = tokio::time::Instant::now() + self.hold;
+        loop {
+            let seen = self.raft.server_metrics().borrow().current_leader;
+            let route = self.route(forwarded);
+            let electing = matches!(
+                leader_view(&self.raft),
+                LeaderView::Unknown | LeaderView::Here
+            ) && !self.is_leading()
+                && self.contact.lost().is_none();
+            if route.is_ok() || !electing {
+                return route;
+            }
+            let mut metrics = self.raft.server_metrics();
+            let mut leading = self.leading.clone();
+            let _held = Held::new(&self.held);
+            let moved = tokio::select! {
+                r = metrics.wait_for(|m| m.current_leader != seen) => r.is_ok(),
+                r = leading.wait_for(|&l| l) => r.is_ok(),
+                _ = self.contact.until_lost() => false,
+                _ = tokio::time::sleep_until(deadline) => false,
+            };
+            if !moved {
+                return self.route(forwarded);
+            }
         }
     }
 
@@ -145,6 +197,23 @@ impl Router {
                 }))
             }
         }
+    }
+}
+
+/// One call counted on the held gauge while it lives: a call whose caller
+/// went away is dropped mid-wait, and must not stay counted.
+struct Held<'a>(&'a IntGauge);
+
+impl<'a> Held<'a> {
+    fn new(gauge: &'a IntGauge) -> Self {
+        gauge.inc();
+        Self(gauge)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 

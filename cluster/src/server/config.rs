@@ -587,6 +587,7 @@ impl ServeOpts {
                 total: self.max_parked_queries as usize,
             },
             job_times: self.job_times.is_on(),
+            leader_hold: self.contact_lease(),
         }
     }
 
