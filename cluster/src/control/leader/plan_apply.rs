@@ -595,20 +595,30 @@ mod tests {
 
     fn state_with_node(cpu_mhz: u64) -> State {
         let mut s = State::default();
-        let node = Node {
-            id: "n1".into(),
+        let job = Job {
+            id: "web".into(),
+            ..Default::default()
+        };
+        register(&mut s, 1, ready_node("n1", cpu_mhz), job);
+        s
+    }
+
+    /// A ready node of `cpu_mhz` and 1,024 MB.
+    fn ready_node(id: &str, cpu_mhz: u64) -> Node {
+        Node {
+            id: id.into(),
             status: NodeStatus::Ready as i32,
             resources: Some(Resources {
                 cpu_mhz,
                 memory_mb: 1024,
             }),
             ..Default::default()
-        };
-        let job = Job {
-            id: "web".into(),
-            ..Default::default()
-        };
-        for (index, msg) in [
+        }
+    }
+
+    /// Applies `node`'s registration at index `first` and `job`'s after it.
+    fn register(state: &mut State, first: u64, node: Node, job: Job) {
+        let msgs = [
             Msg::NodeRegister(NodeRegisterEntry {
                 node: Some(node),
                 ..Default::default()
@@ -617,14 +627,11 @@ mod tests {
                 job: Some(job),
                 ..Default::default()
             }),
-        ]
-        .into_iter()
-        .enumerate()
-        {
+        ];
+        for (index, msg) in (first..).zip(msgs) {
             let entry = LogEntry { msg: Some(msg) };
-            s.apply(index as u64 + 1, &entry, &mut Changes::default());
+            state.apply(index, &entry, &mut Changes::default());
         }
-        s
     }
 
     /// A plan placing `alloc_id` (index: its digits) on n1.
@@ -719,14 +726,8 @@ mod tests {
         // The node is ineligible now, and full: a1 moves onto a new
         // version where it runs all the same.
         let node = Node {
-            id: "n1".into(),
-            status: NodeStatus::Ready as i32,
             ineligible: true,
-            resources: Some(Resources {
-                cpu_mhz: 500,
-                memory_mb: 1024,
-            }),
-            ..Default::default()
+            ..ready_node("n1", 500)
         };
         apply(
             &mut state,
@@ -890,39 +891,12 @@ mod tests {
     #[test]
     fn a_system_job_holds_one_place_per_node() {
         let mut state = state_with_node(10_000);
-        let n2 = Node {
-            id: "n2".into(),
-            status: NodeStatus::Ready as i32,
-            resources: Some(Resources {
-                cpu_mhz: 10_000,
-                memory_mb: 1024,
-            }),
-            ..Default::default()
-        };
         let sys = Job {
             id: "web".into(),
             r#type: stampede_proto::JobType::System as i32,
             ..Default::default()
         };
-        for (index, msg) in [
-            Msg::NodeRegister(NodeRegisterEntry {
-                node: Some(n2),
-                ..Default::default()
-            }),
-            Msg::JobRegister(JobRegisterEntry {
-                job: Some(sys),
-                ..Default::default()
-            }),
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            state.apply(
-                index as u64 + 3,
-                &LogEntry { msg: Some(msg) },
-                &mut Changes::default(),
-            );
-        }
+        register(&mut state, 3, ready_node("n2", 10_000), sys);
         // Index 0 on both nodes, as a system job places.
         let mut both = plan("a0", 100);
         let mut on_n2 = both.node_allocation["n1"].allocs[0].clone();

@@ -17,7 +17,7 @@ use std::collections::{HashMap, HashSet};
 
 use stampede_proto::{Allocation, JobType};
 
-use super::super::unapplied::{JobAlloc, Slot, Unapplied};
+use super::super::unapplied::{JobAlloc, Unapplied};
 use crate::model::statuses_terminal;
 use crate::state::State;
 
@@ -34,6 +34,16 @@ struct Holder {
     id: String,
     canary: bool,
     job_version: u64,
+}
+
+impl Holder {
+    fn of(a: &Allocation) -> Self {
+        Self {
+            id: a.id.clone(),
+            canary: a.canary,
+            job_version: a.job_version,
+        }
+    }
 }
 
 /// The places of one plan's job, as the latest state with what is accepted
@@ -94,14 +104,7 @@ impl<'a> Places<'a> {
                     h.id
                 ));
             }
-            taken.push((
-                place,
-                Holder {
-                    id: a.id.clone(),
-                    canary: a.canary,
-                    job_version: a.job_version,
-                },
-            ));
+            taken.push((place, Holder::of(a)));
         }
         for (place, h) in taken {
             self.held.entry(place).or_default().push(h);
@@ -140,7 +143,7 @@ impl<'a> Places<'a> {
                 .map_or(a.desired_status, |u| u.desired_status);
             if !self.stopped.contains(a.id.as_str()) && !statuses_terminal(desired, a.client_status)
             {
-                self.hold(&a.node_id, &Slot::of(a), &a.id);
+                self.hold(&a.node_id, &a.task_group, a.index, Holder::of(a));
             }
         }
         let accepted: Vec<JobAlloc> = match self.system {
@@ -156,18 +159,19 @@ impl<'a> Places<'a> {
                 && !self.stopped.contains(u.id)
                 && !statuses_terminal(u.desired_status, u.client_status)
             {
-                self.hold(u.node_id, u.slot, u.id);
+                let holder = Holder {
+                    id: u.id.to_string(),
+                    canary: u.slot.canary,
+                    job_version: u.slot.job_version,
+                };
+                self.hold(u.node_id, &u.slot.task_group, u.slot.index, holder);
             }
         }
     }
 
-    fn hold(&mut self, node_id: &str, slot: &Slot, id: &str) {
-        let place = self.place(node_id, &slot.task_group, slot.index);
-        self.held.entry(place).or_default().push(Holder {
-            id: id.to_string(),
-            canary: slot.canary,
-            job_version: slot.job_version,
-        });
+    fn hold(&mut self, node_id: &str, group: &str, index: u32, holder: Holder) {
+        let place = self.place(node_id, group, index);
+        self.held.entry(place).or_default().push(holder);
     }
 }
 
