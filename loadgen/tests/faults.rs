@@ -133,6 +133,15 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
             back.is_some_and(|s| s >= 0.0),
             "control_plane_recovery_s: {f}"
         );
+        // The struck server caught up; with every server struck there is
+        // nothing to catch up with.
+        let caught_up = f["catch_up_time_s"].as_f64();
+        if f["action"] == "kill_all" {
+            assert!(caught_up.is_none(), "{f}");
+        } else {
+            assert!(caught_up.is_some_and(|s| s >= 0.0), "{f}");
+            assert!(f["snapshots_installed"].as_u64().is_some(), "{f}");
+        }
     }
     assert!(
         stdout.contains("control plane back s"),
@@ -171,6 +180,60 @@ fn a_run_with_faults_reports_each_fault_and_audits_every_acknowledged_job() {
     assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
     assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
     assert_eq!(drawn.legends_filled, drawn.charts, "{drawn:?}");
+}
+
+/// A follower killed while the stream writes, its log left behind by the
+/// leader's: a snapshot every 20 entries, 5 entries kept behind it.
+const FOLLOWER_BEHIND: &str = r#"
+name = "follower-behind"
+description = "a follower killed mid-stream catches up through a snapshot"
+nodes = 20
+duration = "14s"
+drain = "20s"
+arrival = { process = "constant", rate = 4.0 }
+server_args = ["--snapshot-entries", "20", "--keep-entries", "5"]
+
+[[jobs]]
+name = "web"
+type = "service"
+count = 2
+cpu_mhz = 100
+
+[[faults]]
+at = "3s"
+action = "kill_follower"
+duration = "5s"
+"#;
+
+#[test]
+fn a_follower_killed_mid_stream_catches_up_through_a_snapshot_with_no_election() {
+    let (_dir, out, mut cmd) = capacity(FOLLOWER_BEHIND, "follower-behind");
+    let run = cmd.arg("--no-prometheus").output().unwrap();
+    succeeded(&run, &out);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let summary = json(&out.join("summary.json"));
+    let errors = schema_errors(&summary);
+    assert!(errors.is_empty(), "{errors:?}");
+    let v = &summary["variants"][0];
+    let f = &v["faults"][0];
+    assert_eq!(f["action"], "kill_follower", "{f}");
+    assert_ne!(f["servers"][0], f["leader_before"], "{f}");
+    // Twenty jobs written while it was down, each several entries: the
+    // leader's log moved past it, so it could only catch up from a snapshot.
+    assert!(
+        f["snapshots_installed"].as_u64().is_some_and(|n| n >= 1),
+        "{f}"
+    );
+    assert!(
+        f["catch_up_time_s"].as_f64().is_some_and(|s| s >= 0.0),
+        "{f}"
+    );
+    assert_eq!(f["elections"], 0, "the others kept their leader: {f}");
+    assert_eq!(v["audit"]["lost"], 0, "{}", v["audit"]);
+    assert!(
+        stdout.contains("caught up s / snapshots installed"),
+        "the table shows it: {stdout}"
+    );
 }
 
 #[test]

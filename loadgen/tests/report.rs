@@ -111,6 +111,8 @@ fn variant(rate: f64) -> VariantSummary {
             throughput_before: Some(rate),
             throughput_after: Some(rate),
             control_plane_recovery_s: Some(2.0),
+            catch_up_time_s: Some(0.3),
+            snapshots_installed: Some(1),
         }],
         ..Default::default()
     };

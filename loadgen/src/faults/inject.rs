@@ -95,6 +95,13 @@ async fn strike(
         _ => one(follower)?,
     };
     let any_leader_counts = step.action == FaultAction::KillAll;
+    // A killed server comes back as a new process, whose counters start at 0.
+    let installed_before = match step.action {
+        FaultAction::KillLeader | FaultAction::KillFollower | FaultAction::KillAll => {
+            Some(vec![0; struck.len()])
+        }
+        _ => installed(probe, &struck).await,
+    };
 
     let at = Instant::now();
     apply(cluster, fleet, step.action, &struck, true)?;
@@ -102,8 +109,11 @@ async fn strike(
     let deadline = undo_at.max(at + cfg.leader_wait);
     let mut undone: Option<Instant> = None;
     let mut found: Option<(Instant, NodeId)> = None;
+    // What the servers not struck had applied when the fault was undone.
+    let mut target: Option<u64> = None;
     loop {
         if undone.is_none() && Instant::now() >= undo_at {
+            target = applied_by_others(probe, &struck).await;
             apply(cluster, fleet, step.action, &struck, false)?;
             undone = Some(Instant::now());
         }
@@ -132,6 +142,20 @@ async fn strike(
         })
         .await;
     }
+    let caught_up = match (target, undone) {
+        (Some(target), Some(_)) => caught_up(probe, &struck, target, cfg).await,
+        _ => None,
+    };
+    let snapshots_installed = match (installed_before, installed(probe, &struck).await) {
+        (Some(before), Some(after)) => Some(
+            after
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| a.saturating_sub(*b))
+                .sum(),
+        ),
+        _ => None,
+    };
     let secs = |i: Instant| (i - start).as_secs_f64();
     Ok(Injected {
         step: step.clone(),
@@ -143,8 +167,65 @@ async fn strike(
         leader_after: found.map(|(_, l)| l),
         undone_s: secs(undone.unwrap_or(at)),
         term_after: None,
+        caught_up_s: caught_up.map(secs),
+        snapshots_installed,
     })
 }
+
+/// The highest index the servers other than `struck` have applied; `None`
+/// when none of them answers (or every server was struck).
+async fn applied_by_others(probe: &Probe, struck: &[NodeId]) -> Option<u64> {
+    let statuses = probe.statuses(struck).await;
+    statuses
+        .iter()
+        .filter_map(|(_, s)| Some(s.as_ref()?.applied_index))
+        .max()
+}
+
+/// Waits, up to `cfg.catch_up_wait`, until every struck server has applied
+/// `target`; when they had (`None` if not within the wait).
+async fn caught_up(
+    probe: &Probe,
+    struck: &[NodeId],
+    target: u64,
+    cfg: &FaultsConfig,
+) -> Option<Instant> {
+    if struck.is_empty() {
+        return None;
+    }
+    let others: Vec<NodeId> = probe
+        .ids()
+        .into_iter()
+        .filter(|id| !struck.contains(id))
+        .collect();
+    let deadline = Instant::now() + cfg.catch_up_wait;
+    loop {
+        let statuses = probe.statuses(&others).await;
+        let all = statuses
+            .iter()
+            .all(|(_, s)| s.as_ref().is_some_and(|s| s.applied_index >= target));
+        if all {
+            return Some(Instant::now());
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(cfg.poll).await;
+    }
+}
+
+/// Snapshots each struck server has installed from a leader (its process's
+/// count); `None` if one does not answer.
+async fn installed(probe: &Probe, struck: &[NodeId]) -> Option<Vec<u64>> {
+    let mut counts = Vec::with_capacity(struck.len());
+    for &id in struck {
+        counts.push(probe.counter(id, SNAPSHOTS_INSTALLED).await?);
+    }
+    Some(counts)
+}
+
+/// The servers' count of snapshots installed from a leader.
+const SNAPSHOTS_INSTALLED: &str = "stampede_raft_snapshots_installed_total";
 
 /// Strikes (`on`) or undoes a fault on `servers`, or on the `fleet`.
 fn apply(

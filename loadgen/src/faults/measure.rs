@@ -53,6 +53,15 @@ pub struct FaultReport {
     /// nor before an earlier one, or none in flight at it or submitted
     /// after it). Distinct from `recovered_s` (when the fault was over).
     pub control_plane_recovery_s: Option<f64>,
+    /// From the fault's end until every struck server had applied what the
+    /// servers not struck had applied at that moment (a killed server's
+    /// start included); null when no server or every server was struck, or
+    /// not within the wait.
+    pub catch_up_time_s: Option<f64>,
+    /// Snapshots the struck servers installed from a leader by then: a
+    /// server the leader's log had moved past catches up through one.
+    /// Null when a struck server's count could not be read.
+    pub snapshots_installed: Option<u64>,
 }
 
 /// A job is held up by a fault when its latency exceeds the baseline's p99
@@ -312,6 +321,8 @@ pub fn measure(
                 throughput_after: recovered_s
                     .and_then(|r| ack_rate(journal, r, (r + window).min(until_next))),
                 control_plane_recovery_s,
+                catch_up_time_s: f.caught_up_s.map(|c| c - f.undone_s),
+                snapshots_installed: f.snapshots_installed,
             }
         })
         .collect()

@@ -47,6 +47,10 @@ pub struct FaultsConfig {
     pub leader_wait: Duration,
     /// The audit: how long the servers may take to answer and apply the same index.
     pub audit_wait: Duration,
+    /// After a fault is undone: how long the struck servers may take to
+    /// apply what the others had applied then (a restarted server left
+    /// behind the leader's log installs a snapshot first).
+    pub catch_up_wait: Duration,
     /// The windows before a fault and after its recovery whose
     /// acknowledgements per second are its throughput before and after.
     pub throughput_window: Duration,
@@ -60,6 +64,7 @@ impl Default for FaultsConfig {
             settle_wait: Duration::from_secs(60),
             leader_wait: Duration::from_secs(60),
             audit_wait: Duration::from_secs(120),
+            catch_up_wait: Duration::from_secs(120),
             throughput_window: Duration::from_secs(10),
         }
     }
@@ -82,4 +87,9 @@ pub struct Injected {
     pub undone_s: f64,
     /// The highest term once the cluster settled again after it.
     pub term_after: Option<u64>,
+    /// When every struck server had applied what the others had applied
+    /// when the fault was undone ([`FaultReport::catch_up_time_s`]).
+    pub caught_up_s: Option<f64>,
+    /// [`FaultReport::snapshots_installed`].
+    pub snapshots_installed: Option<u64>,
 }

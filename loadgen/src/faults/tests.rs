@@ -102,6 +102,11 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
     assert_eq!(r.unavailable_s, Some(3.5));
     assert_eq!(r.elections, Some(1));
     assert_eq!(r.recovered_s, Some(22.5));
+    // Caught up 0.75 s after the struck server was started again.
+    assert_eq!(
+        (r.catch_up_time_s, r.snapshots_installed),
+        (Some(0.75), Some(1))
+    );
     assert_eq!(r.throughput_before, Some(1.0));
     // 22.5 to 30 (the end of the stream): 23.5 and 24.1 ... 29.1.
     assert_eq!(r.throughput_after, Some(7.0 / 7.5));
@@ -206,6 +211,8 @@ fn fault_at_20(action: FaultAction, secs: u64, leader_s: f64) -> Injected {
         leader_after: Some(2),
         undone_s: 20.0 + secs as f64,
         term_after: Some(4),
+        caught_up_s: Some(20.0 + secs as f64 + 0.75),
+        snapshots_installed: Some(1),
     }
 }
 
@@ -369,6 +376,8 @@ fn a_faults_window_runs_from_its_injection_until_the_control_plane_was_back() {
         throughput_before: None,
         throughput_after: None,
         control_plane_recovery_s: cp,
+        catch_up_time_s: None,
+        snapshots_installed: None,
     };
     let start = 1_000_000_000;
     let w = super::windows(&[report(Some(2.5), Some(25.05))], start);

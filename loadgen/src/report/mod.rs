@@ -189,6 +189,8 @@ mod tests {
             throughput_before: Some(4.0),
             throughput_after: Some(3.9),
             control_plane_recovery_s: Some(2.3),
+            catch_up_time_s: Some(0.4),
+            snapshots_installed: Some(0),
         };
         let mut variant = VariantSummary {
             name: "faults <b>".into(),

@@ -298,6 +298,17 @@ fn fault_rows(s: &RunSummary, row: &mut AddRow) {
             Some(f) => tenths(f.control_plane_recovery_s),
             None => "-".into(),
         });
+        row(
+            "  caught up s / snapshots installed",
+            &|v| match v.faults.get(i) {
+                Some(f) => format!(
+                    "{} / {}",
+                    tenths(f.catch_up_time_s),
+                    f.snapshots_installed.map_or("-".into(), |n| n.to_string())
+                ),
+                None => "-".into(),
+            },
+        );
         row("  acks/s before / after", &|v| match v.faults.get(i) {
             Some(f) => format!(
                 "{} / {}",
@@ -439,13 +450,14 @@ pub fn faults(v: &VariantSummary) -> String {
         html.push_str(
             "<table class=\"data faults\"><thead><tr><th>fault</th><th>at s</th><th>servers</th>\
              <th>lasted s</th><th>time to leader s</th><th>unavailable s</th><th>elections</th>\
-             <th>control plane back s</th><th>acks/s before</th><th>acks/s after</th></tr></thead><tbody>",
+             <th>control plane back s</th><th>caught up s</th><th>snapshots installed</th>\
+             <th>acks/s before</th><th>acks/s after</th></tr></thead><tbody>",
         );
         for f in &v.faults {
             let servers: Vec<String> = f.servers.iter().map(|s| s.to_string()).collect();
             let _ = write!(
                 html,
-                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{:.1}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 f.action.name(),
                 f.at_s,
                 servers.join(", "),
@@ -454,6 +466,8 @@ pub fn faults(v: &VariantSummary) -> String {
                 tenths(f.unavailable_s),
                 f.elections.map_or("-".into(), |e| e.to_string()),
                 tenths(f.control_plane_recovery_s),
+                tenths(f.catch_up_time_s),
+                f.snapshots_installed.map_or("-".into(), |n| n.to_string()),
                 tenths(f.throughput_before),
                 tenths(f.throughput_after),
             );

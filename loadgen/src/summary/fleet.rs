@@ -227,6 +227,8 @@ mod tests {
             throughput_before: None,
             throughput_after: None,
             control_plane_recovery_s: None,
+            catch_up_time_s: None,
+            snapshots_installed: None,
         }
     }
 

@@ -256,6 +256,8 @@ fn kill(scenario: &Scenario) -> Injected {
         leader_after: Some(3),
         undone_s: 25.0,
         term_after: Some(3),
+        caught_up_s: Some(26.5),
+        snapshots_installed: Some(0),
     }
 }
 
