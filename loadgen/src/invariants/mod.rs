@@ -102,14 +102,15 @@ impl Invariant {
 /// and deployments on the first (the others hold the same, or
 /// convergence says not).
 pub fn check_all(servers: &[ServerState], writes: &[Write], seen: &Sightings) -> Vec<Invariant> {
-    let first = servers.first().cloned().unwrap_or_default();
+    let none = ServerState::default();
+    let first = servers.first().unwrap_or(&none);
     vec![
         checks::capacity(servers),
         checks::duplicates(servers),
         checks::acked_writes(servers, writes, seen),
         checks::convergence(servers),
-        checks::liveness(&first),
-        checks::deployments(&first),
+        checks::liveness(first),
+        checks::deployments(first),
         checks::terminal_stays_terminal(seen),
         checks::definite_errors(servers, writes),
     ]

@@ -18,7 +18,7 @@ use stampede_proto::{
 use tokio::time::Instant;
 
 use super::record::Sightings;
-use super::state::ServerState;
+use super::state::{audited, ServerState};
 use super::{check_all, Invariant, Write, CONVERGENCE, NAMES};
 use crate::sampler;
 use crate::server_status::Probe;
@@ -287,7 +287,7 @@ async fn read_server(
         let (allocs, evals, deployments) = read.map_err(fail("reading a job"))?;
         state
             .allocs
-            .extend(allocs.into_iter().map(|a| (a.id.clone(), a)));
+            .extend(allocs.into_iter().map(|a| (a.id.clone(), audited(a))));
         state
             .evals
             .extend(evals.into_iter().map(|e| (e.id.clone(), e)));
@@ -313,7 +313,7 @@ async fn read_server(
             .map_err(fail("reading allocations by id"))?;
         state
             .allocs
-            .extend(allocs.into_iter().map(|a| (a.id.clone(), a)));
+            .extend(allocs.into_iter().map(|a| (a.id.clone(), audited(a))));
     }
     Ok(state)
 }

@@ -9,7 +9,7 @@ use stampede_proto::{
 
 use super::checks::*;
 use super::record::{Outcome, Sightings, Write, WriteKind};
-use super::state::ServerState;
+use super::state::{audited, ServerState};
 use super::*;
 
 fn res(cpu_mhz: u64, memory_mb: u64) -> Option<Resources> {
@@ -568,4 +568,40 @@ fn every_invariant_is_checked_and_named_and_failures_say_which() {
     for key in ["name", "ok", "violations", "detail"] {
         assert!(json.get(key).is_some(), "{json}");
     }
+}
+
+#[test]
+fn the_audit_keeps_what_its_checks_read_and_drops_the_rest() {
+    let read = Allocation {
+        eval_id: "e1".into(),
+        desired_description: "placed".into(),
+        client_description: "started".into(),
+        task_states: vec![Default::default()],
+        deployment_id: "d1".into(),
+        client_times: Some(Default::default()),
+        healthy: Some(true),
+        canary: true,
+        job_version: 3,
+        modify_index: 9,
+        ..alloc("a0", "j", 0, "n1", C::Running)
+    };
+    let kept = audited(read.clone());
+    assert_eq!(
+        kept,
+        Allocation {
+            eval_id: String::new(),
+            desired_description: String::new(),
+            client_description: String::new(),
+            task_states: Vec::new(),
+            deployment_id: String::new(),
+            client_times: None,
+            ..read.clone()
+        }
+    );
+    // The checks see the same state either way.
+    let one = |a: Allocation| server(1, vec![node("n1", 300, 300)], vec![job("j", 1, 0)], vec![a]);
+    assert_eq!(
+        check_all(&[one(read.clone())], &[], &Sightings::default()),
+        check_all(&[one(kept)], &[], &Sightings::default())
+    );
 }
