@@ -196,6 +196,7 @@ fn cases() -> Vec<Case> {
         node_id: "n-0".into(),
         query: None,
         with_changed: false,
+        changed_only: false,
         secret_id: secret_id.into(),
     };
     vec![
@@ -418,6 +419,7 @@ fn cases() -> Vec<Case> {
                 node_id: String::new(),
                 query: None,
                 with_changed: false,
+                changed_only: false,
                 secret_id: secret_of("bad-node")
             }),
             InvalidArgument,
@@ -429,6 +431,7 @@ fn cases() -> Vec<Case> {
                 node_id: "ghost".into(),
                 query: None,
                 with_changed: false,
+                changed_only: false,
                 secret_id: secret_of("ghost")
             }),
             NotFound,

@@ -26,6 +26,7 @@ async fn client_allocs(
         node_id,
         query,
         with_changed: true,
+        changed_only: false,
     };
     client
         .nodes()
@@ -184,6 +185,29 @@ async fn a_nodes_query_brings_what_changed_and_ignores_its_own_reports() {
         "only what changed since the last answer"
     );
     assert!(next.changed.iter().all(|a| a.job_id == "two"));
+    assert_eq!(next.total, 5);
+
+    // Asked for the changes only, the node is not sent the ids of the three
+    // it has: the count tells it that none was removed.
+    let req = NodeClientAllocsRequest {
+        secret_id: secret_of("node-a"),
+        node_id: "node-a".into(),
+        query: Some(QueryOptions {
+            min_index: placed.index,
+            max_wait_ms: 1_000,
+            source: "client_allocs".into(),
+        }),
+        with_changed: true,
+        changed_only: true,
+    };
+    let only = client.nodes().get_client_allocs(req).await.unwrap();
+    let only = only.into_inner();
+    let mut listed: Vec<&String> = only.allocs.keys().collect();
+    listed.sort();
+    let mut ids: Vec<&String> = next.changed.iter().map(|a| &a.id).collect();
+    ids.sort();
+    assert_eq!(listed, ids, "only the changed ones are listed");
+    assert_eq!((only.changed.len(), only.total), (2, 5));
 }
 
 async fn refusals(

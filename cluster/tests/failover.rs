@@ -140,6 +140,7 @@ async fn client_allocs(
             source: "client_allocs".into(),
         }),
         with_changed: true,
+        changed_only: false,
     };
     Ok(client.nodes().get_client_allocs(req).await?.into_inner())
 }
@@ -225,6 +226,7 @@ async fn a_leader_cut_off_from_the_others_sends_its_callers_elsewhere() {
                     node_id: "n-0".into(),
                     query: Some(query),
                     with_changed: true,
+                    changed_only: false,
                 };
                 on_old.nodes().get_client_allocs(req).await.is_ok()
             }

@@ -72,6 +72,7 @@ fn query(node_id: &str, min_index: u64, max_wait_ms: u64) -> Option<Request> {
             source: "client_allocs".into(),
         }),
         with_changed: true,
+        changed_only: false,
     }))
 }
 

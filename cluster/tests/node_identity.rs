@@ -34,6 +34,7 @@ fn query(node_id: &str, secret_id: &str) -> NodeClientAllocsRequest {
         node_id: node_id.into(),
         query: None,
         with_changed: true,
+        changed_only: false,
         secret_id: secret_id.into(),
     }
 }

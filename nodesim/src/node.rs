@@ -255,6 +255,9 @@ impl SimNode {
         let m = &self.shared.metrics;
         let mut known: HashMap<String, Tracked> = HashMap::new();
         let mut min_index = 0;
+        // Ask for every allocation id of the node, not only the changed
+        // ones: after a removal was missed, or the cluster's state reset.
+        let mut in_full = false;
         let mut backoff = Backoff(0);
         let wait = self.shared.query_wait;
         loop {
@@ -267,6 +270,7 @@ impl SimNode {
                 }),
                 with_changed: true,
                 secret_id: self.shared.identity.secret(&self.id()),
+                changed_only: !in_full,
             };
             let started = Instant::now();
             let channel = self.channel();
@@ -306,9 +310,20 @@ impl SimNode {
                 continue;
             }
             observe(m, "changed", started);
-            let index = reply.index;
-            if Box::pin(self.take(&mut known, reply, channel)).await {
-                min_index = index;
+            let (index, total, full) = (reply.index, reply.total, in_full);
+            if !full && index < min_index {
+                // The cluster's state was reset: what changed since our
+                // index says nothing of it.
+                in_full = true;
+                continue;
+            }
+            if Box::pin(self.take(&mut known, reply, full, channel)).await {
+                // Only the changes came: knowing more than the node has
+                // means one was removed, which a change list cannot say.
+                in_full = !full && known.len() as u64 != total;
+                if !in_full {
+                    min_index = index;
+                }
             } else {
                 // Ask again from the same index, elsewhere.
                 self.rotate();
@@ -317,21 +332,26 @@ impl SimNode {
         }
     }
 
-    /// Brings the runners in line with a changed answer; false if the
-    /// allocations it lists could not be fetched.
+    /// Brings the runners in line with a changed answer (`full`: it lists
+    /// every allocation of the node, else only the changed ones); false if
+    /// the allocations it lists could not be fetched.
     async fn take(
         &self,
         known: &mut HashMap<String, Tracked>,
         reply: NodeClientAllocsReply,
+        full: bool,
         channel: usize,
     ) -> bool {
         // An index below ours means the cluster's state was reset: the
         // diff below is the same either way, so take the answer as it is.
-        let gone: Vec<String> = known
-            .keys()
-            .filter(|id| !reply.allocs.contains_key(*id))
-            .cloned()
-            .collect();
+        let gone: Vec<String> = match full {
+            true => known
+                .keys()
+                .filter(|id| !reply.allocs.contains_key(*id))
+                .cloned()
+                .collect(),
+            false => Vec::new(),
+        };
         for id in gone {
             if let Some(t) = known.remove(&id) {
                 self.forget(t);

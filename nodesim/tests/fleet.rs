@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use common::{fleet, job, opts, ready_nodes, running};
 use nodesim::runner::{AllocReport, AllocRunner, AllocRunnerFactory, Reporter};
 use nodesim::{Fleet, Summary};
-use stampede_launch::testing::{eventually, register_job, Harness, CATCH_UP};
-use stampede_proto::{AllocClientStatus, Allocation};
+use stampede_launch::testing::{allocs, eventually, register_job, Harness, CATCH_UP};
+use stampede_proto::{AllocClientStatus, Allocation, AllocsGetRequest, JobDeregisterRequest};
 
 /// The minimum runner a user writes: it comes up at once, healthy, and
 /// records which allocations it ran.
@@ -163,4 +163,73 @@ async fn the_fleet_survives_a_leader_kill_and_restart() {
     assert_eq!(summary.ready, 30, "every node heartbeats again");
     assert_eq!(summary.runners_started, 90);
     assert_eq!(summary.allocs_with("running"), 90);
+}
+
+/// A node is sent only what changed on it; a removal is no change, and the
+/// node learns of it from the count of its allocations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocations_the_servers_collect_are_forgotten_by_their_nodes() {
+    let (h, _) = Harness::with_leader(3, &[]).await;
+    let fleet = fleet(&h, &["--nodes", "3"]).await;
+    ready_nodes(&h, 3.0).await;
+    let client = h.client();
+    register_job(&client, job("kept", 3, "dc1")).await;
+    register_job(&client, job("gone", 4, "dc1")).await;
+    running(&client, "kept", 3).await;
+    let gone: Vec<String> = running(&client, "gone", 4)
+        .await
+        .into_iter()
+        .map(|a| a.id)
+        .collect();
+    eventually("nodesim runs all seven", CATCH_UP, || async {
+        fleet.summary().allocs_with("running") == 7
+    })
+    .await;
+
+    client
+        .jobs()
+        .deregister(JobDeregisterRequest {
+            job_id: "gone".into(),
+            purge: false,
+        })
+        .await
+        .unwrap();
+    eventually(
+        "the servers see the stopped four complete",
+        CATCH_UP,
+        || async {
+            let complete = AllocClientStatus::Complete as i32;
+            allocs(&client, "gone")
+                .await
+                .is_ok_and(|a| a.iter().filter(|a| a.client_status == complete).count() == 4)
+        },
+    )
+    .await;
+    let s = fleet.summary();
+    assert_eq!(
+        (s.allocs_with("complete"), s.allocs_with("running")),
+        (4, 3)
+    );
+    h.request(h.ids()[0], reqwest::Method::PUT, "/v1/system/gc")
+        .await
+        .unwrap();
+    eventually("the servers collect the four", CATCH_UP, || async {
+        let req = AllocsGetRequest {
+            alloc_ids: gone.clone(),
+            query: None,
+        };
+        let left = client.nodes().get_allocs(req).await;
+        left.is_ok_and(|r| r.into_inner().allocs.is_empty())
+    })
+    .await;
+    eventually(
+        "the collected four are forgotten, the three running kept",
+        CATCH_UP,
+        || async {
+            let s = fleet.summary();
+            s.allocs_with("complete") == 0 && s.allocs_with("running") == 3
+        },
+    )
+    .await;
+    fleet.shutdown().await;
 }

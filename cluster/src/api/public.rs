@@ -183,6 +183,7 @@ impl Api {
         let checked = self.check_node_caller(&req.node_id, &req.secret_id);
         let node = Id::from(req.node_id.as_str());
         let (query, with_changed) = (req.query, req.with_changed);
+        let changed_only = with_changed && req.changed_only;
         async move {
             checked.map_err(|refused| *refused)?;
             // Changed since what the client has seen; nothing if it asks not to.
@@ -208,6 +209,7 @@ impl Api {
                 .await?;
             let allocs = mine
                 .values()
+                .filter(|a| !changed_only || a.alloc_modify_index > since)
                 .map(|a| (a.id.clone(), a.alloc_modify_index))
                 .collect();
             let changed = mine
@@ -219,6 +221,7 @@ impl Api {
                 allocs,
                 index,
                 changed,
+                total: mine.len() as u64,
             })
         }
     }
