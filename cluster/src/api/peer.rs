@@ -62,7 +62,9 @@ impl From<Implausible> for Status {
 impl From<ChunkRefused> for Status {
     fn from(e: ChunkRefused) -> Self {
         match e {
-            ChunkRefused::Stopped(_) => Status::unavailable(e.to_string()),
+            ChunkRefused::Stopped(_) | ChunkRefused::CheckFailed(_) => {
+                Status::unavailable(e.to_string())
+            }
             _ => Status::invalid_argument(e.to_string()),
         }
     }

@@ -329,7 +329,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let state = self.state.clone();
         let snapshots = self.snapshots.clone();
         let meta_for_save = meta.clone();
-        let stored = tokio::task::spawn_blocking(move || {
+        let stored = in_background(move || {
             let stored = StoredSnapshot {
                 meta: meta_for_save,
                 data: Arc::new(state.to_snapshot().encode_to_vec()),
@@ -350,6 +350,70 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .raft_snapshot_index
             .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
         Ok(to_snapshot(&stored))
+    }
+}
+
+/// How much less a snapshot build weighs than the server's other threads
+/// (a nice value): a build of a state of a million allocations takes a core
+/// for ten seconds and more, and on a machine with no core to spare it
+/// delayed the leader's heartbeats past a follower's election timeout.
+pub const SNAPSHOT_BUILD_NICE: i32 = 10;
+
+/// Runs `work` on a thread of its own at [`SNAPSHOT_BUILD_NICE`]: the
+/// priority of a thread cannot be raised again without privilege, so it is
+/// not one of tokio's blocking threads, which are reused.
+async fn in_background<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<T> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("snapshot-build".into())
+        .spawn(move || {
+            lower_priority(SNAPSHOT_BUILD_NICE);
+            let _ = tx.send(work());
+        })?;
+    rx.await
+        .map_err(|_| std::io::Error::other("the snapshot build's thread ended without an answer"))
+}
+
+/// Lowers the calling thread's priority by `nice`; best effort (the build
+/// runs all the same if the system refuses).
+fn lower_priority(nice: i32) {
+    // SAFETY: gettid, getpriority and setpriority on the calling thread only.
+    let failed = unsafe {
+        let tid = libc::gettid() as libc::id_t;
+        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+        libc::setpriority(libc::PRIO_PROCESS, tid, (now + nice).min(19)) != 0
+    };
+    if failed {
+        tracing::debug!(
+            "could not lower the snapshot build's priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+/// The nice value of the calling thread (for the test).
+#[cfg(test)]
+fn own_nice() -> i32 {
+    // SAFETY: getpriority on the calling thread only.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+}
+
+#[cfg(test)]
+mod background_tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_background_build_runs_at_a_lower_priority_and_leaves_the_callers_alone() {
+        let before = own_nice();
+        let (nice, name) =
+            in_background(|| (own_nice(), std::thread::current().name().map(String::from)))
+                .await
+                .unwrap();
+        assert_eq!(nice, (before + SNAPSHOT_BUILD_NICE).min(19));
+        assert_eq!(name.as_deref(), Some("snapshot-build"));
+        assert_eq!(own_nice(), before, "the caller's thread keeps its priority");
     }
 }
 

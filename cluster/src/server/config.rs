@@ -631,11 +631,21 @@ impl ServeOpts {
             max_in_snapshot_log_to_keep: self.keep_entries,
             // A lagging follower gets a snapshot once it is further behind than the log we keep.
             replication_lag_threshold: self.keep_entries.max(1),
+            install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT.as_millis() as u64,
             ..Default::default()
         };
         config.validate().map_err(|e| e.to_string())
     }
 }
+
+/// How long the leader gives each chunk of a snapshot, the last one's
+/// check and install included. openraft's 200 ms suits a small state; a
+/// state of a million allocations is hundreds of MiB, whose last chunk
+/// takes seconds to check and install, and a chunk given up on is sent
+/// again, after the follower took the one before (and refuses it as out of
+/// order), which starts the whole snapshot over. A stuck chunk holds up
+/// only its own follower.
+pub const INSTALL_SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {

@@ -16,7 +16,7 @@ use std::cmp::Ordering;
 use std::io::Cursor;
 
 use openraft::error::{Fatal, InstallSnapshotError, RaftError};
-use openraft::raft::{InstallSnapshotRequest, InstallSnapshotResponse};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, InstallSnapshotResponse};
 use openraft::Snapshot;
 use prost::Message;
 use stampede_proto::StateSnapshot;
@@ -47,6 +47,27 @@ pub enum ChunkRefused {
     /// Raft has stopped on this server; not the sender's mistake.
     #[error("raft has stopped on this server: {0}")]
     Stopped(Fatal<NodeId>),
+    /// The check of the finished snapshot did not run to its end; not the
+    /// sender's mistake.
+    #[error("the snapshot's check did not finish: {0}")]
+    CheckFailed(tokio::task::JoinError),
+}
+
+/// Tells raft that the leader of `vote` was heard from, as an AppendEntries
+/// with nothing in it would: no log position, nothing committed, so nothing
+/// is appended, truncated or committed, and the election timer starts over.
+async fn heard_from(raft: &Raft, vote: openraft::Vote<NodeId>) -> Result<(), ChunkRefused> {
+    let nothing = AppendEntriesRequest {
+        vote,
+        prev_log_id: None,
+        entries: Vec::new(),
+        leader_commit: None,
+    };
+    match raft.append_entries(nothing).await {
+        Ok(_) => Ok(()),
+        Err(RaftError::Fatal(fatal)) => Err(ChunkRefused::Stopped(fatal)),
+        Err(RaftError::APIError(never)) => match never {},
+    }
 }
 
 /// What a chunk gets back: our vote (openraft's answer), or a refusal.
@@ -94,6 +115,11 @@ impl SnapshotReceiver {
         ) {
             return Ok(Ok(behind));
         }
+        // Each chunk is word from the leader, as openraft's own receiver
+        // takes it: a follower receiving a snapshot for longer than its
+        // election timeout (hundreds of MiB on a busy machine) would
+        // otherwise campaign against the leader that is sending it.
+        heard_from(raft, req.vote).await?;
         let mut receiving = self.receiving.lock().await;
         let expected = match receiving.as_ref() {
             Some(r) if r.snapshot_id == req.meta.snapshot_id => r.data.len() as u64,
@@ -119,7 +145,14 @@ impl SnapshotReceiver {
             return Ok(Ok(behind));
         }
         let data = receiving.take().expect("receiving").data;
-        StateSnapshot::decode(data.as_slice()).map_err(ChunkRefused::Undecodable)?;
+        drop(receiving);
+        // Decoding hundreds of MiB takes seconds: off the runtime's threads.
+        let data = tokio::task::spawn_blocking(move || {
+            StateSnapshot::decode(data.as_slice()).map(|_| data)
+        })
+        .await
+        .map_err(ChunkRefused::CheckFailed)?
+        .map_err(ChunkRefused::Undecodable)?;
         let snapshot = Snapshot {
             meta: req.meta,
             snapshot: Box::new(Cursor::new(data)),
