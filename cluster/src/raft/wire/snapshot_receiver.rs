@@ -119,7 +119,13 @@ impl SnapshotReceiver {
         // takes it: a follower receiving a snapshot for longer than its
         // election timeout (hundreds of MiB on a busy machine) would
         // otherwise campaign against the leader that is sending it.
-        heard_from(raft, req.vote).await?;
+        // Only a leader's vote (committed), and not one naming this server:
+        // only this server sends its own, and raft would take it as leading
+        // (or panic, leading already).
+        let me = raft.metrics().borrow().id;
+        if req.vote.is_committed() && req.vote.leader_id().voted_for() != Some(me) {
+            heard_from(raft, req.vote).await?;
+        }
         let mut receiving = self.receiving.lock().await;
         let expected = match receiving.as_ref() {
             Some(r) if r.snapshot_id == req.meta.snapshot_id => r.data.len() as u64,
