@@ -56,16 +56,6 @@ impl Probe {
         futures::future::join_all(reads).await
     }
 
-    /// A counter from server `id`'s `/metrics`; `None` when
-    /// the server does not answer or does not export it.
-    pub(crate) async fn counter(&self, id: NodeId, name: &str) -> Option<u64> {
-        let (_, addr) = self.servers.iter().find(|(s, _)| *s == id)?;
-        let url = format!("{}://{addr}/metrics", self.scheme);
-        let r = self.http.get(url).send().await.ok()?;
-        let text = r.error_for_status().ok()?.text().await.ok()?;
-        stampede_launch::metric_value(&text, name).map(|v| v as u64)
-    }
-
     /// Waits until the cluster has settled, up to `wait`; the error says what it saw last.
     pub(crate) async fn settled(&self, wait: Duration, poll: Duration) -> Result<Settled, String> {
         let deadline = Instant::now() + wait;

@@ -100,7 +100,7 @@ async fn strike(
         FaultAction::KillLeader | FaultAction::KillFollower | FaultAction::KillAll => {
             Some(vec![0; struck.len()])
         }
-        _ => installed(probe, &struck).await,
+        _ => installed(cluster, &struck).await,
     };
 
     let at = Instant::now();
@@ -146,7 +146,7 @@ async fn strike(
         (Some(target), Some(_)) => caught_up(probe, &struck, target, cfg).await,
         _ => None,
     };
-    let snapshots_installed = match (installed_before, installed(probe, &struck).await) {
+    let snapshots_installed = match (installed_before, installed(cluster, &struck).await) {
         (Some(before), Some(after)) => Some(
             after
                 .iter()
@@ -193,14 +193,15 @@ async fn caught_up(
     if struck.is_empty() {
         return None;
     }
-    let others: Vec<NodeId> = probe
+    // Only the struck servers are asked: the others are skipped.
+    let skip: Vec<NodeId> = probe
         .ids()
         .into_iter()
         .filter(|id| !struck.contains(id))
         .collect();
     let deadline = Instant::now() + cfg.catch_up_wait;
     loop {
-        let statuses = probe.statuses(&others).await;
+        let statuses = probe.statuses(&skip).await;
         let all = statuses
             .iter()
             .all(|(_, s)| s.as_ref().is_some_and(|s| s.applied_index >= target));
@@ -216,10 +217,10 @@ async fn caught_up(
 
 /// Snapshots each struck server has installed from a leader (its process's
 /// count); `None` if one does not answer.
-async fn installed(probe: &Probe, struck: &[NodeId]) -> Option<Vec<u64>> {
+async fn installed(cluster: &LocalCluster, struck: &[NodeId]) -> Option<Vec<u64>> {
     let mut counts = Vec::with_capacity(struck.len());
     for &id in struck {
-        counts.push(probe.counter(id, SNAPSHOTS_INSTALLED).await?);
+        counts.push(cluster.metric(id, SNAPSHOTS_INSTALLED).await.ok()? as u64);
     }
     Some(counts)
 }
