@@ -295,3 +295,63 @@ async fn a_follower_in_an_election_holds_a_nodes_heartbeat_until_a_leader_is_ele
     let reply = answer.expect("the heartbeat reaches the new leader");
     assert!(reply.get_ref().heartbeat_ttl_ms > 0, "{reply:?}");
 }
+
+/// A server paused (SIGSTOP) answers nothing while its sockets stay open.
+/// A caller that watches the servers' liveness echo gives up on a call
+/// parked there once the echo stops, with a status that says so, and its
+/// silent hooks run; without the echo the call would wait for the
+/// connection's HTTP/2 ping to fail (1-1.5 s), after raft's new leader.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_call_parked_on_a_paused_server_fails_when_its_liveness_echo_stops() {
+    let (mut c, leader) = Harness::with_leader(3, &["--heartbeat-min-ttl", "600s"]).await;
+    register_nodes(&c.client(), "n", 1, 1000, 4096).await;
+    let paused = c.ids_except(leader)[0];
+    eventually_has_node(&c.client_of(&[paused]), "n-0").await;
+    // Only this server, one attempt: the call's status is its own.
+    let on_paused = c
+        .client_of(&[paused])
+        .with_retry_for(Duration::ZERO)
+        .with_attempt_timeout(Duration::from_secs(60))
+        .with_liveness();
+    let hooked = Arc::new(AtomicU64::new(0));
+    on_paused.on_silent({
+        let hooked = hooked.clone();
+        move |channel| {
+            assert_eq!(channel, 0);
+            hooked.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    eventually("the paused server's echo is heard", CATCH_UP, || async {
+        on_paused.watches(0)
+    })
+    .await;
+    let index = client_allocs(c.client_of(&[paused]), "n-0", 0)
+        .await
+        .unwrap()
+        .index;
+    let parked = tokio::spawn({
+        let on_paused = on_paused.clone();
+        async move {
+            on_paused
+                .retrying(|one| client_allocs(one, "n-0", index + 1_000_000))
+                .await
+        }
+    });
+    eventually("the query is parked", CATCH_UP, || async {
+        let inflight = "stampede_blocking_queries_inflight{source=\"client_allocs\"}";
+        c.metric(paused, inflight).await.unwrap_or(0.0) >= 1.0
+    })
+    .await;
+    c.pause(paused).unwrap();
+    let failed = parked
+        .await
+        .unwrap()
+        .expect_err("a paused server answers nothing");
+    c.resume(paused).unwrap();
+    assert_eq!(failed.code(), Some(Code::Unavailable), "{failed:?}");
+    assert!(
+        failed.to_string().contains("liveness echo"),
+        "given up at the echo's silence, not at the ping's: {failed}"
+    );
+    assert_eq!(hooked.load(Ordering::Relaxed), 1, "the hook ran once");
+}

@@ -35,7 +35,7 @@ type NodeStream = CallStream<NodeCall, NodeAnswer>;
 pub(crate) struct Calls {
     client: ClusterClient,
     /// Each channel's open stream, if one was opened.
-    streams: Vec<Mutex<Option<Arc<NodeStream>>>>,
+    streams: Arc<Vec<Mutex<Option<Arc<NodeStream>>>>>,
     /// Channels whose server answered the stream with `Unimplemented`.
     unary: Vec<AtomicBool>,
     next_ticket: AtomicU64,
@@ -69,9 +69,26 @@ from_reply!(
 impl Calls {
     pub(crate) fn new(client: ClusterClient) -> Self {
         let n = client.channel_count();
+        let streams: Arc<Vec<Mutex<Option<Arc<NodeStream>>>>> =
+            Arc::new((0..n).map(|_| Mutex::new(None)).collect());
+        // A channel whose server went silent (paused): the calls parked on
+        // its stream fail now and go elsewhere, not when the connection's
+        // ping fails a second later.
+        let silenced = Arc::downgrade(&streams);
+        client.on_silent(move |channel| {
+            let Some(streams) = silenced.upgrade() else {
+                return;
+            };
+            let open = stampede_proto::lock(&streams[channel]).take();
+            if let Some(stream) = open {
+                stream.abandon(Status::unavailable(
+                    "the node call stream's server stopped answering its liveness echo",
+                ));
+            }
+        });
         Self {
             client,
-            streams: (0..n).map(|_| Mutex::new(None)).collect(),
+            streams,
             unary: (0..n).map(|_| AtomicBool::new(false)).collect(),
             next_ticket: AtomicU64::new(1),
         }

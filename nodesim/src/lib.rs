@@ -235,7 +235,8 @@ impl Fleet {
         }
         let security = opts.security.load()?;
         let client =
-            ClusterClient::with_connections(&opts.servers, opts.connections as usize, &security)?;
+            ClusterClient::with_connections(&opts.servers, opts.connections as usize, &security)?
+                .with_liveness();
         let metrics = Metrics::new();
         let metrics_addr = match opts.metrics {
             Some(addr) => Some(

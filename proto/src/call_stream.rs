@@ -86,6 +86,14 @@ where
         open
     }
 
+    /// Ends the stream from this side: every call still waiting gets
+    /// `status` and new calls need a new stream. For a stream whose server
+    /// went silent, which would otherwise hold its calls until the
+    /// connection's own ping fails.
+    pub fn abandon(&self, status: Status) {
+        self.end(status);
+    }
+
     /// Whether calls may still go on this stream.
     pub fn is_open(&self) -> bool {
         self.waiting().is_some() && !self.requests.is_closed()

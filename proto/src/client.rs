@@ -12,6 +12,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+use crate::liveness;
 use crate::security::Security;
 
 use crate::deployment_service_client::DeploymentServiceClient;
@@ -117,6 +118,8 @@ pub type Transport = InterceptedService<Channel, Authorization>;
 
 #[derive(Clone)]
 pub struct ClusterClient {
+    /// The servers as given; channel `i` goes to server `i % servers.len()`.
+    servers: std::sync::Arc<Vec<String>>,
     channels: std::sync::Arc<Vec<Channel>>,
     auth: Authorization,
     next: std::sync::Arc<AtomicUsize>,
@@ -149,15 +152,25 @@ pub const QUARANTINE: Duration = Duration::from_secs(3);
 /// one by one, up to the pause's end (loadgen's writes and reads, 4-5 s).
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
 
+/// What a caller hooks on a channel whose server went silent (see
+/// [`ClusterClient::on_silent`]).
+type SilentHook = Box<dyn Fn(usize) + Send + Sync>;
+
 /// When each channel last lost its connection, and whether it waits for a
 /// probe's answer.
-#[derive(Debug)]
 struct Health {
     epoch: Instant,
     /// Milliseconds from `epoch` to the last failure, plus one (0: none).
     failed_ms: Vec<std::sync::atomic::AtomicU64>,
     /// Passed over until a probe is answered (a probe task runs for it).
     suspect: Vec<AtomicBool>,
+    /// Woken when the channel's server stops answering its liveness echo:
+    /// the attempts waiting on it give up at once.
+    silenced: Vec<tokio::sync::Notify>,
+    /// Called with the channel when its server stops answering the echo.
+    on_silent: std::sync::Mutex<Vec<SilentHook>>,
+    /// Servers whose liveness echo was heard: only those are watched.
+    echo_heard: Vec<AtomicBool>,
 }
 
 impl Health {
@@ -166,6 +179,9 @@ impl Health {
             epoch: Instant::now(),
             failed_ms: (0..n).map(|_| Default::default()).collect(),
             suspect: (0..n).map(|_| Default::default()).collect(),
+            silenced: (0..n).map(|_| Default::default()).collect(),
+            on_silent: Default::default(),
+            echo_heard: (0..n).map(|_| Default::default()).collect(),
         }
     }
 
@@ -266,6 +282,7 @@ impl ClusterClient {
         };
         let channels_len = channels.len();
         Ok(Self {
+            servers: std::sync::Arc::new(addrs.iter().map(|a| a.as_ref().to_string()).collect()),
             channels: std::sync::Arc::new(channels),
             auth: Authorization(auth),
             next: Default::default(),
@@ -400,14 +417,74 @@ impl ClusterClient {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if !self.health.suspect[i].swap(true, Ordering::Relaxed) {
-            runtime.spawn(probe(
-                self.channels[i].clone(),
-                self.auth.clone(),
-                self.health.clone(),
-                i,
-            ));
+        suspect(&self.health, &self.channels, &self.auth, i, &runtime);
+    }
+
+    /// Watches every server's liveness echo ([`crate::liveness`]) from a
+    /// thread of its own, for as long as any clone of this client lives: a
+    /// server that stops answering it (paused, its host frozen) is found
+    /// within [`liveness::SILENT_AFTER`], not at the next unanswered HTTP/2
+    /// ping (1-1.5 s). Its channels are then passed over as after a lost
+    /// connection, the attempts waiting on them fail `Unavailable` and are
+    /// tried on another server, and the [`on_silent`](Self::on_silent)
+    /// hooks run. Call it once, inside a tokio runtime (outside one it does
+    /// nothing): the probes of the channels it passes over run there.
+    pub fn with_liveness(self) -> Self {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return self;
+        };
+        let health = std::sync::Arc::downgrade(&self.health);
+        let (channels, auth, servers) = (
+            self.channels.clone(),
+            self.auth.clone(),
+            self.servers.clone(),
+        );
+        let watching = liveness::watch(self.servers.to_vec(), move |event| {
+            let Some(health) = health.upgrade() else {
+                return false;
+            };
+            if let liveness::Event::Heard(s) = event {
+                health.echo_heard[s].store(true, Ordering::Relaxed);
+            }
+            if let liveness::Event::Silent(s) = event {
+                tracing::info!(
+                    server = %servers[s],
+                    "no liveness echo for {:?}: its calls fail and it is passed over",
+                    liveness::SILENT_AFTER
+                );
+                for i in (s..channels.len()).step_by(servers.len()) {
+                    health.failed(i);
+                    suspect(&health, &channels, &auth, i, &runtime);
+                    health.silenced[i].notify_waiters();
+                    for hook in crate::lock(&health.on_silent).iter() {
+                        hook(i);
+                    }
+                }
+            }
+            true
+        });
+        if let Err(e) = watching {
+            tracing::warn!("cannot start the liveness watch: {e}; servers are not watched");
         }
+        self
+    }
+
+    /// Whether the liveness watch has heard server `s`'s echo (the `s`-th
+    /// address given), and so watches it: a server without the echo (an
+    /// older build, its UDP port taken or filtered) is never called silent.
+    pub fn watches(&self, s: usize) -> bool {
+        self.health
+            .echo_heard
+            .get(s)
+            .is_some_and(|h| h.load(Ordering::Relaxed))
+    }
+
+    /// Calls `hook` with the channel whenever a channel's server stops
+    /// answering the liveness echo ([`with_liveness`](Self::with_liveness)):
+    /// for a caller that waits on the channel outside this client's calls,
+    /// such as a stream of calls.
+    pub fn on_silent(&self, hook: impl Fn(usize) + Send + Sync + 'static) {
+        crate::lock(&self.health.on_silent).push(Box::new(hook));
     }
 
     /// This client with every call on channel `i`.
@@ -463,14 +540,19 @@ impl ClusterClient {
             // One channel per attempt, so that a lost connection is noted
             // against the server it was to.
             let i = self.pin.unwrap_or_else(|| self.pick());
+            // Made before the attempt starts, so a silence during it counts.
+            let silenced = self.health.silenced[i].notified();
             let attempt = tokio::time::timeout(self.attempt_timeout, call(self.pinned(i)));
-            let status = match attempt.await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(s)) => s,
-                Err(_) => Status::deadline_exceeded(format!(
-                    "no answer within {:?}",
-                    self.attempt_timeout
-                )),
+            let status = tokio::select! {
+                answer = attempt => match answer {
+                    Ok(Ok(v)) => return Ok(v),
+                    Ok(Err(s)) => s,
+                    Err(_) => Status::deadline_exceeded(format!(
+                        "no answer within {:?}",
+                        self.attempt_timeout
+                    )),
+                },
+                () = silenced => silent_status(&self.servers[i % self.servers.len()]),
             };
             // Any failure worth another server moves this one to the back
             // for a while, as a Nomad client does after a failed RPC: a
@@ -541,6 +623,35 @@ impl ClusterClient {
         })
         .await
     }
+}
+
+/// Puts channel `i` under suspicion, passed over until a probe of it is
+/// answered, and starts that probe on `runtime` unless one runs.
+fn suspect(
+    health: &std::sync::Arc<Health>,
+    channels: &std::sync::Arc<Vec<Channel>>,
+    auth: &Authorization,
+    i: usize,
+    runtime: &tokio::runtime::Handle,
+) {
+    if !health.suspect[i].swap(true, Ordering::Relaxed) {
+        runtime.spawn(probe(channels[i].clone(), auth.clone(), health.clone(), i));
+    }
+}
+
+/// The status of a call given up because its server went silent: this
+/// side's, not the server's answer (it carries a source), so the call goes
+/// to another server and, for a write, is in doubt.
+pub fn silent_status(server: &str) -> Status {
+    let mut s = Status::unavailable(format!(
+        "server {server} stopped answering its liveness echo ({:?}): paused or frozen",
+        liveness::SILENT_AFTER
+    ));
+    s.set_source(std::sync::Arc::new(std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no liveness echo",
+    )));
+    s
 }
 
 /// The server itself refused the call `Unavailable` (no leader yet, out of

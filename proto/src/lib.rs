@@ -98,6 +98,7 @@ pub mod call_stream;
 pub mod client;
 pub mod codec;
 mod labels;
+pub mod liveness;
 pub mod metric_defs;
 pub mod metric_names;
 mod metrics_http;

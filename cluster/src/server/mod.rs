@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -276,6 +277,8 @@ struct Serving {
     stop: watch::Sender<bool>,
     grpc: JoinHandle<Result<(), ServerError>>,
     http: JoinHandle<std::io::Result<()>>,
+    /// The liveness echo's thread and what stops it, if it could bind.
+    echo: Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)>,
 }
 
 impl Serving {
@@ -312,6 +315,7 @@ impl Serving {
             snapshots: Default::default(),
             members: Arc::new(opts.peers.0.keys().copied().collect()),
         };
+        let rpc_addr = rpc.local_addr();
         let listening = |listener| Listening {
             listener,
             edge: edge.clone(),
@@ -345,7 +349,13 @@ impl Serving {
             stop_rx.clone(),
         ));
         tokio::spawn(cp.clone().run_leadership(stop_rx));
-        Self { stop, grpc, http }
+        let echo = start_echo(&rpc_addr);
+        Self {
+            stop,
+            grpc,
+            http,
+            echo,
+        }
     }
 
     /// Stops the tasks, the control plane and raft, then gives the calls
@@ -353,6 +363,12 @@ impl Serving {
     /// would hold the server for minutes are cut at its end.
     async fn stop(self, app: &App, started: Started) -> Result<(), ServerError> {
         let _ = self.stop.send(true);
+        if let Some((stop, thread)) = self.echo {
+            // Its port free again before this returns: a server started
+            // again in this process binds it anew.
+            stop.store(true, Ordering::Relaxed);
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
         app.cp.shutdown();
         if let Err(e) = started.raft.shutdown().await {
             tracing::warn!("raft shutdown: {e}");
@@ -368,6 +384,24 @@ impl Serving {
         }
         tracing::info!("stopped");
         Ok(())
+    }
+}
+
+/// The liveness echo on the gRPC listener's UDP port
+/// ([`stampede_proto::liveness`]), so callers find a paused server within
+/// a fraction of an election; without the port (taken by another socket)
+/// the server runs without it.
+fn start_echo(
+    rpc: &std::io::Result<std::net::SocketAddr>,
+) -> Option<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    let addr = rpc.as_ref().ok()?;
+    let stop = Arc::new(AtomicBool::new(false));
+    match stampede_proto::liveness::start_echo(*addr, stop.clone()) {
+        Ok(thread) => Some((stop, thread)),
+        Err(e) => {
+            tracing::warn!("no liveness echo on udp {addr}: {e}; callers find a pause later");
+            None
+        }
     }
 }
 

@@ -63,7 +63,7 @@ pub(super) async fn run_local(
         Ok(took) => before.ready_s = Some(took.as_secs_f64()),
         Err(e) => before.problems.push(e),
     }
-    let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?;
+    let client = ClusterClient::new(&cluster.rpc_addrs(), &operator)?.with_liveness();
     let driving = Driving {
         client,
         servers: per_server(&cluster.rpc_addrs(), &operator)?,

@@ -62,7 +62,7 @@ pub(super) async fn run_remote(
             .await
             .map_err(CapacityError::FleetNotReady)?;
     }
-    let client = ClusterClient::new(&opts.servers, &security)?;
+    let client = ClusterClient::new(&opts.servers, &security)?.with_liveness();
     let driving = Driving {
         client,
         servers: per_server(&opts.servers, &security)?,
