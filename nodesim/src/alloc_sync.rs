@@ -57,8 +57,9 @@ pub const TYPICAL_EVERY: u64 = 5;
 pub const SYNC_RETRY: Duration = Duration::from_secs(5);
 /// [`SYNC_RETRY`] in ticks.
 const RETRY_TICKS: u64 = (SYNC_RETRY.as_millis() / TICK.as_millis()) as u64;
-/// After a send a failover explains, a node sends again after 1 to this
-/// many ticks (0.2-0.6 s), on the next server...
+/// After a send a failover explains, a node sends again on the next server:
+/// the first time on its next tick, then after 1 to this many ticks
+/// (0.2-0.6 s)...
 const FAILOVER_RETRY_TICKS: u64 = 3;
 /// ...at most this many times in a row (about 4 s in all, inside Nomad's
 /// 5 s RPC hold time); then it waits [`SYNC_RETRY`] as after any failure.
@@ -343,7 +344,13 @@ impl AllocSync {
             let mut rng = rand::thread_rng();
             b.retry_at = if e.failover && b.failovers < FAILOVER_RETRIES {
                 b.failovers += 1;
-                now + rng.gen_range(1..=FAILOVER_RETRY_TICKS)
+                // The first goes on the node's next tick: it goes to
+                // another server, and the nodes' phases already spread the
+                // fleet's over the tick.
+                now + match b.failovers {
+                    1 => 1,
+                    _ => rng.gen_range(1..=FAILOVER_RETRY_TICKS),
+                }
             } else {
                 b.failovers = 0;
                 now + RETRY_TICKS + rng.gen_range(0..=RETRY_TICKS)
@@ -644,6 +651,7 @@ mod tests {
         let sent = sends_while_failing(true, ticks).await;
         let gaps: Vec<u64> = sent.windows(2).map(|w| w[1] - w[0]).collect();
         let (quick, rest) = gaps.split_at(FAILOVER_RETRIES as usize);
+        assert_eq!(quick[0], 1, "the first on the next tick: {gaps:?}");
         assert!(
             quick.iter().all(|g| (1..=FAILOVER_RETRY_TICKS).contains(g)),
             "failover retries within {FAILOVER_RETRY_TICKS} ticks: {gaps:?}"

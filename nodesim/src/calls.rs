@@ -105,6 +105,11 @@ impl Calls {
         self.client.passed_over(channel)
     }
 
+    /// How many servers the calls go to.
+    pub(crate) fn server_count(&self) -> usize {
+        self.client.server_count()
+    }
+
     /// The channel a node on `from` moves to after a failure: the next
     /// one whose connection has not been lost lately.
     pub(crate) fn next_healthy(&self, from: usize) -> usize {

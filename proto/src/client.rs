@@ -65,7 +65,9 @@ pub const DEFAULT_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 /// brought a pause's recovery from 4 s to 2 s, but a server registering
 /// 250,000 nodes (`fleet-250k`) did not answer in time: connections were
 /// dropped one after another, nodes' calls failed by the hundred thousand,
-/// and the servers held two elections.
+/// and the servers held two elections. A pause is found sooner by the
+/// liveness echo ([`ClusterClient::with_liveness`]); the ping still finds
+/// a process that runs but whose runtime answers nothing.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_millis(500);
 /// See [`KEEPALIVE_INTERVAL`].
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -356,6 +358,11 @@ impl ClusterClient {
         }
     }
 
+    /// How many servers this client was given.
+    pub fn server_count(&self) -> usize {
+        self.servers.len()
+    }
+
     /// How many channels (servers times connections) this client holds.
     pub fn channel_count(&self) -> usize {
         self.channels.len()
@@ -446,10 +453,17 @@ impl ClusterClient {
             if let liveness::Event::Heard(s) = event {
                 health.echo_heard[s].store(true, Ordering::Relaxed);
             }
-            if let liveness::Event::Silent(s) = event {
-                tracing::info!(
+            if let liveness::Event::Back(s, silent_for) = event {
+                tracing::warn!(
                     server = %servers[s],
-                    "no liveness echo for {:?}: its calls fail and it is passed over",
+                    "liveness echo heard again after {} ms of silence",
+                    silent_for.as_millis()
+                );
+            }
+            if let liveness::Event::Silent(s) = event {
+                tracing::warn!(
+                    server = %servers[s],
+                    "no liveness echo for {:?} while the others answer: its calls fail and it is passed over",
                     liveness::SILENT_AFTER
                 );
                 for i in (s..channels.len()).step_by(servers.len()) {

@@ -10,11 +10,13 @@
 //! one after another (`client::KEEPALIVE_INTERVAL`). The echo here is
 //! answered by a plain thread that does nothing else, so it is late only
 //! when the process does not run at all; a caller that hears nothing for
-//! [`SILENT_AFTER`] passes the server over and fails its calls on it
-//! (`ClusterClient::with_liveness`).
+//! [`SILENT_AFTER`] while another server answers passes the server over
+//! and fails its calls on it (`ClusterClient::with_liveness`). Every
+//! server late together is the caller's machine or network held up: on a
+//! saturated host, loopback packets wait behind the load for all alike.
 //!
-//! The wire: a probe is exactly [`PROBE_LEN`] bytes, [`MAGIC`] then a
-//! sequence number and the server's place in the caller's list, and the
+//! The wire: a probe is exactly [`PROBE_LEN`] bytes, [`MAGIC`] then when it
+//! was sent (the caller's clock) and the server's place in the caller's list, and the
 //! echo is the same bytes back: an echo is never larger than what asked for
 //! it, so the port cannot amplify a forged sender's traffic, and the server
 //! answers at most [`ECHO_MAX_PER_SECOND`]. Anything else is dropped.
@@ -83,22 +85,25 @@ pub fn start_echo(
         .spawn(move || serve_echo(socket, stop))
 }
 
-/// A probe of server `server` with sequence number `seq`.
-fn probe(seq: u64, server: u32) -> [u8; PROBE_LEN] {
+/// A probe of server `server`, stamped with when it was sent (nanoseconds
+/// from the watcher's epoch): its echo says which probe it answers.
+fn probe(sent_ns: u64, server: u32) -> [u8; PROBE_LEN] {
     let mut p = [0u8; PROBE_LEN];
     p[..4].copy_from_slice(&MAGIC);
-    p[4..12].copy_from_slice(&seq.to_le_bytes());
+    p[4..12].copy_from_slice(&sent_ns.to_le_bytes());
     p[12..].copy_from_slice(&server.to_le_bytes());
     p
 }
 
-/// Which server an echo is from, if it is one of ours.
-fn echoed(bytes: &[u8], servers: usize) -> Option<usize> {
+/// Which server an echo is from and its probe's stamp, if it is one of
+/// ours.
+fn echoed(bytes: &[u8], servers: usize) -> Option<(usize, u64)> {
     if bytes.len() != PROBE_LEN || bytes[..4] != MAGIC {
         return None;
     }
+    let sent_ns = u64::from_le_bytes(bytes[4..12].try_into().ok()?);
     let server = u32::from_le_bytes(bytes[12..].try_into().ok()?) as usize;
-    (server < servers).then_some(server)
+    (server < servers).then_some((server, sent_ns))
 }
 
 /// What the watch tells its owner.
@@ -108,10 +113,10 @@ pub enum Event {
     /// can be called silent.
     Heard(usize),
     /// Server `i` of the list, heard before, has not answered for
-    /// [`SILENT_AFTER`].
+    /// [`SILENT_AFTER`] while another server answered later probes.
     Silent(usize),
-    /// Server `i` answers again after being silent.
-    Back(usize),
+    /// Server `i` answers again, after being silent this long.
+    Back(usize, Duration),
     /// A probe round went out; nothing changed.
     Tick,
 }
@@ -130,16 +135,101 @@ where
         .spawn(move || watching(&addrs, on_event))
 }
 
+/// One watched server.
+#[derive(Default)]
+struct Watched {
+    addr: Option<SocketAddr>,
+    /// When the first probe it has not answered since its last echo went.
+    owed_since: Option<Instant>,
+    /// When the latest probe it answered went.
+    answered: Option<Instant>,
+    heard: bool,
+    announced: bool,
+    silent_since: Option<Instant>,
+}
+
+/// The servers watched, and the epoch their probes are stamped from.
+struct Watch {
+    epoch: Instant,
+    servers: Vec<Watched>,
+}
+
+impl Watch {
+    fn take_echo(&mut self, bytes: &[u8], from: SocketAddr) {
+        let Some((i, sent_ns)) = echoed(bytes, self.servers.len()) else {
+            return;
+        };
+        let w = &mut self.servers[i];
+        if w.addr != Some(from) {
+            return;
+        }
+        let sent = self.epoch + Duration::from_nanos(sent_ns);
+        w.owed_since = None;
+        w.heard = true;
+        w.answered = w.answered.max(Some(sent));
+    }
+
+    /// Whether server `i` is silent now: heard before, it has owed an
+    /// answer for [`SILENT_AFTER`], and another server heard before has
+    /// answered a probe sent after the one it owes (or it is the only one
+    /// heard). All servers late together is this machine or its network
+    /// held up (every server on one saturated host, the loopback's packets
+    /// queued behind the load), not one server stopped.
+    fn silent(&self, i: usize) -> bool {
+        let w = &self.servers[i];
+        let Some(owed) = w
+            .owed_since
+            .filter(|t| w.heard && t.elapsed() >= SILENT_AFTER)
+        else {
+            return false;
+        };
+        let mut others = self
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(j, o)| *j != i && o.heard)
+            .peekable();
+        others.peek().is_none() || others.any(|(_, o)| o.answered.is_some_and(|a| a > owed))
+    }
+
+    /// What changed for server `i`, if anything.
+    fn event(&mut self, i: usize) -> Option<Event> {
+        let silent = self.silent(i);
+        let w = &mut self.servers[i];
+        if w.heard && !w.announced {
+            w.announced = true;
+            return Some(Event::Heard(i));
+        }
+        match w.silent_since {
+            None if silent => {
+                w.silent_since = Some(Instant::now());
+                Some(Event::Silent(i))
+            }
+            Some(since) if w.owed_since.is_none() => {
+                w.silent_since = None;
+                Some(Event::Back(i, since.elapsed()))
+            }
+            _ => None,
+        }
+    }
+}
+
 fn watching<F: FnMut(Event) -> bool>(addrs: &[String], mut on_event: F) {
-    let resolved: Vec<Option<SocketAddr>> = addrs
-        .iter()
-        .map(|a| {
-            let a = a.trim();
-            let host = a.split_once("://").map_or(a, |(_, rest)| rest);
-            host.to_socket_addrs().ok().and_then(|mut i| i.next())
-        })
-        .collect();
-    let bind: SocketAddr = match resolved.iter().flatten().next() {
+    let mut watch = Watch {
+        epoch: Instant::now(),
+        servers: addrs
+            .iter()
+            .map(|a| {
+                let a = a.trim();
+                let host = a.split_once("://").map_or(a, |(_, rest)| rest);
+                Watched {
+                    addr: host.to_socket_addrs().ok().and_then(|mut i| i.next()),
+                    ..Default::default()
+                }
+            })
+            .collect(),
+    };
+    let bind: SocketAddr = match watch.servers.iter().find_map(|w| w.addr) {
         Some(SocketAddr::V6(_)) => "[::]:0".parse().expect("an address"),
         _ => "0.0.0.0:0".parse().expect("an address"),
     };
@@ -150,14 +240,6 @@ fn watching<F: FnMut(Event) -> bool>(addrs: &[String], mut on_event: F) {
             return;
         }
     };
-    let n = addrs.len();
-    // Since when each server owes an answer (the first probe after its
-    // last echo), whether it was ever heard, and whether it is silent now.
-    let mut owed_since: Vec<Option<Instant>> = vec![None; n];
-    let mut heard = vec![false; n];
-    let mut announced = vec![false; n];
-    let mut silent = vec![false; n];
-    let mut seq = 0u64;
     let mut next_round = Instant::now();
     let mut buf = [0u8; 64];
     loop {
@@ -167,34 +249,21 @@ fn watching<F: FnMut(Event) -> bool>(addrs: &[String], mut on_event: F) {
             // a watcher that was itself held up finds them waiting.
             let _ = socket.set_nonblocking(true);
             while let Ok((len, from)) = socket.recv_from(&mut buf) {
-                take_echo(&buf[..len], from, &resolved, &mut owed_since, &mut heard);
+                watch.take_echo(&buf[..len], from);
             }
             let _ = socket.set_nonblocking(false);
-            for i in 0..n {
-                let late = owed_since[i].is_some_and(|t| t.elapsed() >= SILENT_AFTER);
-                let event = if heard[i] && !announced[i] {
-                    announced[i] = true;
-                    Some(Event::Heard(i))
-                } else if heard[i] && late && !silent[i] {
-                    silent[i] = true;
-                    Some(Event::Silent(i))
-                } else if silent[i] && owed_since[i].is_none() {
-                    silent[i] = false;
-                    Some(Event::Back(i))
-                } else {
-                    None
-                };
-                if let Some(event) = event {
+            for i in 0..watch.servers.len() {
+                if let Some(event) = watch.event(i) {
                     if !on_event(event) {
                         return;
                     }
                 }
             }
-            for (i, to) in resolved.iter().enumerate() {
-                let Some(to) = to else { continue };
-                seq += 1;
-                if socket.send_to(&probe(seq, i as u32), to).is_ok() {
-                    owed_since[i].get_or_insert(now);
+            let sent_ns = now.duration_since(watch.epoch).as_nanos() as u64;
+            for (i, w) in watch.servers.iter_mut().enumerate() {
+                let Some(to) = w.addr else { continue };
+                if socket.send_to(&probe(sent_ns, i as u32), to).is_ok() {
+                    w.owed_since.get_or_insert(now);
                 }
             }
             if !on_event(Event::Tick) {
@@ -205,23 +274,7 @@ fn watching<F: FnMut(Event) -> bool>(addrs: &[String], mut on_event: F) {
         let wait = next_round.saturating_duration_since(Instant::now());
         let _ = socket.set_read_timeout(Some(wait.max(Duration::from_millis(1))));
         if let Ok((len, from)) = socket.recv_from(&mut buf) {
-            take_echo(&buf[..len], from, &resolved, &mut owed_since, &mut heard);
-        }
-    }
-}
-
-/// An echo from server `i` clears what it owed.
-fn take_echo(
-    bytes: &[u8],
-    from: SocketAddr,
-    resolved: &[Option<SocketAddr>],
-    owed_since: &mut [Option<Instant>],
-    heard: &mut [bool],
-) {
-    if let Some(i) = echoed(bytes, resolved.len()) {
-        if resolved[i] == Some(from) {
-            owed_since[i] = None;
-            heard[i] = true;
+            watch.take_echo(&buf[..len], from);
         }
     }
 }
@@ -234,7 +287,7 @@ mod tests {
     #[test]
     fn only_a_probe_of_the_exact_shape_is_taken_as_an_echo() {
         let p = probe(7, 2);
-        assert_eq!(echoed(&p, 3), Some(2));
+        assert_eq!(echoed(&p, 3), Some((2, 7)));
         assert_eq!(echoed(&p, 2), None, "a server past the list");
         assert_eq!(echoed(&p[..15], 3), None);
         let mut wrong = p;
@@ -242,44 +295,83 @@ mod tests {
         assert_eq!(echoed(&wrong, 3), None);
     }
 
-    /// A server whose echo stops (its thread stopped, as a paused process's
-    /// would) is called silent within about `SILENT_AFTER`, once; a server
-    /// never heard (no echo on its port) never is.
-    #[test]
-    fn a_server_that_stops_answering_is_called_silent_and_one_never_heard_is_not() {
+    /// An echo on a free port: its address, and what stops it.
+    fn echo() -> (String, Arc<AtomicBool>, std::thread::JoinHandle<()>) {
         let stop = Arc::new(AtomicBool::new(false));
-        let echo_socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let echo_addr = echo_socket.local_addr().unwrap();
-        let echo = {
+        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = socket.local_addr().unwrap().to_string();
+        let thread = {
             let stop = stop.clone();
-            std::thread::spawn(move || serve_echo(echo_socket, stop))
+            std::thread::spawn(move || serve_echo(socket, stop))
         };
-        // A UDP port with nothing answering on it.
-        let mute = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let addrs = vec![
-            echo_addr.to_string(),
-            mute.local_addr().unwrap().to_string(),
-        ];
+        (addr, stop, thread)
+    }
+
+    /// Watches `addrs` for `for_how_long`; the events other than ticks, and
+    /// when each came.
+    fn watched(
+        addrs: Vec<String>,
+        for_how_long: Duration,
+    ) -> (
+        mpsc::Receiver<(Event, Duration)>,
+        std::thread::JoinHandle<()>,
+    ) {
         let (tx, rx) = mpsc::channel();
         let started = Instant::now();
         let watcher = watch(addrs, move |e| {
-            if !matches!(e, Event::Tick | Event::Heard(_)) {
+            if e != Event::Tick {
                 let _ = tx.send((e, started.elapsed()));
             }
-            started.elapsed() < Duration::from_secs(5)
+            started.elapsed() < for_how_long
         })
         .unwrap();
-        // Heard for a while: nothing is called silent.
-        std::thread::sleep(Duration::from_millis(600));
-        assert!(rx.try_recv().is_err(), "no event while the echo answers");
-        stop.store(true, Ordering::Relaxed);
-        echo.join().unwrap();
-        let stopped = started.elapsed();
-        let (event, at) = rx.recv_timeout(Duration::from_secs(3)).unwrap();
+        (rx, watcher)
+    }
+
+    /// A server whose echo stops (its thread stopped, as a paused process's
+    /// would) while another answers is called silent within about
+    /// `SILENT_AFTER`, once; a server never heard (no echo on its port)
+    /// never is.
+    #[test]
+    fn a_server_that_stops_answering_is_called_silent_and_one_never_heard_is_not() {
+        let (a, stop_a, thread_a) = echo();
+        let (b, stop_b, thread_b) = echo();
+        // A UDP port with nothing answering on it.
+        let mute = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mute = mute.local_addr().unwrap().to_string();
+        let (events, watcher) = watched(vec![a, b, mute], Duration::from_secs(4));
+        let heard: Vec<Event> = (0..2).map(|_| events.recv().unwrap().0).collect();
+        assert!(heard.contains(&Event::Heard(0)) && heard.contains(&Event::Heard(1)));
+        stop_a.store(true, Ordering::Relaxed);
+        thread_a.join().unwrap();
+        let (event, _) = events.recv_timeout(Duration::from_secs(3)).unwrap();
         assert_eq!(event, Event::Silent(0));
-        assert!(at >= stopped, "not before the echo stopped");
         watcher.join().unwrap();
-        assert!(rx.try_recv().is_err(), "silent once; the mute port never");
+        assert!(
+            events.try_recv().is_err(),
+            "silent once; the answering one and the mute port never"
+        );
+        stop_b.store(true, Ordering::Relaxed);
+        thread_b.join().unwrap();
+    }
+
+    /// Every server late together is the caller's machine or network held
+    /// up, not a server stopped: none is called silent.
+    #[test]
+    fn servers_that_stop_answering_together_are_not_called_silent() {
+        let (a, stop_a, thread_a) = echo();
+        let (b, stop_b, thread_b) = echo();
+        let (events, watcher) = watched(vec![a, b], Duration::from_secs(2));
+        for _ in 0..2 {
+            assert!(matches!(events.recv().unwrap().0, Event::Heard(_)));
+        }
+        stop_a.store(true, Ordering::Relaxed);
+        stop_b.store(true, Ordering::Relaxed);
+        thread_a.join().unwrap();
+        thread_b.join().unwrap();
+        watcher.join().unwrap();
+        let after: Vec<Event> = events.try_iter().map(|e| e.0).collect();
+        assert!(after.is_empty(), "{after:?}");
     }
 
     #[test]
