@@ -586,3 +586,38 @@ async fn jobs_past_the_quota_are_refused_naming_it_until_one_is_purged() {
     let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["j1", "j2", "j3"]);
 }
+
+/// The liveness echo on the `--rpc` port's UDP: a datagram that is not a
+/// probe (longer, shorter, another magic) gets nothing back, a probe gets
+/// its own 16 bytes and no more (the port amplifies nothing), and the
+/// server answers its gRPC callers throughout.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_liveness_echo_answers_only_probes_and_never_larger() {
+    use stampede_proto::liveness::{MAGIC, PROBE_LEN};
+    let (c, _) = Harness::with_leader(1, &[]).await;
+    let rpc = c.server(1).unwrap().rpc;
+    let caller = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    caller
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut probe = [0u8; PROBE_LEN];
+    probe[..4].copy_from_slice(&MAGIC);
+    let mut wrong = probe;
+    wrong[0] ^= 0xff;
+    for bad in [&[7u8; 1200][..], &probe[..PROBE_LEN - 1], &wrong[..]] {
+        caller.send_to(bad, rpc).unwrap();
+    }
+    caller.send_to(&probe, rpc).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, from) = caller.recv_from(&mut buf).expect("the probe is echoed");
+    assert_eq!(
+        (&buf[..n], from),
+        (&probe[..], rpc),
+        "its own bytes, from the port"
+    );
+    assert!(
+        caller.recv_from(&mut buf).is_err(),
+        "nothing for the datagrams that are not probes"
+    );
+    answers(&c).await;
+}
