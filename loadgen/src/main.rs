@@ -124,7 +124,15 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Cmd::Compare(opts) => return Ok(compare(&opts)),
         Cmd::Capacity(opts) => {
-            let summary = loadgen::capacity::run(*opts).await?;
+            // Stopped by Ctrl-C or SIGTERM, the run is dropped where it
+            // stands: the servers, nodesim and Prometheus it started stop
+            // with it (their `Drop`s), rather than outlive it.
+            let summary = tokio::select! {
+                summary = loadgen::capacity::run(*opts) => summary?,
+                () = stampede_proto::shutdown_signal() => {
+                    anyhow::bail!("interrupted: the servers and fleet this run started are stopped; the report is not finished")
+                }
+            };
             if !summary.regressions.is_empty() {
                 anyhow::bail!(
                     "worse than the baseline: {}",

@@ -538,6 +538,63 @@ async fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
     assert!(html.contains("id=\"partial\"") && html.contains("stopped answering"));
 }
 
+/// SIGTERM (or Ctrl-C) to `loadgen capacity` stops the run and the servers
+/// and fleet it started: none outlives it (they did, when loadgen had no
+/// handler and died at once, its `Drop`s never run), and the run says it
+/// was interrupted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stopped_by_sigterm_stops_its_servers_and_fleet() {
+    let longer = TINY.replace("duration = \"6s\"", "duration = \"60s\"");
+    let (_dir, out, mut cmd) = capacity(&longer, "stopped");
+    let run = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let needle = out.to_string_lossy().to_string();
+    let started = eventually_ok(
+        "the run's three servers and its nodesim are up and a job registered",
+        Duration::from_secs(120),
+        || async {
+            let pids: Vec<i32> = pids_mentioning(&needle)
+                .into_iter()
+                .filter(|p| *p != run.id() as i32)
+                .collect();
+            // Three servers and nodesim (and Prometheus, where installed).
+            if pids.len() < 4 {
+                return Err(format!("{} processes of the run", pids.len()));
+            }
+            for pid in &pids {
+                if job_registrations(*pid, &out.join("tls")).await > 0.0 {
+                    return Ok(pids);
+                }
+            }
+            Err("no job registered yet".into())
+        },
+    )
+    .await;
+    // SAFETY: kill(2) on the loadgen we spawned and have not reaped.
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let result = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    let left: Vec<i32> = started
+        .iter()
+        .copied()
+        .filter(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        .collect();
+    for pid in &left {
+        // SAFETY: kill(2) on a pid of this run read from /proc: the test
+        // leaves nothing behind even when it fails.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "processes of the run still there after loadgen exited: {left:?}"
+    );
+    assert!(!result.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+}
+
 /// A stream that a small cluster takes at a few jobs per second and not at
 /// a few dozen: each job is 20 allocations, and placement must stay under a
 /// second at p99.
