@@ -656,7 +656,7 @@ fn suspect(
 /// The status of a call given up because its server went silent: this
 /// side's, not the server's answer (it carries a source), so the call goes
 /// to another server and, for a write, is in doubt.
-pub fn silent_status(server: &str) -> Status {
+fn silent_status(server: &str) -> Status {
     let mut s = Status::unavailable(format!(
         "server {server} stopped answering its liveness echo ({:?}): paused or frozen",
         liveness::SILENT_AFTER
