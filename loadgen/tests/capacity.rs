@@ -464,34 +464,52 @@ async fn job_registrations(pid: i32, tls: &std::path::Path) -> f64 {
     metric_value(&text, "stampede_raft_entries_total{type=\"job_register\"}").unwrap_or(0.0)
 }
 
+/// `cmd` started with its output captured.
+fn spawn_piped(cmd: &mut Command) -> std::process::Child {
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the run in `out` has jobs flowing: the processes `pids`
+/// finds are as many as `enough` asks, and one of them, a server, has
+/// applied a job registration. Those processes.
+async fn once_jobs_flow(
+    what: &str,
+    pids: impl Fn() -> Vec<i32>,
+    enough: impl Fn(usize) -> bool,
+    out: &std::path::Path,
+) -> Vec<i32> {
+    eventually_ok(what, Duration::from_secs(120), || async {
+        let pids = pids();
+        if !enough(pids.len()) {
+            return Err(format!("{} processes of the run", pids.len()));
+        }
+        for pid in &pids {
+            if job_registrations(*pid, &out.join("tls")).await > 0.0 {
+                return Ok(pids);
+            }
+        }
+        Err("no job registered yet".into())
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
     let longer = TINY.replace("duration = \"6s\"", "duration = \"20s\"");
     let (_dir, out, mut cmd) = capacity(&longer, "dies");
-    let run = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = spawn_piped(&mut cmd);
     // Once jobs are flowing (the first variant's servers have applied some
     // registrations), kill every server of the run.
     let data = out.join("legacy").join("cluster");
     let needle = data.to_string_lossy().to_string();
-    let servers = eventually_ok(
+    let servers = once_jobs_flow(
         "the run's three servers have applied a job registration",
-        Duration::from_secs(120),
-        || async {
-            let pids = pids_mentioning(&needle);
-            if pids.len() != 3 {
-                return Err(format!("{} servers running", pids.len()));
-            }
-            for pid in &pids {
-                if job_registrations(*pid, &out.join("tls")).await > 0.0 {
-                    return Ok(pids);
-                }
-            }
-            Err("no job registered yet".into())
-        },
+        || pids_mentioning(&needle),
+        |n| n == 3,
+        &out,
     )
     .await;
     for pid in servers {
@@ -546,31 +564,18 @@ async fn a_run_whose_cluster_dies_writes_a_partial_report_that_says_so() {
 async fn a_run_stopped_by_sigterm_stops_its_servers_and_fleet() {
     let longer = TINY.replace("duration = \"6s\"", "duration = \"60s\"");
     let (_dir, out, mut cmd) = capacity(&longer, "stopped");
-    let run = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = spawn_piped(&mut cmd);
     let needle = out.to_string_lossy().to_string();
-    let started = eventually_ok(
+    let started = once_jobs_flow(
         "the run's three servers and its nodesim are up and a job registered",
-        Duration::from_secs(120),
-        || async {
-            let pids: Vec<i32> = pids_mentioning(&needle)
-                .into_iter()
-                .filter(|p| *p != run.id() as i32)
-                .collect();
-            // Three servers and nodesim (and Prometheus, where installed).
-            if pids.len() < 4 {
-                return Err(format!("{} processes of the run", pids.len()));
-            }
-            for pid in &pids {
-                if job_registrations(*pid, &out.join("tls")).await > 0.0 {
-                    return Ok(pids);
-                }
-            }
-            Err("no job registered yet".into())
+        || {
+            let mut pids = pids_mentioning(&needle);
+            pids.retain(|p| *p != run.id() as i32);
+            pids
         },
+        // Three servers and nodesim (and Prometheus, where installed).
+        |n| n >= 4,
+        &out,
     )
     .await;
     // SAFETY: kill(2) on the loadgen we spawned and have not reaped.
