@@ -73,6 +73,22 @@ async fn settled_leader(c: &Harness, except: NodeId) -> NodeId {
     .await
 }
 
+/// What each server says of itself (role, term, leader, log and applied
+/// indexes), for a wait's failure message: a stall shows where it is.
+async fn cluster_view(c: &Harness) -> String {
+    let mut seen = Vec::new();
+    for id in c.ids() {
+        seen.push(match c.status(id).await {
+            Ok(s) => format!(
+                "{id}: {} term {} leader {:?} log {} applied {}",
+                s.state, s.term, s.leader_id, s.last_log_index, s.applied_index
+            ),
+            Err(e) => format!("{id}: {e}"),
+        });
+    }
+    seen.join("; ")
+}
+
 /// The local TCP sockets (IPv4) as `/proc/net/tcp` lists them: local
 /// port, remote port, bytes waiting unread, inode.
 fn tcp_sockets() -> Vec<(u16, u16, u64, u64)> {
@@ -267,8 +283,11 @@ async fn a_forwarded_write_resent_across_a_leader_change_is_never_refused_for_it
         let to_via = c.client_of(&[via]);
         tokio::spawn(async move { to_via.jobs().deregister(purge("web")).await })
     };
-    eventually("the fast server applied the purge", CATCH_UP, || async {
-        has_job(&to_fast, "web").await.is_ok_and(|has| !has)
+    eventually_ok("the fast server applied the purge", CATCH_UP, || async {
+        match has_job(&to_fast, "web").await {
+            Ok(false) => Ok(()),
+            _ => Err(cluster_view(&c).await),
+        }
     })
     .await;
     c.pause(first).unwrap();
