@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use imbl::{OrdMap, OrdSet};
-use stampede_proto::{AllocClientStatus, Allocation, Job, JobStatus};
+use stampede_proto::{AllocClientStatus, Allocation, Job, JobStatus, Resources};
 
 use super::apply::{change_or_insert, set_or_insert};
 use super::{AllocCounts, AllocKey, Changes, State, WatchKey};
@@ -236,6 +236,11 @@ impl State {
         if !was_terminal && alloc_terminal(&new) {
             changes.capacity(self.class_of(&new.node_id));
         }
+        // A report changes neither the node nor the resources: only
+        // whether they are held.
+        if was_terminal != alloc_terminal(&new) {
+            self.hold(&new, was_terminal);
+        }
         self.index_report(index, &new, was_counted, changes);
     }
 
@@ -315,6 +320,12 @@ impl State {
             );
         }
         self.recount(old, alloc);
+        if let Some(o) = old.filter(|o| !alloc_terminal(o)) {
+            self.hold(o, false);
+        }
+        if !alloc_terminal(alloc) {
+            self.hold(alloc, true);
+        }
         // A node's query answers with its allocations' ids and server-side
         // versions only: it wakes for a new allocation or a new version.
         let node_sees =
@@ -351,6 +362,26 @@ impl State {
             self.uncount(o);
         }
         self.count(new);
+    }
+
+    /// Adds `alloc`'s resources to its node's usage (`held`), or takes
+    /// them out: called as it turns live or terminal, is stored or removed.
+    pub(super) fn hold(&mut self, alloc: &Allocation, held: bool) {
+        let r = alloc.resources.unwrap_or_default();
+        change_or_insert(
+            &mut self.node_used,
+            &alloc.node_id,
+            |used| {
+                if held {
+                    used.cpu_mhz += r.cpu_mhz;
+                    used.memory_mb += r.memory_mb;
+                } else {
+                    used.cpu_mhz = used.cpu_mhz.saturating_sub(r.cpu_mhz);
+                    used.memory_mb = used.memory_mb.saturating_sub(r.memory_mb);
+                }
+            },
+            || if held { r } else { Resources::default() },
+        );
     }
 
     /// Counts `alloc` in its job's summary.

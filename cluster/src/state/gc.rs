@@ -273,6 +273,9 @@ impl State {
             return;
         };
         self.uncount(&alloc);
+        if !alloc_terminal(&alloc) {
+            self.hold(&alloc, false);
+        }
         let Allocation {
             node_id, job_id, ..
         } = Arc::unwrap_or_clone(alloc);
@@ -280,6 +283,7 @@ impl State {
             on_node.remove(id);
             if on_node.is_empty() {
                 self.allocs_by_node.remove(node_id.as_str());
+                self.node_used.remove(node_id.as_str());
             }
         }
         remove_from(&mut self.allocs_by_job, &job_id, id);

@@ -8,7 +8,6 @@ use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{Allocation, Deployment, Evaluation, Job, Resources, TableIndexes};
 
 use super::{AllocCounts, AllocKey, Id, NodeRow, Objects, State};
-use crate::model::alloc_terminal;
 
 impl State {
     /// Rows in each table.
@@ -174,17 +173,7 @@ impl State {
 
     /// What the live allocations on a node hold.
     pub fn node_usage(&self, node_id: &str) -> Resources {
-        let mut used = Resources::default();
-        if let Some(on_node) = self.allocs_by_node.get(node_id) {
-            for a in on_node.values() {
-                if !alloc_terminal(a) {
-                    let r = a.resources.unwrap_or_default();
-                    used.cpu_mhz += r.cpu_mhz;
-                    used.memory_mb += r.memory_mb;
-                }
-            }
-        }
-        used
+        self.node_used.get(node_id).copied().unwrap_or_default()
     }
 
     /// The rows of `key` in `index`, each found by `get`.

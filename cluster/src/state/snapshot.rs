@@ -7,6 +7,7 @@ use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{Allocation, Deployment, Evaluation, Job, NodeSecretHash, StateSnapshot};
 
 use super::{AllocKey, Id, NodeRow, State};
+use crate::model::alloc_terminal;
 
 impl State {
     pub fn to_snapshot(&self) -> StateSnapshot {
@@ -79,6 +80,9 @@ impl State {
             let j = s.job_alloc_index.entry(job).or_insert(0);
             *j = (*j).max(a.modify_index);
             s.count(&a);
+            if !alloc_terminal(&a) {
+                s.hold(&a, true);
+            }
             let a = Arc::new(a);
             s.allocs_by_node
                 .entry(node)

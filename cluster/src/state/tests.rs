@@ -751,3 +751,90 @@ fn a_lost_or_finished_allocation_stays_so_whatever_its_client_reports() {
         "the job's summary counts a revived allocation: {web:?}"
     );
 }
+
+/// What node `node_id`'s live allocations hold, each one visited.
+fn walked_usage(s: &State, node_id: &str) -> Resources {
+    let mut used = Resources::default();
+    for a in s.node_allocs(node_id) {
+        if !crate::model::alloc_terminal(&a) {
+            let r = a.resources.unwrap_or_default();
+            used.cpu_mhz += r.cpu_mhz;
+            used.memory_mb += r.memory_mb;
+        }
+    }
+    used
+}
+
+/// The usage kept per node follows every way an allocation is stored,
+/// reported, lost, collected and restored from a snapshot: after each of
+/// a few thousand random entries it is what a walk over the node's
+/// allocations sums.
+#[test]
+fn a_nodes_usage_is_kept_as_its_allocations_change() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+    use stampede_proto::{GcEvalsEntry, GcJobsEntry};
+    let mut rng = StdRng::seed_from_u64(40);
+    let nodes = ["n0", "n1", "n2"];
+    let desired = [AllocDesiredStatus::Run, AllocDesiredStatus::Stop];
+    let client = [
+        AllocClientStatus::Pending,
+        AllocClientStatus::Running,
+        AllocClientStatus::Complete,
+        AllocClientStatus::Failed,
+        AllocClientStatus::Lost,
+    ];
+    let mut s = State::default();
+    for (i, n) in nodes.iter().enumerate() {
+        apply(&mut s, i as u64 + 1, node_entry(n));
+    }
+    for index in 10..3000 {
+        let id = |rng: &mut StdRng| format!("a{}", rng.gen_range(0..40));
+        let entry = match rng.gen_range(0..10) {
+            0..=3 => plan_entry(
+                (0..rng.gen_range(1..6))
+                    .map(|_| {
+                        let id = id(&mut rng);
+                        let node = nodes[id[1..].parse::<usize>().unwrap() % nodes.len()];
+                        Allocation {
+                            desired_status: desired[rng.gen_range(0..desired.len())] as i32,
+                            resources: Some(Resources {
+                                cpu_mhz: rng.gen_range(1..400),
+                                memory_mb: rng.gen_range(1..400),
+                            }),
+                            ..alloc(&id, node, "web")
+                        }
+                    })
+                    .collect(),
+            ),
+            4..=7 => {
+                let reports: Vec<(String, AllocClientStatus)> = (0..rng.gen_range(1..6))
+                    .map(|_| (id(&mut rng), client[rng.gen_range(0..client.len())]))
+                    .collect();
+                let reports: Vec<(&str, AllocClientStatus)> =
+                    reports.iter().map(|(i, c)| (i.as_str(), *c)).collect();
+                statuses(&reports)
+            }
+            8 if rng.gen_bool(0.3) => node_down_entry(nodes[rng.gen_range(0..nodes.len())]),
+            8 => LogEntry {
+                msg: Some(Msg::GcJobs(GcJobsEntry {
+                    job_ids: vec!["web".into()],
+                })),
+            },
+            _ => LogEntry {
+                msg: Some(Msg::GcEvals(GcEvalsEntry {
+                    eval_ids: vec![],
+                    alloc_ids: (0..rng.gen_range(1..8)).map(|_| id(&mut rng)).collect(),
+                })),
+            },
+        };
+        apply(&mut s, index, entry);
+        for n in nodes {
+            assert_eq!(s.node_usage(n), walked_usage(&s, n), "{n} after entry {index}");
+        }
+    }
+    let back = State::from_snapshot(s.to_snapshot(), 3000);
+    for n in nodes {
+        assert_eq!(back.node_usage(n), walked_usage(&s, n), "{n} restored");
+    }
+}

@@ -533,7 +533,9 @@ pub fn evaluate(state: &State, unapplied: &Unapplied, plan: &Plan) -> Checked {
             && (new.is_empty()
                 || state.node(node_id).is_some_and(|node| {
                     node.status == NodeStatus::Ready as i32 && !node.ineligible && {
-                        let used = usage_after(state, unapplied, node_id, &stopped_ids, list);
+                        let stops = plan.node_update.get(node_id).map(|l| &l.allocs[..]);
+                        let used =
+                            usage_after(state, unapplied, node_id, stops.unwrap_or_default(), list);
                         fits(&node, &Resources::default(), &used)
                     }
                 }));
@@ -570,16 +572,17 @@ fn in_place(state: &State, unapplied: &Unapplied, node_id: &str, a: &Allocation)
 }
 
 /// What the node would hold with this plan: its live allocations, less
-/// those the plan stops or replaces, plus the plan's placements.
+/// those the plan stops there (`stops`, the plan's stops listed under the
+/// node) or replaces, plus the plan's placements.
 fn usage_after(
     state: &State,
     unapplied: &Unapplied,
     node_id: &str,
-    stopped: &HashSet<&str>,
+    stops: &[Allocation],
     placed: &[Allocation],
 ) -> Resources {
-    let gone = |id: &str| stopped.contains(id) || placed.iter().any(|a| a.id == id);
-    let mut used = unapplied.usage(state, node_id, gone);
+    let gone: Vec<&str> = stops.iter().chain(placed).map(|a| a.id.as_str()).collect();
+    let mut used = unapplied.usage(state, node_id, &gone);
     add_placed(&mut used, placed);
     used
 }
