@@ -830,7 +830,11 @@ fn a_nodes_usage_is_kept_as_its_allocations_change() {
         };
         apply(&mut s, index, entry);
         for n in nodes {
-            assert_eq!(s.node_usage(n), walked_usage(&s, n), "{n} after entry {index}");
+            assert_eq!(
+                s.node_usage(n),
+                walked_usage(&s, n),
+                "{n} after entry {index}"
+            );
         }
     }
     let back = State::from_snapshot(s.to_snapshot(), 3000);
