@@ -21,7 +21,7 @@ pub use stages::JobStages;
 
 use stampede_proto::{
     AllocClientStatus, AllocDesiredStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
-    Evaluation, Job, JobType,
+    Evaluation, Job, JobType, Resources,
 };
 
 /// Milliseconds since the Unix epoch: the one clock of entries and deadlines.
@@ -56,6 +56,22 @@ pub fn system_job_evals<'a, J: AsRef<Job> + 'a>(
         .filter(|j| j.r#type == JobType::System as i32 && !j.stop)
         .map(|j| new_eval(j, "node_update", Some(node_id)))
         .collect()
+}
+
+/// Adds `r` to `total`.
+pub fn add_resources(total: &mut Resources, r: Option<&Resources>) {
+    if let Some(r) = r {
+        total.cpu_mhz += r.cpu_mhz;
+        total.memory_mb += r.memory_mb;
+    }
+}
+
+/// Takes `r` out of `total`, which holds it (never below zero).
+pub fn sub_resources(total: &mut Resources, r: Option<&Resources>) {
+    if let Some(r) = r {
+        total.cpu_mhz = total.cpu_mhz.saturating_sub(r.cpu_mhz);
+        total.memory_mb = total.memory_mb.saturating_sub(r.memory_mb);
+    }
 }
 
 /// Whether an allocation no longer holds resources on its node: stopped by

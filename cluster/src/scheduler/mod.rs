@@ -31,7 +31,7 @@ use stampede_proto::{
 pub(crate) mod core;
 pub(crate) mod deployment;
 
-use crate::model::{alloc_terminal, now_ms};
+use crate::model::{alloc_terminal, now_ms, sub_resources};
 use crate::state::{NodeRow, State};
 
 /// How many nodes with room a service or batch placement compares: Nomad's
@@ -611,10 +611,8 @@ impl<'a> Planner<'a> {
     }
 
     fn stop(&mut self, alloc: &Allocation, why: String) {
-        let r = alloc.resources.unwrap_or_default();
         let mut used = self.used(&alloc.node_id);
-        used.cpu_mhz = used.cpu_mhz.saturating_sub(r.cpu_mhz);
-        used.memory_mb = used.memory_mb.saturating_sub(r.memory_mb);
+        sub_resources(&mut used, alloc.resources.as_ref());
         self.usage.insert(alloc.node_id.clone(), used);
         let stopped = Allocation {
             desired_status: AllocDesiredStatus::Stop as i32,

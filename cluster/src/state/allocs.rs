@@ -9,7 +9,7 @@ use stampede_proto::{AllocClientStatus, Allocation, Job, JobStatus, Resources};
 use super::apply::{change_or_insert, set_or_insert};
 use super::{AllocCounts, AllocKey, Changes, State, WatchKey};
 use crate::model::planted::planted;
-use crate::model::{alloc_terminal, client_terminal};
+use crate::model::{add_resources, alloc_terminal, client_terminal, sub_resources};
 
 pub(super) fn summary_key(a: &Allocation) -> (u64, i32, i32) {
     (a.job_version, a.desired_status, a.client_status)
@@ -367,21 +367,16 @@ impl State {
     /// Adds `alloc`'s resources to its node's usage (`held`), or takes
     /// them out: called as it turns live or terminal, is stored or removed.
     pub(super) fn hold(&mut self, alloc: &Allocation, held: bool) {
-        let r = alloc.resources.unwrap_or_default();
-        change_or_insert(
-            &mut self.node_used,
-            &alloc.node_id,
-            |used| {
-                if held {
-                    used.cpu_mhz += r.cpu_mhz;
-                    used.memory_mb += r.memory_mb;
-                } else {
-                    used.cpu_mhz = used.cpu_mhz.saturating_sub(r.cpu_mhz);
-                    used.memory_mb = used.memory_mb.saturating_sub(r.memory_mb);
-                }
-            },
-            || if held { r } else { Resources::default() },
-        );
+        let r = alloc.resources.as_ref();
+        let change = |used: &mut Resources| match held {
+            true => add_resources(used, r),
+            false => sub_resources(used, r),
+        };
+        change_or_insert(&mut self.node_used, &alloc.node_id, change, || {
+            let mut used = Resources::default();
+            change(&mut used);
+            used
+        });
     }
 
     /// Counts `alloc` in its job's summary.

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use stampede_proto::{AllocDesiredStatus, Allocation, PlanApplyEntry, Resources};
 
-use crate::model::statuses_terminal;
+use crate::model::{add_resources, statuses_terminal, sub_resources};
 use crate::state::{AllocKey, State};
 
 /// What a node's usage needs of one accepted allocation.
@@ -166,7 +166,7 @@ impl Unapplied {
         for id in replaced {
             if let Some(a) = live.get(&AllocKey::new(id)) {
                 if !statuses_terminal(a.desired_status, a.client_status) {
-                    sub(&mut used, a.resources.as_ref());
+                    sub_resources(&mut used, a.resources.as_ref());
                 }
             }
         }
@@ -176,26 +176,10 @@ impl Unapplied {
                 .get(&AllocKey::new(id))
                 .map_or(a.client_status, |stored| stored.client_status);
             if !gone.contains(&id.as_str()) && !statuses_terminal(a.desired_status, client_status) {
-                add(&mut used, a.resources.as_ref());
+                add_resources(&mut used, a.resources.as_ref());
             }
         }
         used
-    }
-}
-
-/// Adds `r` to `total`.
-pub fn add(total: &mut Resources, r: Option<&Resources>) {
-    if let Some(r) = r {
-        total.cpu_mhz += r.cpu_mhz;
-        total.memory_mb += r.memory_mb;
-    }
-}
-
-/// Takes `r` out of `total`, which holds it.
-fn sub(total: &mut Resources, r: Option<&Resources>) {
-    if let Some(r) = r {
-        total.cpu_mhz = total.cpu_mhz.saturating_sub(r.cpu_mhz);
-        total.memory_mb = total.memory_mb.saturating_sub(r.memory_mb);
     }
 }
 
@@ -203,7 +187,7 @@ fn sub(total: &mut Resources, r: Option<&Resources>) {
 pub fn add_placed(total: &mut Resources, placed: &[Allocation]) {
     for a in placed {
         if !statuses_terminal(a.desired_status, a.client_status) {
-            add(total, a.resources.as_ref());
+            add_resources(total, a.resources.as_ref());
         }
     }
 }
@@ -228,7 +212,7 @@ mod tests {
                 && !gone.contains(&a.id.as_str())
                 && !statuses_terminal(a.desired_status, a.client_status)
             {
-                add(&mut used, a.resources.as_ref());
+                add_resources(&mut used, a.resources.as_ref());
             }
         }
         for (id, a) in mine.into_iter().flatten() {
@@ -236,7 +220,7 @@ mod tests {
                 .get(&AllocKey::new(id))
                 .map_or(a.client_status, |stored| stored.client_status);
             if !gone.contains(&id.as_str()) && !statuses_terminal(a.desired_status, client_status) {
-                add(&mut used, a.resources.as_ref());
+                add_resources(&mut used, a.resources.as_ref());
             }
         }
         used
