@@ -9,6 +9,7 @@ use std::time::Duration;
 use stampede_launch::LocalCluster;
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::security::Security;
+use stampede_proto::JobTrace;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -105,7 +106,12 @@ pub(super) async fn drive(
     write_last_metrics(dir, &series)?;
     let seconds = start.elapsed().as_secs_f64();
     let ended_unix = unix_now();
-    let (paths, untraced) = trace(&servers, &ran.report.jobs.ran_jobs, dir).await?;
+    let kept: Vec<JobTrace> = ran
+        .injected
+        .iter_mut()
+        .flat_map(|i| std::mem::take(&mut i.traces_before))
+        .collect();
+    let (paths, untraced) = trace(&servers, &ran.report.jobs.ran_jobs, &kept, dir).await?;
     // What the sampler saw: allocation statuses, and the jobs seen dead
     // (garbage collection may have removed them since).
     let seen = match statuses {
@@ -264,10 +270,11 @@ pub(super) fn per_server(
 async fn trace(
     servers: &[ClusterClient],
     ran: &[RanJob],
+    kept: &[JobTrace],
     dir: &Path,
 ) -> Result<(Vec<JobPath>, u64), CapacityError> {
     let ids = critical_path::traced_ids(ran);
-    let (traces, errors) = fetch::fetch(servers, &ids).await;
+    let (traces, errors) = fetch::fetch(servers, &ids, kept).await;
     for e in errors {
         eprintln!("loadgen: where the time went: {e}");
     }

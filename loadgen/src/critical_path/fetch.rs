@@ -8,10 +8,18 @@
 //! once they learn it committed). So the earliest apply any server saw is
 //! the leader's, whichever server led: leadership may have moved during
 //! the run, and a server that restarted records its replay later still.
+//!
+//! A killed server's record dies with it, and when every server that
+//! applied an entry on time was killed at some point, only a late replay is
+//! left. So loadgen reads a server's traces just before it kills it
+//! ([`all_held`]) and adds them to the answers after the drain: they only
+//! fill in apply boundaries of the same evaluation and allocation.
 
 use futures::future::join_all;
 use stampede_proto::client::{ClientError, ClusterClient};
-use stampede_proto::{JobTrace, JobTraceRequest};
+use std::collections::HashMap;
+
+use stampede_proto::{JobListRequest, JobTrace, JobTraceRequest};
 
 /// The most ids one `JobService.Trace` call may carry.
 pub const CHUNK: usize = 1000;
@@ -23,12 +31,18 @@ pub enum TraceError {
 }
 
 /// The traces of `job_ids` in order, from every client of `servers` (one
-/// per server); the jobs of a chunk no server answered get a trace with
-/// `found` false, and the error says which.
+/// per server), with the traces `kept` from servers before they were
+/// killed; the jobs of a chunk no server answered get a trace with `found`
+/// false, and the error says which.
 pub async fn fetch(
     servers: &[ClusterClient],
     job_ids: &[String],
+    kept: &[JobTrace],
 ) -> (Vec<JobTrace>, Vec<TraceError>) {
+    let mut kept_by_job: HashMap<&str, Vec<&JobTrace>> = HashMap::new();
+    for t in kept {
+        kept_by_job.entry(t.job_id.as_str()).or_default().push(t);
+    }
     let mut traces = Vec::with_capacity(job_ids.len());
     let mut errors = Vec::new();
     for (n, chunk) in job_ids.chunks(CHUNK).enumerate() {
@@ -51,7 +65,8 @@ pub async fn fetch(
         }
         traces.extend(chunk.iter().enumerate().map(|(i, id)| {
             let answers: Vec<&JobTrace> = ok.iter().map(|t| &t[i]).collect();
-            merge(id, &answers)
+            let kept = kept_by_job.get(id.as_str()).map_or(&[][..], |k| &k[..]);
+            merge(id, &answers, kept)
         }));
     }
     (traces, errors)
@@ -68,10 +83,29 @@ async fn ask(server: &ClusterClient, ids: &[String]) -> Result<Vec<JobTrace>, Cl
         .await
 }
 
+/// Every trace server `server` holds now, of each job in its state (found
+/// ones only): read just before the server is killed.
+pub async fn all_held(server: &ClusterClient) -> Result<Vec<JobTrace>, ClientError> {
+    let jobs = server
+        .retrying(|c| async move {
+            let req = JobListRequest { query: None };
+            Ok(c.jobs().list(req).await?.into_inner().jobs)
+        })
+        .await?;
+    let ids: Vec<String> = jobs.into_iter().map(|j| j.id).collect();
+    let mut held = Vec::with_capacity(ids.len());
+    for chunk in ids.chunks(CHUNK) {
+        held.extend(ask(server, chunk).await?.into_iter().filter(|t| t.found));
+    }
+    Ok(held)
+}
+
 /// One trace of job `id` from the servers' answers: the most complete one
 /// (the fewest unknown steps), with each applied boundary the earliest any
-/// server that traced the same evaluation and allocation recorded.
-pub fn merge(id: &str, answers: &[&JobTrace]) -> JobTrace {
+/// server that traced the same evaluation and allocation recorded, in its
+/// answer or in a trace `kept` from it before it was killed. A kept trace
+/// is never the one chosen: it may be of a version the job left since.
+pub fn merge(id: &str, answers: &[&JobTrace], kept: &[&JobTrace]) -> JobTrace {
     let known = |t: &JobTrace| boundaries(t).iter().filter(|&&b| b != 0).count();
     // The first of the most complete, so a tie goes the same way each time.
     let Some(base) = answers
@@ -86,9 +120,9 @@ pub fn merge(id: &str, answers: &[&JobTrace]) -> JobTrace {
         };
     };
     let mut out = base.clone();
-    let same = answers
-        .iter()
-        .filter(|t| t.found && t.eval_id == base.eval_id && t.alloc_id == base.alloc_id);
+    let same = answers.iter().chain(kept).filter(|t| {
+        t.found && t.job_id == id && t.eval_id == base.eval_id && t.alloc_id == base.alloc_id
+    });
     for t in same {
         earliest(&mut out.registered_us, t.registered_us);
         earliest(&mut out.eval_created_us, t.eval_created_us);

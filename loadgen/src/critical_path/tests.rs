@@ -205,7 +205,7 @@ fn merged_traces_take_each_applied_boundary_from_the_earliest_server() {
     let mut lagging = leader.clone();
     lagging.running_committed_us = 0;
     lagging.registered_us -= 50;
-    let m = merge("a", &[&follower, &lagging, &leader]);
+    let m = merge("a", &[&follower, &lagging, &leader], &[]);
     assert_eq!(m.registered_us, leader.registered_us - 50);
     assert_eq!(m.eval_created_us, leader.eval_created_us);
     assert_eq!(m.plan_committed_us, leader.plan_committed_us);
@@ -213,9 +213,50 @@ fn merged_traces_take_each_applied_boundary_from_the_earliest_server() {
     let mut other_alloc = leader.clone();
     other_alloc.alloc_id = "another".into();
     other_alloc.running_committed_us = 1;
-    let m = merge("a", &[&leader, &other_alloc]);
+    let m = merge("a", &[&leader, &other_alloc], &[]);
     assert_eq!(m.running_committed_us, leader.running_committed_us);
-    assert!(!merge("a", &[]).found);
+    assert!(!merge("a", &[], &[]).found);
+}
+
+/// A leader killed and restarted loses its record of when it applied each
+/// entry: after the drain only the late replays answer. The trace read
+/// from it before the kill gives back the applies on time, but only for
+/// the evaluation and allocation the answers after the drain chose.
+#[test]
+fn traces_kept_before_a_kill_fill_in_the_applies_it_lost() {
+    let (_, on_time) = job("a", 0, [1; 11]);
+    let mut replayed = on_time.clone();
+    replayed.registered_us += 9_000_000;
+    replayed.eval_created_us += 9_000_000;
+    replayed.plan_committed_us += 9_000_000;
+    replayed.running_committed_us += 9_000_000;
+    let m = merge("a", &[&replayed], &[&on_time]);
+    assert_eq!(m.registered_us, on_time.registered_us);
+    assert_eq!(m.eval_created_us, on_time.eval_created_us);
+    assert_eq!(m.plan_committed_us, on_time.plan_committed_us);
+    assert_eq!(m.running_committed_us, on_time.running_committed_us);
+    assert_eq!(m.delivered_us, replayed.delivered_us);
+
+    // Kept before an update: another allocation, and never the one chosen,
+    // however complete it is.
+    let mut older = on_time.clone();
+    older.alloc_id = "older".into();
+    older.running_committed_us = 1;
+    let mut partial = replayed.clone();
+    partial.delivered_us = 0;
+    let m = merge("a", &[&partial], &[&older]);
+    assert_eq!(m.alloc_id, partial.alloc_id);
+    assert_eq!(m.running_committed_us, partial.running_committed_us);
+    assert_eq!(m.delivered_us, 0);
+    // Another job's trace is not this job's.
+    let mut other_job = on_time.clone();
+    other_job.job_id = "b".into();
+    assert_eq!(
+        merge("a", &[&replayed], &[&other_job]).registered_us,
+        replayed.registered_us
+    );
+    // Kept traces alone are no answer: the job was not found after the drain.
+    assert!(!merge("a", &[], &[&on_time]).found);
 }
 
 #[test]

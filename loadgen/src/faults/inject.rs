@@ -1,10 +1,16 @@
 //! Injecting a scenario's fault steps into the local cluster while the
 //! stream runs, and undoing each after its duration.
 
+use std::time::Duration;
+
 use stampede_launch::{LocalCluster, NodeId};
+use stampede_proto::client::ClusterClient;
+use stampede_proto::security::Role;
+use stampede_proto::JobTrace;
 use tokio::time::Instant;
 
 use super::{FaultsConfig, Injected};
+use crate::critical_path::fetch;
 use crate::scenario::{FaultAction, FaultStep};
 use crate::server_status::{named_leader, Probe, Settled};
 
@@ -95,12 +101,18 @@ async fn strike(
         _ => one(follower)?,
     };
     let any_leader_counts = step.action == FaultAction::KillAll;
+    let kills = matches!(
+        step.action,
+        FaultAction::KillLeader | FaultAction::KillFollower | FaultAction::KillAll
+    );
     // A killed server comes back as a new process, whose counters start at 0.
-    let installed_before = match step.action {
-        FaultAction::KillLeader | FaultAction::KillFollower | FaultAction::KillAll => {
-            Some(vec![0; struck.len()])
-        }
-        _ => installed(cluster, &struck).await,
+    let installed_before = match kills {
+        true => Some(vec![0; struck.len()]),
+        false => installed(cluster, &struck).await,
+    };
+    let traces_before = match kills {
+        true => traces_held(cluster, &struck).await,
+        false => Vec::new(),
     };
 
     let at = Instant::now();
@@ -169,8 +181,44 @@ async fn strike(
         term_after: None,
         caught_up_s: caught_up.map(secs),
         snapshots_installed,
+        traces_before,
     })
 }
+
+/// Every trace `servers` hold, read just before they are killed: their
+/// record of when they applied each entry dies with them. A server that
+/// does not answer soon is killed without: its traces are a measure's aid,
+/// and the fault's time is the scenario's.
+async fn traces_held(cluster: &LocalCluster, servers: &[NodeId]) -> Vec<JobTrace> {
+    let security = match cluster.security(Role::Operator) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("loadgen: traces before the kill not read: {e}");
+            return Vec::new();
+        }
+    };
+    let mut held = Vec::new();
+    for s in cluster.servers().iter().filter(|s| servers.contains(&s.id)) {
+        let read = async {
+            let client = ClusterClient::new(&[s.rpc.to_string()], &security)?
+                .with_retry_for(TRACES_HELD_WAIT)
+                .with_attempt_timeout(TRACES_HELD_WAIT);
+            fetch::all_held(&client).await
+        };
+        match tokio::time::timeout(TRACES_HELD_WAIT, read).await {
+            Ok(Ok(traces)) => held.extend(traces),
+            Ok(Err(e)) => eprintln!("loadgen: server {}'s traces before the kill: {e}", s.id),
+            Err(_) => eprintln!(
+                "loadgen: server {}'s traces before the kill: no answer within {TRACES_HELD_WAIT:?}",
+                s.id
+            ),
+        }
+    }
+    held
+}
+
+/// How long reading a server's traces may hold up its kill.
+const TRACES_HELD_WAIT: Duration = Duration::from_secs(2);
 
 /// The highest index the servers other than `struck` have applied; `None`
 /// when none of them answers (or every server was struck).

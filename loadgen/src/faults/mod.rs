@@ -25,6 +25,7 @@ mod tests;
 use std::time::Duration;
 
 use stampede_launch::NodeId;
+use stampede_proto::JobTrace;
 
 use crate::scenario::FaultStep;
 pub use audit::{audit, Audit};
@@ -92,4 +93,8 @@ pub struct Injected {
     pub caught_up_s: Option<f64>,
     /// [`FaultReport::snapshots_installed`].
     pub snapshots_installed: Option<u64>,
+    /// For a kill: every trace the struck servers held just before it
+    /// ([`crate::critical_path::fetch::all_held`]), since their record of
+    /// when they applied each entry dies with them.
+    pub traces_before: Vec<JobTrace>,
 }

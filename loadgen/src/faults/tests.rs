@@ -213,6 +213,7 @@ fn fault_at_20(action: FaultAction, secs: u64, leader_s: f64) -> Injected {
         term_after: Some(4),
         caught_up_s: Some(20.0 + secs as f64 + 0.75),
         snapshots_installed: Some(1),
+        traces_before: Vec::new(),
     }
 }
 

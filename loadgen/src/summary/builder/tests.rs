@@ -258,6 +258,7 @@ fn kill(scenario: &Scenario) -> Injected {
         term_after: Some(3),
         caught_up_s: Some(26.5),
         snapshots_installed: Some(0),
+        traces_before: Vec::new(),
     }
 }
 
