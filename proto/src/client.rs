@@ -469,10 +469,12 @@ impl ClusterClient {
                 for i in (s..channels.len()).step_by(servers.len()) {
                     health.failed(i);
                     suspect(&health, &channels, &auth, i, &runtime);
-                    health.silenced[i].notify_waiters();
+                    // The hooks before the calls parked there are woken: a
+                    // caller sees their effects once its call has failed.
                     for hook in crate::lock(&health.on_silent).iter() {
                         hook(i);
                     }
+                    health.silenced[i].notify_waiters();
                 }
             }
             true
