@@ -194,14 +194,21 @@ fn the_slowest_come_first_and_k_bounds_them() {
     assert!(figures::slowest(&paths, 0, "v").is_empty());
 }
 
+/// `t` as a server that applied each of its entries `us` later records it.
+fn applied_later(t: &JobTrace, us: u64) -> JobTrace {
+    JobTrace {
+        registered_us: t.registered_us + us,
+        eval_created_us: t.eval_created_us + us,
+        plan_committed_us: t.plan_committed_us + us,
+        running_committed_us: t.running_committed_us + us,
+        ..t.clone()
+    }
+}
+
 #[test]
 fn merged_traces_take_each_applied_boundary_from_the_earliest_server() {
     let (_, leader) = job("a", 0, [1; 11]);
-    let mut follower = leader.clone();
-    follower.registered_us += 300;
-    follower.eval_created_us += 300;
-    follower.plan_committed_us += 300;
-    follower.running_committed_us += 300;
+    let follower = applied_later(&leader, 300);
     let mut lagging = leader.clone();
     lagging.running_committed_us = 0;
     lagging.registered_us -= 50;
@@ -225,11 +232,7 @@ fn merged_traces_take_each_applied_boundary_from_the_earliest_server() {
 #[test]
 fn traces_kept_before_a_kill_fill_in_the_applies_it_lost() {
     let (_, on_time) = job("a", 0, [1; 11]);
-    let mut replayed = on_time.clone();
-    replayed.registered_us += 9_000_000;
-    replayed.eval_created_us += 9_000_000;
-    replayed.plan_committed_us += 9_000_000;
-    replayed.running_committed_us += 9_000_000;
+    let replayed = applied_later(&on_time, 9_000_000);
     let m = merge("a", &[&replayed], &[&on_time]);
     assert_eq!(m.registered_us, on_time.registered_us);
     assert_eq!(m.eval_created_us, on_time.eval_created_us);
