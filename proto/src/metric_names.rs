@@ -28,6 +28,11 @@ names! {
     RAFT_IS_LEADER = "stampede_raft_is_leader";
     RAFT_TERM = "stampede_raft_term";
     RAFT_APPLIED_INDEX = "stampede_raft_applied_index";
+    /// Elections this server started: its pre-vote was granted and it
+    /// raised the term.
+    RAFT_ELECTIONS_STARTED_TOTAL = "stampede_raft_elections_started_total";
+    /// The term of the last election this server started; 0 if none.
+    RAFT_ELECTION_STARTED_TERM = "stampede_raft_election_started_term";
     /// Bytes of the server's current raft snapshot (the latest built or
     /// installed).
     RAFT_SNAPSHOT_BYTES = "stampede_raft_snapshot_bytes";
@@ -89,6 +94,8 @@ pub const ALL: &[&str] = &[
     RAFT_IS_LEADER,
     RAFT_TERM,
     RAFT_APPLIED_INDEX,
+    RAFT_ELECTIONS_STARTED_TOTAL,
+    RAFT_ELECTION_STARTED_TERM,
     RAFT_SNAPSHOT_BYTES,
     RAFT_SNAPSHOT_BUILD_SECONDS,
     NODES,
