@@ -26,6 +26,8 @@ const KEEP: &[&str] = &[
     metric_names::RAFT_ENTRY_BYTES_TOTAL,
     metric_names::RAFT_IS_LEADER,
     metric_names::RAFT_TERM,
+    metric_names::RAFT_ELECTIONS_STARTED_TOTAL,
+    metric_names::RAFT_ELECTION_STARTED_TERM,
     metric_names::NODES,
     NODESIM_HEARTBEATS,
     NODESIM_TTL,

@@ -35,7 +35,13 @@ pub struct FaultReport {
     /// From the injection to the first acknowledgement of a registration
     /// submitted at or after it; null if none was submitted after it.
     pub unavailable_s: Option<f64>,
-    /// Raft elections it caused: the growth of the highest term the servers reported.
+    /// Raft elections it caused. Only a fault that struck the leader
+    /// causes any, and only those that deposed the server it struck (the
+    /// summary books them from the servers' samples:
+    /// `crate::summary::elections`; without those, the growth of the
+    /// highest term the servers reported while it settled); a fault that
+    /// spared the leader causes none, and an election during it is outside
+    /// the faults.
     pub elections: Option<u64>,
     /// When the fault was over (servers back, links healed) and a leader known.
     pub recovered_s: Option<f64>,
@@ -315,7 +321,10 @@ pub fn measure(
                 time_to_leader_s: f.leader_s.map(|l| l - f.at_s),
                 leader_after: f.leader_after,
                 unavailable_s,
-                elections: f.term_after.map(|t| t.saturating_sub(f.term_before)),
+                elections: match f.step.action.hits_leader() {
+                    true => f.term_after.map(|t| t.saturating_sub(f.term_before)),
+                    false => Some(0),
+                },
                 recovered_s,
                 throughput_before: ack_rate(journal, (f.at_s - window).max(since_previous), f.at_s),
                 throughput_after: recovered_s

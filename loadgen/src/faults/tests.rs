@@ -114,6 +114,24 @@ fn a_fault_is_measured_from_the_acknowledgements_around_it() {
         r.control_plane_recovery_s, None,
         "no job placed: no baseline"
     );
+    // A fault that spares the leader causes no election, though the term
+    // grew while it lasted (a follower campaigned): that one is outside it.
+    for action in [
+        FaultAction::KillFollower,
+        FaultAction::PauseFollower,
+        FaultAction::PartitionFollower,
+        FaultAction::PauseFleet,
+    ] {
+        let spared = fault_at_20(action, 2, 22.5);
+        let r = &measure(
+            &[spared],
+            &j,
+            &JobTimes::default(),
+            30.0,
+            Duration::from_secs(10),
+        )[0];
+        assert_eq!(r.elections, Some(0), "{action:?}");
+    }
 
     // No leader found: no recovery, nothing after; no submission after
     // the fault: no unavailability measured.

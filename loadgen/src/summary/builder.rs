@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use stampede_proto::metric_names;
 
+use super::elections::{self, Struck};
 use super::fleet::{self, FleetInput};
 use super::per_allocation;
 use super::{summarize, window_figures, Binaries, BuildInfo, Builds, VariantSummary};
@@ -112,8 +113,12 @@ pub fn build(i: VariantInputs) -> VariantSummary {
     s.ended_unix = i.ended_unix;
     s.audit = i.audit;
     s.invariants = i.invariants;
+    let struck = i
+        .faulted
+        .as_ref()
+        .map_or_else(Vec::new, |f| timeline(&f.injected));
     let times = (i.ready_s, i.term_at_start, first_submit_s);
-    add_fleet(&mut s, i.scenario.nodes, times);
+    add_fleet(&mut s, i.scenario.nodes, times, &struck);
     add_per_allocation(&mut s);
     s
 }
@@ -171,13 +176,30 @@ fn validity_of(
     validity::judge(schedule, &s.series, &budget)
 }
 
-/// The run's elections and its fleet's figures, from the samples.
-/// `times`: when the fleet was ready, the term at the start, and when the
-/// first job was submitted.
+/// What each injected fault did to the servers, by the names their
+/// samples go by (`server-{id}`, as a local cluster's targets are named).
+fn timeline(injected: &[Injected]) -> Vec<Struck> {
+    (injected.iter())
+        .map(|f| Struck {
+            action: f.step.action,
+            servers: f.servers.iter().map(|id| format!("server-{id}")).collect(),
+            from_s: f.at_s,
+            to_s: f.undone_s.max(f.at_s),
+        })
+        .collect()
+}
+
+/// The run's elections, each explained, and its fleet's figures, from the
+/// samples. `times`: when the fleet was ready, the term at the start, and
+/// when the first job was submitted; `struck`: the faults' timeline, one
+/// entry per fault of `summary.faults`. A fault on the leader is booked the
+/// elections that deposed the server it struck; an election no such fault
+/// caused makes the run invalid.
 fn add_fleet(
     summary: &mut VariantSummary,
     nodes: u64,
     (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
+    struck: &[Struck],
 ) {
     let is_server = |s: &&Series| !s.names_of(metric_names::RAFT_TERM).is_empty();
     let servers: Vec<&Series> = summary.series.iter().filter(is_server).collect();
@@ -187,6 +209,18 @@ fn add_fleet(
         .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
         .collect();
     let elections = fleet::elections(&servers, term_at_start);
+    let explained = elections::explain(&servers, term_at_start, struck);
+    if elections.is_some() {
+        for (i, f) in summary.faults.iter_mut().enumerate() {
+            if f.action.hits_leader() {
+                f.elections = Some(elections::booked(&explained, i));
+            }
+        }
+    }
+    let unexplained = elections::reasons(&explained, struck);
+    summary.validity.valid &= unexplained.is_empty();
+    summary.validity.reasons.extend(unexplained);
+    summary.elections_detail = explained.into_iter().map(|e| e.election).collect();
     let ran = summary.stream.time_to_running_ms.count > 0;
     let f = fleet::fleet(&FleetInput {
         nodes,

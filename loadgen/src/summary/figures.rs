@@ -99,6 +99,7 @@ pub fn summarize(
         invariants: Vec::new(),
         fleet: Default::default(),
         elections: None,
+        elections_detail: Vec::new(),
         series,
         acks_per_second: Vec::new(),
     }

@@ -54,7 +54,9 @@ pub struct Fleet {
     /// heartbeat throughout, so each one is a node wrongly marked down.
     pub wrongly_down_after_failover: Option<u64>,
     /// Raft elections outside the injected faults: the run's elections
-    /// less those the faults caused.
+    /// less those the faults caused (only a fault on the leader causes
+    /// any: each of them is in `elections_detail`, and one outside the
+    /// faults makes the run invalid).
     pub elections_outside_faults: Option<u64>,
     /// Until every allocation of the run's jobs ran, from the first job's
     /// submission, seconds (the slowest job's time to running).

@@ -24,6 +24,7 @@ mod build;
 mod builder;
 pub mod comparison;
 pub mod delivery;
+pub mod elections;
 mod figures;
 pub mod fleet;
 mod intervals;
@@ -270,6 +271,10 @@ pub struct VariantSummary {
     /// (registration included) to the end: the growth of the highest term;
     /// null when no server's term was read at the start.
     pub elections: Option<u64>,
+    /// Each of those elections explained: the term it raised, the server
+    /// that started it, when, and whether the previous leader was alive
+    /// (`summary::elections`); empty when `elections` is null or 0.
+    pub elections_detail: Vec<elections::Election>,
     /// The simulated fleet: registration, memory per node, parked queries,
     /// heartbeats against the TTL formula, nodes wrongly down after a
     /// leader kill.

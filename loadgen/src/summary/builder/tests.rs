@@ -12,7 +12,7 @@ use crate::critical_path::{JobPath, N_STAGES};
 use crate::faults::Injected;
 use crate::invariants::Invariant;
 use crate::sampler::{parse, Point, Series, Target};
-use crate::scenario::Scenario;
+use crate::scenario::{FaultAction, Scenario};
 use crate::search::{Probe, SearchReport};
 use crate::stream::{sketch_quantiles, Ack, JobTimes, Journal, Percentiles, RanJob, StreamReport};
 use crate::summary::measures::{figures, MEASURES};
@@ -28,8 +28,9 @@ fn build_line(commit: &str, dirty: bool) -> String {
     format!("stampede_build_info{{commit=\"{commit}\",dirty=\"{dirty}\",version=\"0.1.0\"}} 1\n")
 }
 
-/// What server `id` serves on `/metrics` `t` seconds in: server 1 leads
-/// until it is killed at 15 s (term 2, then 3).
+/// What server `id` serves on `/metrics` `t` seconds in: server 2 leads
+/// in term 2 until it is killed at 15 s; server 3 starts term 3 and leads
+/// from 16 s.
 fn server_metrics(id: u64, t: f64) -> String {
     let term = if t < 16.0 { 2 } else { 3 };
     let counts = [
@@ -62,7 +63,10 @@ fn server_metrics(id: u64, t: f64) -> String {
     m += &format!("stampede_raft_snapshot_build_seconds_count {built}\n");
     m += &format!("stampede_raft_snapshot_build_seconds_sum {}\n", 0.4 * built);
     m += &format!("stampede_raft_snapshot_bytes {}\n", 1.5e6 * built);
-    m += &format!("stampede_raft_is_leader {}\n", u8::from(id == 2));
+    let leads = (id == 2 && t < 15.0) || (id == 3 && t >= 16.0);
+    m += &format!("stampede_raft_is_leader {}\n", u8::from(leads));
+    let started = if id == 3 && t >= 16.0 { 3 } else { 0 };
+    m += &format!("stampede_raft_election_started_term {started}\n");
     m += &format!("stampede_process_cpu_seconds_total {}\n", 0.3 * t);
     let rss = (90.0 + id as f64 * 10.0 + t / 10.0) * MIB;
     m += &format!("stampede_process_resident_memory_bytes {rss}\n");
@@ -265,6 +269,13 @@ fn kill(scenario: &Scenario) -> Injected {
 /// The variant summary a run like this one gets.
 pub(crate) fn filled() -> VariantSummary {
     let scenario = scenario();
+    let injected = kill(&scenario);
+    filled_with(&scenario, injected)
+}
+
+/// The variant summary of the same run with `injected` as its one fault.
+fn filled_with(scenario: &Scenario, injected: Injected) -> VariantSummary {
+    let scenario = scenario.clone();
     let variant = scenario.runs().remove(0);
     let mut series: Vec<Series> = (1..=3)
         .map(|id| sampled(&format!("server-{id}"), move |t| server_metrics(id, t)))
@@ -273,7 +284,6 @@ pub(crate) fn filled() -> VariantSummary {
     series.push(sampled("loadgen", loadgen_metrics));
     // nodesim stopped answering for the last sample.
     series[3].lost_at = Some(60.0);
-    let injected = kill(&scenario);
     build(VariantInputs {
         scenario: &scenario,
         variant: &variant,
@@ -493,8 +503,23 @@ fn the_builder_fills_the_whole_variant_from_its_inputs() {
     assert!(!v.acks_per_second.is_empty());
     assert_eq!(v.audit.as_ref().unwrap().acked, 120);
     assert_eq!(v.invariants.len(), 1);
-    // Elections (term 2 to 3) and the fleet.
+    // Elections (term 2 to 3, server 3 deposing the killed leader) and the fleet.
     assert_eq!(v.elections, Some(1));
+    assert_eq!(
+        v.elections_detail,
+        [crate::summary::elections::Election {
+            term: 3,
+            by: Some("server-3".into()),
+            at_s: 16.0,
+            leader_was_alive: false,
+        }]
+    );
+    assert_eq!(
+        v.faults[0].elections,
+        Some(1),
+        "booked to the leader's kill"
+    );
+    assert_eq!(v.fleet.elections_outside_faults, Some(0));
     assert_eq!(v.fleet.nodes, scenario().nodes);
     assert_eq!(v.fleet.ready_s, Some(3.5));
     assert_eq!(v.fleet.ttl_s, Some(10.0));
@@ -519,6 +544,31 @@ fn the_builder_fills_the_whole_variant_from_its_inputs() {
     // The run's windows, and the stream's wall-clock range.
     assert_eq!(v.window_figures.len(), 5, "10-20 ... 50-60");
     assert_eq!(v.ended_unix - v.started_unix, 62.0);
+}
+
+#[test]
+fn an_election_during_a_follower_kill_is_outside_the_faults_and_invalidates_the_run() {
+    // The same run, but the fault struck follower 1 from 15 to 25 s: the
+    // election of term 3 deposed server 2, alive.
+    let scenario = scenario();
+    let mut injected = kill(&scenario);
+    injected.step.action = FaultAction::KillFollower;
+    injected.servers = vec![1];
+    injected.leader_after = Some(2);
+    let v = filled_with(&scenario, injected);
+    assert_eq!(v.elections, Some(1));
+    assert!(v.elections_detail[0].leader_was_alive);
+    assert_eq!(
+        v.faults[0].elections,
+        Some(0),
+        "a follower's kill books none"
+    );
+    assert_eq!(v.fleet.elections_outside_faults, Some(1));
+    assert!(!v.validity.valid);
+    assert_eq!(
+        v.validity.reasons,
+        ["election for term 3 at 16.0 s started by server-3 while the leader server-2 was alive"]
+    );
 }
 
 #[test]
