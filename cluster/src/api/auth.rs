@@ -374,6 +374,7 @@ mod tests {
         let g = Guard::new(true, Some(acl));
         for path in [
             "/stampede.v1.RaftService/Vote",
+            "/stampede.v1.RaftService/PreVote",
             "/stampede.v1.RaftService/Forward",
             "/stampede.v1.RaftService/ForwardStream",
             "/stampede.v1.EvalService/Dequeue",

@@ -24,6 +24,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::call_stream::{Answers, Ticketed};
 use super::Reply;
+use crate::raft::election::{self, PreVoteRequest};
 use crate::raft::inbound::{self, Implausible, Receiver};
 use crate::raft::metrics::Metrics;
 use crate::raft::{ChunkRefused, Proposer, SnapshotReceiver};
@@ -40,6 +41,8 @@ pub struct PeerApi {
     pub snapshots: Arc<SnapshotReceiver>,
     /// The configured members (`--peers`): a genuine message agrees.
     pub members: Arc<BTreeSet<NodeId>>,
+    /// The election timing, for pre-votes.
+    pub timing: election::Timing,
 }
 
 /// A payload that is not the raft message its call expects.
@@ -170,6 +173,25 @@ impl RaftService for PeerApi {
             },
         )?;
         Ok(Response::new(encode(&self.raft.vote(rpc).await)?))
+    }
+
+    /// Changes nothing here: only says whether this server would vote.
+    async fn pre_vote(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {
+        let rpc: PreVoteRequest = decode(req.get_ref())?;
+        let (members, term) = self.receiver();
+        inbound::pre_vote(
+            rpc.candidate,
+            rpc.term,
+            rpc.last_log_id.as_ref(),
+            Receiver {
+                members: &members,
+                term,
+            },
+        )?;
+        let answer = election::answer(&self.raft, &self.timing, &self.metrics, &rpc)
+            .await
+            .ok_or_else(|| Status::unavailable("raft is shutting down"))?;
+        Ok(Response::new(encode(&answer)?))
     }
 
     async fn install_snapshot(&self, req: Request<RaftPayload>) -> Reply<RaftPayload> {

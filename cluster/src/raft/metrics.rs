@@ -28,6 +28,14 @@ pub struct Metrics {
     pub raft_term: IntGauge,
     pub raft_is_leader: IntGauge,
     pub raft_leader_changes: IntCounter,
+    /// Elections this server started (its pre-vote granted by a quorum),
+    /// and the term of the last one (`raft::election`).
+    pub raft_elections_started: IntCounter,
+    pub raft_election_started_term: IntGauge,
+    /// Campaigns this server did not start: its pre-vote found no quorum.
+    pub raft_campaigns_stopped: IntCounter,
+    /// Pre-votes this server refused, by `reason`.
+    pub raft_prevotes_refused: IntCounterVec,
     pub raft_snapshots_built: IntCounter,
     pub raft_snapshots_installed: IntCounter,
     pub raft_snapshot_bytes: IntGauge,
@@ -110,6 +118,28 @@ impl Metrics {
                 &r,
                 "stampede_raft_leader_changes_total",
                 "Times this server saw a new leader.",
+            ),
+            raft_elections_started: int_counter(
+                &r,
+                metric_names::RAFT_ELECTIONS_STARTED_TOTAL,
+                "Elections this server started: a quorum granted its pre-vote, so it raised the term.",
+            ),
+            raft_election_started_term: int_gauge(
+                &r,
+                metric_names::RAFT_ELECTION_STARTED_TERM,
+                "The term of the last election this server started (0 if none).",
+            ),
+            raft_campaigns_stopped: int_counter(
+                &r,
+                "stampede_raft_campaigns_stopped_total",
+                "Campaigns this server did not start because its pre-vote found no quorum (a leader was alive, or its log was behind).",
+            ),
+            raft_prevotes_refused: int_counter_vec(
+                &r,
+                "stampede_raft_prevotes_refused_total",
+                "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, or the candidate's log is behind.",
+                "reason",
+                crate::raft::election::REFUSAL_LABELS,
             ),
             raft_snapshots_built: int_counter(
                 &r,

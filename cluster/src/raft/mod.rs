@@ -16,9 +16,12 @@
 //!   and `write`.
 //!
 //! [`metrics`] and raft's own [`runtime`] serve them all; [`contact`] keeps
-//! whether this server is in touch with the cluster, from raft's metrics.
+//! whether this server is in touch with the cluster, from raft's metrics;
+//! [`election`] starts a campaign only when a quorum agrees the leader is
+//! gone (pre-vote), in place of openraft's own election timer.
 
 pub mod contact;
+pub mod election;
 pub mod metrics;
 pub mod runtime;
 mod state_machine;

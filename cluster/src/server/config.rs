@@ -621,12 +621,28 @@ impl ServeOpts {
         Duration::from_millis(2 * self.heartbeat_ms)
     }
 
+    /// When a server campaigns and how long a leader's word holds
+    /// (`raft::election`): the same figures openraft's own timer used.
+    pub fn election_timing(&self) -> crate::raft::election::Timing {
+        let (min, max) = (self.election_timeout_ms, self.election_timeout_ms * 2);
+        crate::raft::election::Timing {
+            timeout_min: Duration::from_millis(min),
+            timeout_max: Duration::from_millis(max),
+            // openraft's leader lease is the longest election timeout.
+            lease: Duration::from_millis(max),
+        }
+    }
+
     pub fn raft_config(&self) -> Result<openraft::Config, String> {
         let config = openraft::Config {
             cluster_name: "stampede".into(),
             heartbeat_interval: self.heartbeat_ms,
             election_timeout_min: self.election_timeout_ms,
             election_timeout_max: self.election_timeout_ms * 2,
+            // Campaigns are started by `raft::election`, after a pre-vote,
+            // never by openraft's own timer: a follower that was only slow
+            // must not raise the term over a healthy leader.
+            enable_elect: false,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_entries),
             max_in_snapshot_log_to_keep: self.keep_entries,
             // A lagging follower gets a snapshot once it is further behind than the log we keep.

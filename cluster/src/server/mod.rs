@@ -29,7 +29,7 @@ use self::listen::{serve_grpc, serve_http, stopped, Edge, Listening};
 use crate::api::http::HttpState;
 use crate::api::{Api, ConnLimiter, Guard, PeerApi, ServerTls};
 use crate::control::{ControlConfig, ControlPlane, Foundations};
-use crate::raft::contact;
+use crate::raft::{contact, election};
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
 use crate::raft::runtime::RaftRuntime;
@@ -204,6 +204,8 @@ struct Started {
     /// Told by the leadership watcher whether this server leads (how it
     /// syncs).
     log_store: LogStore,
+    /// Raft's channels to its peers, shared with the pre-vote.
+    channels: PeerChannels,
 }
 
 impl Started {
@@ -216,6 +218,7 @@ impl Started {
         let config = Arc::new(opts.raft_config().map_err(ServerError::RaftConfig)?);
         let runtime = RaftRuntime::start().map_err(ServerError::RaftRuntime)?;
         let (id, store) = (opts.id, log_store.clone());
+        let channels = network.channels.clone();
         let raft = runtime
             .run(async move { Raft::new(id, config, network, store, state_machine).await })
             .await
@@ -224,6 +227,7 @@ impl Started {
             raft,
             runtime,
             log_store,
+            channels,
         })
     }
 }
@@ -314,6 +318,7 @@ impl Serving {
             metrics: metrics.clone(),
             snapshots: Default::default(),
             members: Arc::new(opts.peers.0.keys().copied().collect()),
+            timing: opts.election_timing(),
         };
         let rpc_addr = rpc.local_addr();
         let listening = |listener| Listening {
@@ -336,6 +341,14 @@ impl Serving {
             calls: cp.calls.clone(),
         };
         let http = tokio::spawn(serve_http(http_state, listening(http), stop_rx.clone()));
+        // On raft's threads, beside the core whose timer it replaces.
+        started.runtime.handle().spawn(election::drive(
+            raft.clone(),
+            started.channels.clone(),
+            opts.election_timing(),
+            metrics.clone(),
+            stop_rx.clone(),
+        ));
         tokio::spawn(watch_raft(
             raft.clone(),
             metrics,

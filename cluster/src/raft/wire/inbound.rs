@@ -186,6 +186,26 @@ pub fn vote_request(rpc: &VoteRequest<NodeId>, at: Receiver) -> Result<(), Impla
     log_id("last_log_id", rpc.last_log_id.as_ref())
 }
 
+/// A pre-vote (`raft::election`), given its fields: a member candidate, a
+/// term within reach of the receiver's, a bounded last log id.
+pub fn pre_vote(
+    candidate: NodeId,
+    term: u64,
+    last_log_id: Option<&LogId>,
+    at: Receiver,
+) -> Result<(), Implausible> {
+    bounded(|| "term".into(), term)?;
+    if term > at.term.saturating_add(MAX_TERM_AHEAD) {
+        return Err(Implausible::TermAhead {
+            field: "term".into(),
+            value: term,
+            own: at.term,
+        });
+    }
+    at.member("candidate", candidate)?;
+    log_id("last_log_id", last_log_id)
+}
+
 /// InstallSnapshot: bounded terms and indexes in the vote and the
 /// snapshot's metadata. Offsets and sizes are the receiver's to check, see
 /// [`crate::raft::SnapshotReceiver`].

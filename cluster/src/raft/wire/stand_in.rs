@@ -115,6 +115,10 @@ impl RaftService for StandIn {
         Err(Status::unimplemented("vote"))
     }
 
+    async fn pre_vote(&self, _: Request<RaftPayload>) -> Result<Response<RaftPayload>, Status> {
+        Err(Status::unimplemented("pre_vote"))
+    }
+
     async fn install_snapshot(
         &self,
         _: Request<RaftPayload>,

@@ -214,6 +214,12 @@ where
     }
 
     /// Return the last updated time of the vote.
+    /// stampede: the id of the last entry in the log, for the pre-vote that
+    /// the application asks before each campaign (`Raft::with_raft_state`).
+    pub fn last_log(&self) -> Option<&LogId<NID>> {
+        self.log_ids.last()
+    }
+
     pub fn vote_last_modified(&self) -> Option<I> {
         self.vote.utime()
     }

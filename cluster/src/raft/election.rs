@@ -1,0 +1,464 @@
+//! Elections only when the leader is gone: every campaign asks first.
+//!
+//! openraft 0.9 campaigns as soon as a follower's election timer runs out,
+//! and a campaign raises the term, which deposes the leader as soon as it
+//! hears of it. A follower that was only slow (stopped, starved of a core,
+//! installing a snapshot, just restarted) thus cost a healthy cluster its
+//! leader. etcd, hashicorp/raft and CockroachDB ask first (PreVote, the Raft
+//! thesis, 9.6), and so do we: a server campaigns only once a quorum,
+//! itself included, says that it has not heard from a leader within the
+//! lease either and that the candidate's log is as up to date as its own.
+//! Nothing is stored or raised by asking, so a server that is refused
+//! leaves no trace on the others.
+//!
+//! openraft's own election timer is switched off (`enable_elect: false` in
+//! `server::config`) and [`drive`] takes its place, on raft's threads, with
+//! the same timing: a follower that heard from a leader campaigns a lease
+//! plus a random election timeout after its last word, one that did not
+//! (a candidate, or a server just started) a random election timeout after
+//! its last vote. Votes themselves are openraft's, unchanged.
+//!
+//! Each election a server starts is counted, and its term kept in a gauge
+//! (`stampede_raft_election_started_term`), so a run can say who started
+//! each one; the log line says why.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use stampede_proto::RaftPayload;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::metrics::Metrics;
+use super::wire::network::PeerChannels;
+use super::{LogId, NodeId, Raft};
+
+/// The timing of elections, from the server's flags.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// Shortest election timeout; each campaign draws its own between this
+    /// and `timeout_max`.
+    pub timeout_min: Duration,
+    pub timeout_max: Duration,
+    /// How long a leader's last word keeps it alive to a follower: while it
+    /// runs, the follower neither campaigns nor grants a pre-vote.
+    /// openraft's own leader lease, the longest election timeout.
+    pub lease: Duration,
+}
+
+impl Timing {
+    /// How often the driver looks at raft: often enough that a campaign
+    /// starts within a tenth of the shortest timeout of being due.
+    fn tick(&self) -> Duration {
+        (self.timeout_min / 10).max(Duration::from_millis(5))
+    }
+
+    /// A fresh random election timeout.
+    fn draw(&self) -> Duration {
+        if self.timeout_max <= self.timeout_min {
+            return self.timeout_min;
+        }
+        rand::thread_rng().gen_range(self.timeout_min..self.timeout_max)
+    }
+
+    /// How long a pre-vote waits for its answers: the shortest timeout, so
+    /// a round never runs into the next one.
+    fn ask_for(&self) -> Duration {
+        self.timeout_min
+    }
+}
+
+/// A pre-vote: would the receiver vote for `candidate` in `term`?
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreVoteRequest {
+    pub candidate: NodeId,
+    /// The term the candidate would campaign for (its own plus one).
+    pub term: u64,
+    pub last_log_id: Option<LogId>,
+}
+
+/// The answer: granted, or why not.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreVoteResponse {
+    pub granted: bool,
+    /// The receiver's own term.
+    pub term: u64,
+    /// Why it was refused; `None` when granted.
+    pub refused: Option<Refusal>,
+}
+
+/// Why a pre-vote was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    #[error("the receiver leads")]
+    Leading,
+    #[error("the receiver heard from its leader {ago_ms} ms ago, within the lease")]
+    LeaderHeard { ago_ms: u64 },
+    #[error("the candidate's log is behind the receiver's")]
+    LogBehind,
+}
+
+impl Refusal {
+    /// The `reason` label of `stampede_raft_prevotes_refused_total`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Self::Leading => "leading",
+            Self::LeaderHeard { .. } => "leader_heard",
+            Self::LogBehind => "log_behind",
+        }
+    }
+}
+
+/// The `reason` labels, for the metric's definition.
+pub const REFUSAL_LABELS: &[&str] = &["leading", "leader_heard", "log_behind"];
+
+/// What this server's raft shows, as far as elections go.
+#[derive(Debug, Clone, PartialEq)]
+pub struct View {
+    pub leading: bool,
+    pub term: u64,
+    /// Whether its vote is for an elected leader (not a candidate's).
+    pub committed: bool,
+    /// The leader it knows, when its vote is committed.
+    pub leader: Option<NodeId>,
+    /// Since its vote last changed or was confirmed by a leader's message;
+    /// `None` when it has not been since this server started.
+    pub heard_ago: Option<Duration>,
+    pub last_log_id: Option<LogId>,
+    pub voters: BTreeSet<NodeId>,
+}
+
+/// Reads the view from raft's core.
+async fn look(raft: &Raft) -> Option<View> {
+    raft.with_raft_state(|s| {
+        let now = Instant::now();
+        let vote = s.vote_ref();
+        View {
+            leading: s.server_state == ServerState::Leader,
+            term: vote.leader_id().get_term(),
+            committed: vote.is_committed(),
+            leader: vote
+                .is_committed()
+                .then(|| vote.leader_id().voted_for())
+                .flatten(),
+            heard_ago: s
+                .vote_last_modified()
+                .map(|at| now.saturating_duration_since(at)),
+            last_log_id: s.last_log().copied(),
+            voters: s.membership_state.effective().voter_ids().collect(),
+        }
+    })
+    .await
+    .ok()
+}
+
+/// Whether a server whose raft shows `me` grants `req`.
+pub fn judge(req: &PreVoteRequest, me: &View, lease: Duration) -> Result<(), Refusal> {
+    if me.leading {
+        return Err(Refusal::Leading);
+    }
+    if me.committed {
+        if let Some(ago) = me.heard_ago.filter(|ago| *ago <= lease) {
+            return Err(Refusal::LeaderHeard {
+                ago_ms: ago.as_millis() as u64,
+            });
+        }
+    }
+    // The candidate's term is not compared: one behind learns the term in
+    // its real campaign (openraft takes a higher vote from the answers) and
+    // wins the next, while refusing it here could leave two servers each
+    // refusing the other for ever (one for its log, one for its term).
+    if req.last_log_id < me.last_log_id {
+        return Err(Refusal::LogBehind);
+    }
+    Ok(())
+}
+
+/// The receiver's side: this server's answer to a peer's pre-vote.
+pub async fn answer(
+    raft: &Raft,
+    timing: &Timing,
+    metrics: &Metrics,
+    req: &PreVoteRequest,
+) -> Option<PreVoteResponse> {
+    let me = look(raft).await?;
+    let verdict = judge(req, &me, timing.lease);
+    if let Err(refused) = &verdict {
+        metrics
+            .raft_prevotes_refused
+            .with_label_values(&[refused.label()])
+            .inc();
+    }
+    Some(PreVoteResponse {
+        granted: verdict.is_ok(),
+        term: me.term,
+        refused: verdict.err(),
+    })
+}
+
+/// When a server that shows `me` is due to campaign, given the timeout it
+/// drew and how long it has run (for a server that heard from no one).
+fn due(me: &View, drawn: Duration, timing: &Timing, running_for: Duration) -> bool {
+    let quiet_for = me.heard_ago.unwrap_or(running_for);
+    let wait = if me.committed {
+        timing.lease + drawn
+    } else {
+        drawn
+    };
+    quiet_for >= wait
+}
+
+/// Runs this server's elections until `stop` turns true: every tick, looks
+/// at raft; when a campaign is due, asks the other voters, and starts it
+/// only if a quorum grants.
+pub async fn drive(
+    raft: Raft,
+    channels: PeerChannels,
+    timing: Timing,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let started = Instant::now();
+    let mut drawn = timing.draw();
+    // After a refused pre-vote: not before a fresh timeout has passed.
+    let mut not_before = started;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(timing.tick()) => {}
+            _ = stop.changed() => return,
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let Some(me) = look(&raft).await else {
+            return; // raft has shut down
+        };
+        let now = Instant::now();
+        if me.leading || !me.voters.contains(&raft_id(&raft)) || now < not_before {
+            continue;
+        }
+        if !due(&me, drawn, &timing, now - started) {
+            continue;
+        }
+        let id = raft_id(&raft);
+        let req = PreVoteRequest {
+            candidate: id,
+            term: me.term + 1,
+            last_log_id: me.last_log_id,
+        };
+        let granted_by = ask(&raft, &channels, &timing, &me, &req).await;
+        // The candidate grants itself.
+        let quorum = me.voters.len() / 2 + 1;
+        if granted_by.len() + 1 >= quorum {
+            tracing::warn!(
+                term = req.term,
+                previous_leader = ?me.leader,
+                quiet_ms = me.heard_ago.map(|d| d.as_millis() as u64),
+                granted_by = ?granted_by,
+                "starting an election: no word from a leader within the election timeout, and a quorum agrees"
+            );
+            if raft.trigger().elect().await.is_err() {
+                return;
+            }
+            metrics.raft_elections_started.inc();
+            metrics.raft_election_started_term.set(req.term as i64);
+        } else {
+            metrics.raft_campaigns_stopped.inc();
+            tracing::info!(
+                term = req.term,
+                known_leader = ?me.leader,
+                granted_by = ?granted_by,
+                "not campaigning: the pre-vote found no quorum (a leader is alive, or this log is behind)"
+            );
+        }
+        drawn = timing.draw();
+        not_before = Instant::now() + drawn;
+    }
+}
+
+fn raft_id(raft: &Raft) -> NodeId {
+    raft.metrics().borrow().id
+}
+
+/// Sends `req` to every other voter at once and returns who granted it
+/// within [`Timing::ask_for`]. A peer that cannot be reached, answers late
+/// or sends what does not decode counts as a refusal.
+async fn ask(
+    raft: &Raft,
+    channels: &PeerChannels,
+    timing: &Timing,
+    me: &View,
+    req: &PreVoteRequest,
+) -> Vec<NodeId> {
+    let Ok(data) = bincode::serialize(req) else {
+        return Vec::new();
+    };
+    let membership = raft.metrics().borrow().membership_config.clone();
+    let asks = me
+        .voters
+        .iter()
+        .filter(|id| **id != req.candidate)
+        .filter_map(|id| {
+            let node = membership.membership().get_node(id)?;
+            let mut client = channels.raft_client(*id, &node.addr);
+            let payload = RaftPayload { data: data.clone() };
+            let id = *id;
+            Some(async move {
+                let reply = tokio::time::timeout(timing.ask_for(), client.pre_vote(payload)).await;
+                let granted = match reply {
+                    Ok(Ok(reply)) => {
+                        bincode::deserialize::<PreVoteResponse>(&reply.into_inner().data)
+                            .is_ok_and(|r| r.granted)
+                    }
+                    _ => false,
+                };
+                granted.then_some(id)
+            })
+        });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn log_id(term: u64, index: u64) -> Option<LogId> {
+        Some(LogId::new(CommittedLeaderId::new(term, 1), index))
+    }
+
+    fn follower(heard_ago_ms: Option<u64>, last: Option<LogId>) -> View {
+        View {
+            leading: false,
+            term: 3,
+            committed: true,
+            leader: Some(1),
+            heard_ago: heard_ago_ms.map(Duration::from_millis),
+            last_log_id: last,
+            voters: [1, 2, 3].into(),
+        }
+    }
+
+    fn req(last: Option<LogId>) -> PreVoteRequest {
+        PreVoteRequest {
+            candidate: 2,
+            term: 4,
+            last_log_id: last,
+        }
+    }
+
+    const LEASE: Duration = Duration::from_millis(500);
+
+    #[test]
+    fn a_follower_that_heard_its_leader_within_the_lease_refuses() {
+        let me = follower(Some(120), log_id(3, 10));
+        assert_eq!(
+            judge(&req(log_id(3, 10)), &me, LEASE),
+            Err(Refusal::LeaderHeard { ago_ms: 120 })
+        );
+        // Past the lease, the same follower grants.
+        let me = follower(Some(501), log_id(3, 10));
+        assert_eq!(judge(&req(log_id(3, 10)), &me, LEASE), Ok(()));
+        // A follower that heard no one since it started grants.
+        let me = follower(None, log_id(3, 10));
+        assert_eq!(judge(&req(log_id(3, 10)), &me, LEASE), Ok(()));
+    }
+
+    #[test]
+    fn a_leader_refuses_always() {
+        let me = View {
+            leading: true,
+            heard_ago: Some(Duration::from_secs(60)),
+            ..follower(None, log_id(3, 10))
+        };
+        assert_eq!(
+            judge(&req(log_id(9, 99)), &me, LEASE),
+            Err(Refusal::Leading)
+        );
+    }
+
+    #[test]
+    fn a_candidate_whose_log_is_behind_is_refused_by_term_then_index() {
+        let me = follower(None, log_id(3, 10));
+        assert_eq!(
+            judge(&req(log_id(3, 9)), &me, LEASE),
+            Err(Refusal::LogBehind)
+        );
+        assert_eq!(
+            judge(&req(log_id(2, 50)), &me, LEASE),
+            Err(Refusal::LogBehind)
+        );
+        assert_eq!(judge(&req(None), &me, LEASE), Err(Refusal::LogBehind));
+        assert_eq!(judge(&req(log_id(4, 1)), &me, LEASE), Ok(()));
+    }
+
+    #[test]
+    fn a_server_whose_vote_is_not_committed_ignores_the_lease() {
+        // It voted for a candidate (or is one): no leader to protect.
+        let me = View {
+            committed: false,
+            leader: None,
+            ..follower(Some(10), log_id(3, 10))
+        };
+        assert_eq!(judge(&req(log_id(3, 10)), &me, LEASE), Ok(()));
+    }
+
+    #[test]
+    fn a_campaign_is_due_a_lease_plus_a_timeout_after_a_leaders_last_word() {
+        let timing = Timing {
+            timeout_min: Duration::from_millis(250),
+            timeout_max: Duration::from_millis(500),
+            lease: LEASE,
+        };
+        let drawn = Duration::from_millis(300);
+        let long = Duration::from_secs(10);
+        assert!(!due(&follower(Some(799), None), drawn, &timing, long));
+        assert!(due(&follower(Some(800), None), drawn, &timing, long));
+        // A candidate waits only its timeout.
+        let candidate = View {
+            committed: false,
+            ..follower(Some(300), None)
+        };
+        assert!(due(&candidate, drawn, &timing, long));
+        // Heard from no one since start: counted from the start.
+        assert!(!due(
+            &follower(None, None),
+            drawn,
+            &timing,
+            Duration::from_millis(700)
+        ));
+        assert!(due(
+            &follower(None, None),
+            drawn,
+            &timing,
+            Duration::from_millis(800)
+        ));
+        for _ in 0..100 {
+            let d = timing.draw();
+            assert!(d >= timing.timeout_min && d < timing.timeout_max);
+        }
+    }
+
+    #[test]
+    fn the_answer_round_trips_with_its_reason() {
+        let r = PreVoteResponse {
+            granted: false,
+            term: 7,
+            refused: Some(Refusal::LeaderHeard { ago_ms: 42 }),
+        };
+        let bytes = bincode::serialize(&r).unwrap();
+        assert_eq!(bincode::deserialize::<PreVoteResponse>(&bytes).unwrap(), r);
+        assert_eq!(
+            r.refused.unwrap().to_string(),
+            "the receiver heard from its leader 42 ms ago, within the lease"
+        );
+    }
+}
