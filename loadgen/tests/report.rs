@@ -249,7 +249,7 @@ fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() 
     };
     // The verdicts come before the summary table, the invalid one with its reason.
     let invalid =
-        text("rate-8: INVALID: the harness, not the cluster, set these figures: nodesim used 0.97");
+        text("rate-8: INVALID: these figures do not measure the cluster under this load: nodesim used 0.97");
     assert!(invalid < text("<h2>Summary</h2>"));
     assert!(text("rate-2: valid") < invalid);
     // The intervals row, one cell per variant.

@@ -91,11 +91,11 @@ pub fn html(s: &RunSummary) -> String {
     for v in &s.variants {
         match v.validity.valid {
             true => {
-                let _ = write!(page, "<p class=\"valid\">{}: valid: the harness kept its schedule and neither it nor the machine saturated.</p>", escape(&v.name));
+                let _ = write!(page, "<p class=\"valid\">{}: valid: the harness kept its schedule, neither it nor the machine saturated, and no election came without a fault on the leader.</p>", escape(&v.name));
             }
             false => {
                 let reasons: Vec<String> = v.validity.reasons.iter().map(|r| escape(r)).collect();
-                let _ = write!(page, "<p class=\"warn invalid\">{}: INVALID: the harness, not the cluster, set these figures: {}</p>", escape(&v.name), reasons.join("; "));
+                let _ = write!(page, "<p class=\"warn invalid\">{}: INVALID: these figures do not measure the cluster under this load: {}</p>", escape(&v.name), reasons.join("; "));
             }
         }
     }
@@ -295,6 +295,54 @@ mod tests {
         assert_eq!(levels, ["p50", "p90", "p99"]);
         // No time to running was measured: no empty chart for it.
         assert!(!charts.iter().any(|c| c["title"] == "Time to running"));
+    }
+
+    #[test]
+    fn the_elections_are_said_with_who_started_them_and_the_leaders_fate() {
+        use crate::summary::elections::Election;
+        let election = |term, by: Option<&str>, alive| Election {
+            term,
+            by: by.map(Into::into),
+            at_s: 20.0 + term as f64,
+            leader_was_alive: alive,
+        };
+        let mut s = with_faults();
+        let v = &mut s.variants[0];
+        v.elections = Some(1);
+        v.elections_detail = vec![election(7, Some("server-2"), true)];
+        v.fleet.elections_outside_faults = Some(1);
+        let t = table(&s);
+        assert!(
+            t.contains(
+                "1 election, started by server-2 while the leader was alive; 1 outside faults"
+            ),
+            "{t}"
+        );
+        let v = &mut s.variants[0];
+        v.elections = Some(4);
+        v.elections_detail = vec![
+            election(7, Some("server-3"), false),
+            election(8, None, false),
+            election(9, Some("server-3"), false),
+            election(10, Some("server-2"), true),
+        ];
+        let t = table(&s);
+        let said = "4 elections: 2 started by server-3 after the leader was lost, \
+                    1 started by an unknown server after the leader was lost, \
+                    1 started by server-2 while the leader was alive; 1 outside faults";
+        assert!(t.contains(said), "{t}");
+        let page = html(&s);
+        assert!(page.contains(&format!("<p class=\"elections\">Elections: {said}.</p>")));
+        assert!(page.contains(
+            "<tr class=\"warn\"><td>10</td><td>30.0</td><td>server-2</td><td>alive</td></tr>"
+        ));
+        assert!(page.contains("<td>8</td><td>28.0</td><td>unknown</td><td>lost</td>"));
+        // A summary from before the detail: the counts alone.
+        let v = &mut s.variants[0];
+        v.elections_detail.clear();
+        assert!(table(&s).contains("4; 1 outside faults"));
+        s.variants[0].elections = Some(0);
+        assert!(!html(&s).contains("class=\"elections\""));
     }
 
     #[test]

@@ -262,15 +262,58 @@ fn growth_rows(s: &RunSummary, row: &mut AddRow) {
                 .join(" / ")
         },
     );
-    row("elections (outside faults)", &|v| match v.elections {
-        Some(e) => format!(
-            "{e} ({})",
-            v.fleet
-                .elections_outside_faults
-                .map_or("-".into(), |o| o.to_string())
-        ),
-        None => "-".into(),
-    });
+    row("elections", &elections);
+}
+
+/// The run's elections in words: how many, who started them and whether
+/// the leader was alive, and how many were outside the faults: "1
+/// election, started by server-2 while the leader was alive; 1 outside
+/// faults". A summary from before `elections_detail` gives the counts.
+pub(super) fn elections(v: &VariantSummary) -> String {
+    let Some(n) = v.elections else {
+        return "-".into();
+    };
+    let outside = v
+        .fleet
+        .elections_outside_faults
+        .map_or(String::new(), |o| format!("; {o} outside faults"));
+    if n == 0 {
+        return "0".into();
+    }
+    if v.elections_detail.is_empty() {
+        return format!("{n}{outside}");
+    }
+    // Who started them, and with the leader alive or lost, in order.
+    let mut groups: Vec<((Option<&str>, bool), u64)> = Vec::new();
+    for e in &v.elections_detail {
+        let key = (e.by.as_deref(), e.leader_was_alive);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, count)) => *count += 1,
+            None => groups.push((key, 1)),
+        }
+    }
+    let phrase = |(by, alive): (Option<&str>, bool)| {
+        format!(
+            "started by {} {}",
+            by.unwrap_or("an unknown server"),
+            match alive {
+                true => "while the leader was alive",
+                false => "after the leader was lost",
+            }
+        )
+    };
+    let listed = v.elections_detail.len();
+    let noun = if listed == 1 { "election" } else { "elections" };
+    let said = match &groups[..] {
+        [(key, _)] => format!("{listed} {noun}, {}", phrase(*key)),
+        _ => {
+            let each: Vec<String> = (groups.iter())
+                .map(|(key, count)| format!("{count} {}", phrase(*key)))
+                .collect();
+            format!("{listed} {noun}: {}", each.join(", "))
+        }
+    };
+    format!("{said}{outside}")
 }
 
 /// One row per fault step (the variants ran the same steps) and its details.
@@ -470,6 +513,27 @@ pub fn faults(v: &VariantSummary) -> String {
                 f.snapshots_installed.map_or("-".into(), |n| n.to_string()),
                 tenths(f.throughput_before),
                 tenths(f.throughput_after),
+            );
+        }
+        html.push_str("</tbody></table>");
+    }
+    if !v.elections_detail.is_empty() {
+        let _ = write!(
+            html,
+            "<p class=\"elections\">Elections: {}.</p>\
+             <table class=\"data elections\"><thead><tr><th>term</th><th>at s</th>\
+             <th>started by</th><th>the leader before it</th></tr></thead><tbody>",
+            escape(&elections(v))
+        );
+        for e in &v.elections_detail {
+            let _ = write!(
+                html,
+                "<tr class=\"{}\"><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td></tr>",
+                if e.leader_was_alive { "warn" } else { "ok" },
+                e.term,
+                e.at_s,
+                escape(e.by.as_deref().unwrap_or("unknown")),
+                if e.leader_was_alive { "alive" } else { "lost" },
             );
         }
         html.push_str("</tbody></table>");
