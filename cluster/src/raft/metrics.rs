@@ -5,6 +5,10 @@
 //! Names start with `stampede_`, use base units, and no label carries an
 //! unbounded value: `type` is a raft message type, never an id.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
 use stampede_proto::metric_names;
@@ -42,6 +46,14 @@ pub struct Metrics {
     /// Each snapshot this server built: from the copy of its state to the
     /// snapshot encoded and on disk.
     pub raft_snapshot_build_seconds: Histogram,
+    /// On the leader: each snapshot sent to a follower, from its first
+    /// chunk to the follower's answer that it installed it.
+    pub raft_snapshot_send_seconds: Histogram,
+    /// Entries the log keeps behind its snapshot now (`raft::catch_up`).
+    pub raft_catch_up_window_entries: IntGauge,
+    /// The last build's and send's times, and the snapshots being sent,
+    /// which size the catch-up window (`raft::catch_up`).
+    pub snapshot_times: SnapshotTimes,
     /// Writes this server received as a follower and sent on to the leader.
     pub writes_forwarded: IntCounter,
     /// Of those, how each was done first: `apply` when this server applied
@@ -163,6 +175,18 @@ impl Metrics {
                 // 10 ms to about 5 minutes.
                 (0.01, 2.0, 15),
             ),
+            raft_snapshot_send_seconds: histogram(
+                &r,
+                "stampede_raft_snapshot_send_seconds",
+                "On the leader: time to send a snapshot to a follower, its install there included.",
+                (0.01, 2.0, 15),
+            ),
+            raft_catch_up_window_entries: int_gauge(
+                &r,
+                "stampede_raft_catch_up_window_entries",
+                "Entries the raft log keeps behind its snapshot, for followers catching up: at least --keep-entries, more with the write rate.",
+            ),
+            snapshot_times: SnapshotTimes::default(),
             append_rpc_seconds: histogram(
                 &r,
                 "stampede_raft_append_rpc_seconds",
@@ -224,6 +248,97 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// How long this server's last snapshot build and last snapshot send
+/// took, and the snapshots it is sending now (the index each ends at).
+#[derive(Debug, Default)]
+pub struct SnapshotTimes {
+    /// Milliseconds, 0 until there was one.
+    last_build_ms: AtomicU64,
+    last_send_ms: AtomicU64,
+    sending: Mutex<Vec<u64>>,
+    /// The index the last send to end ended at, and when it ended.
+    last_sent: Mutex<Option<(u64, Instant)>>,
+}
+
+impl SnapshotTimes {
+    pub fn last_build(&self) -> Option<Duration> {
+        Some(self.last_build_ms.load(Ordering::Relaxed))
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis)
+    }
+
+    pub fn last_send(&self) -> Option<Duration> {
+        Some(self.last_send_ms.load(Ordering::Relaxed))
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis)
+    }
+
+    /// The lowest index a snapshot being sent now ends at, or one whose
+    /// send ended less than `grace` ago: its follower asks for the entries
+    /// after it next.
+    pub fn oldest_sending(&self, grace: Duration) -> Option<u64> {
+        let ended = stampede_proto::lock(&self.last_sent)
+            .filter(|(_, at)| at.elapsed() < grace)
+            .map(|(index, _)| index);
+        let sending = stampede_proto::lock(&self.sending).iter().copied().min();
+        sending.into_iter().chain(ended).min()
+    }
+}
+
+impl Metrics {
+    /// A snapshot build took `took`.
+    pub fn snapshot_built(&self, took: Duration) {
+        let ms = took.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self.snapshot_times
+            .last_build_ms
+            .store(ms, Ordering::Relaxed);
+    }
+
+    /// A snapshot ending at `index` is being sent, until the guard is
+    /// dropped; [`SnapshotSend::installed`] times it.
+    pub fn snapshot_sending(self: &Arc<Self>, index: u64) -> SnapshotSend {
+        stampede_proto::lock(&self.snapshot_times.sending).push(index);
+        SnapshotSend {
+            metrics: self.clone(),
+            index,
+            began: Instant::now(),
+        }
+    }
+}
+
+/// A snapshot being sent (see [`Metrics::snapshot_sending`]).
+pub struct SnapshotSend {
+    metrics: Arc<Metrics>,
+    index: u64,
+    began: Instant,
+}
+
+impl SnapshotSend {
+    /// The follower installed it: its time is the last send's.
+    pub fn installed(self) {
+        let took = self.began.elapsed();
+        self.metrics
+            .raft_snapshot_send_seconds
+            .observe(took.as_secs_f64());
+        let ms = took.as_millis().clamp(1, u64::MAX as u128) as u64;
+        self.metrics
+            .snapshot_times
+            .last_send_ms
+            .store(ms, Ordering::Relaxed);
+    }
+}
+
+impl Drop for SnapshotSend {
+    fn drop(&mut self) {
+        let times = &self.metrics.snapshot_times;
+        *stampede_proto::lock(&times.last_sent) = Some((self.index, Instant::now()));
+        let mut sending = stampede_proto::lock(&times.sending);
+        if let Some(at) = sending.iter().position(|&i| i == self.index) {
+            sending.swap_remove(at);
+        }
     }
 }
 

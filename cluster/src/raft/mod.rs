@@ -20,6 +20,7 @@
 //! [`election`] starts a campaign only when a quorum agrees the leader is
 //! gone (pre-vote), in place of openraft's own election timer.
 
+pub mod catch_up;
 pub mod contact;
 pub mod election;
 pub mod metrics;
@@ -44,7 +45,6 @@ pub use self::wire::inbound;
 pub use self::write::client_write;
 
 use std::fmt;
-use std::io::Cursor;
 
 use openraft::BasicNode;
 use prost::Message;
@@ -68,7 +68,7 @@ openraft::declare_raft_types!(
         NodeId = NodeId,
         Node = BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = self::storage::snapshot_store::SnapshotData,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

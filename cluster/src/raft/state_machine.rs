@@ -4,8 +4,16 @@
 //! The state lives in memory and is persisted only through snapshots; on start
 //! it is rebuilt from the latest snapshot, and openraft re-applies the log
 //! from there up to the last committed index.
+//!
+//! Everything here runs on raft's own runtime, often of one thread, which
+//! also sends the leader's heartbeats and answers AppendEntries and votes.
+//! So nothing that grows with the state runs on it: a snapshot is encoded,
+//! checksummed and written on a thread of its own (`in_background`); one
+//! installed or read back is decoded, written or read on the blocking pool;
+//! and a state replaced by an installed one, or a snapshot's bytes openraft
+//! is done with, are freed there too (`drop_off_thread`). What is left here
+//! is handing them over: a copy of the state is a few reference counts.
 
-use std::io::Cursor;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,15 +22,18 @@ use std::time::Duration;
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{AnyError, EntryPayload, OptionalSend, RaftSnapshotBuilder, StorageIOError};
 use prost::Message;
-use stampede_proto::{log_entry::Msg, LogEntry, StateSnapshot};
+use stampede_proto::{log_entry::Msg, LogEntry};
 
 use crate::raft::metrics::Metrics;
 use crate::raft::storage::error::StoreError;
-use crate::raft::storage::snapshot_store::{SnapshotStore, StoredSnapshot};
+use crate::raft::storage::snapshot_store::{
+    drop_off_thread, SnapshotData, SnapshotStore, StoredSnapshot,
+};
 use crate::raft::write::client_write::{self, Written};
 use crate::raft::write::tickets::Tickets;
 use crate::raft::{
-    Applied, Command, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+    Applied, Command, Entry, LogId, NodeId, SnapshotMeta, StorageError, StoredMembership,
+    TypeConfig,
 };
 use crate::state::{Changes, State, StateStore};
 
@@ -111,12 +122,13 @@ impl StateMachine {
         };
         if let Some(snap) = sm.snapshots.current()? {
             let index = snap.meta.last_log_id.map_or(0, |l| l.index);
-            let state = decode_state(&snap.data, index).map_err(|detail| StoreError::Corrupt {
-                path: dir.to_path_buf(),
-                what: "snapshot state",
-                detail,
-            })?;
-            sm.load(&snap, state);
+            let state =
+                State::decode_snapshot(&snap.data, index).map_err(|e| StoreError::Corrupt {
+                    path: dir.to_path_buf(),
+                    what: "snapshot state",
+                    detail: e.to_string(),
+                })?;
+            sm.load(&snap.meta, snap.data.len(), state);
         }
         Ok(sm)
     }
@@ -129,14 +141,18 @@ impl StateMachine {
         self
     }
 
-    fn load(&mut self, snap: &StoredSnapshot, state: State) {
-        self.store.replace(state);
-        self.last_applied = snap.meta.last_log_id;
-        self.membership = snap.meta.last_membership.clone();
-        self.metrics.raft_snapshot_bytes.set(snap.data.len() as i64);
+    /// Makes `state`, a snapshot's of `bytes` bytes, the live state, and
+    /// returns the state it replaced (for the caller to free where it
+    /// will: freeing a state of millions of allocations takes a while).
+    fn load(&mut self, meta: &SnapshotMeta, bytes: usize, state: State) -> State {
+        let old = self.store.write(|s| std::mem::replace(s, state));
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.metrics.raft_snapshot_bytes.set(bytes as i64);
         self.metrics
             .raft_snapshot_index
-            .set(snap.meta.last_log_id.map_or(0, |l| l.index) as i64);
+            .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
+        old
     }
 }
 
@@ -184,16 +200,13 @@ fn command_type(entry: &LogEntry) -> &'static str {
     entry.msg.as_ref().map_or("empty", |m| m.type_name())
 }
 
-fn decode_state(bytes: &[u8], index: u64) -> Result<State, String> {
-    StateSnapshot::decode(bytes)
-        .map(|s| State::from_snapshot(s, index))
-        .map_err(|e| e.to_string())
-}
-
-fn to_snapshot(s: &StoredSnapshot) -> Snapshot<TypeConfig> {
+/// The snapshot openraft is given: `s`'s bytes, not a copy of them when
+/// no one else holds them (a snapshot just read or built).
+fn to_snapshot(s: StoredSnapshot) -> Snapshot<TypeConfig> {
+    let bytes = Arc::try_unwrap(s.data).unwrap_or_else(|shared| shared.as_ref().clone());
     Snapshot {
-        meta: s.meta.clone(),
-        snapshot: Box::new(Cursor::new(s.data.as_ref().clone())),
+        meta: s.meta,
+        snapshot: Box::new(SnapshotData::new(bytes)),
     }
 }
 
@@ -255,47 +268,65 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotData>, StorageError> {
+        Ok(Box::default())
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<SnapshotData>,
     ) -> Result<(), StorageError> {
-        let data = snapshot.into_inner();
+        // Decoded (unless the receiver's check decoded it already), written
+        // to disk and measured for the queries on the blocking pool: a
+        // state of a million allocations takes seconds to decode.
         let index = meta.last_log_id.map_or(0, |l| l.index);
-        let state = decode_state(&data, index).map_err(|e| {
-            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e))
-        })?;
-        let stored = StoredSnapshot {
-            meta: meta.clone(),
-            data: Arc::new(data),
-        };
         let snapshots = self.snapshots.clone();
-        let to_save = stored.clone();
-        tokio::task::spawn_blocking(move || snapshots.save(to_save))
-            .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
-            .map_err(|e| {
-                StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e))
+        let for_save = meta.clone();
+        let installed = tokio::task::spawn_blocking(move || {
+            let (bytes, decoded) = snapshot.into_parts();
+            let state = match decoded {
+                Some(state) => state,
+                None => State::decode_snapshot(&bytes, index).map_err(|e| {
+                    let e = AnyError::new(&e);
+                    Box::new(StorageIOError::read_snapshot(Some(for_save.signature()), e))
+                })?,
+            };
+            let stored = StoredSnapshot {
+                meta: for_save,
+                data: Arc::new(bytes),
+            };
+            snapshots.save(&stored).map_err(|e| {
+                let e = AnyError::new(&e);
+                Box::new(StorageIOError::write_snapshot(
+                    Some(stored.meta.signature()),
+                    e,
+                ))
             })?;
-        self.load(&stored, state);
+            // Everything may have changed: every kind of query is woken.
+            let changes = Changes::everything(&state);
+            Ok((state, stored.data.len(), changes))
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        let (state, bytes, changes) =
+            installed.map_err(|e: Box<StorageIOError<NodeId>>| StorageError::from(*e))?;
+        drop_off_thread(self.load(meta, bytes, state));
         self.metrics.raft_snapshots_installed.inc();
-        // Everything may have changed: wake every kind of query.
-        (self.observer)(&Changes::everything(&self.store.snapshot()));
+        (self.observer)(&changes);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        // Read from its file, off raft's thread: it may be tens of MiB.
+        // Read from its file, and handed over without a copy, off raft's
+        // thread: it may be hundreds of MiB.
         let snapshots = self.snapshots.clone();
-        let read = tokio::task::spawn_blocking(move || snapshots.current())
-            .await
-            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?
-            .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
-        Ok(read.as_ref().map(to_snapshot))
+        let read =
+            tokio::task::spawn_blocking(move || snapshots.current().map(|s| s.map(to_snapshot)))
+                .await
+                .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?
+                .map_err(|e| StorageIOError::read_snapshot(None, AnyError::new(&e)))?;
+        Ok(read)
     }
 }
 
@@ -326,30 +357,41 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             last_membership: self.membership.clone(),
             snapshot_id,
         };
-        let state = self.state.clone();
+        // The builder's copy goes to the build's thread, where it is
+        // freed once encoded: the rows the live state changed since are
+        // this copy's alone by then.
+        let state = std::mem::take(&mut self.state);
         let snapshots = self.snapshots.clone();
         let meta_for_save = meta.clone();
+        // Room for about the last snapshot's bytes, so the buffer is not
+        // grown (and copied) a dozen times on the way to hundreds of MB.
+        let last_size = self.metrics.raft_snapshot_bytes.get().max(0) as usize;
         let stored = in_background(move || {
+            let mut bytes = Vec::with_capacity(last_size + last_size / 8);
+            state.encode_snapshot(&mut bytes);
+            drop(state);
             let stored = StoredSnapshot {
                 meta: meta_for_save,
-                data: Arc::new(state.to_snapshot().encode_to_vec()),
+                data: Arc::new(bytes),
             };
-            snapshots.save(stored.clone()).map(|_| stored)
+            snapshots.save(&stored).map(|_| stored)
         })
         .await
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        let took = began.elapsed();
         self.metrics.raft_snapshots_built.inc();
         self.metrics
             .raft_snapshot_build_seconds
-            .observe(began.elapsed().as_secs_f64());
+            .observe(took.as_secs_f64());
+        self.metrics.snapshot_built(took);
         self.metrics
             .raft_snapshot_bytes
             .set(stored.data.len() as i64);
         self.metrics
             .raft_snapshot_index
             .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
-        Ok(to_snapshot(&stored))
+        Ok(to_snapshot(stored))
     }
 }
 

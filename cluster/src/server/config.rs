@@ -249,9 +249,23 @@ pub struct ServeOpts {
     /// Build a snapshot once this many entries were applied since the last one.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_entries: u64,
-    /// Entries to keep in the log behind a snapshot, for followers only a little behind.
+    /// Entries the log keeps behind its snapshot, at least, for followers
+    /// behind to catch up from the log. The catch-up window grows past it
+    /// with the write rate: the entries written during two snapshot builds
+    /// and sends (install included), so that a follower that installs the
+    /// leader's snapshot still finds the entries after it (HashiCorp's
+    /// rule: send and install time × writes a second, with a margin). The
+    /// rate is measured over the last minute, the times are this server's
+    /// last build and send (a send counts as two builds until one was
+    /// timed), and a snapshot being sent holds the entries after it.
     #[arg(long, default_value_t = 1_000)]
     pub keep_entries: u64,
+    /// Most bytes of entries the catch-up window keeps behind a snapshot
+    /// (see --keep-entries; its entries are kept whatever their size), so
+    /// that the log's disk stays bounded however fast writes come. 0: keep
+    /// --keep-entries only, a fixed window.
+    #[arg(long, default_value_t = 1 << 30)]
+    pub keep_max_bytes: u64,
     /// How long a write waits for a leader to be elected before it is refused, in milliseconds.
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub leader_wait_ms: u64,
@@ -602,6 +616,14 @@ impl ServeOpts {
         Duration::from_millis(self.leader_wait_ms)
     }
 
+    /// How many entries the log keeps behind its snapshot (`raft::catch_up`).
+    pub fn catch_up_rule(&self) -> crate::raft::catch_up::Rule {
+        crate::raft::catch_up::Rule {
+            floor: self.keep_entries,
+            max_bytes: self.keep_max_bytes,
+        }
+    }
+
     /// How long a leader keeps leading without a quorum's acknowledgement,
     /// or a follower stays without a known leader, before it counts as out
     /// of touch with the cluster (`raft::contact`): twice the longest
@@ -644,7 +666,9 @@ impl ServeOpts {
             // must not raise the term over a healthy leader.
             enable_elect: false,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(self.snapshot_entries),
-            max_in_snapshot_log_to_keep: self.keep_entries,
+            // The log is purged by `raft::catch_up`, behind a window that
+            // grows with the write rate, never by openraft itself.
+            max_in_snapshot_log_to_keep: u64::MAX,
             // A lagging follower gets a snapshot once it is further behind than the log we keep.
             replication_lag_threshold: self.keep_entries.max(1),
             install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT.as_millis() as u64,

@@ -306,6 +306,12 @@ impl Serving {
             peer_addrs(opts),
             stop_rx.clone(),
         ));
+        tokio::spawn(crate::raft::catch_up::follow(
+            raft.clone(),
+            opts.catch_up_rule(),
+            metrics.clone(),
+            stop_rx.clone(),
+        ));
         let api = Api {
             store: cp.store().clone(),
             blocking: cp.blocking.clone(),

@@ -658,6 +658,108 @@ fn snapshot_round_trip_keeps_rows_indexes_and_lookups() {
     assert_eq!(back.index(), 2);
 }
 
+/// A state with a row of each table: nodes with and without a secret,
+/// jobs with evaluations, allocations with task states, a deployment.
+fn state_of_every_kind() -> State {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    let mut old = node_entry("n2");
+    if let Some(Msg::NodeRegister(e)) = &mut old.msg {
+        e.secret_hash.clear();
+    }
+    apply(&mut s, 2, old);
+    let job = Job {
+        id: "web".into(),
+        priority: 50,
+        ..Default::default()
+    };
+    let eval = stampede_proto::Evaluation {
+        id: "e1".into(),
+        job_id: "web".into(),
+        ..Default::default()
+    };
+    let reg = LogEntry {
+        msg: Some(Msg::JobRegister(JobRegisterEntry {
+            ticket: 0,
+            job: Some(job),
+            eval: Some(eval),
+        })),
+    };
+    apply(&mut s, 3, reg);
+    let mut allocs: Vec<Allocation> = (0..50)
+        .map(|i| alloc(&uuid::Uuid::from_u128(i).to_string(), "n1", "web"))
+        .collect();
+    allocs[0].task_states = vec![NamedTaskState {
+        task: "server".into(),
+        state: Some(stampede_proto::TaskState {
+            state: "running".into(),
+            ..Default::default()
+        }),
+    }];
+    allocs.push(alloc("not-a-uuid", "n2", "web"));
+    let mut plan = plan_entry(allocs);
+    if let Some(Msg::PlanApply(p)) = &mut plan.msg {
+        p.deployment = Some(stampede_proto::Deployment {
+            id: "d1".into(),
+            job_id: "web".into(),
+            ..Default::default()
+        });
+    }
+    apply(&mut s, 4, plan);
+    s
+}
+
+#[test]
+fn a_snapshot_is_encoded_and_decoded_row_by_row_as_the_whole_message_would_be() {
+    use prost::Message;
+    let s = state_of_every_kind();
+    let whole = s.to_snapshot();
+    assert!(
+        [
+            whole.nodes.len(),
+            whole.jobs.len(),
+            whole.evals.len(),
+            whole.deployments.len()
+        ] == [2, 1, 1, 1]
+            && whole.allocs.len() == 51
+            && whole.node_secrets.len() == 1,
+        "a row of every kind: {whole:?}"
+    );
+    let mut bytes = Vec::new();
+    s.encode_snapshot(&mut bytes);
+    assert_eq!(bytes, whole.encode_to_vec(), "the same bytes");
+    let back = State::decode_snapshot(&bytes, s.index()).unwrap();
+    assert_eq!(back.to_snapshot(), whole);
+    assert_eq!(back.index(), s.index());
+    assert_eq!(back.node_secret("n1"), s.node_secret("n1"));
+    assert_eq!(back.node_secret("n2"), None);
+    assert_eq!(back.job_allocs("web").len(), 51);
+    assert_eq!(*back.job_summary("web"), *s.job_summary("web"));
+    assert_eq!(back.node_usage("n1"), s.node_usage("n1"));
+    // Rows in another order, and a field of a later version, decode too.
+    let mut shuffled = Vec::new();
+    prost::encoding::string::encode(99, &"later".to_string(), &mut shuffled);
+    for a in whole.allocs.iter().rev() {
+        prost::encoding::message::encode(5, a, &mut shuffled);
+    }
+    let rest = stampede_proto::StateSnapshot {
+        allocs: Vec::new(),
+        ..whole.clone()
+    };
+    shuffled.extend(rest.encode_to_vec());
+    let back = State::decode_snapshot(&shuffled, s.index()).unwrap();
+    assert_eq!(back.to_snapshot(), whole);
+    // Bytes that are not a snapshot are refused, as prost refuses them.
+    for bad in [
+        &[0xff_u8, 0xff, 0xff][..],
+        &bytes[..bytes.len() - 1],
+        &[0x28, 0x01],
+    ] {
+        assert!(stampede_proto::StateSnapshot::decode(bad).is_err());
+        assert!(State::decode_snapshot(bad, 1).is_err(), "{bad:?}");
+    }
+}
+
 #[test]
 fn a_nodes_secret_is_kept_beside_it_and_only_the_first_one_counts() {
     let mut s = State::default();

@@ -10,12 +10,17 @@
 //! the old snapshot or the new one, never half of one.
 
 use std::fs;
-use std::io::Write;
+use std::io::{Cursor, Write};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncSeek, AsyncWrite, ReadBuf};
 
 use crate::raft::storage::error::StoreError;
 use crate::raft::SnapshotMeta;
+use crate::state::State;
 
 const MAGIC: &[u8; 8] = b"STMPSNP1";
 const FILE: &str = "snapshot.bin";
@@ -26,6 +31,128 @@ const TMP: &str = "snapshot.tmp";
 pub struct StoredSnapshot {
     pub meta: SnapshotMeta,
     pub data: Arc<Vec<u8>>,
+}
+
+/// A snapshot's bytes as openraft carries them (its `SnapshotData`), and,
+/// for a snapshot a peer sent that was checked on arrival, the state they
+/// decode to: the check decodes it anyway (off raft's threads), and the
+/// install takes that state instead of decoding the bytes a second time.
+///
+/// Dropped, it hands hundreds of MB of bytes, or a decoded state of
+/// millions of allocations, to a blocking thread to free: openraft drops a
+/// snapshot where it is done with it, on raft's own thread (a snapshot
+/// sent, one refused as older than the log), and freeing a large state
+/// there took that thread from heartbeats for as long as it took.
+#[derive(Default)]
+pub struct SnapshotData {
+    bytes: Cursor<Vec<u8>>,
+    decoded: Option<State>,
+}
+
+impl SnapshotData {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Self {
+            bytes: Cursor::new(bytes),
+            decoded: None,
+        }
+    }
+
+    /// `bytes` and the state they were checked to decode to.
+    pub fn checked(bytes: Vec<u8>, state: State) -> Self {
+        Self {
+            bytes: Cursor::new(bytes),
+            decoded: Some(state),
+        }
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes.get_ref()
+    }
+
+    /// The bytes, and the state they decode to if it was decoded already.
+    pub fn into_parts(mut self) -> (Vec<u8>, Option<State>) {
+        (std::mem::take(self.bytes.get_mut()), self.decoded.take())
+    }
+}
+
+/// Bytes under this are freed where they are dropped.
+const FREE_IN_PLACE_BYTES: usize = 4 * 1024 * 1024;
+
+impl Drop for SnapshotData {
+    fn drop(&mut self) {
+        let bytes = std::mem::take(self.bytes.get_mut());
+        let decoded = self.decoded.take();
+        if bytes.capacity() >= FREE_IN_PLACE_BYTES || decoded.is_some() {
+            drop_off_thread((bytes, decoded));
+        }
+    }
+}
+
+/// Drops `value` on tokio's blocking pool, when called on a runtime: for
+/// what takes long to free (a whole state, a snapshot's bytes).
+pub fn drop_off_thread<T: Send + 'static>(value: T) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(rt) => drop(rt.spawn_blocking(move || drop(value))),
+        Err(_) => drop(value),
+    }
+}
+
+impl std::fmt::Debug for SnapshotData {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnapshotData")
+            .field("bytes", &self.bytes.get_ref().len())
+            .field("decoded", &self.decoded.is_some())
+            .finish()
+    }
+}
+
+impl Clone for SnapshotData {
+    fn clone(&self) -> Self {
+        Self {
+            bytes: self.bytes.clone(),
+            decoded: self.decoded.clone(),
+        }
+    }
+}
+
+impl AsyncRead for SnapshotData {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.bytes).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SnapshotData {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        // What is written is no longer what was decoded.
+        self.decoded = None;
+        Pin::new(&mut self.bytes).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.bytes).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.bytes).poll_shutdown(cx)
+    }
+}
+
+impl AsyncSeek for SnapshotData {
+    fn start_seek(mut self: Pin<&mut Self>, position: std::io::SeekFrom) -> std::io::Result<()> {
+        Pin::new(&mut self.bytes).start_seek(position)
+    }
+
+    fn poll_complete(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<u64>> {
+        Pin::new(&mut self.bytes).poll_complete(cx)
+    }
 }
 
 #[derive(Debug)]
@@ -64,7 +191,7 @@ impl SnapshotStore {
     fn read_file(&self) -> Result<Option<StoredSnapshot>, StoreError> {
         let path = self.dir.join(FILE);
         match fs::read(&path) {
-            Ok(bytes) => Ok(Some(decode(&bytes).map_err(|detail| {
+            Ok(bytes) => Ok(Some(decode(bytes).map_err(|detail| {
                 StoreError::Corrupt {
                     path: path.clone(),
                     what: "snapshot",
@@ -76,29 +203,37 @@ impl SnapshotStore {
         }
     }
 
-    /// Persists `snap` durably and makes it the current snapshot.
-    pub fn save(&self, snap: StoredSnapshot) -> std::io::Result<()> {
+    /// Persists `snap` durably and makes it the current snapshot. The
+    /// state's bytes are written as they are, checksummed as they go: no
+    /// copy of a snapshot of hundreds of MB is made to frame it.
+    pub fn save(&self, snap: &StoredSnapshot) -> std::io::Result<()> {
         let meta = bincode::serialize(&snap.meta).map_err(std::io::Error::other)?;
-        let mut body = Vec::with_capacity(4 + meta.len() + snap.data.len());
-        body.extend_from_slice(&(meta.len() as u32).to_be_bytes());
-        body.extend_from_slice(&meta);
-        body.extend_from_slice(&snap.data);
+        let meta_len = (meta.len() as u32).to_be_bytes();
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&meta_len);
+        crc.update(&meta);
+        crc.update(&snap.data);
         let tmp = self.dir.join(TMP);
         {
             let mut f = fs::File::create(&tmp)?;
             f.write_all(MAGIC)?;
-            f.write_all(&crc32fast::hash(&body).to_be_bytes())?;
-            f.write_all(&body)?;
+            f.write_all(&crc.finalize().to_be_bytes())?;
+            f.write_all(&meta_len)?;
+            f.write_all(&meta)?;
+            f.write_all(&snap.data)?;
             f.sync_all()?;
         }
         fs::rename(&tmp, self.dir.join(FILE))?;
         fs::File::open(&self.dir)?.sync_all()?;
-        *stampede_proto::lock(&self.current) = Some(snap.meta);
+        *stampede_proto::lock(&self.current) = Some(snap.meta.clone());
         Ok(())
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<StoredSnapshot, String> {
+/// The snapshot in `bytes`, a whole file: checked, and its state moved
+/// out of the file's bytes (the metadata in front shifted out, not the
+/// state copied into a buffer of its own).
+fn decode(mut bytes: Vec<u8>) -> Result<StoredSnapshot, String> {
     let header = MAGIC.len() + 4;
     if bytes.len() < header + 4 || &bytes[..MAGIC.len()] != MAGIC {
         return Err("not a stampede snapshot file (bad magic or too short)".into());
@@ -114,9 +249,10 @@ fn decode(bytes: &[u8]) -> Result<StoredSnapshot, String> {
     }
     let meta: SnapshotMeta =
         bincode::deserialize(&body[4..4 + meta_len]).map_err(|e| format!("metadata: {e}"))?;
+    bytes.drain(..header + 4 + meta_len);
     Ok(StoredSnapshot {
         meta,
-        data: Arc::new(body[4 + meta_len..].to_vec()),
+        data: Arc::new(bytes),
     })
 }
 
@@ -139,7 +275,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         SnapshotStore::open(dir.path())
             .unwrap()
-            .save(snap(b"state"))
+            .save(&snap(b"state"))
             .unwrap();
         let store = SnapshotStore::open(dir.path()).unwrap();
         assert_eq!(store.current_meta().unwrap().snapshot_id, "s1");
@@ -153,7 +289,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         SnapshotStore::open(dir.path())
             .unwrap()
-            .save(snap(b"state"))
+            .save(&snap(b"state"))
             .unwrap();
         let path = dir.path().join(FILE);
         let mut bytes = fs::read(&path).unwrap();

@@ -6,14 +6,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    Fatal, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, ReplicationClosed,
+    StreamingError, Unreachable,
 };
+use openraft::network::snapshot_transport::{Chunked, SnapshotTransport};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    SnapshotResponse, VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{BasicNode, OptionalSend};
 use serde::{de::DeserializeOwned, Serialize};
 use stampede_proto::raft_service_client::RaftServiceClient;
 use stampede_proto::RaftPayload;
@@ -374,6 +376,27 @@ impl RaftNetwork<TypeConfig> for PeerConnection {
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
         self.call(Method::InstallSnapshot, &rpc, option.hard_ttl())
             .await
+    }
+
+    /// openraft's own chunked send, timed from the first chunk to the
+    /// follower's answer that it installed the snapshot, and its index
+    /// held in the log meanwhile: both size the catch-up window
+    /// (`raft::catch_up`).
+    async fn full_snapshot(
+        &mut self,
+        vote: openraft::Vote<NodeId>,
+        snapshot: openraft::Snapshot<TypeConfig>,
+        cancel: impl std::future::Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<NodeId>, StreamingError<TypeConfig, Fatal<NodeId>>> {
+        let index = snapshot.meta.last_log_id.map_or(0, |l| l.index);
+        let send = self.metrics.snapshot_sending(index);
+        let answer = Chunked::send_snapshot(self, vote, snapshot, cancel, option).await?;
+        // A follower with a newer vote refused it.
+        if answer.vote == vote {
+            send.installed();
+        }
+        Ok(answer)
     }
 
     async fn vote(

@@ -8,22 +8,23 @@
 //! decode can only be reported as a storage error, which stops raft for
 //! good (`Shutdown`) while the process stays up. So chunks are taken here
 //! only in order and within [`MAX_CHUNK_BYTES`] and [`MAX_SNAPSHOT_BYTES`],
-//! the finished data is decoded once as a check, and only a snapshot that
-//! decodes reaches openraft, through `Raft::install_full_snapshot` (which
-//! openraft provides for snapshots an application transfers itself).
+//! the finished data is decoded into a state once, as the check, off raft's
+//! threads, and only a snapshot that decodes reaches openraft, through
+//! `Raft::install_full_snapshot` (which openraft provides for snapshots an
+//! application transfers itself), carrying that state: the install does
+//! not decode it again.
 
 use std::cmp::Ordering;
-use std::io::Cursor;
 
 use openraft::error::{Fatal, InstallSnapshotError, RaftError};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, InstallSnapshotResponse};
 use openraft::Snapshot;
-use prost::Message;
-use stampede_proto::StateSnapshot;
 use tokio::sync::Mutex;
 
 use crate::model::validate::quote;
+use crate::raft::storage::snapshot_store::SnapshotData;
 use crate::raft::{NodeId, Raft, TypeConfig};
+use crate::state::State;
 
 /// Largest chunk a peer may send. openraft's senders cut snapshots into
 /// chunks of `snapshot_max_chunk_size` (3 MiB by default).
@@ -153,15 +154,16 @@ impl SnapshotReceiver {
         let data = receiving.take().expect("receiving").data;
         drop(receiving);
         // Decoding hundreds of MiB takes seconds: off the runtime's threads.
-        let data = tokio::task::spawn_blocking(move || {
-            StateSnapshot::decode(data.as_slice()).map(|_| data)
+        let index = req.meta.last_log_id.map_or(0, |l| l.index);
+        let checked = tokio::task::spawn_blocking(move || {
+            State::decode_snapshot(&data, index).map(|state| SnapshotData::checked(data, state))
         })
         .await
         .map_err(ChunkRefused::CheckFailed)?
         .map_err(ChunkRefused::Undecodable)?;
         let snapshot = Snapshot {
             meta: req.meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: Box::new(checked),
         };
         Ok(match raft.install_full_snapshot(req.vote, snapshot).await {
             Ok(resp) => Ok(resp.into()),
