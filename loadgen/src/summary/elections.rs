@@ -22,9 +22,10 @@
 //!   a sample showed leading in that term (a term's leader is the candidate
 //!   that started its election); failing both, unknown.
 //! - The previous leader is the one a sample showed leading in the highest
-//!   earlier term; it was alive unless a fault had killed, paused or cut it
-//!   off then. When no sample showed one, it was alive unless a fault on the
-//!   leader was in effect.
+//!   earlier term; it was alive unless a fault had paused or cut it off
+//!   then, or had killed it since it began to lead (a server started again
+//!   is a new process, and a follower). When no sample showed one, it was
+//!   alive unless a fault on the leader was in effect.
 
 use std::collections::BTreeMap;
 
@@ -49,7 +50,8 @@ pub struct Election {
     /// stream (the faults' clock).
     pub at_s: f64,
     /// Whether the leader of the previous term was alive then: its process
-    /// neither killed, paused, nor cut off from the others by a fault.
+    /// neither killed (since it led), paused, nor cut off from the others
+    /// by a fault.
     pub leader_was_alive: bool,
 }
 
@@ -69,6 +71,35 @@ impl Struck {
     fn overlaps(&self, from_s: f64, to_s: f64) -> bool {
         self.from_s <= to_s && self.to_s >= from_s
     }
+
+    /// Whether it killed its servers (they came back as new processes).
+    fn kills(&self) -> bool {
+        matches!(
+            self.action,
+            FaultAction::KillLeader | FaultAction::KillFollower | FaultAction::KillAll
+        )
+    }
+
+    /// Whether it had struck `leader` at an election in `[after_s, at_s]`:
+    /// a pause or partition in effect then, or a kill since it began to
+    /// lead, before the election (the process that led never comes back: a
+    /// server started again is a new process, a follower; so a kill shorter
+    /// than an election timeout still deposed it).
+    fn struck(&self, leader: &Leader, after_s: f64, at_s: f64) -> bool {
+        self.servers.iter().any(|s| s == leader.name)
+            && match self.kills() {
+                true => self.from_s > leader.since_s && self.from_s <= at_s,
+                false => self.overlaps(after_s, at_s),
+            }
+    }
+}
+
+/// The leader before an election: the server a sample showed leading in
+/// the highest earlier term, and the sampling round before the first such
+/// sample (its leadership began after it).
+struct Leader<'a> {
+    name: &'a str,
+    since_s: f64,
 }
 
 /// An election with what explains it.
@@ -80,9 +111,12 @@ pub struct Explained {
     /// The sampling round before the one that first showed it (the
     /// election came after it); minus infinity when none was.
     pub after_s: f64,
-    /// The fault it is booked to (its index in the timeline): one that
-    /// struck the previous leader, in effect at the election. `None`: an
-    /// election outside the faults.
+    /// The first fault (its index in the timeline) that had struck the
+    /// previous leader then; `None` when it was alive.
+    pub struck_by: Option<usize>,
+    /// The fault it is booked to: the first that had struck the previous
+    /// leader then and is a fault on the leader. `None`: an election
+    /// outside the faults.
     pub fault: Option<usize>,
 }
 
@@ -131,54 +165,46 @@ pub fn explain(
         .filter_map(|term| {
             // Shown first by the first sample of this term or a later one.
             let at_s = first_seen.range(term..).map(|(_, t)| *t).reduce(f64::min)?;
-            let after_s = rounds
-                .iter()
-                .rev()
-                .find(|t| **t < at_s)
-                .copied()
-                .unwrap_or(f64::NEG_INFINITY);
+            let after_s = round_before(&rounds, at_s);
             let by = started
                 .get(&term)
                 .or_else(|| led.get(&term))
                 .map(|(_, n)| n.to_string());
-            let previous_leader = led
-                .range(..term)
-                .next_back()
-                .map(|(_, (_, n))| n.to_string());
-            let in_effect = |f: &&Struck| f.overlaps(after_s, at_s);
-            let leader_was_alive = match &previous_leader {
-                Some(l) => !faults
-                    .iter()
-                    .filter(in_effect)
-                    .any(|f| f.servers.contains(l)),
-                None => !faults
-                    .iter()
-                    .filter(in_effect)
-                    .any(|f| f.action.hits_leader()),
+            let previous = led.range(..term).next_back().map(|(_, (t, n))| Leader {
+                name: n,
+                since_s: round_before(&rounds, *t),
+            });
+            // Without a leader in any sample, a fault on the leader in
+            // effect then struck it, whichever server it was.
+            let struck = |f: &Struck| match &previous {
+                Some(l) => f.struck(l, after_s, at_s),
+                None => f.action.hits_leader() && f.overlaps(after_s, at_s),
             };
-            let fault = match leader_was_alive {
-                true => None,
-                false => faults.iter().position(|f| {
-                    in_effect(&f)
-                        && f.action.hits_leader()
-                        && previous_leader
-                            .as_ref()
-                            .is_none_or(|l| f.servers.contains(l))
-                }),
-            };
+            let struck_by = faults.iter().position(struck);
+            let fault = faults
+                .iter()
+                .position(|f| f.action.hits_leader() && struck(f));
             Some(Explained {
                 election: Election {
                     term,
                     by,
                     at_s,
-                    leader_was_alive,
+                    leader_was_alive: struck_by.is_none(),
                 },
-                previous_leader,
+                previous_leader: previous.map(|l| l.name.to_string()),
                 after_s,
+                struck_by,
                 fault,
             })
         })
         .collect()
+}
+
+/// The last of the sampling `rounds` (sorted) before `t`; minus infinity
+/// when none was.
+fn round_before(rounds: &[f64], t: f64) -> f64 {
+    let i = rounds.partition_point(|r| *r < t);
+    i.checked_sub(1).map_or(f64::NEG_INFINITY, |i| rounds[i])
 }
 
 /// Keeps in `m` the earliest sample to say `name` for `term`.
@@ -213,11 +239,8 @@ pub fn reasons(explained: &[Explained], faults: &[Struck]) -> Vec<String> {
                 (l, false) => {
                     // Struck, but by a fault meant to spare the leader.
                     let l = l.as_deref().unwrap_or("the leader");
-                    let by_what = faults
-                        .iter()
-                        .find(|f| {
-                            f.overlaps(e.after_s, el.at_s) && f.servers.iter().any(|s| s == l)
-                        })
+                    let by_what = (e.struck_by)
+                        .and_then(|i| faults.get(i))
                         .map_or("a fault", |f| f.action.name());
                     format!(
                         "{head} while {l} was struck by {by_what}, a fault that spares the leader"
@@ -452,6 +475,46 @@ mod tests {
         assert!(e[0].election.leader_was_alive);
         assert_eq!(e[0].fault, None);
         assert_eq!(reasons(&e, &faults).len(), 1);
+    }
+
+    #[test]
+    fn a_killed_leader_stays_lost_after_it_is_started_again() {
+        // Every server killed from 10 to 11 s; they elect after the start
+        // (term 3, server-2, shown at 13 s): the kill deposed server-1.
+        let term = |t: f64| if t < 13.0 { 2.0 } else { 3.0 };
+        let s1 = silent(server("server-1", term, |t| t < 10.0, |_| 0.0), 10.0, 11.0);
+        let s2 = silent(
+            server(
+                "server-2",
+                term,
+                |t| t >= 13.0,
+                |t| if t >= 13.0 { 3.0 } else { 0.0 },
+            ),
+            10.0,
+            11.0,
+        );
+        let all = Struck {
+            action: FaultAction::KillAll,
+            servers: vec!["server-1".into(), "server-2".into()],
+            from_s: 10.0,
+            to_s: 11.0,
+        };
+        let e = explain(&[&s1, &s2], Some(2), std::slice::from_ref(&all));
+        assert!(!e[0].election.leader_was_alive);
+        assert_eq!(e[0].fault, Some(0));
+        // A leader killed for less than an election timeout: the same.
+        let short = struck(FaultAction::KillLeader, "server-1", 11.5, 12.0);
+        let e = explain(&[&s1, &s2], Some(2), std::slice::from_ref(&short));
+        assert_eq!(
+            (e[0].election.leader_was_alive, e[0].fault),
+            (false, Some(0))
+        );
+        // A kill before the server began to lead does not depose it: a
+        // follower killed at 1 s, back and elected by 5 s, leads until 13 s.
+        let s1 = server("server-1", term, |t| (5.0..13.0).contains(&t), |_| 0.0);
+        let before = struck(FaultAction::KillFollower, "server-1", 1.0, 2.0);
+        let e = explain(&[&s1, &s2], Some(2), std::slice::from_ref(&before));
+        assert_eq!((e[0].election.leader_was_alive, e[0].fault), (true, None));
     }
 
     #[test]
