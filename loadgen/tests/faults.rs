@@ -244,7 +244,14 @@ fn a_follower_killed_mid_stream_catches_up_through_a_snapshot_with_no_election()
         f["catch_up_time_s"].as_f64().is_some_and(|s| s >= 0.0),
         "{f}"
     );
-    assert_eq!(f["elections"], 0, "the others kept their leader: {f}");
+    assert_eq!(f["elections"], 0, "a follower's kill causes none: {f}");
+    // Nor did any election happen outside it: the others kept their leader.
+    assert_eq!(
+        v["elections_detail"],
+        serde_json::json!([]),
+        "the others kept their leader: {}",
+        v["validity"]
+    );
     assert_eq!(v["audit"]["lost"], 0, "{}", v["audit"]);
     assert!(
         stdout.contains("caught up s / snapshots installed"),
