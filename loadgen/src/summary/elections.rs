@@ -220,12 +220,15 @@ pub fn booked(explained: &[Explained], i: usize) -> u64 {
     explained.iter().filter(|e| e.fault == Some(i)).count() as u64
 }
 
+/// The most elections [`reasons`] names one by one.
+pub const REASONS_MAX: usize = 20;
+
 /// Why the run is invalid, one reason per election no fault on the leader
-/// caused: its term, who started it and when, and the leader it deposed.
+/// caused: its term, who started it and when, and the leader it deposed;
+/// past [`REASONS_MAX`] of them, one more reason counts the rest.
 pub fn reasons(explained: &[Explained], faults: &[Struck]) -> Vec<String> {
-    explained
-        .iter()
-        .filter(|e| e.fault.is_none())
+    let outside: Vec<&Explained> = explained.iter().filter(|e| e.fault.is_none()).collect();
+    let mut reasons: Vec<String> = (outside.iter().take(REASONS_MAX))
         .map(|e| {
             let el = &e.election;
             let by = el.by.as_deref().unwrap_or("an unknown server");
@@ -248,7 +251,16 @@ pub fn reasons(explained: &[Explained], faults: &[Struck]) -> Vec<String> {
                 }
             }
         })
-        .collect()
+        .collect();
+    if outside.len() > REASONS_MAX {
+        reasons.push(format!(
+            "{} more elections outside the faults, up to term {} at {:.1} s (elections_detail lists them)",
+            outside.len() - REASONS_MAX,
+            outside[outside.len() - 1].election.term,
+            outside[outside.len() - 1].election.at_s,
+        ));
+    }
+    reasons
 }
 
 #[cfg(test)]
@@ -515,6 +527,30 @@ mod tests {
         let before = struck(FaultAction::KillFollower, "server-1", 1.0, 2.0);
         let e = explain(&[&s1, &s2], Some(2), std::slice::from_ref(&before));
         assert_eq!((e[0].election.leader_was_alive, e[0].fault), (true, None));
+    }
+
+    #[test]
+    fn past_twenty_elections_outside_the_faults_one_reason_counts_the_rest() {
+        // A follower raises the term every second while the leader, alive,
+        // keeps its own.
+        let s1 = server("server-1", |_| 1.0, |_| true, |_| 0.0);
+        let s2 = server("server-2", |t| 1.0 + t, |_| false, |t| 1.0 + t);
+        let e = explain(&[&s1, &s2], Some(0), &[]);
+        assert_eq!(e.len(), 21, "terms 1 to 21");
+        let why = reasons(&e, &[]);
+        assert_eq!(why.len(), REASONS_MAX + 1);
+        assert_eq!(
+            why[0],
+            "election for term 1 at 0.0 s started by server-2 while no fault had struck the leader"
+        );
+        assert_eq!(
+            why[1],
+            "election for term 2 at 1.0 s started by server-2 while the leader server-1 was alive"
+        );
+        assert_eq!(
+            why[REASONS_MAX],
+            "1 more elections outside the faults, up to term 21 at 20.0 s (elections_detail lists them)"
+        );
     }
 
     #[test]
