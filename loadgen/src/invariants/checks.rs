@@ -1,32 +1,29 @@
 //! The checks: pure functions over the servers' states and the stream's
-//! record, each giving one [`Invariant`].
+//! record, each giving one [`Invariant`]. The ones that read every
+//! allocation take one server at a time (`*_on`), so the audit holds one
+//! server's allocations at once; `convergence` compares the others with
+//! the first by a digest of each job's allocations ([`Baseline`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 
 use stampede_proto::{DeploymentStatus, EvalStatus, Job, JobType, TaskGroup};
 
 use super::record::{client_status_name, Outcome, Sightings, Write, WriteKind};
-use super::state::{feasible, live, room, ServerState};
-use super::Invariant;
+use super::state::{feasible, live, room, Alloc, AllocId, Allocs, JobsView, ServerState};
+use super::{Found, Invariant};
+
+#[cfg(test)]
+fn views(servers: &[ServerState]) -> Vec<JobsView> {
+    servers.iter().map(JobsView::of).collect()
+}
 
 /// On every node of every server, the live allocations fit the node.
+#[cfg(test)]
 pub fn capacity(servers: &[ServerState]) -> Invariant {
-    let mut found = Vec::new();
-    let mut nodes = 0;
-    for s in servers {
-        let used = s.used();
-        for node in s.nodes.values() {
-            nodes += 1;
-            let cap = node.resources.unwrap_or_default();
-            let u = used.get(node.id.as_str()).copied().unwrap_or_default();
-            if u.cpu_mhz > cap.cpu_mhz || u.memory_mb > cap.memory_mb {
-                found.push(format!(
-                    "server {}: node {} holds {}/{} MHz, {}/{} MB",
-                    s.server, node.id, u.cpu_mhz, cap.cpu_mhz, u.memory_mb, cap.memory_mb
-                ));
-            }
-        }
-    }
+    let mut found = Found::default();
+    let nodes: usize = servers.iter().map(|s| capacity_on(s, &mut found)).sum();
     Invariant::new(
         super::CAPACITY,
         found,
@@ -34,52 +31,81 @@ pub fn capacity(servers: &[ServerState]) -> Invariant {
     )
 }
 
+/// [`capacity`] on one server; how many nodes it checked.
+pub fn capacity_on(s: &ServerState, found: &mut Found) -> usize {
+    let used = s.used();
+    for node in s.nodes.values() {
+        let cap = node.resources.unwrap_or_default();
+        let u = used.get(node.id.as_str()).copied().unwrap_or_default();
+        if u.cpu_mhz > cap.cpu_mhz || u.memory_mb > cap.memory_mb {
+            found.push(format!(
+                "server {}: node {} holds {}/{} MHz, {}/{} MB",
+                s.server, node.id, u.cpu_mhz, cap.cpu_mhz, u.memory_mb, cap.memory_mb
+            ));
+        }
+    }
+    s.nodes.len()
+}
+
 /// No two live allocations of one name (of one group on one node, for a
 /// system job), and no more live allocations in a group than its count
 /// (canaries aside).
+#[cfg(test)]
 pub fn duplicates(servers: &[ServerState]) -> Invariant {
-    let mut found = Vec::new();
+    let mut found = Found::default();
     for s in servers {
-        // (job, name or node) -> allocation ids
-        let mut by_slot: BTreeMap<(&str, String), Vec<&str>> = BTreeMap::new();
-        // (job, group) -> live count
-        let mut per_group: BTreeMap<(&str, &str), u32> = BTreeMap::new();
-        for a in s.allocs.values().filter(|a| live(a) && !a.canary) {
-            let system = a.job_type == JobType::System as i32
-                || s.jobs
-                    .get(&a.job_id)
-                    .is_some_and(|j| j.r#type == JobType::System as i32);
+        duplicates_on(s, &mut found);
+    }
+    Invariant::new(super::DUPLICATES, found, String::new())
+}
+
+/// [`duplicates`] on one server: every name live twice (by job, then
+/// name), then every group above its count (by job, then group).
+pub fn duplicates_on(s: &ServerState, found: &mut Found) {
+    let mut twice = Found::default();
+    let mut above = Found::default();
+    for (job_id, allocs) in s.by_job() {
+        let job = s.jobs.get(job_id);
+        let system_job = job.is_some_and(|j| j.r#type == JobType::System as i32);
+        // name or node -> allocation ids
+        let mut by_slot: BTreeMap<String, Vec<&AllocId>> = BTreeMap::new();
+        // group -> live count
+        let mut per_group: BTreeMap<&str, u32> = BTreeMap::new();
+        for (id, a) in allocs.iter().filter(|(_, a)| live(a) && !a.canary) {
+            let system = a.job_type == JobType::System as i32 || system_job;
             let slot = match system {
                 true => format!("{}.{} on node {}", a.job_id, a.task_group, a.node_id),
-                false => a.name.clone(),
+                false => a.name().into_owned(),
             };
-            by_slot.entry((&a.job_id, slot)).or_default().push(&a.id);
+            by_slot.entry(slot).or_default().push(id);
             if !system {
-                *per_group.entry((&a.job_id, &a.task_group)).or_default() += 1;
+                *per_group.entry(&a.task_group).or_default() += 1;
             }
         }
-        for ((_, slot), ids) in by_slot.iter().filter(|(_, ids)| ids.len() > 1) {
-            found.push(format!(
+        for (slot, ids) in by_slot.iter().filter(|(_, ids)| ids.len() > 1) {
+            let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+            twice.push(format!(
                 "server {}: {slot} is live {} times ({})",
                 s.server,
                 ids.len(),
                 ids.join(", ")
             ));
         }
-        for ((job_id, group), n) in per_group {
-            let Some(job) = s.jobs.get(job_id).filter(|j| !j.stop) else {
-                continue; // stopped and purged jobs: acked_writes
-            };
+        let Some(job) = job.filter(|j| !j.stop) else {
+            continue; // stopped and purged jobs: acked_writes
+        };
+        for (group, n) in per_group {
             let count = group_of(job, group).map_or(0, |tg| tg.count());
             if n > count {
-                found.push(format!(
+                above.push(format!(
                     "server {}: {job_id}.{group} has {n} live allocations, count {count}",
                     s.server
                 ));
             }
         }
     }
-    Invariant::new(super::DUPLICATES, found, String::new())
+    found.extend(twice);
+    found.extend(above);
 }
 
 fn group_of<'a>(job: &'a Job, name: &str) -> Option<&'a TaskGroup> {
@@ -102,9 +128,9 @@ fn by_job(writes: &[Write]) -> BTreeMap<&str, Vec<&Write>> {
 /// last write: a registration's spec and count, a stopped job (or one
 /// collected since) with nothing live, or a purged job gone with nothing
 /// live.
-fn shows(s: &ServerState, job_id: &str, kind: WriteKind) -> bool {
+fn shows(s: &JobsView, job_id: &str, kind: WriteKind) -> bool {
     let job = s.jobs.get(job_id);
-    let nothing_live = s.live_allocs(job_id).next().is_none();
+    let nothing_live = s.live_of(job_id) == 0;
     match kind {
         WriteKind::Register { version, count } => job.is_some_and(|j| has_spec(j, version, count)),
         WriteKind::Stop => job.is_none_or(|j| j.stop) && nothing_live,
@@ -121,8 +147,8 @@ fn has_spec(job: &Job, version: u64, count: u32) -> bool {
 }
 
 /// What a server holds of a job, in words.
-fn describe(s: &ServerState, job_id: &str) -> String {
-    let live = s.live_allocs(job_id).count();
+fn describe(s: &JobsView, job_id: &str) -> String {
+    let live = s.live_of(job_id);
     match s.jobs.get(job_id) {
         None => format!("absent, {live} live allocations"),
         Some(j) if j.stop => format!("stopped, {live} live allocations"),
@@ -154,8 +180,14 @@ fn kind_name(kind: WriteKind) -> String {
 /// any write without a definite answer (which may have been applied at any
 /// time, or never). Writes refused with a definite error are left out
 /// (`definite_errors` checks them).
+#[cfg(test)]
 pub fn acked_writes(servers: &[ServerState], writes: &[Write], seen: &Sightings) -> Invariant {
-    let mut found = Vec::new();
+    acked_writes_in(&views(servers), writes, seen)
+}
+
+/// [`acked_writes`] over what it reads of each server.
+pub fn acked_writes_in(servers: &[JobsView], writes: &[Write], seen: &Sightings) -> Invariant {
+    let mut found = Found::default();
     let mut jobs = 0;
     for (job_id, ws) in by_job(writes) {
         let acked: Vec<&Write> = ws
@@ -227,8 +259,14 @@ fn refused_from_a_stale_view(w: &Write, code: &str, ws: &[&Write]) -> Option<f64
         .reduce(f64::min)
 }
 
+#[cfg(test)]
 pub fn definite_errors(servers: &[ServerState], writes: &[Write]) -> Invariant {
-    let mut found = Vec::new();
+    definite_errors_in(&views(servers), writes)
+}
+
+/// [`definite_errors`] over what it reads of each server.
+pub fn definite_errors_in(servers: &[JobsView], writes: &[Write]) -> Invariant {
+    let mut found = Found::default();
     let mut refused = 0;
     for (job_id, ws) in by_job(writes) {
         let may_have = |w: &&&Write| !matches!(w.outcome, Outcome::Definite { .. });
@@ -294,70 +332,173 @@ pub fn definite_errors(servers: &[ServerState], writes: &[Write]) -> Invariant {
 
 /// Every server holds the same jobs, allocations (with their statuses) and
 /// deployments as the first.
+#[cfg(test)]
 pub fn convergence(servers: &[ServerState]) -> Invariant {
-    let mut found = Vec::new();
+    let mut found = Found::default();
     let Some(first) = servers.first() else {
         return Invariant::new(super::CONVERGENCE, found, "no server read".into());
     };
-    type Row = String;
-    let rows = |s: &ServerState| -> BTreeMap<String, Row> {
-        let jobs = s.jobs.values().map(|j| {
-            let row = format!(
-                "version {} stop {} modified at {}",
-                j.version, j.stop, j.modify_index
-            );
-            (format!("job {}", j.id), row)
-        });
-        let allocs = s.allocs.values().map(|a| {
-            let row = format!(
-                "desired {} client {} on {} version {} healthy {:?} modified at {}",
-                a.desired_status,
-                client_status_name(a.client_status),
-                a.node_id,
-                a.job_version,
-                a.healthy,
-                a.modify_index
-            );
-            (format!("alloc {}", a.id), row)
-        });
-        let deployments = s.deployments.values().map(|d| {
-            let row = format!(
-                "status {} version {} modified at {}",
-                d.status, d.job_version, d.modify_index
-            );
-            (format!("deployment {}", d.id), row)
-        });
-        jobs.chain(allocs).chain(deployments).collect()
-    };
-    let base = rows(first);
+    let base = Baseline::of(first);
     for s in &servers[1..] {
-        let other = rows(s);
-        let keys: BTreeSet<&String> = base.keys().chain(other.keys()).collect();
-        for k in keys {
-            let (a, b) = (base.get(k), other.get(k));
+        let differing = base.differing(s);
+        base.compare(s, &differing, &first.allocs, &mut found);
+    }
+    Invariant::new(super::CONVERGENCE, found, base.checked(servers.len()))
+}
+
+/// What `convergence` compares the other servers with, kept from the
+/// first server once its allocations are dropped: its jobs' and
+/// deployments' rows, and a digest of each job's allocations' rows. Where
+/// a job's digest differs on another server, the first server's
+/// allocations of that job are read again, and the rows compared one by
+/// one to name what differs.
+#[derive(Debug, Clone, Default)]
+pub struct Baseline {
+    server: u64,
+    /// "job <id>" and "deployment <id>" -> row.
+    rows: BTreeMap<String, String>,
+    /// Job id (of the allocations, whether the server has the job or not)
+    /// -> the digest of its allocations' rows.
+    digests: HashMap<String, u128>,
+    jobs: usize,
+    allocs: usize,
+    deployments: usize,
+}
+
+fn alloc_row(a: &Alloc) -> String {
+    format!(
+        "desired {} client {} on {} version {} healthy {:?} modified at {}",
+        a.desired_status,
+        client_status_name(a.client_status),
+        a.node_id,
+        a.job_version,
+        a.healthy,
+        a.modify_index
+    )
+}
+
+/// Every job's and deployment's row of server `s`.
+fn rows(s: &ServerState) -> BTreeMap<String, String> {
+    let jobs = s.jobs.values().map(|j| {
+        let row = format!(
+            "version {} stop {} modified at {}",
+            j.version, j.stop, j.modify_index
+        );
+        (format!("job {}", j.id), row)
+    });
+    let deployments = s.deployments.values().map(|d| {
+        let row = format!(
+            "status {} version {} modified at {}",
+            d.status, d.job_version, d.modify_index
+        );
+        (format!("deployment {}", d.id), row)
+    });
+    jobs.chain(deployments).collect()
+}
+
+/// 128 bits of an allocation's id and row. A job's digest is their sum,
+/// so it does not depend on the order they were read in.
+fn row_hash(id: &AllocId, row: &str) -> u128 {
+    let half = |seed: u8| {
+        let mut h = DefaultHasher::new();
+        seed.hash(&mut h);
+        id.hash(&mut h);
+        row.hash(&mut h);
+        h.finish()
+    };
+    u128::from(half(0)) << 64 | u128::from(half(1))
+}
+
+/// The digest of each job's allocations on server `s`.
+fn digests(s: &ServerState) -> HashMap<&str, u128> {
+    let mut out: HashMap<&str, u128> = HashMap::new();
+    for (id, a) in s.allocs.iter() {
+        let d = out.entry(&a.job_id).or_default();
+        *d = d.wrapping_add(row_hash(id, &alloc_row(a)));
+    }
+    out
+}
+
+impl Baseline {
+    pub fn of(first: &ServerState) -> Self {
+        Self {
+            server: first.server,
+            rows: rows(first),
+            digests: digests(first)
+                .into_iter()
+                .map(|(j, d)| (j.to_string(), d))
+                .collect(),
+            jobs: first.jobs.len(),
+            allocs: first.allocs.len(),
+            deployments: first.deployments.len(),
+        }
+    }
+
+    /// The jobs whose allocations differ on `s` from the first server's
+    /// (by digest), also those of a job only one of them has allocations of.
+    pub fn differing(&self, s: &ServerState) -> BTreeSet<String> {
+        let theirs = digests(s);
+        let ours = self
+            .digests
+            .iter()
+            .filter(|(j, d)| theirs.get(j.as_str()) != Some(d))
+            .map(|(j, _)| j.clone());
+        let only_theirs = theirs
+            .keys()
+            .filter(|j| !self.digests.contains_key(**j))
+            .map(|j| j.to_string());
+        ours.chain(only_theirs).collect()
+    }
+
+    /// Every row of server `s` that differs from the first server's:
+    /// the allocations of the `differing` jobs one by one (`first_allocs`:
+    /// the first server's allocations of at least those jobs), then every
+    /// deployment and job, each in the order of its key.
+    pub fn compare(
+        &self,
+        s: &ServerState,
+        differing: &BTreeSet<String>,
+        first_allocs: &Allocs,
+        found: &mut Found,
+    ) {
+        let of_differing = |allocs: &Allocs| {
+            allocs
+                .iter()
+                .filter(|(_, a)| differing.contains(&*a.job_id))
+                .map(|(id, a)| (id.clone(), alloc_row(a)))
+                .collect::<BTreeMap<AllocId, String>>()
+        };
+        let (ours, theirs) = (of_differing(first_allocs), of_differing(&s.allocs));
+        let mut differ = |key: &dyn std::fmt::Display, a: Option<&String>, b: Option<&String>| {
             if a != b {
-                let show = |r: Option<&Row>| r.cloned().unwrap_or_else(|| "absent".into());
+                let show = |r: Option<&String>| r.cloned().unwrap_or_else(|| "absent".into());
                 found.push(format!(
-                    "{k}: server {} {}, server {} {}",
-                    first.server,
+                    "{key}: server {} {}, server {} {}",
+                    self.server,
                     show(a),
                     s.server,
                     show(b)
                 ));
             }
+        };
+        let ids: BTreeSet<&AllocId> = ours.keys().chain(theirs.keys()).collect();
+        for id in ids {
+            differ(&format_args!("alloc {id}"), ours.get(id), theirs.get(id));
+        }
+        let other = rows(s);
+        let keys: BTreeSet<&String> = self.rows.keys().chain(other.keys()).collect();
+        for k in keys {
+            differ(k, self.rows.get(k), other.get(k));
         }
     }
-    Invariant::new(
-        super::CONVERGENCE,
-        found,
+
+    /// What was compared, for a detail without violations.
+    pub fn checked(&self, servers: usize) -> String {
         format!(
-            "{} jobs, {} allocations, {} deployments on each of {} servers",
-            first.jobs.len(),
-            first.allocs.len(),
-            first.deployments.len(),
-            servers.len()
-        ),
-    )
+            "{} jobs, {} allocations, {} deployments on each of {servers} servers",
+            self.jobs, self.allocs, self.deployments,
+        )
+    }
 }
 
 /// Every group short of its count is short for want of room: no node it
@@ -365,31 +506,34 @@ pub fn convergence(servers: &[ServerState]) -> Invariant {
 /// For a system job: every node it may use without its allocation has no
 /// room for it.
 pub fn liveness(s: &ServerState) -> Invariant {
-    let mut found = Vec::new();
+    let mut found = Found::default();
     let used = s.used();
     let used_on = |node: &str| used.get(node).copied().unwrap_or_default();
+    let by_job = s.by_job();
+    let blocked: HashSet<&str> = s
+        .evals
+        .values()
+        .filter(|e| e.status == EvalStatus::Blocked as i32)
+        .map(|e| e.job_id.as_str())
+        .collect();
     for job in s.jobs.values().filter(|j| !j.stop) {
-        let blocked = s
-            .evals
-            .values()
-            .any(|e| e.job_id == job.id && e.status == EvalStatus::Blocked as i32);
+        let blocked = blocked.contains(job.id.as_str());
         let system = job.r#type == JobType::System as i32;
         let batch = job.r#type == JobType::Batch as i32;
+        let all: &[(&AllocId, &Alloc)] = by_job.get(job.id.as_str()).map_or(&[], |v| v);
         for tg in &job.task_groups {
             let ask = tg.resources.unwrap_or_default();
             let ours = || {
-                s.allocs
-                    .values()
-                    .filter(|a| a.job_id == job.id && a.task_group == tg.name)
+                all.iter()
+                    .map(|(_, a)| *a)
+                    .filter(|a| *a.task_group == tg.name)
             };
             let roomy = |node: &&stampede_proto::Node| {
                 feasible(node, job, tg) && room(node, used_on(&node.id), ask)
             };
             if system {
-                let covered: BTreeSet<&str> = ours()
-                    .filter(|a| live(a))
-                    .map(|a| a.node_id.as_str())
-                    .collect();
+                let covered: BTreeSet<&str> =
+                    ours().filter(|a| live(a)).map(|a| &*a.node_id).collect();
                 let missing: Vec<&str> = s
                     .nodes
                     .values()
@@ -446,7 +590,8 @@ pub fn liveness(s: &ServerState) -> Invariant {
 /// running and healthy: every rolling group has at least its count of
 /// live allocations of its current spec, all running and healthy.
 pub fn deployments(s: &ServerState) -> Invariant {
-    let mut found = Vec::new();
+    let mut found = Found::default();
+    let by_job = s.by_job();
     for d in s
         .deployments
         .values()
@@ -458,6 +603,14 @@ pub fn deployments(s: &ServerState) -> Invariant {
         if d.job_version != job.version {
             continue;
         }
+        let live_allocs = || {
+            by_job
+                .get(job.id.as_str())
+                .map_or(&[][..], |v| v)
+                .iter()
+                .map(|(_, a)| *a)
+                .filter(|a| live(a))
+        };
         let rolling: Vec<&TaskGroup> = job
             .task_groups
             .iter()
@@ -465,9 +618,8 @@ pub fn deployments(s: &ServerState) -> Invariant {
             .collect();
         let done = !rolling.is_empty()
             && rolling.iter().all(|tg| {
-                let current: Vec<_> = s
-                    .live_allocs(&job.id)
-                    .filter(|a| a.task_group == tg.name && a.job_version >= tg.spec_version)
+                let current: Vec<_> = live_allocs()
+                    .filter(|a| *a.task_group == tg.name && a.job_version >= tg.spec_version)
                     .collect();
                 current.len() >= tg.count() as usize
                     && current.iter().all(|a| {
@@ -507,23 +659,33 @@ pub fn deployments(s: &ServerState) -> Invariant {
 
 /// No allocation seen terminal on its client was seen live at a later index.
 pub fn terminal_stays_terminal(seen: &Sightings) -> Invariant {
-    let mut found = Vec::new();
+    let mut changed: Vec<(&AllocId, String)> = Vec::new();
     for (id, s) in &seen.allocs {
-        let Some((t, ts)) = s.terminal else { continue };
+        let Some((t, ts)) = s.terminal() else {
+            continue;
+        };
         // The latest sighting after the first terminal one that is not that
         // same terminal status: live again, or another terminal status.
-        let changed = [s.live, s.last_terminal]
+        let later = [s.live(), s.last_terminal()]
             .into_iter()
             .flatten()
             .filter(|(i, status)| *i > t && *status != ts)
             .max();
-        if let Some((l, ls)) = changed {
-            found.push(format!(
-                "alloc {id}: {} at index {t}, {} at index {l}",
-                client_status_name(ts),
-                client_status_name(ls)
+        if let Some((l, ls)) = later {
+            changed.push((
+                id,
+                format!(
+                    "alloc {id}: {} at index {t}, {} at index {l}",
+                    client_status_name(ts),
+                    client_status_name(ls)
+                ),
             ));
         }
+    }
+    changed.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let mut found = Found::default();
+    for (_, v) in changed {
+        found.push(v);
     }
     Invariant::new(
         super::TERMINAL_STAYS_TERMINAL,

@@ -18,8 +18,8 @@ use stampede_proto::{
 use tokio::time::Instant;
 
 use super::record::Sightings;
-use super::state::{audited, ServerState};
-use super::{check_all, Invariant, Write, CONVERGENCE, NAMES};
+use super::state::{Alloc, AllocId, Allocs, Names, ServerState};
+use super::{Checking, Invariant, Write, CONVERGENCE, NAMES};
 use crate::sampler;
 use crate::server_status::Probe;
 
@@ -82,9 +82,11 @@ pub async fn audit(
         Ok(r) => r,
         Err(e) => return unchecked(&e.to_string()),
     };
-    let deadline = Instant::now() + cfg.wait;
+    let started = Instant::now();
+    let peak_before = peak_rss_mib();
+    let deadline = started + cfg.wait;
     let mut last = String::new();
-    let mut states = None;
+    let mut checked = None;
     // At rest on two looks a poll apart before the servers are read: a
     // moment between two writes is not rest.
     let mut before: Option<u64> = None;
@@ -94,14 +96,14 @@ pub async fn audit(
         before = rest.as_ref().ok().copied();
         match rest {
             Ok(index) if !steady => last = format!("the servers reached index {index}"),
-            Ok(index) => match reader.read_all(job_ids, &seen).await {
-                Ok(read) => {
+            Ok(index) => match timed(reader.check_all(writes, job_ids, &mut seen)).await {
+                Ok(found) => {
                     if reader.at_rest().await.as_ref() == Ok(&index) {
-                        states = Some((read, None));
+                        checked = Some((found, None));
                         break;
                     }
                     last = format!("the servers moved past index {index} while being read");
-                    states = Some((read, Some(last.clone())));
+                    checked = Some((found, Some(last.clone())));
                 }
                 Err(e) => last = e.to_string(),
             },
@@ -113,20 +115,25 @@ pub async fn audit(
         tokio::time::sleep(cfg.poll).await;
     }
     let wait = humantime::format_duration(cfg.wait);
-    let (states, unsettled) = match states {
-        Some(s) => s,
+    let ((mut invariants, took), unsettled) = match checked {
+        Some(c) => c,
         // Never at rest: read what there is, so the other checks still run.
-        None => match reader.read_all(job_ids, &seen).await {
-            Ok(read) => (read, Some(last)),
+        None => match timed(reader.check_all(writes, job_ids, &mut seen)).await {
+            Ok(found) => (found, Some(last)),
             Err(e) => return unchecked(&format!("{e} (after waiting {wait} for rest: {last})")),
         },
     };
-    for s in &states {
-        for a in s.allocs.values() {
-            seen.see(a);
-        }
-    }
-    let mut invariants = check_all(&states, writes, &seen);
+    // What the audit cost loadgen: its time, and its memory's high-water
+    // mark before and after (the audit's own peak when it moved).
+    let mib = |m: Option<u64>| m.map_or_else(|| "?".to_string(), |m| m.to_string());
+    eprintln!(
+        "loadgen: the invariant audit took {:.1} s ({:.1} s reading and checking the servers); \
+         loadgen's peak resident memory {} MiB before it, {} MiB after",
+        started.elapsed().as_secs_f64(),
+        took.as_secs_f64(),
+        mib(peak_before),
+        mib(peak_rss_mib()),
+    );
     if let Some(why) = unsettled {
         // States read at different indexes do not compare.
         if let Some(c) = invariants.iter_mut().find(|i| i.name == CONVERGENCE) {
@@ -140,6 +147,23 @@ pub async fn audit(
         }
     }
     invariants
+}
+
+/// A read's result with how long it took.
+async fn timed<T, E>(
+    read: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<(T, Duration), E> {
+    let start = Instant::now();
+    let out = read.await?;
+    Ok((out, start.elapsed()))
+}
+
+/// This process's peak resident memory so far (`VmHWM`), MiB.
+fn peak_rss_mib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024)
 }
 
 /// Every server of the cluster, for status, metrics and gRPC reads.
@@ -215,16 +239,39 @@ impl Reader {
         Ok(indexes.into_iter().next().unwrap_or(0))
     }
 
-    async fn read_all(
+    /// Reads the servers one after another, each checked as it is read
+    /// and dropped before the next ([`Checking`]), and every invariant; the
+    /// allocations read are added to `seen`.
+    async fn check_all(
         &self,
+        writes: &[Write],
         job_ids: &BTreeSet<String>,
-        seen: &Sightings,
-    ) -> Result<Vec<ServerState>, ReadError> {
-        let mut out = Vec::new();
-        for (id, client) in &self.clients {
-            out.push(read_server(*id, client, job_ids, seen).await?);
+        seen: &mut Sightings,
+    ) -> Result<Vec<Invariant>, ReadError> {
+        let mut names = Names::default();
+        let mut checking = Checking::new(writes);
+        let mut first_by_id = BTreeMap::new();
+        for (i, (id, client)) in self.clients.iter().enumerate() {
+            let (state, by_id) = read_server(*id, client, job_ids, seen, &mut names).await?;
+            for (aid, a) in state.allocs.iter() {
+                seen.see_read(aid, a.modify_index, a.client_status);
+            }
+            checking.check(&state);
+            if i == 0 {
+                first_by_id = by_id;
+                continue;
+            }
+            let differing = checking.differing(&state);
+            let first_allocs = match differing.is_empty() {
+                true => Allocs::default(),
+                false => {
+                    let (first, client) = &self.clients[0];
+                    read_again(*first, client, &differing, &first_by_id, &mut names).await?
+                }
+            };
+            checking.converge(&state, &differing, &first_allocs);
         }
-        Ok(out)
+        Ok(checking.finish(seen))
     }
 }
 
@@ -242,16 +289,21 @@ fn queued_in(metrics: &BTreeMap<String, f64>) -> f64 {
         .sum()
 }
 
+/// The allocations of a server read by id, by job.
+type ById = BTreeMap<String, Vec<AllocId>>;
+
 /// Reads one server's state: its nodes and jobs, each job's allocations,
 /// evaluations and deployments (also of jobs it no longer has, which are
-/// not found), and every allocation seen before that is not among them
-/// (a purged job's).
+/// not found), and every allocation seen while the stream ran that is not
+/// among them (a purged job's), which it also returns by job. Each reply
+/// is kept as the checks read it ([`ServerState::insert`]) and dropped.
 async fn read_server(
     server: NodeId,
     client: &ClusterClient,
     job_ids: &BTreeSet<String>,
     seen: &Sightings,
-) -> Result<ServerState, ReadError> {
+    names: &mut Names,
+) -> Result<(ServerState, ById), ReadError> {
     let fail = |what| {
         move |source| ReadError::Call {
             server,
@@ -285,9 +337,9 @@ async fn read_server(
         .buffer_unordered(8);
     while let Some(read) = reads.next().await {
         let (allocs, evals, deployments) = read.map_err(fail("reading a job"))?;
-        state
-            .allocs
-            .extend(allocs.into_iter().map(|a| (a.id.clone(), audited(a))));
+        for a in &allocs {
+            state.push(a, names);
+        }
         state
             .evals
             .extend(evals.into_iter().map(|e| (e.id.clone(), e)));
@@ -295,27 +347,105 @@ async fn read_server(
             .deployments
             .extend(deployments.into_iter().map(|d| (d.id.clone(), d)));
     }
-    let missing: Vec<String> = seen
+    drop(reads);
+    state.allocs.finish();
+    let mut missing: Vec<AllocId> = seen
         .ids()
-        .filter(|id| !state.allocs.contains_key(*id))
+        .filter(|id| !state.allocs.contains_key(id))
         .cloned()
         .collect();
+    missing.sort_unstable();
+    let mut by_id = ById::new();
     for chunk in missing.chunks(500) {
-        let allocs = client
-            .retrying(|c| {
-                let req = AllocsGetRequest {
-                    alloc_ids: chunk.to_vec(),
-                    query: None,
-                };
-                async move { Ok(c.nodes().get_allocs(req).await?.into_inner().allocs) }
-            })
+        let allocs = get_allocs(client, chunk)
             .await
             .map_err(fail("reading allocations by id"))?;
-        state
-            .allocs
-            .extend(allocs.into_iter().map(|a| (a.id.clone(), audited(a))));
+        for a in &allocs {
+            by_id
+                .entry(a.job_id.clone())
+                .or_default()
+                .push(AllocId::new(&a.id));
+            state.push(a, names);
+        }
     }
-    Ok(state)
+    state.allocs.finish();
+    Ok((state, by_id))
+}
+
+/// The allocations of `ids` that a server has.
+async fn get_allocs(
+    client: &ClusterClient,
+    ids: &[AllocId],
+) -> Result<Vec<stampede_proto::Allocation>, ClientError> {
+    let alloc_ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+    client
+        .retrying(|c| {
+            let req = AllocsGetRequest {
+                alloc_ids: alloc_ids.clone(),
+                query: None,
+            };
+            async move { Ok(c.nodes().get_allocs(req).await?.into_inner().allocs) }
+        })
+        .await
+}
+
+/// The allocations of the `jobs` on the first server, read again as
+/// [`read_server`] read them (`by_id`: those it read by id), for
+/// convergence to name what differs.
+async fn read_again(
+    server: NodeId,
+    client: &ClusterClient,
+    jobs: &BTreeSet<String>,
+    by_id: &ById,
+    names: &mut Names,
+) -> Result<Allocs, ReadError> {
+    let fail = |source| ReadError::Call {
+        server,
+        what: "reading a job's allocations again",
+        source,
+    };
+    let mut out = Allocs::default();
+    let mut reads = futures::stream::iter(jobs)
+        .map(|id| async move { job_allocs(client, id).await })
+        .buffer_unordered(8);
+    while let Some(read) = reads.next().await {
+        for a in &read.map_err(fail)? {
+            let (id, kept) = Alloc::of(a, names);
+            out.push(id, kept);
+        }
+    }
+    drop(reads);
+    let ids: Vec<AllocId> = jobs
+        .iter()
+        .filter_map(|j| by_id.get(j))
+        .flatten()
+        .cloned()
+        .collect();
+    for chunk in ids.chunks(500) {
+        for a in &get_allocs(client, chunk).await.map_err(fail)? {
+            let (id, kept) = Alloc::of(a, names);
+            out.push(id, kept);
+        }
+    }
+    out.finish();
+    Ok(out)
+}
+
+/// A job's allocations on one server; none for a job it does not have.
+async fn job_allocs(
+    client: &ClusterClient,
+    job_id: &str,
+) -> Result<Vec<stampede_proto::Allocation>, ClientError> {
+    let allocs = client
+        .retrying(|c| async move {
+            let req = JobAllocationsRequest {
+                job_id: job_id.to_string(),
+                query: None,
+            };
+            Ok(c.jobs().allocations(req).await?.into_inner().allocs)
+        })
+        .await;
+    or_none(allocs)
 }
 
 type JobRead = (

@@ -2,12 +2,14 @@
 //! write with what the cluster answered, and every allocation status seen
 //! over the run.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 use stampede_proto::client::ClientError;
 use stampede_proto::{AllocClientStatus, Allocation};
 use tonic::Code;
+
+use super::state::AllocId;
 
 /// What a write asked of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -93,34 +95,92 @@ pub struct Write {
 /// lost allocation later complete) took a report it must not have: a
 /// terminal status is final, so one revived and stopped again between two
 /// samples still shows.
+///
+/// Each sighting is one word (index and status), since a run follows
+/// millions of allocations: see [`Seen::terminal`] and the others.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Seen {
-    pub terminal: Option<(u64, i32)>,
-    pub last_terminal: Option<(u64, i32)>,
-    pub live: Option<(u64, i32)>,
+    terminal: Spot,
+    last_terminal: Spot,
+    live: Spot,
+    /// Seen while the stream ran (not only by the audit's own reads).
+    sampled: bool,
+}
+
+/// An index and a status in one word: the index above the low byte, the
+/// status plus one in it; 0 is no sighting. (Raft indexes stay far below
+/// 2^56, and the statuses kept are the enum's few values.)
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Spot(u64);
+
+impl Spot {
+    fn new(index: u64, status: i32) -> Self {
+        debug_assert!(index < 1 << 56 && (0..255).contains(&status));
+        Spot(index << 8 | (status as u64 + 1))
+    }
+
+    fn get(self) -> Option<(u64, i32)> {
+        (self.0 != 0).then(|| (self.0 >> 8, (self.0 & 0xff) as i32 - 1))
+    }
+}
+
+impl Seen {
+    /// The first terminal sighting: (index, status).
+    pub fn terminal(&self) -> Option<(u64, i32)> {
+        self.terminal.get()
+    }
+
+    /// The latest terminal sighting.
+    pub fn last_terminal(&self) -> Option<(u64, i32)> {
+        self.last_terminal.get()
+    }
+
+    /// The latest live sighting.
+    pub fn live(&self) -> Option<(u64, i32)> {
+        self.live.get()
+    }
+
+    fn see(&mut self, index: u64, status: i32) {
+        // Only the enum's terminal and live statuses are kept.
+        let at = || Spot::new(index, status);
+        if client_terminal(status) {
+            if self.terminal().is_none_or(|(i, _)| index < i) {
+                self.terminal = at();
+            }
+            if self.last_terminal().is_none_or(|(i, _)| index > i) {
+                self.last_terminal = at();
+            }
+        } else if client_live(status) && self.live().is_none_or(|(i, _)| index > i) {
+            self.live = at();
+        }
+    }
 }
 
 /// Every allocation seen over the run, by id, and the jobs seen dead.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sightings {
-    pub allocs: BTreeMap<String, Seen>,
+    pub allocs: HashMap<AllocId, Seen>,
     pub dead_jobs: BTreeSet<String>,
 }
 
 impl Sightings {
+    /// A sighting while the stream ran.
     pub fn see(&mut self, a: &Allocation) {
-        let status = a.client_status;
-        let seen = self.allocs.entry(a.id.clone()).or_default();
-        let at = (a.modify_index, status);
-        if client_terminal(status) {
-            if seen.terminal.is_none_or(|(i, _)| a.modify_index < i) {
-                seen.terminal = Some(at);
+        let seen = self.allocs.entry(AllocId::new(&a.id)).or_default();
+        seen.sampled = true;
+        seen.see(a.modify_index, a.client_status);
+    }
+
+    /// A sighting by the audit's own reads at the end: followed as the
+    /// others, but not among [`Sightings::ids`].
+    pub fn see_read(&mut self, id: &AllocId, modify_index: u64, client_status: i32) {
+        match self.allocs.get_mut(id) {
+            Some(seen) => seen.see(modify_index, client_status),
+            None => {
+                let mut seen = Seen::default();
+                seen.see(modify_index, client_status);
+                self.allocs.insert(id.clone(), seen);
             }
-            if seen.last_terminal.is_none_or(|(i, _)| a.modify_index > i) {
-                seen.last_terminal = Some(at);
-            }
-        } else if client_live(status) && seen.live.is_none_or(|(i, _)| a.modify_index > i) {
-            seen.live = Some(at);
         }
     }
 
@@ -136,8 +196,12 @@ impl Sightings {
         self.dead_jobs.contains(id)
     }
 
-    pub fn ids(&self) -> impl Iterator<Item = &String> {
-        self.allocs.keys()
+    /// The allocations seen while the stream ran.
+    pub fn ids(&self) -> impl Iterator<Item = &AllocId> {
+        self.allocs
+            .iter()
+            .filter(|(_, s)| s.sampled)
+            .map(|(id, _)| id)
     }
 }
 

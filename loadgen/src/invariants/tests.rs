@@ -9,7 +9,7 @@ use stampede_proto::{
 
 use super::checks::*;
 use super::record::{Outcome, Sightings, Write, WriteKind};
-use super::state::{audited, ServerState};
+use super::state::{Alloc, AllocId, Names, ServerState};
 use super::*;
 
 fn res(cpu_mhz: u64, memory_mb: u64) -> Option<Resources> {
@@ -66,8 +66,26 @@ fn server(id: u64, nodes: Vec<Node>, jobs: Vec<Job>, allocs: Vec<Allocation>) ->
         server: id,
         nodes: nodes.into_iter().map(|n| (n.id.clone(), n)).collect(),
         jobs: jobs.into_iter().map(|j| (j.id.clone(), j)).collect(),
-        allocs: allocs.into_iter().map(|a| (a.id.clone(), a)).collect(),
+        allocs: allocs
+            .iter()
+            .map(|a| Alloc::of(a, &mut Names::default()))
+            .collect(),
         ..Default::default()
+    }
+}
+
+fn id(s: &str) -> AllocId {
+    AllocId::new(s)
+}
+
+trait Put {
+    fn put(&mut self, a: Allocation);
+}
+
+impl Put for ServerState {
+    fn put(&mut self, a: Allocation) {
+        let (id, kept) = Alloc::of(&a, &mut Names::default());
+        self.allocs.insert(id, kept);
     }
 }
 
@@ -135,16 +153,13 @@ fn capacity_flags_a_node_whose_live_allocations_exceed_it_and_ignores_terminal_o
     holds(&capacity(&[good()]));
     let mut s = good();
     // A third fits (300 of 300); a terminal fourth takes nothing.
-    s.allocs
-        .insert("a2".into(), alloc("a2", "j", 2, "n1", C::Pending));
-    s.allocs
-        .insert("a3".into(), alloc("a3", "j", 3, "n1", C::Lost));
+    s.put(alloc("a2", "j", 2, "n1", C::Pending));
+    s.put(alloc("a3", "j", 3, "n1", C::Lost));
     let mut stopped = alloc("a4", "j", 4, "n1", C::Running);
     stopped.desired_status = D::Stop as i32;
-    s.allocs.insert("a4".into(), stopped);
+    s.put(stopped);
     holds(&capacity(&[s.clone()]));
-    s.allocs
-        .insert("a5".into(), alloc("a5", "j", 5, "n1", C::Running));
+    s.put(alloc("a5", "j", 5, "n1", C::Running));
     fails(
         &capacity(&[good(), s]),
         1,
@@ -156,9 +171,7 @@ fn capacity_flags_a_node_whose_live_allocations_exceed_it_and_ignores_terminal_o
 fn duplicates_flags_a_name_live_twice_and_a_group_above_its_count() {
     holds(&duplicates(&[good()]));
     let mut twice = good();
-    twice
-        .allocs
-        .insert("b1".into(), alloc("b1", "j", 1, "n1", C::Pending));
+    twice.put(alloc("b1", "j", 1, "n1", C::Pending));
     // j.web[1] twice, and three live of count 2.
     fails(
         &duplicates(&[twice.clone()]),
@@ -169,10 +182,8 @@ fn duplicates_flags_a_name_live_twice_and_a_group_above_its_count() {
     let mut canary = good();
     let mut c = alloc("c1", "j", 1, "n1", C::Running);
     c.canary = true;
-    canary.allocs.insert("c1".into(), c);
-    canary
-        .allocs
-        .insert("old".into(), alloc("old", "j", 0, "n1", C::Failed));
+    canary.put(c);
+    canary.put(alloc("old", "j", 0, "n1", C::Failed));
     holds(&duplicates(&[canary]));
 }
 
@@ -287,7 +298,7 @@ fn acked_writes_wants_a_stopped_job_stopped_with_nothing_live_and_a_purged_one_g
         &["j is running", "expected stopped"],
     );
     let mut still_live = stopped.clone();
-    still_live.allocs.get_mut("a0").unwrap().desired_status = D::Run as i32;
+    still_live.allocs.get_mut(&id("a0")).unwrap().desired_status = D::Run as i32;
     fails(
         &acked_writes(&[still_live], &stop, &Sightings::default()),
         1,
@@ -368,7 +379,7 @@ fn convergence_flags_what_differs_between_servers() {
     let mut other = good();
     other.server = 2;
     holds(&convergence(&[good(), other.clone()]));
-    other.allocs.get_mut("a1").unwrap().client_status = C::Lost as i32;
+    other.allocs.get_mut(&id("a1")).unwrap().client_status = C::Lost as i32;
     other.jobs.insert("k".into(), job("k", 1, 0));
     fails(
         &convergence(&[good(), other]),
@@ -459,11 +470,11 @@ fn deployments_flags_one_still_running_when_its_version_is_placed_running_and_he
     fails(&deployments(&s), 1, &["deployment d1 of j version 0"]);
     // One not healthy yet: running is right.
     let mut unhealthy = s.clone();
-    unhealthy.allocs.get_mut("a1").unwrap().healthy = None;
+    unhealthy.allocs.get_mut(&id("a1")).unwrap().healthy = None;
     holds(&deployments(&unhealthy));
     // Short of its count: running is right.
     let mut short = s.clone();
-    short.allocs.remove("a1");
+    short.allocs.remove(&id("a1"));
     holds(&deployments(&short));
     // Finished.
     s.deployments.get_mut("d1").unwrap().status = DeploymentStatus::Successful as i32;
@@ -588,13 +599,213 @@ fn the_audit_keeps_what_its_checks_read_and_drops_the_rest() {
         task_states: vec![Default::default()],
         deployment_id: "d1".into(),
         client_times: Some(Default::default()),
+        create_index: 4,
         ..kept.clone()
     };
-    assert_eq!(audited(read.clone()), kept);
+    let mut names = Names::default();
+    let (read_id, read_kept) = Alloc::of(&read, &mut names);
+    assert_eq!(
+        (read_id.clone(), read_kept.clone()),
+        Alloc::of(&kept, &mut names)
+    );
+    assert_eq!(read_id, id("a0"));
+    // The scheduler's name is not kept, but given back; any other is kept.
+    assert_eq!(read_kept.other_name, None);
+    assert_eq!(read_kept.name(), "j.web[0]");
+    let odd = Allocation {
+        name: "j.web[7]".into(),
+        ..kept.clone()
+    };
+    assert_eq!(Alloc::of(&odd, &mut names).1.name(), "j.web[7]");
+    // The strings allocations share are held once.
+    let (_, other) = Alloc::of(&alloc("a1", "j", 1, "n1", C::Running), &mut names);
+    assert!(std::sync::Arc::ptr_eq(&read_kept.job_id, &other.job_id));
     // The checks see the same state either way.
     let one = |a: Allocation| server(1, vec![node("n1", 300, 300)], vec![job("j", 1, 0)], vec![a]);
     assert_eq!(
         check_all(&[one(read)], &[], &Sightings::default()),
         check_all(&[one(kept)], &[], &Sightings::default())
+    );
+}
+
+#[test]
+fn an_allocation_id_that_is_a_uuid_is_kept_as_its_bits_and_printed_and_ordered_as_its_text() {
+    let text = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0";
+    let uuid = id(text);
+    assert!(matches!(uuid, AllocId::Uuid(..)), "{uuid:?}");
+    assert_eq!(uuid.to_string(), text);
+    // Not as the servers write one: kept as text.
+    for other in [
+        "0F1E2D3C-4B5A-4968-8776-A5B4C3D2E1F0",
+        "0f1e2d3c4b5a49688776a5b4c3d2e1f0",
+        "a0",
+    ] {
+        assert_eq!(id(other), AllocId::Other(other.into()));
+        assert_eq!(id(other).to_string(), other);
+    }
+    let mut ids = vec![
+        "ffffffff-0000-4000-8000-000000000000",
+        "a0",
+        text,
+        "00000000-0000-4000-8000-000000000001",
+        "0z",
+    ];
+    let mut parsed: Vec<AllocId> = ids.iter().map(|s| id(s)).collect();
+    ids.sort();
+    parsed.sort();
+    let printed: Vec<String> = parsed.iter().map(|i| i.to_string()).collect();
+    assert_eq!(printed, ids);
+}
+
+#[test]
+fn sightings_keep_each_status_in_a_word_and_the_audits_own_reads_apart() {
+    let mut seen = Sightings::default();
+    let a = Allocation {
+        modify_index: 7,
+        ..alloc("a", "j", 0, "n1", C::Lost)
+    };
+    seen.see(&a);
+    seen.see_read(&id("b"), 9, C::Running as i32);
+    seen.see_read(&id("a"), 12, C::Running as i32);
+    let s = seen.allocs[&id("a")];
+    assert_eq!(s.terminal(), Some((7, C::Lost as i32)));
+    assert_eq!(s.last_terminal(), Some((7, C::Lost as i32)));
+    assert_eq!(s.live(), Some((12, C::Running as i32)));
+    assert_eq!(seen.allocs[&id("b")].terminal(), None);
+    // Only what was seen while the stream ran is read again by id.
+    let ids: Vec<&AllocId> = seen.ids().collect();
+    assert_eq!(ids, vec![&id("a")]);
+    fails(
+        &terminal_stays_terminal(&seen),
+        1,
+        &["alloc a: lost at index 7, running at index 12"],
+    );
+}
+
+/// A server of `jobs` jobs of `per_job` running allocations with UUID
+/// ids, spread over ten nodes.
+fn big(server_id: u64, jobs: usize, per_job: u32) -> ServerState {
+    let mut s = ServerState {
+        server: server_id,
+        ..Default::default()
+    };
+    let mut names = Names::default();
+    for n in 0..10 {
+        let n = node(&format!("n{n}"), 1_000_000, 1_000_000);
+        s.nodes.insert(n.id.clone(), n);
+    }
+    for j in 0..jobs {
+        let job_id = format!("job-{j}");
+        s.jobs.insert(job_id.clone(), job(&job_id, per_job, 0));
+        for i in 0..per_job {
+            let uuid = format!("{:08x}-0000-4000-8000-{:012x}", j, i);
+            let node = format!("n{}", i % 10);
+            let a = Allocation {
+                modify_index: 100 + u64::from(i),
+                ..alloc(&uuid, &job_id, i, &node, C::Running)
+            };
+            s.push(&a, &mut names);
+        }
+    }
+    s.allocs.finish();
+    s
+}
+
+/// What [`Checking`] finds when the first server's allocations are read
+/// again only for the jobs that differ, as the audit does.
+fn streamed(servers: &[ServerState]) -> Vec<Invariant> {
+    let mut checking = Checking::new(&[]);
+    for (i, s) in servers.iter().enumerate() {
+        checking.check(s);
+        if i > 0 {
+            let differing = checking.differing(s);
+            let again = servers[0]
+                .allocs
+                .iter()
+                .filter(|(_, a)| differing.contains(&*a.job_id))
+                .map(|(id, a)| (id.clone(), a.clone()))
+                .collect();
+            checking.converge(s, &differing, &again);
+        }
+    }
+    checking.finish(&Sightings::default())
+}
+
+#[test]
+fn convergence_by_digest_passes_identical_servers_and_names_what_differs() {
+    let first = big(1, 20, 50);
+    let mut same = big(2, 20, 50);
+    holds(&convergence(&[first.clone(), same.clone()]));
+    // The first server's allocations are read again for no job.
+    let mut checking = Checking::new(&[]);
+    checking.check(&first);
+    checking.check(&same);
+    assert!(checking.differing(&same).is_empty());
+    let all = streamed(&[first.clone(), same.clone(), big(3, 20, 50)]);
+    assert!(all.iter().all(|i| i.ok), "{all:?}");
+    assert!(all[3]
+        .detail
+        .contains("20 jobs, 1000 allocations, 0 deployments on each of 3 servers"));
+
+    // One allocation's status differs, one is missing, one is extra, in
+    // three jobs; a fourth job's row differs.
+    let changed = id("00000003-0000-4000-8000-000000000007");
+    same.allocs.get_mut(&changed).unwrap().client_status = C::Failed as i32;
+    let missing = id("00000005-0000-4000-8000-000000000000");
+    same.allocs.remove(&missing);
+    let extra = Allocation {
+        modify_index: 500,
+        ..alloc(
+            "00000009-0000-4000-8000-0000000000ff",
+            "job-9",
+            60,
+            "n1",
+            C::Complete,
+        )
+    };
+    same.put(extra);
+    same.jobs.get_mut("job-11").unwrap().version = 4;
+    let mut checking = Checking::new(&[]);
+    checking.check(&first);
+    checking.check(&same);
+    let differing: Vec<String> = checking.differing(&same).into_iter().collect();
+    assert_eq!(differing, ["job-3", "job-5", "job-9"]);
+    let names = [
+        "alloc 00000003-0000-4000-8000-000000000007: server 1 desired 1 client running on n7 version 0 healthy None modified at 107, server 2 desired 1 client failed",
+        "alloc 00000005-0000-4000-8000-000000000000: server 1 desired 1 client running on n0 version 0 healthy None modified at 100, server 2 absent",
+        "alloc 00000009-0000-4000-8000-0000000000ff: server 1 absent, server 2 desired 1 client complete on n1",
+        "job job-11: server 1 version 0 stop false modified at 0, server 2 version 4 stop false",
+    ];
+    let whole = convergence(&[first.clone(), same.clone()]);
+    fails(&whole, 4, &names);
+    // Streamed, the first server's allocations read again only for the
+    // differing jobs: the same finding, and the others pass.
+    let found = streamed(&[first.clone(), same.clone()]);
+    assert_eq!(found[3], whole);
+    assert!(found.iter().filter(|i| i.name != CONVERGENCE).all(|i| i.ok));
+    // A third server that differs too is named after the second.
+    let mut third = big(3, 20, 50);
+    third.allocs.remove(&changed);
+    let three = streamed(&[first, same, third]);
+    fails(&three[3], 5, &["server 3 absent"]);
+}
+
+#[test]
+fn convergence_counts_every_difference_but_names_only_the_first() {
+    let first = big(1, 4, 100);
+    // A server that has applied nothing: every allocation and job absent.
+    let empty = ServerState {
+        server: 2,
+        ..Default::default()
+    };
+    let c = &streamed(&[first, empty])[3];
+    fails(
+        c,
+        404,
+        &[
+            "alloc 00000000-0000-4000-8000-000000000000: server 1 desired 1",
+            "server 2 absent",
+            "; and 399 more",
+        ],
     );
 }
