@@ -29,7 +29,9 @@
 //! follower asks for them next, whatever the rate did meanwhile.
 //!
 //! Every server keeps its own log this way, followers too: the one that
-//! leads next has the window already.
+//! leads next has the window already. A server purges nothing until it has
+//! measured the rate for [`WARM_UP`] and built a snapshot itself, so a
+//! restart does not cut the log it kept down to the floor.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -58,6 +60,12 @@ const TICK: Duration = Duration::from_secs(1);
 
 /// How far back the write rate is measured.
 const RATE_SPAN: Duration = Duration::from_secs(60);
+
+/// How long the rate is measured before the log is purged at all, after
+/// a start: until then (and until this server has built a snapshot) the
+/// window cannot be sized, and the log a restarted server kept for it
+/// stays.
+const WARM_UP: Duration = Duration::from_secs(10);
 
 /// What the window is sized by: the flags.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -184,6 +192,14 @@ impl Rate {
         }
         (entries_per_s, self.bytes_per_entry)
     }
+
+    /// How long the samples measure.
+    fn span(&self) -> Duration {
+        match (self.samples.front(), self.samples.back()) {
+            (Some(first), Some(last)) => last.0.duration_since(first.0),
+            _ => Duration::ZERO,
+        }
+    }
 }
 
 /// Bytes of commands applied, all types.
@@ -234,6 +250,9 @@ pub async fn follow(
         };
         let window = rule.window(&measured);
         metrics.raft_catch_up_window_entries.set(window as i64);
+        if measured.build.is_none() || rate.span() < WARM_UP {
+            continue;
+        }
         let sending = metrics.snapshot_times.oldest_sending(SENT_GRACE);
         let Some(upto) = purge_upto(snapshot, purged, window, rule.most(&measured), sending) else {
             continue;
@@ -365,7 +384,10 @@ mod tests {
         let (idle, size) = rate.sample(at(125), 3_600, 3_500, 350_000);
         assert_eq!(idle, 0.0);
         assert_eq!(size, 100.0, "the size of the last entries measured");
-        // A log that starts over (a restart) is not a negative rate.
+        assert_eq!(rate.span(), Duration::from_secs(55));
+        // A log that starts over (a restart) is not a negative rate, and
+        // is measured again from there.
         assert_eq!(rate.sample(at(126), 10, 0, 0).0, 0.0);
+        assert_eq!(rate.span(), Duration::ZERO);
     }
 }
