@@ -40,6 +40,15 @@ fn a_short_audit_run_checks_every_invariant_and_all_hold() {
     assert_eq!(names, NAMES, "{summary}");
     let v = &summary["variants"][0];
     assert_eq!(v["invariants"].as_array().unwrap().len(), 8, "{v}");
+    // What the audit cost loadgen is told beside them.
+    let cost = &v["invariants_audit"];
+    assert!(cost["duration_s"].as_f64().unwrap() > 0.0, "{cost}");
+    assert!(cost["reading_s"].as_f64().unwrap() > 0.0, "{cost}");
+    let peak = cost["loadgen_peak_rss_mib_after"].as_u64().unwrap();
+    assert!(
+        peak >= cost["loadgen_peak_rss_mib_before"].as_u64().unwrap(),
+        "{cost}"
+    );
     for name in NAMES {
         assert!(
             stdout.contains(&format!("invariant {name}")),

@@ -19,7 +19,7 @@ use super::error::CapacityError;
 use super::output::{write_last_metrics, write_traces};
 use crate::critical_path::{self, fetch, JobPath};
 use crate::faults::{self, Audit, FaultsConfig, Injected};
-use crate::invariants::{self, Invariant, Sightings};
+use crate::invariants::{self, AuditCost, Invariant, Sightings};
 use crate::progress::Progress;
 use crate::sampler::{self, Target};
 use crate::scenario::{Scenario, Variant};
@@ -118,9 +118,9 @@ pub(super) async fn drive(
         Some(s) => Some(s.stop().await),
         None => None,
     };
-    let (audit, invariants) = match cluster.as_deref() {
+    let (audit, invariants, audit_cost) = match cluster.as_deref() {
         Some(cluster) => audits(cluster, scenario, &ran.journal, seen, &fault_cfg, ctx).await,
-        None => (None, Vec::new()),
+        None => (None, Vec::new(), None),
     };
     let faulted = (cluster.is_some() && !scenario.faults.is_empty()).then(|| Faulted {
         injected: std::mem::take(&mut ran.injected),
@@ -128,7 +128,7 @@ pub(super) async fn drive(
     });
     let mut problems = before.problems;
     problems.extend(ran.problems);
-    let summary = summary::build(VariantInputs {
+    let mut summary = summary::build(VariantInputs {
         scenario,
         variant: v,
         stream: ran.report,
@@ -151,6 +151,7 @@ pub(super) async fn drive(
         term_at_start: before.term_at_start,
         loadgen: stampede_proto::this_build!().into(),
     });
+    summary.invariants_audit = audit_cost;
     write_traces(dir, &summary.slowest_paths)?;
     Ok(summary)
 }
@@ -221,7 +222,7 @@ async fn audits(
     seen: Option<Sightings>,
     fault_cfg: &FaultsConfig,
     ctx: &Ctx<'_>,
-) -> (Option<Audit>, Vec<Invariant>) {
+) -> (Option<Audit>, Vec<Invariant>, Option<AuditCost>) {
     let mut audit = None;
     if !scenario.faults.is_empty() {
         eprintln!(
@@ -235,7 +236,7 @@ async fn audits(
         audit = Some(faults::audit(cluster, journal, &dead, fault_cfg).await);
     }
     let Some(seen) = seen else {
-        return (audit, Vec::new());
+        return (audit, Vec::new(), None);
     };
     eprintln!("loadgen: checking the invariants on every server");
     let cfg = invariants::AuditConfig {
@@ -243,8 +244,8 @@ async fn audits(
         ..Default::default()
     };
     let job_ids = journal.writes.iter().map(|w| w.job_id.clone()).collect();
-    let found = invariants::audit(cluster, &journal.writes, &job_ids, seen, &cfg).await;
-    (audit, found)
+    let (found, cost) = invariants::audit(cluster, &journal.writes, &job_ids, seen, &cfg).await;
+    (audit, found, Some(cost))
 }
 
 /// One client for each of `addrs`, for reads that each server answers from

@@ -57,6 +57,24 @@ pub const NAMES: [&str; 8] = [
 /// How many violations an invariant's detail names.
 const NAMED: usize = 5;
 
+/// What the invariant audit cost loadgen: `summary.json`'s
+/// `invariants_audit`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditCost {
+    /// From the end of the drain to the invariants checked, waiting for
+    /// the cluster to come to rest included.
+    pub duration_s: f64,
+    /// Of which reading and checking the servers (the last time, when the
+    /// cluster moved while being read).
+    pub reading_s: f64,
+    /// loadgen's peak resident memory (its high-water mark, `VmHWM`)
+    /// before the audit and after it, MiB: the audit's own peak when the
+    /// two differ.
+    pub loadgen_peak_rss_mib_before: Option<u64>,
+    pub loadgen_peak_rss_mib_after: Option<u64>,
+}
+
 /// One invariant as checked: `summary.json`'s `invariants[]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Invariant {

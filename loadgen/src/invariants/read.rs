@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::record::Sightings;
 use super::state::{Alloc, AllocId, Allocs, Names, ServerState};
-use super::{Checking, Invariant, Write, CONVERGENCE, NAMES};
+use super::{AuditCost, Checking, Invariant, Write, CONVERGENCE, NAMES};
 use crate::sampler;
 use crate::server_status::Probe;
 
@@ -68,7 +68,8 @@ const QUEUES: [&str; 5] = [
 
 /// The invariant audit of a local cluster after the drain: waits (up to
 /// `cfg.wait`) until the cluster is at rest, reads every server, adds the
-/// allocations read to `seen`, and checks every invariant. `job_ids`: every
+/// allocations read to `seen`, and checks every invariant; and what that
+/// cost loadgen. `job_ids`: every
 /// job the stream wrote, so purged jobs' allocations are read too.
 pub async fn audit(
     cluster: &LocalCluster,
@@ -76,14 +77,23 @@ pub async fn audit(
     job_ids: &BTreeSet<String>,
     mut seen: Sightings,
     cfg: &AuditConfig,
-) -> Vec<Invariant> {
-    let unchecked = |why: &str| NAMES.iter().map(|n| Invariant::unchecked(n, why)).collect();
+) -> (Vec<Invariant>, AuditCost) {
+    let started = Instant::now();
+    let peak_before = peak_rss_mib();
+    let cost = |reading: Duration| AuditCost {
+        duration_s: started.elapsed().as_secs_f64(),
+        reading_s: reading.as_secs_f64(),
+        loadgen_peak_rss_mib_before: peak_before,
+        loadgen_peak_rss_mib_after: peak_rss_mib(),
+    };
+    let unchecked = |why: &str| {
+        let all = NAMES.iter().map(|n| Invariant::unchecked(n, why)).collect();
+        (all, cost(Duration::ZERO))
+    };
     let reader = match Reader::new(cluster, cfg) {
         Ok(r) => r,
         Err(e) => return unchecked(&e.to_string()),
     };
-    let started = Instant::now();
-    let peak_before = peak_rss_mib();
     let deadline = started + cfg.wait;
     let mut last = String::new();
     let mut checked = None;
@@ -125,14 +135,15 @@ pub async fn audit(
     };
     // What the audit cost loadgen: its time, and its memory's high-water
     // mark before and after (the audit's own peak when it moved).
+    let cost = cost(took);
     let mib = |m: Option<u64>| m.map_or_else(|| "?".to_string(), |m| m.to_string());
     eprintln!(
         "loadgen: the invariant audit took {:.1} s ({:.1} s reading and checking the servers); \
          loadgen's peak resident memory {} MiB before it, {} MiB after",
-        started.elapsed().as_secs_f64(),
-        took.as_secs_f64(),
-        mib(peak_before),
-        mib(peak_rss_mib()),
+        cost.duration_s,
+        cost.reading_s,
+        mib(cost.loadgen_peak_rss_mib_before),
+        mib(cost.loadgen_peak_rss_mib_after),
     );
     if let Some(why) = unsettled {
         // States read at different indexes do not compare.
@@ -146,7 +157,7 @@ pub async fn audit(
             );
         }
     }
-    invariants
+    (invariants, cost)
 }
 
 /// A read's result with how long it took.

@@ -97,6 +97,7 @@ pub fn summarize(
         faults: Vec::new(),
         audit: None,
         invariants: Vec::new(),
+        invariants_audit: None,
         fleet: Default::default(),
         elections: None,
         elections_detail: Vec::new(),

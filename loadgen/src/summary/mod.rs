@@ -49,7 +49,7 @@ pub use slo::{audit_failures, judge, slo_breaches};
 
 use crate::critical_path::{CriticalPath, TracedJob};
 use crate::faults::{Audit, FaultReport};
-use crate::invariants::Invariant;
+use crate::invariants::{AuditCost, Invariant};
 use crate::sampler::Series;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
@@ -267,6 +267,10 @@ pub struct VariantSummary {
     /// scheduler's promises checked on every server at rest.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub invariants: Vec<Invariant>,
+    /// What that audit cost loadgen: its time and loadgen's peak memory
+    /// (absent when there was none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub invariants_audit: Option<AuditCost>,
     /// Raft elections over the whole run, from the cluster's first leader
     /// (registration included) to the end: the growth of the highest term;
     /// null when no server's term was read at the start.
