@@ -331,9 +331,61 @@ fn alloc_lookup(c: &mut Criterion) {
     group.finish();
 }
 
+/// A snapshot of 100,000 running allocations (UUID ids, a task state
+/// each, as nodesim reports them) on 10,000 nodes: built (encoded) and
+/// installed (decoded into a state), row by row as the servers do
+/// (`encode_snapshot`, `decode_snapshot`) and through a whole
+/// `StateSnapshot` of copies of every row, as they did before. Throughput
+/// counts allocations: the time per element is the time per allocation.
+fn snapshot(c: &mut Criterion) {
+    use prost::Message;
+    let mut state = state_of_100k(|_, _| uuid::Uuid::new_v4().to_string());
+    let running: Vec<Allocation> = state
+        .allocs()
+        .map(|a| Allocation {
+            task_states: vec![NamedTaskState {
+                task: "server".into(),
+                state: Some(TaskState {
+                    state: "running".into(),
+                    started_at_ms: 1_700_000_000_000,
+                    ..Default::default()
+                }),
+            }],
+            ..Allocation::clone(a)
+        })
+        .collect();
+    apply(&mut state, &plan_apply(running));
+    let index = state.index();
+    let mut bytes = Vec::new();
+    state.encode_snapshot(&mut bytes);
+    let mut group = c.benchmark_group("snapshot_100k");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(100_000));
+    group.bench_function("build", |b| {
+        b.iter(|| {
+            let mut out = Vec::with_capacity(bytes.len());
+            state.encode_snapshot(&mut out);
+            out.len()
+        })
+    });
+    group.bench_function("build_whole_message", |b| {
+        b.iter(|| state.to_snapshot().encode_to_vec().len())
+    });
+    group.bench_function("install", |b| {
+        b.iter(|| State::decode_snapshot(&bytes, index).unwrap().index())
+    });
+    group.bench_function("install_whole_message", |b| {
+        b.iter(|| {
+            let snap = stampede_proto::StateSnapshot::decode(bytes.as_slice()).unwrap();
+            State::from_snapshot(snap, index).index()
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = stampede_benches::criterion();
-    targets = state_apply, alloc_lookup
+    targets = state_apply, alloc_lookup, snapshot
 }
 criterion_main!(benches);

@@ -34,6 +34,10 @@ pub const MAX_CHUNK_BYTES: usize = 64 * 1024 * 1024;
 /// allocations, and well within the memory of a server that holds it.
 pub const MAX_SNAPSHOT_BYTES: u64 = 4 * 1024 * 1024 * 1024;
 
+/// Chunks smaller than this are added to the one before instead of kept
+/// as they came.
+const GATHER_BYTES: usize = 1024 * 1024;
+
 /// A chunk refused, before anything was allocated for it.
 #[derive(Debug, thiserror::Error)]
 pub enum ChunkRefused {
@@ -83,7 +87,12 @@ pub struct SnapshotReceiver {
 
 struct Receiving {
     snapshot_id: String,
-    data: Vec<u8>,
+    /// The chunks so far, as they came: joined into one buffer off raft's
+    /// threads once the last has come, not grown (and copied, hundreds of
+    /// MB at a time) here as each comes.
+    chunks: Vec<Vec<u8>>,
+    /// Their bytes.
+    len: u64,
 }
 
 impl SnapshotReceiver {
@@ -94,7 +103,7 @@ impl SnapshotReceiver {
     pub async fn receive(
         &self,
         raft: &Raft,
-        req: InstallSnapshotRequest<TypeConfig>,
+        mut req: InstallSnapshotRequest<TypeConfig>,
     ) -> Result<Answer, ChunkRefused> {
         if req.data.len() > MAX_CHUNK_BYTES {
             return Err(ChunkRefused::ChunkTooLarge(req.data.len()));
@@ -129,13 +138,14 @@ impl SnapshotReceiver {
         }
         let mut receiving = self.receiving.lock().await;
         let expected = match receiving.as_ref() {
-            Some(r) if r.snapshot_id == req.meta.snapshot_id => r.data.len() as u64,
+            Some(r) if r.snapshot_id == req.meta.snapshot_id => r.len,
             _ => 0,
         };
         if req.offset == 0 {
             *receiving = Some(Receiving {
                 snapshot_id: req.meta.snapshot_id.clone(),
-                data: Vec::new(),
+                chunks: Vec::new(),
+                len: 0,
             });
         } else if req.offset != expected {
             return Err(ChunkRefused::OutOfOrder {
@@ -147,15 +157,23 @@ impl SnapshotReceiver {
         let r = receiving
             .as_mut()
             .expect("set above for offset 0, or continued");
-        r.data.extend_from_slice(&req.data);
+        r.len += req.data.len() as u64;
+        match r.chunks.last_mut() {
+            // Small chunks are gathered, so a peer that sends its bytes
+            // one at a time makes no list of billions of buffers.
+            Some(last) if last.len() < GATHER_BYTES => last.extend_from_slice(&req.data),
+            _ => r.chunks.push(std::mem::take(&mut req.data)),
+        }
         if !req.done {
             return Ok(Ok(behind));
         }
-        let data = receiving.take().expect("receiving").data;
+        let chunks = receiving.take().expect("receiving").chunks;
         drop(receiving);
         // Decoding hundreds of MiB takes seconds: off the runtime's threads.
         let index = req.meta.last_log_id.map_or(0, |l| l.index);
         let checked = tokio::task::spawn_blocking(move || {
+            let data = chunks.concat();
+            drop(chunks);
             State::decode_snapshot(&data, index).map(|state| SnapshotData::checked(data, state))
         })
         .await
