@@ -358,6 +358,33 @@ mod tests {
     }
 
     #[test]
+    fn a_snapshot_send_is_held_while_it_goes_and_timed_once_installed() {
+        let m = Arc::new(Metrics::new());
+        let times = &m.snapshot_times;
+        assert_eq!(
+            (times.last_send(), times.oldest_sending(Duration::ZERO)),
+            (None, None)
+        );
+        m.snapshot_built(Duration::from_millis(1_500));
+        assert_eq!(times.last_build(), Some(Duration::from_millis(1_500)));
+        let old = m.snapshot_sending(40);
+        let new = m.snapshot_sending(90);
+        assert_eq!(times.oldest_sending(Duration::ZERO), Some(40));
+        // Refused or failed: no time, and no longer held once the grace is past.
+        drop(old);
+        assert_eq!(times.oldest_sending(Duration::ZERO), Some(90));
+        assert_eq!(times.last_send(), None);
+        new.installed();
+        assert!(times.last_send().is_some());
+        assert_eq!(times.oldest_sending(Duration::ZERO), None);
+        // Within the grace, the send that ended last still holds.
+        assert_eq!(times.oldest_sending(Duration::from_secs(60)), Some(90));
+        assert!(m
+            .render()
+            .contains("stampede_raft_snapshot_send_seconds_count 1"));
+    }
+
+    #[test]
     fn every_server_name_loadgen_reads_is_defined_here() {
         let text = Metrics::new().render();
         let ours = [

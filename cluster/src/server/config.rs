@@ -251,13 +251,15 @@ pub struct ServeOpts {
     pub snapshot_entries: u64,
     /// Entries the log keeps behind its snapshot, at least, for followers
     /// behind to catch up from the log. The catch-up window grows past it
-    /// with the write rate: the entries written during two snapshot builds
-    /// and sends (install included), so that a follower that installs the
-    /// leader's snapshot still finds the entries after it (HashiCorp's
-    /// rule: send and install time × writes a second, with a margin). The
-    /// rate is measured over the last minute, the times are this server's
-    /// last build and send (a send counts as two builds until one was
-    /// timed), and a snapshot being sent holds the entries after it.
+    /// with the write rate, so that a follower that installs the leader's
+    /// snapshot still finds the entries after it (HashiCorp's rule: send
+    /// and install time × writes a second, with a margin): window =
+    /// max(--keep-entries, 2 × entries/s × (build s + send s)), at most
+    /// --keep-max-bytes of entries. The rate is the log's growth over the
+    /// last minute; the times are this server's last snapshot build and
+    /// last send to a follower, install included (until one is timed, a
+    /// send counts as two builds). A snapshot being sent also holds the
+    /// entries after it.
     #[arg(long, default_value_t = 1_000)]
     pub keep_entries: u64,
     /// Most bytes of entries the catch-up window keeps behind a snapshot
