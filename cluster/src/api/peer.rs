@@ -41,8 +41,10 @@ pub struct PeerApi {
     pub snapshots: Arc<SnapshotReceiver>,
     /// The configured members (`--peers`): a genuine message agrees.
     pub members: Arc<BTreeSet<NodeId>>,
-    /// The election timing, for pre-votes.
+    /// The election timing, and the election driver's latest look at
+    /// raft, that pre-votes are answered from.
     pub timing: election::Timing,
+    pub election: Arc<election::Latest>,
 }
 
 /// A payload that is not the raft message its call expects.
@@ -188,9 +190,8 @@ impl RaftService for PeerApi {
                 term,
             },
         )?;
-        let answer = election::answer(&self.raft, &self.timing, &self.metrics, &rpc)
-            .await
-            .ok_or_else(|| Status::unavailable("raft is shutting down"))?;
+        let answer = election::answer(&self.election, &self.timing, &self.metrics, &rpc)
+            .ok_or_else(|| Status::unavailable("raft has not started"))?;
         Ok(Response::new(encode(&answer)?))
     }
 

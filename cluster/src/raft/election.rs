@@ -18,6 +18,15 @@
 //! (a candidate, or a server just started) a random election timeout after
 //! its last vote. Votes themselves are openraft's, unchanged.
 //!
+//! A server's silence is measured from what it could have heard: a server
+//! that was itself not running (stopped, starved of its core, blocked in a
+//! slow fsync) heard nothing because it did not listen, not because the
+//! leader is gone. So a look that comes more than a quarter of the lease
+//! after the one before marks the server as just woken, and a woken server
+//! counts its silence from then: it neither campaigns nor grants a
+//! pre-vote until the lease has passed since, time for the leader's next
+//! message to reach it.
+//!
 //! Each election a server starts is counted, and its term kept in a gauge
 //! (`stampede_raft_election_started_term`), so a run can say who started
 //! each one; the log line says why.
@@ -100,6 +109,8 @@ pub enum Refusal {
     LeaderHeard { ago_ms: u64 },
     #[error("the candidate's log is behind the receiver's")]
     LogBehind,
+    #[error("the receiver itself did not run until {ago_ms} ms ago, within the lease")]
+    Woken { ago_ms: u64 },
 }
 
 impl Refusal {
@@ -109,12 +120,13 @@ impl Refusal {
             Self::Leading => "leading",
             Self::LeaderHeard { .. } => "leader_heard",
             Self::LogBehind => "log_behind",
+            Self::Woken { .. } => "woken",
         }
     }
 }
 
 /// The `reason` labels, for the metric's definition.
-pub const REFUSAL_LABELS: &[&str] = &["leading", "leader_heard", "log_behind"];
+pub const REFUSAL_LABELS: &[&str] = &["leading", "leader_heard", "log_behind", "woken"];
 
 /// What this server's raft shows, as far as elections go.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,6 +142,39 @@ pub struct View {
     pub heard_ago: Option<Duration>,
     pub last_log_id: Option<LogId>,
     pub voters: BTreeSet<NodeId>,
+    /// Since this server last woke from not running (see the module's
+    /// documentation); `None` when it has not.
+    pub woken_ago: Option<Duration>,
+}
+
+impl View {
+    /// The view `elapsed` later, nothing else having changed.
+    fn aged(&self, elapsed: Duration) -> Self {
+        Self {
+            heard_ago: self.heard_ago.map(|d| d + elapsed),
+            woken_ago: self.woken_ago.map(|d| d + elapsed),
+            ..self.clone()
+        }
+    }
+}
+
+/// The driver's latest look at raft, which the pre-vote answers from: a
+/// peer's question costs no trip through raft's core, and is answered at
+/// once even while the core is busy.
+#[derive(Debug, Default)]
+pub struct Latest(std::sync::Mutex<Option<(View, Instant)>>);
+
+impl Latest {
+    fn set(&self, view: View) {
+        *stampede_proto::lock(&self.0) = Some((view, Instant::now()));
+    }
+
+    /// The latest view, aged to now; `None` before the first look.
+    fn get(&self) -> Option<View> {
+        let latest = stampede_proto::lock(&self.0);
+        let (view, at) = latest.as_ref()?;
+        Some(view.aged(at.elapsed()))
+    }
 }
 
 /// Reads the view from raft's core.
@@ -150,6 +195,7 @@ async fn look(raft: &Raft) -> Option<View> {
                 .map(|at| now.saturating_duration_since(at)),
             last_log_id: s.last_log().copied(),
             voters: s.membership_state.effective().voter_ids().collect(),
+            woken_ago: None,
         }
     })
     .await
@@ -168,6 +214,11 @@ pub fn judge(req: &PreVoteRequest, me: &View, lease: Duration) -> Result<(), Ref
             });
         }
     }
+    if let Some(ago) = me.woken_ago.filter(|ago| *ago <= lease) {
+        return Err(Refusal::Woken {
+            ago_ms: ago.as_millis() as u64,
+        });
+    }
     // The candidate's term is not compared: one behind learns the term in
     // its real campaign (openraft takes a higher vote from the answers) and
     // wins the next, while refusing it here could leave two servers each
@@ -178,14 +229,15 @@ pub fn judge(req: &PreVoteRequest, me: &View, lease: Duration) -> Result<(), Ref
     Ok(())
 }
 
-/// The receiver's side: this server's answer to a peer's pre-vote.
-pub async fn answer(
-    raft: &Raft,
+/// The receiver's side: this server's answer to a peer's pre-vote, from
+/// the driver's latest look; `None` before its first.
+pub fn answer(
+    latest: &Latest,
     timing: &Timing,
     metrics: &Metrics,
     req: &PreVoteRequest,
 ) -> Option<PreVoteResponse> {
-    let me = look(raft).await?;
+    let me = latest.get()?;
     let verdict = judge(req, &me, timing.lease);
     if let Err(refused) = &verdict {
         metrics
@@ -204,6 +256,8 @@ pub async fn answer(
 /// drew and how long it has run (for a server that heard from no one).
 fn due(me: &View, drawn: Duration, timing: &Timing, running_for: Duration) -> bool {
     let quiet_for = me.heard_ago.unwrap_or(running_for);
+    // Silence counts only from when this server last ran.
+    let quiet_for = me.woken_ago.map_or(quiet_for, |w| quiet_for.min(w));
     let wait = if me.committed {
         timing.lease + drawn
     } else {
@@ -219,6 +273,7 @@ pub async fn drive(
     raft: Raft,
     channels: PeerChannels,
     timing: Timing,
+    latest: Arc<Latest>,
     metrics: Arc<Metrics>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -226,6 +281,8 @@ pub async fn drive(
     let mut drawn = timing.draw();
     // After a refused pre-vote: not before a fresh timeout has passed.
     let mut not_before = started;
+    let mut last_look = started;
+    let mut woke_at: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = tokio::time::sleep(timing.tick()) => {}
@@ -234,10 +291,22 @@ pub async fn drive(
         if *stop.borrow() {
             return;
         }
-        let Some(me) = look(&raft).await else {
+        let Some(mut me) = look(&raft).await else {
             return; // raft has shut down
         };
         let now = Instant::now();
+        // A look long after the last: this server (or its raft core) did
+        // not run meanwhile, and heard nothing for that reason.
+        if now.saturating_duration_since(last_look) > timing.tick() + timing.lease / 4 {
+            woke_at = Some(now);
+            tracing::info!(
+                stalled_ms = now.saturating_duration_since(last_look).as_millis() as u64,
+                "raft did not run for a while: no campaign and no pre-vote granted within a lease"
+            );
+        }
+        last_look = now;
+        me.woken_ago = woke_at.map(|w| now.saturating_duration_since(w));
+        latest.set(me.clone());
         if me.leading || !me.voters.contains(&raft_id(&raft)) || now < not_before {
             continue;
         }
@@ -344,6 +413,7 @@ mod tests {
             heard_ago: heard_ago_ms.map(Duration::from_millis),
             last_log_id: last,
             voters: [1, 2, 3].into(),
+            woken_ago: None,
         }
     }
 
@@ -445,6 +515,40 @@ mod tests {
             let d = timing.draw();
             assert!(d >= timing.timeout_min && d < timing.timeout_max);
         }
+    }
+
+    #[test]
+    fn a_server_that_just_woke_neither_grants_nor_campaigns_within_a_lease() {
+        // It heard nothing for 3 s because it did not run: stopped, or its
+        // raft thread blocked.
+        let woken = |ms| View {
+            woken_ago: Some(Duration::from_millis(ms)),
+            ..follower(Some(3_000), log_id(3, 10))
+        };
+        assert_eq!(
+            judge(&req(log_id(3, 10)), &woken(100), LEASE),
+            Err(Refusal::Woken { ago_ms: 100 })
+        );
+        assert_eq!(judge(&req(log_id(3, 10)), &woken(600), LEASE), Ok(()));
+        let timing = Timing {
+            timeout_min: Duration::from_millis(250),
+            timeout_max: Duration::from_millis(500),
+            lease: LEASE,
+        };
+        let drawn = Duration::from_millis(300);
+        let long = Duration::from_secs(10);
+        assert!(!due(&woken(799), drawn, &timing, long));
+        assert!(due(&woken(800), drawn, &timing, long));
+    }
+
+    #[test]
+    fn the_latest_look_ages_until_the_next() {
+        let latest = Latest::default();
+        assert_eq!(latest.get(), None);
+        latest.set(follower(Some(100), log_id(3, 10)));
+        let seen = latest.get().unwrap();
+        assert!(seen.heard_ago.unwrap() >= Duration::from_millis(100));
+        assert_eq!(seen.woken_ago, None);
     }
 
     #[test]

@@ -29,11 +29,11 @@ use self::listen::{serve_grpc, serve_http, stopped, Edge, Listening};
 use crate::api::http::HttpState;
 use crate::api::{Api, ConnLimiter, Guard, PeerApi, ServerTls};
 use crate::control::{ControlConfig, ControlPlane, Foundations};
-use crate::raft::{contact, election};
 use crate::raft::log_store::{Identity, LogStore};
 use crate::raft::metrics::Metrics;
 use crate::raft::runtime::RaftRuntime;
 use crate::raft::Raft;
+use crate::raft::{contact, election};
 use crate::raft::{NetworkFactory, PeerChannels, Proposer, StateMachine, Tickets};
 use crate::state::contact::{Contact, Touch};
 
@@ -318,6 +318,7 @@ impl Serving {
             proposer: cp.proposer.clone(),
             calls: cp.calls.clone(),
         };
+        let election = Arc::new(election::Latest::default());
         let peer = PeerApi {
             raft: raft.clone(),
             proposer: cp.proposer.clone(),
@@ -325,6 +326,7 @@ impl Serving {
             snapshots: Default::default(),
             members: Arc::new(opts.peers.0.keys().copied().collect()),
             timing: opts.election_timing(),
+            election: election.clone(),
         };
         let rpc_addr = rpc.local_addr();
         let listening = |listener| Listening {
@@ -352,6 +354,7 @@ impl Serving {
             raft.clone(),
             started.channels.clone(),
             opts.election_timing(),
+            election,
             metrics.clone(),
             stop_rx.clone(),
         ));

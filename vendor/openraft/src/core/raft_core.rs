@@ -684,7 +684,23 @@ where
         }
 
         // Safe unwrap(): vote that is committed has to already have voted for some node.
-        Some(vote.leader_id().voted_for().unwrap())
+        let leader = vote.leader_id().voted_for().unwrap();
+
+        // stampede: with the election timer off (the application campaigns, after a pre-vote),
+        // a follower that cannot win an election keeps its vote for a leader that may be gone.
+        // It names no leader once that leader has been silent for the lease and an election
+        // timeout (or not heard since this server started), as it would while campaigning.
+        if leader != self.id && !self.runtime_config.enable_elect.load(Ordering::Relaxed) {
+            let timers = &self.engine.config.timer_config;
+            let silent = match self.engine.state.vote_last_modified() {
+                Some(at) => C::now() - at > timers.leader_lease + timers.election_timeout,
+                None => true,
+            };
+            if silent {
+                return None;
+            }
+        }
+        Some(leader)
     }
 
     /// Retrieves the most recent timestamp that is acknowledged by a quorum.
