@@ -8,6 +8,7 @@
 
 mod common;
 
+use cluster::raft::election::{PreVoteRequest, PreVoteResponse};
 use cluster::raft::{Command, Entry, LogId, NodeId, SnapshotMeta, TypeConfig};
 use common::{assert_refused, still_serves};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
@@ -236,6 +237,65 @@ async fn forged_raft_messages_are_refused_and_the_cluster_carries_on() {
             Code::InvalidArgument,
             "vote.leader_id.node_id: server 9 is not a member",
         );
+        // Pre-votes: a stranger, a term out of reach, bytes that are not one.
+        let pre_vote = |candidate, term, last: Option<LogId>| {
+            payload(&PreVoteRequest {
+                candidate,
+                term,
+                last_log_id: last,
+            })
+        };
+        let r = raft.pre_vote(pre_vote(9, status.term + 1, None)).await;
+        assert_refused(
+            &on("pre-vote from a stranger"),
+            r,
+            Code::InvalidArgument,
+            "candidate: server 9 is not a member",
+        );
+        let r = raft
+            .pre_vote(pre_vote(leader, status.term + (1 << 24) + 10, None))
+            .await;
+        assert_refused(
+            &on("pre-vote 2^24 terms ahead"),
+            r,
+            Code::InvalidArgument,
+            "term",
+        );
+        let r = raft
+            .pre_vote(pre_vote(leader, status.term + 1, Some(log_id(1, u64::MAX))))
+            .await;
+        assert_refused(
+            &on("pre-vote at index 2^64-1"),
+            r,
+            Code::InvalidArgument,
+            "last_log_id.index",
+        );
+        let r = raft
+            .pre_vote(RaftPayload {
+                data: vec![0xff; 3],
+            })
+            .await;
+        assert_refused(&on("pre-vote of junk"), r, Code::InvalidArgument, "data");
+        // A genuine member's pre-vote, while the leader is alive: refused,
+        // and it raised no term.
+        let other = c.ids_except(id)[0];
+        let answer = raft
+            .pre_vote(pre_vote(
+                other,
+                status.term + 1,
+                Some(log_id(u64::from(u32::MAX), 1 << 40)),
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let answer: PreVoteResponse = bincode::deserialize(&answer.data).unwrap();
+        assert!(
+            !answer.granted,
+            "{}: {answer:?}",
+            on("a pre-vote with the leader alive")
+        );
+        assert_eq!(c.status(id).await.unwrap().term, status.term);
+
         let mut snapshot: InstallSnapshotRequest<TypeConfig> =
             bincode::deserialize(&chunk(current, "strangers", 0, vec![1], true).data).unwrap();
         snapshot.meta.last_membership =
