@@ -62,10 +62,10 @@ const TICK: Duration = Duration::from_secs(1);
 const RATE_SPAN: Duration = Duration::from_secs(60);
 
 /// How long the rate is measured before the log is purged at all, after
-/// a start: until then (and until this server has built a snapshot) the
-/// window cannot be sized, and the log a restarted server kept for it
-/// stays.
-const WARM_UP: Duration = Duration::from_secs(10);
+/// a start: until then (and until this server has built a snapshot, which
+/// takes `--snapshot-entries` written since) the window cannot be sized,
+/// and the log a restarted server kept for it stays.
+const WARM_UP: Duration = Duration::from_secs(3);
 
 /// What the window is sized by: the flags.
 #[derive(Clone, Copy, Debug, PartialEq)]
