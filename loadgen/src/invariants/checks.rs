@@ -461,14 +461,6 @@ impl Baseline {
         first_allocs: &Allocs,
         found: &mut Found,
     ) {
-        let of_differing = |allocs: &Allocs| {
-            allocs
-                .iter()
-                .filter(|(_, a)| differing.contains(&*a.job_id))
-                .map(|(id, a)| (id.clone(), alloc_row(a)))
-                .collect::<BTreeMap<AllocId, String>>()
-        };
-        let (ours, theirs) = (of_differing(first_allocs), of_differing(&s.allocs));
         let mut differ = |key: &dyn std::fmt::Display, a: Option<&String>, b: Option<&String>| {
             if a != b {
                 let show = |r: Option<&String>| r.cloned().unwrap_or_else(|| "absent".into());
@@ -481,9 +473,36 @@ impl Baseline {
                 ));
             }
         };
-        let ids: BTreeSet<&AllocId> = ours.keys().chain(theirs.keys()).collect();
-        for id in ids {
-            differ(&format_args!("alloc {id}"), ours.get(id), theirs.get(id));
+        // Both ordered by id: walked side by side, so a server that differs
+        // everywhere costs no copy of either.
+        fn of_differing<'a>(
+            allocs: &'a Allocs,
+            differing: &'a BTreeSet<String>,
+        ) -> std::iter::Peekable<impl Iterator<Item = (&'a AllocId, &'a Alloc)>> {
+            allocs
+                .iter()
+                .filter(|(_, a)| differing.contains(&*a.job_id))
+                .peekable()
+        }
+        let mut ours = of_differing(first_allocs, differing);
+        let mut theirs = of_differing(&s.allocs, differing);
+        loop {
+            let next = match (ours.peek(), theirs.peek()) {
+                (None, None) => break,
+                (Some((a, _)), Some((b, _))) => a.cmp(b),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+            };
+            let (a, b) = match next {
+                std::cmp::Ordering::Less => (ours.next(), None),
+                std::cmp::Ordering::Greater => (None, theirs.next()),
+                std::cmp::Ordering::Equal => (ours.next(), theirs.next()),
+            };
+            let Some(id) = a.or(b).map(|(id, _)| id) else {
+                break;
+            };
+            let (a, b) = (a.map(|(_, a)| alloc_row(a)), b.map(|(_, b)| alloc_row(b)));
+            differ(&format_args!("alloc {id}"), a.as_ref(), b.as_ref());
         }
         let other = rows(s);
         let keys: BTreeSet<&String> = self.rows.keys().chain(other.keys()).collect();
