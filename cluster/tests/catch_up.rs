@@ -88,6 +88,11 @@ async fn a_follower_killed_while_the_leader_writes_past_its_log_catches_up_throu
         installed >= 1.0,
         "the follower caught up through a snapshot"
     );
+    let timed = c
+        .metric(follower, "stampede_raft_snapshot_install_seconds_count")
+        .await
+        .unwrap();
+    assert_eq!(timed, installed, "each install is timed");
 
     stop.store(true, Ordering::Relaxed);
     for w in writing {

@@ -49,6 +49,10 @@ pub struct Metrics {
     /// On the leader: each snapshot sent to a follower, from its first
     /// chunk to the follower's answer that it installed it.
     pub raft_snapshot_send_seconds: Histogram,
+    /// On a follower: each snapshot installed from a leader, from the
+    /// state machine's turn to the state in place (the check's decode on
+    /// arrival before it is not counted).
+    pub raft_snapshot_install_seconds: Histogram,
     /// Entries the log keeps behind its snapshot now (`raft::catch_up`).
     pub raft_catch_up_window_entries: IntGauge,
     /// The last build's and send's times, and the snapshots being sent,
@@ -179,6 +183,12 @@ impl Metrics {
                 &r,
                 "stampede_raft_snapshot_send_seconds",
                 "On the leader: time to send a snapshot to a follower, its install there included.",
+                (0.01, 2.0, 15),
+            ),
+            raft_snapshot_install_seconds: histogram(
+                &r,
+                "stampede_raft_snapshot_install_seconds",
+                "On a follower: time to install a snapshot from a leader (save it, put its state in place).",
                 (0.01, 2.0, 15),
             ),
             raft_catch_up_window_entries: int_gauge(

@@ -280,6 +280,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // Decoded (unless the receiver's check decoded it already), written
         // to disk and measured for the queries on the blocking pool: a
         // state of a million allocations takes seconds to decode.
+        let began = std::time::Instant::now();
         let index = meta.last_log_id.map_or(0, |l| l.index);
         let snapshots = self.snapshots.clone();
         let for_save = meta.clone();
@@ -313,6 +314,9 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             installed.map_err(|e: Box<StorageIOError<NodeId>>| StorageError::from(*e))?;
         drop_off_thread(self.load(meta, bytes, state));
         self.metrics.raft_snapshots_installed.inc();
+        self.metrics
+            .raft_snapshot_install_seconds
+            .observe(began.elapsed().as_secs_f64());
         (self.observer)(&changes);
         Ok(())
     }
