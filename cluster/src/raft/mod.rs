@@ -18,7 +18,9 @@
 //! [`metrics`] and raft's own [`runtime`] serve them all; [`contact`] keeps
 //! whether this server is in touch with the cluster, from raft's metrics;
 //! [`election`] starts a campaign only when a quorum agrees the leader is
-//! gone (pre-vote), in place of openraft's own election timer.
+//! gone (pre-vote), in place of openraft's own election timer;
+//! [`catch_up`] purges the log behind the snapshot, keeping a window sized
+//! from the write rate, in place of openraft's own purge.
 
 pub mod catch_up;
 pub mod contact;

@@ -8,7 +8,9 @@
 //!   (`WalSyncer`) on the leader and inside the append on a follower.
 //! - `log_tail`: the log's newest entries in memory, so replication and
 //!   apply read them without the disk.
-//! - `snapshot_store`: the latest snapshot, one file.
+//! - `snapshot_store`: the latest snapshot, one file; and `SnapshotData`,
+//!   a snapshot as openraft carries it (its bytes, and the state they
+//!   decode to once checked), freed off raft's threads.
 //! - `vote_recovery`: `cluster recover-vote`, offline.
 
 pub mod error;
