@@ -6,9 +6,10 @@
 //! as long as the time budget allows another probe. A probe whose p99 lands
 //! within 10% of a threshold is run again, and its rate passes only if both
 //! runs do: one run's noise is not a capacity figure. A probe whose run was
-//! invalid (loadgen, nodesim or the machine saturated: `validity`) measured
-//! the harness, not the cluster: it counts as unknown, never as a pass, and
-//! the search stays below its rate, saying "at least" what passed.
+//! invalid (loadgen, nodesim or the machine saturated, or an election that no
+//! fault caused: `validity`) measured the harness or a failure, not the
+//! cluster at that rate: it counts as unknown, never as a pass, and the
+//! search stays below its rate, saying "at least" what passed.
 
 use serde::{Deserialize, Serialize};
 
@@ -240,7 +241,7 @@ impl Search {
         }
         if invalid > 0 {
             confidence.push_str(&format!(
-                "; {invalid} probe(s) were invalid (the harness, not the cluster, set their result) and count as unknown"
+                "; {invalid} probe(s) were invalid (the harness saturated, or an election no fault caused: see each probe's validity) and count as unknown"
             ));
         }
         if repeats > 0 {
