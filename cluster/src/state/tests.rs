@@ -736,6 +736,12 @@ fn a_snapshot_is_encoded_and_decoded_row_by_row_as_the_whole_message_would_be() 
     assert_eq!(back.job_allocs("web").len(), 51);
     assert_eq!(*back.job_summary("web"), *s.job_summary("web"));
     assert_eq!(back.node_usage("n1"), s.node_usage("n1"));
+    assert_eq!(back.job_alloc_index("web"), s.job_alloc_index("web"));
+    for n in ["n1", "n2"] {
+        assert_eq!(back.node_alloc_index(n), s.node_alloc_index(n), "{n}");
+        assert_eq!(back.node_alloc_map(n), s.node_alloc_map(n), "{n}");
+        assert_eq!(back.node_usage(n), s.node_usage(n), "{n}");
+    }
     // Rows in another order, and a field of a later version, decode too.
     let mut shuffled = Vec::new();
     prost::encoding::string::encode(99, &"later".to_string(), &mut shuffled);
