@@ -282,7 +282,10 @@ pub async fn drive(
     // After a refused pre-vote: not before a fresh timeout has passed.
     let mut not_before = started;
     let mut last_look = started;
-    let mut woke_at: Option<Instant> = None;
+    // A server just started heard nothing because it was not running: it
+    // grants no pre-vote within a lease of its start (a follower restarted
+    // mid-run granted one at once, and the healthy leader was deposed).
+    let mut woke_at = Some(started);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(timing.tick()) => {}

@@ -422,32 +422,17 @@ async fn in_background<T: Send + 'static>(
         .map_err(|_| std::io::Error::other("the snapshot build's thread ended without an answer"))
 }
 
-/// Lowers the calling thread's priority by `nice`; best effort (the build
-/// runs all the same if the system refuses).
+/// Sets the calling thread's priority to the process's plus `nice`; best
+/// effort (the build runs all the same if the system refuses).
 fn lower_priority(nice: i32) {
-    // SAFETY: gettid, getpriority and setpriority on the calling thread only.
-    let failed = unsafe {
-        let tid = libc::gettid() as libc::id_t;
-        let now = libc::getpriority(libc::PRIO_PROCESS, tid);
-        libc::setpriority(libc::PRIO_PROCESS, tid, (now + nice).min(19)) != 0
-    };
-    if failed {
-        tracing::debug!(
-            "could not lower the snapshot build's priority: {}",
-            std::io::Error::last_os_error()
-        );
+    if let Err(e) = super::runtime::set_thread_nice(nice) {
+        tracing::debug!("could not lower the snapshot build's priority: {e}");
     }
-}
-
-/// The nice value of the calling thread (for the test).
-#[cfg(test)]
-fn own_nice() -> i32 {
-    // SAFETY: getpriority on the calling thread only.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
 }
 
 #[cfg(test)]
 mod background_tests {
+    use super::super::runtime::current_thread_nice as own_nice;
     use super::*;
 
     #[tokio::test]
