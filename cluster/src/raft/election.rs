@@ -42,7 +42,7 @@ use stampede_proto::RaftPayload;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, PREVOTE_REFUSALS};
 use super::wire::network::PeerChannels;
 use super::{LogId, NodeId, Raft};
 
@@ -114,7 +114,8 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The `reason` label of `stampede_raft_prevotes_refused_total`.
+    /// The `reason` label of `stampede_raft_prevotes_refused_total`, one of
+    /// [`PREVOTE_REFUSALS`].
     pub fn label(&self) -> &'static str {
         match self {
             Self::Leading => "leading",
@@ -124,9 +125,6 @@ impl Refusal {
         }
     }
 }
-
-/// The `reason` labels, for the metric's definition.
-pub const REFUSAL_LABELS: &[&str] = &["leading", "leader_heard", "log_behind", "woken"];
 
 /// What this server's raft shows, as far as elections go.
 #[derive(Debug, Clone, PartialEq)]
@@ -552,6 +550,18 @@ mod tests {
         let seen = latest.get().unwrap();
         assert!(seen.heard_ago.unwrap() >= Duration::from_millis(100));
         assert_eq!(seen.woken_ago, None);
+    }
+
+    #[test]
+    fn every_refusal_has_its_label_on_the_metric() {
+        for r in [
+            Refusal::Leading,
+            Refusal::LeaderHeard { ago_ms: 1 },
+            Refusal::LogBehind,
+            Refusal::Woken { ago_ms: 1 },
+        ] {
+            assert!(PREVOTE_REFUSALS.contains(&r.label()), "{r:?}");
+        }
     }
 
     #[test]

@@ -13,6 +13,10 @@ use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
 use stampede_proto::metric_defs::{histogram, int_counter, int_counter_vec, int_gauge};
 use stampede_proto::metric_names;
 
+/// Why a server refused a pre-vote (`raft::election`): the `reason` label
+/// of `stampede_raft_prevotes_refused_total`.
+pub const PREVOTE_REFUSALS: &[&str] = &["leading", "leader_heard", "log_behind", "woken"];
+
 pub struct Metrics {
     registry: Registry,
     /// Commands applied to the state machine, by message type: one per
@@ -155,7 +159,7 @@ impl Metrics {
                 "stampede_raft_prevotes_refused_total",
                 "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, or the candidate's log is behind.",
                 "reason",
-                crate::raft::election::REFUSAL_LABELS,
+                PREVOTE_REFUSALS,
             ),
             raft_snapshots_built: int_counter(
                 &r,

@@ -38,7 +38,7 @@ pub struct FaultReport {
     /// Raft elections it caused. Only a fault that struck the leader
     /// causes any, and only those that deposed the server it struck (the
     /// summary books them from the servers' samples:
-    /// `crate::summary::elections`; without those, the growth of the
+    /// its election detail, `summary/elections.rs`; without those, the growth of the
     /// highest term the servers reported while it settled); a fault that
     /// spared the leader causes none, and an election during it is outside
     /// the faults.
