@@ -809,3 +809,81 @@ fn convergence_counts_every_difference_but_names_only_the_first() {
         ],
     );
 }
+
+/// The audit's checks at c2m's scale, on states made up here: three
+/// servers of 2,000 jobs of 1,000 allocations on 10,000 nodes, each built,
+/// checked and dropped in turn as the audit reads them; prints the time
+/// and this process's peak memory. `cargo test --release -p loadgen
+/// c2m_scale -- --ignored --nocapture` (`AUDIT_SCALE_JOBS` for fewer jobs).
+#[test]
+#[ignore]
+fn the_checks_at_c2m_scale_hold_one_server_at_a_time() {
+    let jobs: usize = std::env::var("AUDIT_SCALE_JOBS")
+        .ok()
+        .and_then(|j| j.parse().ok())
+        .unwrap_or(2000);
+    let hwm = || {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+            / 1024
+    };
+    let state = |server: u64, names: &mut Names| {
+        let mut s = ServerState {
+            server,
+            ..Default::default()
+        };
+        for n in 0..10_000 {
+            let n = node(&format!("node-{n}"), 4000, 8192);
+            s.nodes.insert(n.id.clone(), n);
+        }
+        let mut k: u64 = 0;
+        for j in 0..jobs {
+            let job_id = format!("c2m-{j}");
+            let mut jb = job(&job_id, 1000, 0);
+            jb.task_groups[0].resources = res(10, 16);
+            s.jobs.insert(job_id.clone(), jb);
+            for i in 0..1000u32 {
+                k += 1;
+                let a = Allocation {
+                    id: format!("{:08x}-{:04x}-4000-8000-{:012x}", j, i, k),
+                    modify_index: 1000 + k,
+                    resources: res(10, 16),
+                    ..alloc("", &job_id, i, &format!("node-{}", k % 10_000), C::Running)
+                };
+                s.push(&a, names);
+            }
+        }
+        s.allocs.finish();
+        s
+    };
+    let start = std::time::Instant::now();
+    let before = hwm();
+    let mut names = Names::default();
+    let mut checking = Checking::new(&[]);
+    let mut seen = Sightings::default();
+    for server in 1..=3 {
+        let s = state(server, &mut names);
+        for (id, a) in s.allocs.iter() {
+            seen.see_read(id, a.modify_index, a.client_status);
+        }
+        checking.check(&s);
+        if server > 1 {
+            let differing = checking.differing(&s);
+            assert!(differing.is_empty());
+            checking.converge(&s, &differing, &Default::default());
+        }
+    }
+    let found = checking.finish(&seen);
+    assert!(found.iter().all(|i| i.ok), "{found:?}");
+    eprintln!(
+        "{} allocations on each of 3 servers: checked in {:.1} s; peak memory {before} MiB before, {} MiB after",
+        jobs * 1000,
+        start.elapsed().as_secs_f64(),
+        hwm()
+    );
+}
