@@ -109,6 +109,15 @@ impl PeerApi {
         )
     }
 
+    /// A leader's message arrived, of this server's term or a later one:
+    /// the pre-vote counts it as word from the leader at once, before
+    /// raft's core, which may be held up, gets to it.
+    fn leader_word(&self, vote: &openraft::Vote<NodeId>, term: u64) {
+        if vote.is_committed() && vote.leader_id().get_term() >= term {
+            self.election.leader_word_arrived();
+        }
+    }
+
     /// One AppendEntries, whether it came as a call of its own or on a
     /// stream: checked, handed to raft, and raft's answer encoded.
     async fn append_one(&self, payload: RaftPayload) -> Result<RaftPayload, Status> {
@@ -121,6 +130,7 @@ impl PeerApi {
                 term,
             },
         )?;
+        self.leader_word(&rpc.vote, term);
         let start = std::time::Instant::now();
         let answer = self.raft.append_entries(rpc).await;
         self.metrics
@@ -205,6 +215,7 @@ impl RaftService for PeerApi {
                 term,
             },
         )?;
+        self.leader_word(&rpc.vote, term);
         let answer = self.snapshots.receive(&self.raft, rpc).await?;
         Ok(Response::new(encode(&answer)?))
     }

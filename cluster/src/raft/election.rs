@@ -42,7 +42,7 @@ use stampede_proto::RaftPayload;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::metrics::{Metrics, PREVOTE_REFUSALS};
+use super::metrics::Metrics;
 use super::wire::network::PeerChannels;
 use super::{LogId, NodeId, Raft};
 
@@ -115,7 +115,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The `reason` label of `stampede_raft_prevotes_refused_total`, one of
-    /// [`PREVOTE_REFUSALS`].
+    /// [`PREVOTE_REFUSALS`](super::metrics::PREVOTE_REFUSALS).
     pub fn label(&self) -> &'static str {
         match self {
             Self::Leading => "leading",
@@ -158,20 +158,43 @@ impl View {
 
 /// The driver's latest look at raft, which the pre-vote answers from: a
 /// peer's question costs no trip through raft's core, and is answered at
-/// once even while the core is busy.
+/// once even while the core is busy. With it, when a message from a leader
+/// last arrived: raft's core marks its leader heard only once it handles
+/// the message, and a core held up (a follower's append waiting for a slow
+/// fsync, on a disk every server shares) handles the leader's next
+/// messages late though they came on time.
 #[derive(Debug, Default)]
-pub struct Latest(std::sync::Mutex<Option<(View, Instant)>>);
+pub struct Latest {
+    look: std::sync::Mutex<Option<(View, Instant)>>,
+    leader_word: std::sync::Mutex<Option<Instant>>,
+}
 
 impl Latest {
     fn set(&self, view: View) {
-        *stampede_proto::lock(&self.0) = Some((view, Instant::now()));
+        *stampede_proto::lock(&self.look) = Some((view, Instant::now()));
     }
 
-    /// The latest view, aged to now; `None` before the first look.
+    /// A message from the leader of the receiver's term (or a later one)
+    /// arrived, before raft's core handled it.
+    pub fn leader_word_arrived(&self) {
+        *stampede_proto::lock(&self.leader_word) = Some(Instant::now());
+    }
+
+    /// The latest view, aged to now, its leader heard as recently as a
+    /// message from it arrived; `None` before the first look.
     fn get(&self) -> Option<View> {
-        let latest = stampede_proto::lock(&self.0);
-        let (view, at) = latest.as_ref()?;
-        Some(view.aged(at.elapsed()))
+        let (view, at) = stampede_proto::lock(&self.look).clone()?;
+        Some(self.with_arrivals(view.aged(at.elapsed())))
+    }
+
+    /// `view` with its leader heard as recently as a message from it arrived.
+    fn with_arrivals(&self, mut view: View) -> View {
+        let arrived = *stampede_proto::lock(&self.leader_word);
+        if let (true, Some(at)) = (view.committed, arrived) {
+            let ago = at.elapsed();
+            view.heard_ago = Some(view.heard_ago.map_or(ago, |h| h.min(ago)));
+        }
+        view
     }
 }
 
@@ -308,6 +331,7 @@ pub async fn drive(
         last_look = now;
         me.woken_ago = woke_at.map(|w| now.saturating_duration_since(w));
         latest.set(me.clone());
+        let me = latest.with_arrivals(me);
         if me.leading || !me.voters.contains(&raft_id(&raft)) || now < not_before {
             continue;
         }
@@ -398,6 +422,7 @@ async fn ask(
 
 #[cfg(test)]
 mod tests {
+    use super::super::metrics::PREVOTE_REFUSALS;
     use super::*;
     use openraft::CommittedLeaderId;
 
@@ -540,6 +565,26 @@ mod tests {
         let long = Duration::from_secs(10);
         assert!(!due(&woken(799), drawn, &timing, long));
         assert!(due(&woken(800), drawn, &timing, long));
+    }
+
+    #[test]
+    fn a_leaders_message_that_arrived_counts_as_heard_before_the_core_handles_it() {
+        let latest = Latest::default();
+        latest.set(follower(Some(3_000), log_id(3, 10)));
+        assert!(latest.get().unwrap().heard_ago.unwrap() >= Duration::from_secs(3));
+        latest.leader_word_arrived();
+        let seen = latest.get().unwrap();
+        assert!(seen.heard_ago.unwrap() < Duration::from_secs(1));
+        assert!(matches!(
+            judge(&req(log_id(3, 10)), &seen, LEASE),
+            Err(Refusal::LeaderHeard { .. })
+        ));
+        // A candidate's view (no committed vote) names no leader to hear.
+        latest.set(View {
+            committed: false,
+            ..follower(Some(3_000), log_id(3, 10))
+        });
+        assert!(latest.get().unwrap().heard_ago.unwrap() >= Duration::from_secs(3));
     }
 
     #[test]
