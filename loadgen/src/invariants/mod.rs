@@ -2,6 +2,8 @@
 //! every server read on its own and checked against the scheduler's
 //! promises and the stream's record (issue 48).
 //!
+//! - [`alloc_id`]: an allocation's id as its 128 bits, the key of both
+//!   the record and a server's state.
 //! - [`record`]: what the stream wrote and what each write was answered,
 //!   and every allocation status seen over the run.
 //! - [`sample`]: reads allocation statuses from the servers while the
@@ -17,6 +19,7 @@
 //!   [`Invariant`] each; `convergence` compares the other servers with the
 //!   first by a digest of each job's allocations.
 
+pub mod alloc_id;
 pub mod checks;
 pub mod read;
 pub mod record;

@@ -9,7 +9,7 @@ use stampede_proto::client::ClientError;
 use stampede_proto::{AllocClientStatus, Allocation};
 use tonic::Code;
 
-use super::state::AllocId;
+use super::alloc_id::AllocId;
 
 /// What a write asked of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
