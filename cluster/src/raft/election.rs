@@ -23,9 +23,9 @@
 //! slow fsync) heard nothing because it did not listen, not because the
 //! leader is gone. So a look that comes more than a quarter of the lease
 //! after the one before marks the server as just woken, and a woken server
-//! counts its silence from then: it neither campaigns nor grants a
-//! pre-vote until the lease has passed since, time for the leader's next
-//! message to reach it.
+//! counts its silence from then: it campaigns no sooner than a lease and a
+//! timeout after, and grants no pre-vote for two heartbeats, time for a
+//! live leader's next message to reach it.
 //!
 //! Each election a server starts is counted, and its term kept in a gauge
 //! (`stampede_raft_election_started_term`), so a run can say who started
@@ -57,6 +57,11 @@ pub struct Timing {
     /// runs, the follower neither campaigns nor grants a pre-vote.
     /// openraft's own leader lease, the longest election timeout.
     pub lease: Duration,
+    /// How long a server that did not run (stopped, starved, just started)
+    /// refuses pre-votes after it runs again: time for a live leader's next
+    /// message to reach it (two heartbeats), short enough that a server
+    /// woken when the leader is really gone soon helps elect another.
+    pub wake_grace: Duration,
 }
 
 impl Timing {
@@ -109,7 +114,7 @@ pub enum Refusal {
     LeaderHeard { ago_ms: u64 },
     #[error("the candidate's log is behind the receiver's")]
     LogBehind,
-    #[error("the receiver itself did not run until {ago_ms} ms ago, within the lease")]
+    #[error("the receiver itself did not run until {ago_ms} ms ago, too recently to have heard from a leader")]
     Woken { ago_ms: u64 },
 }
 
@@ -224,7 +229,8 @@ async fn look(raft: &Raft) -> Option<View> {
 }
 
 /// Whether a server whose raft shows `me` grants `req`.
-pub fn judge(req: &PreVoteRequest, me: &View, lease: Duration) -> Result<(), Refusal> {
+pub fn judge(req: &PreVoteRequest, me: &View, timing: &Timing) -> Result<(), Refusal> {
+    let lease = timing.lease;
     if me.leading {
         return Err(Refusal::Leading);
     }
@@ -235,7 +241,7 @@ pub fn judge(req: &PreVoteRequest, me: &View, lease: Duration) -> Result<(), Ref
             });
         }
     }
-    if let Some(ago) = me.woken_ago.filter(|ago| *ago <= lease) {
+    if let Some(ago) = me.woken_ago.filter(|ago| *ago <= timing.wake_grace) {
         return Err(Refusal::Woken {
             ago_ms: ago.as_millis() as u64,
         });
@@ -259,7 +265,7 @@ pub fn answer(
     req: &PreVoteRequest,
 ) -> Option<PreVoteResponse> {
     let me = latest.get()?;
-    let verdict = judge(req, &me, timing.lease);
+    let verdict = judge(req, &me, timing);
     if let Err(refused) = &verdict {
         metrics
             .raft_prevotes_refused
@@ -304,8 +310,7 @@ pub async fn drive(
     let mut not_before = started;
     let mut last_look = started;
     // A server just started heard nothing because it was not running: it
-    // grants no pre-vote within a lease of its start (a follower restarted
-    // mid-run granted one at once, and the healthy leader was deposed).
+    // counts as woken at its start.
     let mut woke_at = Some(started);
     loop {
         tokio::select! {
@@ -325,7 +330,7 @@ pub async fn drive(
             woke_at = Some(now);
             tracing::info!(
                 stalled_ms = now.saturating_duration_since(last_look).as_millis() as u64,
-                "raft did not run for a while: no campaign and no pre-vote granted within a lease"
+                "raft did not run for a while: its silence counts from now"
             );
         }
         last_look = now;
@@ -452,20 +457,26 @@ mod tests {
     }
 
     const LEASE: Duration = Duration::from_millis(500);
+    const TIMING: Timing = Timing {
+        timeout_min: Duration::from_millis(250),
+        timeout_max: Duration::from_millis(500),
+        lease: LEASE,
+        wake_grace: Duration::from_millis(400),
+    };
 
     #[test]
     fn a_follower_that_heard_its_leader_within_the_lease_refuses() {
         let me = follower(Some(120), log_id(3, 10));
         assert_eq!(
-            judge(&req(log_id(3, 10)), &me, LEASE),
+            judge(&req(log_id(3, 10)), &me, &TIMING),
             Err(Refusal::LeaderHeard { ago_ms: 120 })
         );
         // Past the lease, the same follower grants.
         let me = follower(Some(501), log_id(3, 10));
-        assert_eq!(judge(&req(log_id(3, 10)), &me, LEASE), Ok(()));
+        assert_eq!(judge(&req(log_id(3, 10)), &me, &TIMING), Ok(()));
         // A follower that heard no one since it started grants.
         let me = follower(None, log_id(3, 10));
-        assert_eq!(judge(&req(log_id(3, 10)), &me, LEASE), Ok(()));
+        assert_eq!(judge(&req(log_id(3, 10)), &me, &TIMING), Ok(()));
     }
 
     #[test]
@@ -476,7 +487,7 @@ mod tests {
             ..follower(None, log_id(3, 10))
         };
         assert_eq!(
-            judge(&req(log_id(9, 99)), &me, LEASE),
+            judge(&req(log_id(9, 99)), &me, &TIMING),
             Err(Refusal::Leading)
         );
     }
@@ -485,15 +496,15 @@ mod tests {
     fn a_candidate_whose_log_is_behind_is_refused_by_term_then_index() {
         let me = follower(None, log_id(3, 10));
         assert_eq!(
-            judge(&req(log_id(3, 9)), &me, LEASE),
+            judge(&req(log_id(3, 9)), &me, &TIMING),
             Err(Refusal::LogBehind)
         );
         assert_eq!(
-            judge(&req(log_id(2, 50)), &me, LEASE),
+            judge(&req(log_id(2, 50)), &me, &TIMING),
             Err(Refusal::LogBehind)
         );
-        assert_eq!(judge(&req(None), &me, LEASE), Err(Refusal::LogBehind));
-        assert_eq!(judge(&req(log_id(4, 1)), &me, LEASE), Ok(()));
+        assert_eq!(judge(&req(None), &me, &TIMING), Err(Refusal::LogBehind));
+        assert_eq!(judge(&req(log_id(4, 1)), &me, &TIMING), Ok(()));
     }
 
     #[test]
@@ -504,16 +515,12 @@ mod tests {
             leader: None,
             ..follower(Some(10), log_id(3, 10))
         };
-        assert_eq!(judge(&req(log_id(3, 10)), &me, LEASE), Ok(()));
+        assert_eq!(judge(&req(log_id(3, 10)), &me, &TIMING), Ok(()));
     }
 
     #[test]
     fn a_campaign_is_due_a_lease_plus_a_timeout_after_a_leaders_last_word() {
-        let timing = Timing {
-            timeout_min: Duration::from_millis(250),
-            timeout_max: Duration::from_millis(500),
-            lease: LEASE,
-        };
+        let timing = TIMING;
         let drawn = Duration::from_millis(300);
         let long = Duration::from_secs(10);
         assert!(!due(&follower(Some(799), None), drawn, &timing, long));
@@ -552,15 +559,11 @@ mod tests {
             ..follower(Some(3_000), log_id(3, 10))
         };
         assert_eq!(
-            judge(&req(log_id(3, 10)), &woken(100), LEASE),
+            judge(&req(log_id(3, 10)), &woken(100), &TIMING),
             Err(Refusal::Woken { ago_ms: 100 })
         );
-        assert_eq!(judge(&req(log_id(3, 10)), &woken(600), LEASE), Ok(()));
-        let timing = Timing {
-            timeout_min: Duration::from_millis(250),
-            timeout_max: Duration::from_millis(500),
-            lease: LEASE,
-        };
+        assert_eq!(judge(&req(log_id(3, 10)), &woken(600), &TIMING), Ok(()));
+        let timing = TIMING;
         let drawn = Duration::from_millis(300);
         let long = Duration::from_secs(10);
         assert!(!due(&woken(799), drawn, &timing, long));
@@ -576,7 +579,7 @@ mod tests {
         let seen = latest.get().unwrap();
         assert!(seen.heard_ago.unwrap() < Duration::from_secs(1));
         assert!(matches!(
-            judge(&req(log_id(3, 10)), &seen, LEASE),
+            judge(&req(log_id(3, 10)), &seen, &TIMING),
             Err(Refusal::LeaderHeard { .. })
         ));
         // A candidate's view (no committed vote) names no leader to hear.

@@ -654,6 +654,7 @@ impl ServeOpts {
             timeout_max: Duration::from_millis(max),
             // openraft's leader lease is the longest election timeout.
             lease: Duration::from_millis(max),
+            wake_grace: Duration::from_millis(2 * self.heartbeat_ms),
         }
     }
 
