@@ -7,7 +7,7 @@ mod common;
 
 use common::{live, register_nodes, wait_live};
 use stampede_launch::testing::{
-    allocs, eventually, node_secrets, register_job, service_job, Harness, CATCH_UP,
+    allocs, eventually, eventually_ok, node_secrets, register_job, service_job, Harness, CATCH_UP,
 };
 use stampede_proto::{AllocClientStatus, Allocation, NodeUpdateAllocRequest};
 
@@ -176,7 +176,13 @@ async fn a_lagging_follower_sends_on_a_report_of_an_allocation_it_has_not_applie
         }],
         secrets: node_secrets([a.node_id.as_str()]),
     };
-    let status = c.status(lagging).await.unwrap();
+    // Started again a moment ago: on a busy machine it may not answer yet.
+    let status = eventually_ok(
+        "the lagging server answers its status",
+        CATCH_UP,
+        || async { c.status(lagging).await.map_err(|e| e.to_string()) },
+    )
+    .await;
     assert!(
         status.applied_index < a.create_index,
         "the follower lags: applied {} < {}",
