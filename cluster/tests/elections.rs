@@ -138,14 +138,46 @@ async fn assert_no_election(
     .await;
 }
 
+/// A cluster under writes, with a leader, the follower a test strikes, and
+/// every server's term and elections started before it does.
+struct Steady {
+    c: Harness,
+    leader: NodeId,
+    follower: NodeId,
+    load: Load,
+    before: Vec<(NodeId, u64)>,
+    formed: std::collections::BTreeMap<NodeId, f64>,
+}
+
+impl Steady {
+    async fn start() -> Self {
+        let (c, leader) = Harness::with_leader(3, &[]).await;
+        let client = c.client().with_retry_for(Duration::from_secs(30));
+        let load = Load::start(&client, 4);
+        load.goes_on_for(100).await;
+        let (before, formed) = (terms(&c).await, started(&c).await);
+        let follower = c.ids_except(leader)[0];
+        Self {
+            c,
+            leader,
+            follower,
+            load,
+            before,
+            formed,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_stopped_for_3_s_under_writes_does_not_depose_the_leader() {
-    let (mut c, leader) = Harness::with_leader(3, &[]).await;
-    let client = c.client().with_retry_for(Duration::from_secs(30));
-    let load = Load::start(&client, 4);
-    load.goes_on_for(100).await;
-    let (before, formed) = (terms(&c).await, started(&c).await);
-    let follower = c.ids_except(leader)[0];
+    let Steady {
+        mut c,
+        leader,
+        follower,
+        load,
+        before,
+        formed,
+    } = Steady::start().await;
 
     c.pause(follower).unwrap();
     // The fault itself: three times the longest election timeout and lease.
@@ -162,12 +194,14 @@ async fn a_follower_stopped_for_3_s_under_writes_does_not_depose_the_leader() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_restarted_under_writes_does_not_depose_the_leader() {
-    let (mut c, leader) = Harness::with_leader(3, &[]).await;
-    let client = c.client().with_retry_for(Duration::from_secs(30));
-    let load = Load::start(&client, 4);
-    load.goes_on_for(100).await;
-    let (before, formed) = (terms(&c).await, started(&c).await);
-    let follower = c.ids_except(leader)[0];
+    let Steady {
+        mut c,
+        leader,
+        follower,
+        load,
+        before,
+        formed,
+    } = Steady::start().await;
 
     c.kill(follower).unwrap();
     load.goes_on_for(300).await;
