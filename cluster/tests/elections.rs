@@ -166,49 +166,38 @@ impl Steady {
             formed,
         }
     }
+
+    /// Once the struck follower caught up: see [`assert_no_election`].
+    async fn assert_no_election(&self) {
+        caught_up(&self.c, self.leader, self.follower).await;
+        assert_no_election(&self.c, self.leader, &self.before, &self.formed).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_stopped_for_3_s_under_writes_does_not_depose_the_leader() {
-    let Steady {
-        mut c,
-        leader,
-        follower,
-        load,
-        before,
-        formed,
-    } = Steady::start().await;
-
-    c.pause(follower).unwrap();
+    let mut s = Steady::start().await;
+    s.c.pause(s.follower).unwrap();
     // The fault itself: three times the longest election timeout and lease.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    load.goes_on_for(100).await;
-    c.resume(follower).unwrap();
+    s.load.goes_on_for(100).await;
+    s.c.resume(s.follower).unwrap();
 
-    caught_up(&c, leader, follower).await;
-    assert_no_election(&c, leader, &before, &formed).await;
-    let stopped = c.metric(follower, CAMPAIGNS_STOPPED).await.unwrap();
+    s.assert_no_election().await;
+    let stopped = s.c.metric(s.follower, CAMPAIGNS_STOPPED).await.unwrap();
     eprintln!("the stopped follower's campaigns stopped by its pre-vote: {stopped}");
-    assert!(load.stop().await > 200);
+    assert!(s.load.stop().await > 200);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_restarted_under_writes_does_not_depose_the_leader() {
-    let Steady {
-        mut c,
-        leader,
-        follower,
-        load,
-        before,
-        formed,
-    } = Steady::start().await;
+    let mut s = Steady::start().await;
+    s.c.kill(s.follower).unwrap();
+    s.load.goes_on_for(300).await;
+    s.c.spawn(s.follower).unwrap();
 
-    c.kill(follower).unwrap();
-    load.goes_on_for(300).await;
-    c.spawn(follower).unwrap();
-    caught_up(&c, leader, follower).await;
-    assert_no_election(&c, leader, &before, &formed).await;
-    assert!(load.stop().await > 400);
+    s.assert_no_election().await;
+    assert!(s.load.stop().await > 400);
 }
 
 #[tokio::test(flavor = "multi_thread")]
