@@ -200,8 +200,15 @@ impl RaftService for PeerApi {
                 term,
             },
         )?;
-        let answer = election::answer(&self.election, &self.timing, &self.metrics, &rpc)
-            .ok_or_else(|| Status::unavailable("raft has not started"))?;
+        let answer = election::answer(
+            &self.raft,
+            &self.election,
+            &self.timing,
+            &self.metrics,
+            &rpc,
+        )
+        .await
+        .ok_or_else(|| Status::unavailable("raft has not started"))?;
         Ok(Response::new(encode(&answer)?))
     }
 

@@ -35,6 +35,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
 use openraft::ServerState;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,14 @@ impl Timing {
     fn ask_for(&self) -> Duration {
         self.timeout_min
     }
+
+    /// How old the driver's last look may be for a pre-vote to be answered
+    /// from it. An older one may miss that this server has since become
+    /// leader or voted (its driver waits on its own pre-vote, or was not
+    /// scheduled), so raft's core is asked afresh.
+    fn look_fresh_for(&self) -> Duration {
+        self.tick() * 2
+    }
 }
 
 /// A pre-vote: would the receiver vote for `candidate` in `term`?
@@ -116,6 +125,10 @@ pub enum Refusal {
     LogBehind,
     #[error("the receiver itself did not run until {ago_ms} ms ago, too recently to have heard from a leader")]
     Woken { ago_ms: u64 },
+    /// Its raft core did not answer in time, so it cannot say whether it
+    /// leads or has heard from a leader: it grants nothing it cannot check.
+    #[error("the receiver's raft core did not answer within {waited_ms} ms")]
+    Busy { waited_ms: u64 },
 }
 
 impl Refusal {
@@ -127,6 +140,7 @@ impl Refusal {
             Self::LeaderHeard { .. } => "leader_heard",
             Self::LogBehind => "log_behind",
             Self::Woken { .. } => "woken",
+            Self::Busy { .. } => "busy",
         }
     }
 }
@@ -148,6 +162,10 @@ pub struct View {
     /// Since this server last woke from not running (see the module's
     /// documentation); `None` when it has not.
     pub woken_ago: Option<Duration>,
+    /// Since a message from a leader of this server's term or a later one
+    /// last arrived, whatever raft's core has made of it yet: a candidate
+    /// whose rival won hears of it here first.
+    pub leader_word_ago: Option<Duration>,
 }
 
 impl View {
@@ -156,6 +174,7 @@ impl View {
         Self {
             heard_ago: self.heard_ago.map(|d| d + elapsed),
             woken_ago: self.woken_ago.map(|d| d + elapsed),
+            leader_word_ago: self.leader_word_ago.map(|d| d + elapsed),
             ..self.clone()
         }
     }
@@ -188,16 +207,32 @@ impl Latest {
     /// The latest view, aged to now, its leader heard as recently as a
     /// message from it arrived; `None` before the first look.
     fn get(&self) -> Option<View> {
+        self.get_with_age().map(|(view, _)| view)
+    }
+
+    /// [`Latest::get`], and how long ago the look was.
+    fn get_with_age(&self) -> Option<(View, Duration)> {
         let (view, at) = stampede_proto::lock(&self.look).clone()?;
-        Some(self.with_arrivals(view.aged(at.elapsed())))
+        let age = at.elapsed();
+        Some((self.with_arrivals(view.aged(age)), age))
+    }
+
+    /// `fresh`, a look just taken outside the driver, with what only the
+    /// driver knows (when this server last woke) from its latest look.
+    fn with_driver_view(&self, fresh: View) -> View {
+        let woken_ago = self.get().and_then(|v| v.woken_ago);
+        self.with_arrivals(View { woken_ago, ..fresh })
     }
 
     /// `view` with its leader heard as recently as a message from it arrived.
     fn with_arrivals(&self, mut view: View) -> View {
         let arrived = *stampede_proto::lock(&self.leader_word);
-        if let (true, Some(at)) = (view.committed, arrived) {
+        if let Some(at) = arrived {
             let ago = at.elapsed();
-            view.heard_ago = Some(view.heard_ago.map_or(ago, |h| h.min(ago)));
+            view.leader_word_ago = Some(ago);
+            if view.committed {
+                view.heard_ago = Some(view.heard_ago.map_or(ago, |h| h.min(ago)));
+            }
         }
         view
     }
@@ -222,6 +257,7 @@ async fn look(raft: &Raft) -> Option<View> {
             last_log_id: s.last_log().copied(),
             voters: s.membership_state.effective().voter_ids().collect(),
             woken_ago: None,
+            leader_word_ago: None,
         }
     })
     .await
@@ -234,12 +270,19 @@ pub fn judge(req: &PreVoteRequest, me: &View, timing: &Timing) -> Result<(), Ref
     if me.leading {
         return Err(Refusal::Leading);
     }
-    if me.committed {
-        if let Some(ago) = me.heard_ago.filter(|ago| *ago <= lease) {
-            return Err(Refusal::LeaderHeard {
-                ago_ms: ago.as_millis() as u64,
-            });
-        }
+    let heard = [
+        me.committed.then_some(me.heard_ago).flatten(),
+        me.leader_word_ago,
+    ];
+    if let Some(ago) = heard
+        .into_iter()
+        .flatten()
+        .min()
+        .filter(|ago| *ago <= lease)
+    {
+        return Err(Refusal::LeaderHeard {
+            ago_ms: ago.as_millis() as u64,
+        });
     }
     if let Some(ago) = me.woken_ago.filter(|ago| *ago <= timing.wake_grace) {
         return Err(Refusal::Woken {
@@ -257,15 +300,34 @@ pub fn judge(req: &PreVoteRequest, me: &View, timing: &Timing) -> Result<(), Ref
 }
 
 /// The receiver's side: this server's answer to a peer's pre-vote, from
-/// the driver's latest look; `None` before its first.
-pub fn answer(
+/// the driver's latest look while it is fresh, else from raft's core;
+/// `None` before the driver's first look, or once raft has shut down.
+pub async fn answer(
+    raft: &Raft,
     latest: &Latest,
     timing: &Timing,
     metrics: &Metrics,
     req: &PreVoteRequest,
 ) -> Option<PreVoteResponse> {
-    let me = latest.get()?;
-    let verdict = judge(req, &me, timing);
+    let (me, age) = latest.get_with_age()?;
+    let me = if age <= timing.look_fresh_for() {
+        Ok(me)
+    } else {
+        let wait = timing.ask_for() / 2;
+        match tokio::time::timeout(wait, look(raft)).await {
+            Ok(fresh) => Ok(latest.with_driver_view(fresh?)),
+            Err(_) => Err(Refusal::Busy {
+                waited_ms: wait.as_millis() as u64,
+            }),
+        }
+    };
+    let verdict = me
+        .as_ref()
+        .map_err(|r| *r)
+        .and_then(|me| judge(req, me, timing));
+    let term = me
+        .as_ref()
+        .map_or_else(|_| latest.get().map_or(0, |v| v.term), |me| me.term);
     if let Err(refused) = &verdict {
         metrics
             .raft_prevotes_refused
@@ -274,7 +336,7 @@ pub fn answer(
     }
     Some(PreVoteResponse {
         granted: verdict.is_ok(),
-        term: me.term,
+        term,
         refused: verdict.err(),
     })
 }
@@ -290,7 +352,12 @@ fn due(me: &View, drawn: Duration, timing: &Timing, running_for: Duration) -> bo
     } else {
         drawn
     };
-    quiet_for >= wait
+    // A candidate (or a server that voted for one) that hears from a
+    // leader has a leader, whatever raft's core has made of it yet.
+    let leader_alive = me
+        .leader_word_ago
+        .is_some_and(|ago| ago < timing.lease + drawn);
+    quiet_for >= wait && !leader_alive
 }
 
 /// Runs this server's elections until `stop` turns true: every tick, looks
@@ -352,7 +419,25 @@ pub async fn drive(
         let granted_by = ask(&raft, &channels, &timing, &me, &req).await;
         // The candidate grants itself.
         let quorum = me.voters.len() / 2 + 1;
-        if granted_by.len() + 1 >= quorum {
+        // The round took time (a voter that is down is waited for), and a
+        // rival may have won meanwhile: its term or its leader's word ends
+        // this campaign, which would otherwise depose the new leader.
+        let Some(after) = look(&raft).await else {
+            return;
+        };
+        let after = latest.with_driver_view(after);
+        let overtaken = after.term != me.term
+            || after.leading
+            || !due(&after, drawn, &timing, Instant::now() - started);
+        if overtaken {
+            metrics.raft_campaigns_stopped.inc();
+            tracing::info!(
+                term = req.term,
+                now_term = after.term,
+                leader = ?after.leader,
+                "not campaigning: a leader was elected or heard from during the pre-vote"
+            );
+        } else if granted_by.len() + 1 >= quorum {
             tracing::warn!(
                 term = req.term,
                 previous_leader = ?me.leader,
@@ -418,11 +503,19 @@ async fn ask(
                 granted.then_some(id)
             })
         });
-    futures::future::join_all(asks)
-        .await
-        .into_iter()
-        .flatten()
-        .collect()
+    // Done at a quorum: waiting for a voter that is down would only widen
+    // the window in which a rival wins unseen.
+    let needed = (me.voters.len() / 2 + 1).saturating_sub(1);
+    let mut asks: futures::stream::FuturesUnordered<_> = asks.collect();
+    let mut granted = Vec::new();
+    while granted.len() < needed {
+        match asks.next().await {
+            Some(Some(id)) => granted.push(id),
+            Some(None) => {}
+            None => break,
+        }
+    }
+    granted
 }
 
 #[cfg(test)]
@@ -445,6 +538,7 @@ mod tests {
             last_log_id: last,
             voters: [1, 2, 3].into(),
             woken_ago: None,
+            leader_word_ago: None,
         }
     }
 
@@ -582,12 +676,26 @@ mod tests {
             judge(&req(log_id(3, 10)), &seen, &TIMING),
             Err(Refusal::LeaderHeard { .. })
         ));
-        // A candidate's view (no committed vote) names no leader to hear.
-        latest.set(View {
+        // A candidate's view (no committed vote) names no leader, but a
+        // leader's message that arrived says its rival won: it neither
+        // grants nor campaigns, though its core has not caught up.
+        let candidate = View {
             committed: false,
+            leader: None,
             ..follower(Some(3_000), log_id(3, 10))
-        });
-        assert!(latest.get().unwrap().heard_ago.unwrap() >= Duration::from_secs(3));
+        };
+        latest.set(candidate.clone());
+        let seen = latest.get().unwrap();
+        assert!(seen.heard_ago.unwrap() >= Duration::from_secs(3));
+        assert!(matches!(
+            judge(&req(log_id(3, 10)), &seen, &TIMING),
+            Err(Refusal::LeaderHeard { .. })
+        ));
+        let drawn = Duration::from_millis(300);
+        assert!(!due(&seen, drawn, &TIMING, Duration::from_secs(10)));
+        // Without that word, the same candidate would campaign and grant.
+        assert!(due(&candidate, drawn, &TIMING, Duration::from_secs(10)));
+        assert_eq!(judge(&req(log_id(3, 10)), &candidate, &TIMING), Ok(()));
     }
 
     #[test]
@@ -607,6 +715,7 @@ mod tests {
             Refusal::LeaderHeard { ago_ms: 1 },
             Refusal::LogBehind,
             Refusal::Woken { ago_ms: 1 },
+            Refusal::Busy { waited_ms: 1 },
         ] {
             assert!(PREVOTE_REFUSALS.contains(&r.label()), "{r:?}");
         }

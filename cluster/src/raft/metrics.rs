@@ -15,7 +15,7 @@ use stampede_proto::metric_names;
 
 /// Why a server refused a pre-vote (`raft::election`): the `reason` label
 /// of `stampede_raft_prevotes_refused_total`.
-pub const PREVOTE_REFUSALS: &[&str] = &["leading", "leader_heard", "log_behind", "woken"];
+pub const PREVOTE_REFUSALS: &[&str] = &["leading", "leader_heard", "log_behind", "woken", "busy"];
 
 pub struct Metrics {
     registry: Registry,
@@ -152,12 +152,12 @@ impl Metrics {
             raft_campaigns_stopped: int_counter(
                 &r,
                 "stampede_raft_campaigns_stopped_total",
-                "Campaigns this server did not start because its pre-vote found no quorum (a leader was alive, or its log was behind).",
+                "Campaigns this server did not start because its pre-vote found no quorum (a leader was alive, or its log was behind), or a leader was elected or heard from while it asked.",
             ),
             raft_prevotes_refused: int_counter_vec(
                 &r,
                 "stampede_raft_prevotes_refused_total",
-                "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, or the candidate's log is behind.",
+                "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, the candidate's log is behind, it had just woken from not running, or its raft core was too busy to say.",
                 "reason",
                 PREVOTE_REFUSALS,
             ),
