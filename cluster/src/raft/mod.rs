@@ -32,6 +32,16 @@ mod storage;
 mod wire;
 mod write;
 
+/// Most bytes of entries one AppendEntries carries. openraft 0.9 gives each
+/// AppendEntries one heartbeat interval to complete and retries the same
+/// batch when it does not, so a follower far behind on large entries (a
+/// plan of 10,000 allocations is megabytes) would never catch up: the
+/// network sends a prefix within this budget and reports it as a partial
+/// success, and the log store reads no more than it for one message
+/// (openraft asks for up to 300 entries, tens of MiB of plans, to send a
+/// few of them).
+pub const APPEND_BUDGET_BYTES: u64 = 256 * 1024;
+
 pub use self::state_machine::StateMachine;
 pub use self::storage::error::StoreError;
 pub use self::wire::network::{

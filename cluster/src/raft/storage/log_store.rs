@@ -22,7 +22,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::raft::storage::error::StoreError;
 use crate::raft::storage::log_tail::LogTail;
-use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::raft::{Entry, LogId, NodeId, StorageError, TypeConfig, APPEND_BUDGET_BYTES};
 
 pub(super) const CF_LOGS: &str = "logs";
 pub(super) const CF_META: &str = "meta";
@@ -303,6 +303,42 @@ fn index_of(key: &[u8]) -> u64 {
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
+    /// The entries from `start` (before `end`) that one AppendEntries
+    /// carries: within [`APPEND_BUDGET_BYTES`] of encoded entries, and at
+    /// least one. Replication asks for up to 300 entries a message; for a
+    /// follower catching up on plans of hundreds of allocations that was
+    /// tens of MiB read and decoded to send a few of them.
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError> {
+        if let Some(entries) =
+            stampede_proto::lock(&self.tail).get_within(start, end, APPEND_BUDGET_BYTES)
+        {
+            return Ok(entries);
+        }
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        let iter = self.db.iterator_cf(
+            self.cf(CF_LOGS),
+            IteratorMode::From(&key(start), Direction::Forward),
+        );
+        for item in iter {
+            let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+            let index = index_of(&k);
+            if index >= end || (!entries.is_empty() && bytes + v.len() as u64 > APPEND_BUDGET_BYTES)
+            {
+                break;
+            }
+            bytes += v.len() as u64;
+            let entry: Entry = bincode::deserialize(&v)
+                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::new(&*e)))?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
@@ -436,6 +472,59 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(index: u64, bytes: usize) -> Entry {
+        Entry {
+            log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), index),
+            payload: openraft::EntryPayload::Normal(crate::raft::Command::from_bytes(vec![
+                7u8;
+                bytes
+            ])),
+        }
+    }
+
+    fn indexes(entries: &[Entry]) -> Vec<u64> {
+        entries.iter().map(|e| e.log_id.index).collect()
+    }
+
+    #[tokio::test]
+    async fn one_message_reads_entries_within_the_append_budget_from_the_tail_or_the_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Identity {
+            server_id: 1,
+            members: [1].into(),
+        };
+        let third = APPEND_BUDGET_BYTES as usize / 3 + 1_000;
+        {
+            let mut store = LogStore::open(dir.path(), &me).unwrap();
+            store
+                .append_synced((1..=20).map(|i| entry(i, third)))
+                .unwrap();
+            store.append_synced([entry(21, third * 4)]).unwrap();
+            // Served from the tail of what was just written.
+            let read = store.limited_get_log_entries(1, 22).await.unwrap();
+            assert_eq!(indexes(&read), vec![1, 2]);
+            let read = store.limited_get_log_entries(21, 22).await.unwrap();
+            assert_eq!(
+                indexes(&read),
+                vec![21],
+                "one entry over the budget still goes"
+            );
+        }
+        // Opened again, the tail is empty: read from RocksDB.
+        let mut store = LogStore::open(dir.path(), &me).unwrap();
+        let read = store.limited_get_log_entries(5, 22).await.unwrap();
+        assert_eq!(indexes(&read), vec![5, 6]);
+        let read = store.limited_get_log_entries(20, 22).await.unwrap();
+        assert_eq!(indexes(&read), vec![20], "21 would go past the budget");
+        let read = store.limited_get_log_entries(21, 22).await.unwrap();
+        assert_eq!(indexes(&read), vec![21]);
+        let read = store.limited_get_log_entries(3, 4).await.unwrap();
+        assert_eq!(indexes(&read), vec![3], "never past the end asked for");
+        // Everything asked for, when it fits.
+        let read = store.try_get_log_entries(1..22).await.unwrap();
+        assert_eq!(read.len(), 21);
+    }
 
     #[test]
     fn refuses_a_data_dir_of_another_server_or_cluster() {

@@ -25,17 +25,10 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 use tonic::Streaming;
 
 use crate::raft::metrics::Metrics;
-use crate::raft::{NodeId, TypeConfig};
+use crate::raft::{NodeId, TypeConfig, APPEND_BUDGET_BYTES};
 
 /// How long to wait for a TCP connection to a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Most bytes of entries one AppendEntries carries. openraft 0.9 gives each
-/// AppendEntries one heartbeat interval to complete and retries the same
-/// batch when it does not, so a follower far behind on large entries (a
-/// plan of 10,000 allocations is megabytes) would never catch up: we send a
-/// prefix within this budget and report it as a partial success.
-pub const APPEND_BUDGET_BYTES: u64 = 256 * 1024;
 
 /// The slowest a peer is assumed to take a message's bytes in (the link
 /// and the follower's write): an AppendEntries' timeout grows by its size
