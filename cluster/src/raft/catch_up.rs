@@ -20,6 +20,9 @@
 //!   included; until a send was timed, [`SEND_PER_BUILD`] builds): the
 //!   build counts because the snapshot a follower gets may be as old as a
 //!   build;
+//! - at most [`SNAPSHOT_SHARE`] of the latest snapshot's bytes of entries:
+//!   a follower further behind than that catches up faster through the
+//!   snapshot than by replaying the log (measured at c2m below);
 //! - at most `--keep-max-bytes` of entries (at the entries' average size
 //!   over the last minute), so the disk the log takes stays bounded;
 //!   `--keep-entries` is kept whatever their size.
@@ -50,6 +53,15 @@ pub const MARGIN: f64 = 2.0;
 /// to be this many builds: the follower decodes and indexes what the
 /// leader encoded, and the bytes cross the network between.
 pub const SEND_PER_BUILD: f64 = 2.0;
+
+/// The most entry bytes kept behind a snapshot, as a share of its own
+/// bytes. Replaying the log costs a follower more per byte than installing
+/// a snapshot (each entry is written and synced to its log, and applied
+/// through raft, with reports that later ones replace): at c2m, a follower
+/// killed for 60 s caught up in 30.5 s replaying about 260 MB of log, and
+/// in 22.5 s through a snapshot of about 300 MB and the log after it
+/// (docs/bench-log/issue-62-elections.md).
+pub const SNAPSHOT_SHARE: f64 = 0.5;
 
 /// How long after a snapshot's send ended its entries stay held: the time
 /// for the leader's raft to go on from the snapshot to the entries after.
@@ -87,6 +99,8 @@ pub struct Measured {
     pub build: Option<Duration>,
     /// The last snapshot send's, install included, if there was one.
     pub send: Option<Duration>,
+    /// The latest snapshot's size (0: none yet).
+    pub snapshot_bytes: u64,
 }
 
 impl Measured {
@@ -123,7 +137,20 @@ impl Rule {
         } else {
             0
         };
-        needed.max(self.floor).min(self.most(m))
+        needed
+            .min(Self::cheaper_than_snapshot(m))
+            .max(self.floor)
+            .min(self.most(m))
+    }
+
+    /// The most entries a follower replays rather than take the snapshot:
+    /// [`SNAPSHOT_SHARE`] of its bytes (no bound while either size is
+    /// unknown).
+    fn cheaper_than_snapshot(m: &Measured) -> u64 {
+        if m.snapshot_bytes == 0 || m.bytes_per_entry <= 0.0 {
+            return u64::MAX;
+        }
+        (SNAPSHOT_SHARE * m.snapshot_bytes as f64 / m.bytes_per_entry) as u64
     }
 }
 
@@ -247,6 +274,7 @@ pub async fn follow(
             bytes_per_entry,
             build: metrics.snapshot_times.last_build(),
             send: metrics.snapshot_times.last_send(),
+            snapshot_bytes: metrics.raft_snapshot_bytes.get().max(0) as u64,
         };
         let window = rule.window(&measured);
         metrics.raft_catch_up_window_entries.set(window as i64);
@@ -280,6 +308,7 @@ mod tests {
             bytes_per_entry: 100_000.0,
             build: Some(Duration::from_secs(build_s)),
             send: send_s.map(Duration::from_secs),
+            snapshot_bytes: 0,
         }
     }
 
@@ -337,6 +366,35 @@ mod tests {
             ..m
         };
         assert_eq!(RULE.window(&unmeasured), 2 * 1_000 * 385);
+    }
+
+    #[test]
+    fn a_follower_behind_by_more_than_half_a_snapshot_takes_the_snapshot() {
+        // c2m at 90 s: 36 entries a second of 120 KB, a 20 s build, and a
+        // snapshot of 170 MB: half of it is 708 entries, 20 s of writes,
+        // where the rate alone would keep 2 * 36 * 60 = 4,320.
+        let m = Measured {
+            bytes_per_entry: 120_000.0,
+            snapshot_bytes: 170_000_000,
+            ..measured(36.0, 20, None)
+        };
+        assert_eq!(
+            RULE.window(&Measured {
+                snapshot_bytes: 0,
+                ..m
+            }),
+            4_320
+        );
+        let small_floor = Rule { floor: 100, ..RULE };
+        assert_eq!(small_floor.window(&m), 708);
+        // Never under the floor, however small the snapshot.
+        assert_eq!(RULE.window(&m), 1_000);
+        // A large snapshot bounds nothing the rate does not.
+        let large = Measured {
+            snapshot_bytes: 10_000_000_000,
+            ..m
+        };
+        assert_eq!(small_floor.window(&large), 4_320);
     }
 
     #[test]
