@@ -20,9 +20,10 @@
 //!   included; until a send was timed, [`SEND_PER_BUILD`] builds): the
 //!   build counts because the snapshot a follower gets may be as old as a
 //!   build;
-//! - at most [`SNAPSHOT_SHARE`] of the latest snapshot's bytes of entries:
-//!   a follower further behind than that catches up faster through the
-//!   snapshot than by replaying the log (measured at c2m below);
+//! - no more than makes the whole log kept (these entries and those after
+//!   the snapshot) [`SNAPSHOT_SHARE`] of the snapshot's bytes: a follower
+//!   further behind than that catches up faster through the snapshot than
+//!   by replaying the log;
 //! - at most `--keep-max-bytes` of entries (at the entries' average size
 //!   over the last minute), so the disk the log takes stays bounded;
 //!   `--keep-entries` is kept whatever their size.
@@ -101,6 +102,9 @@ pub struct Measured {
     pub send: Option<Duration>,
     /// The latest snapshot's size (0: none yet).
     pub snapshot_bytes: u64,
+    /// Entries in the log after the latest snapshot: a follower behind the
+    /// snapshot replays these too.
+    pub since_snapshot: u64,
 }
 
 impl Measured {
@@ -143,14 +147,16 @@ impl Rule {
             .min(self.most(m))
     }
 
-    /// The most entries a follower replays rather than take the snapshot:
-    /// [`SNAPSHOT_SHARE`] of its bytes (no bound while either size is
-    /// unknown).
+    /// The most entries kept behind the snapshot for a follower to replay
+    /// rather than take the snapshot: with those after the snapshot, which
+    /// it replays either way, [`SNAPSHOT_SHARE`] of the snapshot's bytes
+    /// (no bound while either size is unknown).
     fn cheaper_than_snapshot(m: &Measured) -> u64 {
         if m.snapshot_bytes == 0 || m.bytes_per_entry <= 0.0 {
             return u64::MAX;
         }
-        (SNAPSHOT_SHARE * m.snapshot_bytes as f64 / m.bytes_per_entry) as u64
+        let replayed = (SNAPSHOT_SHARE * m.snapshot_bytes as f64 / m.bytes_per_entry) as u64;
+        replayed.saturating_sub(m.since_snapshot)
     }
 }
 
@@ -275,6 +281,7 @@ pub async fn follow(
             build: metrics.snapshot_times.last_build(),
             send: metrics.snapshot_times.last_send(),
             snapshot_bytes: metrics.raft_snapshot_bytes.get().max(0) as u64,
+            since_snapshot: snapshot.map_or(0, |s| last_index.saturating_sub(s)),
         };
         let window = rule.window(&measured);
         metrics.raft_catch_up_window_entries.set(window as i64);
@@ -309,6 +316,7 @@ mod tests {
             build: Some(Duration::from_secs(build_s)),
             send: send_s.map(Duration::from_secs),
             snapshot_bytes: 0,
+            since_snapshot: 0,
         }
     }
 
@@ -387,6 +395,18 @@ mod tests {
         );
         let small_floor = Rule { floor: 100, ..RULE };
         assert_eq!(small_floor.window(&m), 708);
+        // The entries after the snapshot are replayed too: with 500 of
+        // them, 208 more are kept behind it.
+        let behind = Measured {
+            since_snapshot: 500,
+            ..m
+        };
+        assert_eq!(small_floor.window(&behind), 208);
+        let far_behind = Measured {
+            since_snapshot: 2_000,
+            ..m
+        };
+        assert_eq!(small_floor.window(&far_behind), 100, "the floor");
         // Never under the floor, however small the snapshot.
         assert_eq!(RULE.window(&m), 1_000);
         // A large snapshot bounds nothing the rate does not.
