@@ -302,6 +302,37 @@ fn index_of(key: &[u8]) -> u64 {
     u64::from_be_bytes(key.try_into().expect("log keys are 8 bytes"))
 }
 
+impl LogStore {
+    /// The entries from `start` up to `end` (excluded; `None`: to the last),
+    /// stopping before one that would take them past `budget` bytes (never
+    /// before the first): from the tail of the log when it holds them all,
+    /// else from RocksDB.
+    fn read(&self, start: u64, end: Option<u64>, budget: u64) -> Result<Vec<Entry>, StorageError> {
+        if let Some(entries) = stampede_proto::lock(&self.tail).get_within(start, end, budget) {
+            return Ok(entries);
+        }
+        let end = end.unwrap_or(u64::MAX);
+        let mut entries = Vec::new();
+        let mut bytes = 0u64;
+        let iter = self.db.iterator_cf(
+            self.cf(CF_LOGS),
+            IteratorMode::From(&key(start), Direction::Forward),
+        );
+        for item in iter {
+            let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+            let index = index_of(&k);
+            bytes = bytes.saturating_add(v.len() as u64);
+            if index >= end || (!entries.is_empty() && bytes > budget) {
+                break;
+            }
+            let entry: Entry = bincode::deserialize(&v)
+                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::new(&*e)))?;
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+}
+
 impl RaftLogReader<TypeConfig> for LogStore {
     /// The entries from `start` (before `end`) that one AppendEntries
     /// carries: within [`APPEND_BUDGET_BYTES`] of encoded entries, and at
@@ -313,30 +344,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         start: u64,
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
-        if let Some(entries) =
-            stampede_proto::lock(&self.tail).get_within(start, end, APPEND_BUDGET_BYTES)
-        {
-            return Ok(entries);
-        }
-        let mut entries = Vec::new();
-        let mut bytes = 0u64;
-        let iter = self.db.iterator_cf(
-            self.cf(CF_LOGS),
-            IteratorMode::From(&key(start), Direction::Forward),
-        );
-        for item in iter {
-            let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
-            let index = index_of(&k);
-            if index >= end || (!entries.is_empty() && bytes + v.len() as u64 > APPEND_BUDGET_BYTES)
-            {
-                break;
-            }
-            bytes += v.len() as u64;
-            let entry: Entry = bincode::deserialize(&v)
-                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::new(&*e)))?;
-            entries.push(entry);
-        }
-        Ok(entries)
+        self.read(start, Some(end), APPEND_BUDGET_BYTES)
     }
 
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
@@ -345,7 +353,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
     ) -> Result<Vec<Entry>, StorageError> {
         let start = match range.start_bound() {
             Bound::Included(i) => *i,
-            Bound::Excluded(i) => i + 1,
+            Bound::Excluded(i) => i.saturating_add(1),
             Bound::Unbounded => 0,
         };
         let end = match range.end_bound() {
@@ -353,25 +361,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => Some(*i),
             Bound::Unbounded => None,
         };
-        if let Some(entries) = stampede_proto::lock(&self.tail).get(start, end) {
-            return Ok(entries);
-        }
-        let mut entries = Vec::new();
-        let iter = self.db.iterator_cf(
-            self.cf(CF_LOGS),
-            IteratorMode::From(&key(start), Direction::Forward),
-        );
-        for item in iter {
-            let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
-            let index = index_of(&k);
-            if !range.contains(&index) {
-                break;
-            }
-            let entry: Entry = bincode::deserialize(&v)
-                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::new(&*e)))?;
-            entries.push(entry);
-        }
-        Ok(entries)
+        self.read(start, end, u64::MAX)
     }
 }
 

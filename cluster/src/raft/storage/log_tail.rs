@@ -81,6 +81,13 @@ impl LogTail {
     /// The log's entries from `start` up to `end` (excluded; `None`: to the
     /// last), if the tail holds all of them.
     pub fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry>> {
+        self.get_within(start, end, u64::MAX)
+    }
+
+    /// As [`LogTail::get`], but only the entries whose commands fit in
+    /// `budget` bytes (at least one), so that a long range of large entries
+    /// is not copied to send a few.
+    pub fn get_within(&self, start: u64, end: Option<u64>, budget: u64) -> Option<Vec<Entry>> {
         let first = self.entries.front()?.log_id.index;
         if start < first {
             return None;
@@ -91,30 +98,13 @@ impl LogTail {
         if start >= end {
             return Some(Vec::new());
         }
-        let range = (start - first) as usize..(end - first) as usize;
-        Some(self.entries.range(range).cloned().collect())
-    }
-
-    /// As [`LogTail::get`] for `start..end`, but only the entries whose
-    /// commands fit in `budget` bytes (at least one), so that a long range
-    /// of large entries is not copied to send a few.
-    pub fn get_within(&self, start: u64, end: u64, budget: u64) -> Option<Vec<Entry>> {
-        let first = self.entries.front()?.log_id.index;
-        if start < first {
-            return None;
-        }
-        let after_last = first + self.entries.len() as u64;
-        let end = end.min(after_last);
-        if start >= end {
-            return Some(Vec::new());
-        }
         let mut used = 0u64;
         let fitting = self
             .entries
             .range((start - first) as usize..(end - first) as usize)
             .enumerate()
             .take_while(|(i, e)| {
-                used += size(e) as u64;
+                used = used.saturating_add(size(e) as u64);
                 *i == 0 || used <= budget
             })
             .map(|(_, e)| e.clone());
@@ -171,12 +161,18 @@ mod tests {
     fn a_range_within_a_budget_stops_at_the_budget_but_never_before_one_entry() {
         let mut tail = LogTail::default();
         tail.appended((5..=9).map(|i| entry(i, 10)).collect());
-        assert_eq!(indexes(tail.get_within(5, 10, 25)), Some(vec![5, 6]));
-        assert_eq!(indexes(tail.get_within(5, 10, 30)), Some(vec![5, 6, 7]));
-        assert_eq!(indexes(tail.get_within(6, 8, 1_000)), Some(vec![6, 7]));
-        assert_eq!(indexes(tail.get_within(7, 100, 1)), Some(vec![7]));
-        assert_eq!(indexes(tail.get_within(10, 12, 100)), Some(vec![]));
-        assert_eq!(indexes(tail.get_within(4, 6, 100)), None);
+        assert_eq!(indexes(tail.get_within(5, Some(10), 25)), Some(vec![5, 6]));
+        assert_eq!(
+            indexes(tail.get_within(5, Some(10), 30)),
+            Some(vec![5, 6, 7])
+        );
+        assert_eq!(
+            indexes(tail.get_within(6, Some(8), 1_000)),
+            Some(vec![6, 7])
+        );
+        assert_eq!(indexes(tail.get_within(7, None, 1)), Some(vec![7]));
+        assert_eq!(indexes(tail.get_within(10, Some(12), 100)), Some(vec![]));
+        assert_eq!(indexes(tail.get_within(4, Some(6), 100)), None);
     }
 
     #[test]
