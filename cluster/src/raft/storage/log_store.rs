@@ -306,9 +306,14 @@ impl LogStore {
     /// The entries from `start` up to `end` (excluded; `None`: to the last),
     /// stopping before one that would take them past `budget` bytes (never
     /// before the first): from the tail of the log when it holds them all,
-    /// else from RocksDB.
-    fn read(&self, start: u64, end: Option<u64>, budget: u64) -> Result<Vec<Entry>, StorageError> {
-        if let Some(entries) = stampede_proto::lock(&self.tail).get_within(start, end, budget) {
+    /// else from RocksDB. (openraft's error is large, so it comes boxed.)
+    fn read(
+        &self,
+        start: u64,
+        end: Option<u64>,
+        budget: u64,
+    ) -> Result<Vec<Entry>, Box<StorageError>> {
+        if let Some(entries) = stampede_proto::lock(&self.tail).get(start, end, budget) {
             return Ok(entries);
         }
         let end = end.unwrap_or(u64::MAX);
@@ -319,14 +324,16 @@ impl LogStore {
             IteratorMode::From(&key(start), Direction::Forward),
         );
         for item in iter {
-            let (k, v) = item.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+            let (k, v) =
+                item.map_err(|e| Box::new(StorageIOError::read_logs(AnyError::new(&e)).into()))?;
             let index = index_of(&k);
             bytes = bytes.saturating_add(v.len() as u64);
             if index >= end || (!entries.is_empty() && bytes > budget) {
                 break;
             }
-            let entry: Entry = bincode::deserialize(&v)
-                .map_err(|e| StorageIOError::read_log_at_index(index, AnyError::new(&*e)))?;
+            let entry: Entry = bincode::deserialize(&v).map_err(|e| {
+                Box::new(StorageIOError::read_log_at_index(index, AnyError::new(&*e)).into())
+            })?;
             entries.push(entry);
         }
         Ok(entries)
@@ -345,6 +352,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         end: u64,
     ) -> Result<Vec<Entry>, StorageError> {
         self.read(start, Some(end), APPEND_BUDGET_BYTES)
+            .map_err(|e| *e)
     }
 
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
@@ -361,7 +369,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
             Bound::Excluded(i) => Some(*i),
             Bound::Unbounded => None,
         };
-        self.read(start, end, u64::MAX)
+        self.read(start, end, u64::MAX).map_err(|e| *e)
     }
 }
 

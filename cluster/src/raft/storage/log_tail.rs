@@ -79,15 +79,10 @@ impl LogTail {
     }
 
     /// The log's entries from `start` up to `end` (excluded; `None`: to the
-    /// last), if the tail holds all of them.
-    pub fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry>> {
-        self.get_within(start, end, u64::MAX)
-    }
-
-    /// As [`LogTail::get`], but only the entries whose commands fit in
-    /// `budget` bytes (at least one), so that a long range of large entries
-    /// is not copied to send a few.
-    pub fn get_within(&self, start: u64, end: Option<u64>, budget: u64) -> Option<Vec<Entry>> {
+    /// last), if the tail holds all of them; only those whose commands fit
+    /// in `budget` bytes (at least one), so that a long range of large
+    /// entries is not copied to send a few.
+    pub fn get(&self, start: u64, end: Option<u64>, budget: u64) -> Option<Vec<Entry>> {
         let first = self.entries.front()?.log_id.index;
         if start < first {
             return None;
@@ -140,18 +135,22 @@ mod tests {
     #[test]
     fn a_range_is_served_only_when_the_tail_holds_all_of_it() {
         let mut tail = LogTail::default();
-        assert_eq!(indexes(tail.get(1, None)), None, "empty: read the disk");
-        tail.appended((5..=9).map(|i| entry(i, 10)).collect());
-        assert_eq!(indexes(tail.get(5, Some(8))), Some(vec![5, 6, 7]));
-        assert_eq!(indexes(tail.get(7, None)), Some(vec![7, 8, 9]));
-        assert_eq!(indexes(tail.get(8, Some(100))), Some(vec![8, 9]));
         assert_eq!(
-            indexes(tail.get(10, None)),
+            indexes(tail.get(1, None, u64::MAX)),
+            None,
+            "empty: read the disk"
+        );
+        tail.appended((5..=9).map(|i| entry(i, 10)).collect());
+        assert_eq!(indexes(tail.get(5, Some(8), u64::MAX)), Some(vec![5, 6, 7]));
+        assert_eq!(indexes(tail.get(7, None, u64::MAX)), Some(vec![7, 8, 9]));
+        assert_eq!(indexes(tail.get(8, Some(100), u64::MAX)), Some(vec![8, 9]));
+        assert_eq!(
+            indexes(tail.get(10, None, u64::MAX)),
             Some(vec![]),
             "past the log's end"
         );
         assert_eq!(
-            indexes(tail.get(4, Some(6))),
+            indexes(tail.get(4, Some(6), u64::MAX)),
             None,
             "starts before the tail"
         );
@@ -161,18 +160,12 @@ mod tests {
     fn a_range_within_a_budget_stops_at_the_budget_but_never_before_one_entry() {
         let mut tail = LogTail::default();
         tail.appended((5..=9).map(|i| entry(i, 10)).collect());
-        assert_eq!(indexes(tail.get_within(5, Some(10), 25)), Some(vec![5, 6]));
-        assert_eq!(
-            indexes(tail.get_within(5, Some(10), 30)),
-            Some(vec![5, 6, 7])
-        );
-        assert_eq!(
-            indexes(tail.get_within(6, Some(8), 1_000)),
-            Some(vec![6, 7])
-        );
-        assert_eq!(indexes(tail.get_within(7, None, 1)), Some(vec![7]));
-        assert_eq!(indexes(tail.get_within(10, Some(12), 100)), Some(vec![]));
-        assert_eq!(indexes(tail.get_within(4, Some(6), 100)), None);
+        assert_eq!(indexes(tail.get(5, Some(10), 25)), Some(vec![5, 6]));
+        assert_eq!(indexes(tail.get(5, Some(10), 30)), Some(vec![5, 6, 7]));
+        assert_eq!(indexes(tail.get(6, Some(8), 1_000)), Some(vec![6, 7]));
+        assert_eq!(indexes(tail.get(7, None, 1)), Some(vec![7]));
+        assert_eq!(indexes(tail.get(10, Some(12), 100)), Some(vec![]));
+        assert_eq!(indexes(tail.get(4, Some(6), 100)), None);
     }
 
     #[test]
@@ -180,15 +173,15 @@ mod tests {
         let mut tail = LogTail::default();
         tail.appended((1..=6).map(|i| entry(i, 10)).collect());
         tail.truncated(5);
-        assert_eq!(indexes(tail.get(1, None)), Some(vec![1, 2, 3, 4]));
+        assert_eq!(indexes(tail.get(1, None, u64::MAX)), Some(vec![1, 2, 3, 4]));
         tail.appended(vec![entry(5, 10)]);
         tail.purged(2);
-        assert_eq!(indexes(tail.get(3, None)), Some(vec![3, 4, 5]));
-        assert_eq!(indexes(tail.get(2, None)), None);
+        assert_eq!(indexes(tail.get(3, None, u64::MAX)), Some(vec![3, 4, 5]));
+        assert_eq!(indexes(tail.get(2, None, u64::MAX)), None);
         // After a snapshot, the log goes on past a gap.
         tail.appended(vec![entry(40, 10)]);
-        assert_eq!(indexes(tail.get(40, None)), Some(vec![40]));
-        assert_eq!(indexes(tail.get(5, None)), None);
+        assert_eq!(indexes(tail.get(40, None, u64::MAX)), Some(vec![40]));
+        assert_eq!(indexes(tail.get(5, None, u64::MAX)), None);
         assert_eq!(tail.bytes, 10);
     }
 
@@ -204,7 +197,7 @@ mod tests {
         assert_eq!(tail.entries.front().unwrap().log_id.index, 11);
         tail.appended(vec![entry(MAX_ENTRIES as u64 + 11, MAX_BYTES * 2)]);
         assert_eq!(
-            indexes(tail.get(MAX_ENTRIES as u64 + 11, None))
+            indexes(tail.get(MAX_ENTRIES as u64 + 11, None, u64::MAX))
                 .unwrap()
                 .len(),
             1
