@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{heartbeat, live, register_nodes, wait_live};
 use stampede_launch::testing::{
-    allocs, eventually, node_secrets, register_job, service_job, Harness, CATCH_UP,
+    allocs, eventually, eventually_ok, node_secrets, register_job, service_job, Harness, CATCH_UP,
 };
 use stampede_proto::{
     AllocClientStatus, Allocation, NodeGetRequest, NodeStatus, NodeUpdateAllocRequest,
@@ -95,5 +95,102 @@ async fn a_node_that_stops_heartbeating_goes_down_and_its_allocations_are_replac
     ] {
         let n = c.leader_metric(series).await.unwrap();
         assert!(n >= 1.0, "{series} is {n}");
+    }
+}
+
+/// A report the leader holds in its batch while the node's lost mark is
+/// applied is refused where the batch's entry is applied: "a terminal
+/// allocation stays terminal" is decided on the state the entry meets, not
+/// on the state the report met when it came in (nor on a follower's, nor
+/// before a change of leader). Every server drops it and counts it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_report_batched_before_the_lost_mark_is_refused_where_it_is_applied() {
+    // The batch window is far longer than the node's TTL: the report
+    // waits in it past the moment the leader marks the node down.
+    let (c, leader) = Harness::with_leader(
+        3,
+        &[
+            "--heartbeat-min-ttl",
+            "1s",
+            "--heartbeat-grace",
+            "0s",
+            "--alloc-update-window",
+            "10s",
+        ],
+    )
+    .await;
+    let client = c.client();
+    let victim = register_nodes(&client, "victim", 1, 1000, 4096).await;
+    let victim_hb = heartbeat(&client, victim, Duration::from_millis(200));
+    register_job(&client, service_job("web", 2, 500, 64)).await;
+    let placed = wait_live(&client, "web", 2).await;
+    assert!(placed.iter().all(|a| a.node_id == "victim-0"));
+    let others = register_nodes(&client, "n", 3, 1000, 4096).await;
+    let _hb = heartbeat(&client, others, Duration::from_millis(200));
+
+    // The victim's last word as it falls silent: both allocations running.
+    victim_hb.send(true).unwrap();
+    let on_leader = c.client_of(&[leader]);
+    let report = NodeUpdateAllocRequest {
+        allocs: placed
+            .iter()
+            .map(|a| Allocation {
+                id: a.id.clone(),
+                client_status: AllocClientStatus::Running as i32,
+                ..Default::default()
+            })
+            .collect(),
+        secrets: node_secrets(["victim-0"]),
+    };
+    let reporter = on_leader.clone();
+    let report = tokio::spawn(async move { reporter.nodes().update_alloc(report).await });
+
+    let lost_at = eventually_ok("both allocations are lost", CATCH_UP, || async {
+        let all = allocs(&on_leader, "web").await.map_err(|e| e.to_string())?;
+        let lost: Vec<u64> = all
+            .iter()
+            .filter(|a| a.node_id == "victim-0")
+            .filter(|a| a.client_status == AllocClientStatus::Lost as i32)
+            .map(|a| a.modify_index)
+            .collect();
+        match lost.len() {
+            2 => Ok(lost.into_iter().max().unwrap()),
+            n => Err(format!("{n} of 2 lost")),
+        }
+    })
+    .await;
+    let applied_at = report
+        .await
+        .unwrap()
+        .expect("the report is taken as a call")
+        .into_inner()
+        .index;
+    // The interleaving this test is for: the report's entry after the mark.
+    assert!(
+        applied_at > lost_at,
+        "the report was applied at {applied_at}, before the lost mark at {lost_at}: the batch did not hold it"
+    );
+    for id in c.ids() {
+        eventually(
+            &format!("server {id} applies the report's entry"),
+            CATCH_UP,
+            || async {
+                c.status(id)
+                    .await
+                    .is_ok_and(|s| s.applied_index >= applied_at)
+            },
+        )
+        .await;
+        let now = allocs(&c.client_of(&[id]), "web").await.unwrap();
+        for a in &placed {
+            let a = now.iter().find(|x| x.id == a.id).unwrap();
+            assert_eq!(
+                (a.client_status, a.running_index),
+                (AllocClientStatus::Lost as i32, 0),
+                "server {id}: a lost allocation came back to life: {a:?}"
+            );
+        }
+        let refused = "stampede_client_reports_refused_total{reason=\"terminal\"}";
+        assert_eq!(c.metric(id, refused).await.ok(), Some(2.0), "server {id}");
     }
 }

@@ -91,3 +91,60 @@ fn a_short_audit_run_checks_every_invariant_and_all_hold() {
         "the report shows the invariants"
     );
 }
+
+/// Half the fleet paused (one of two nodesim processes) while the other
+/// half goes on: the paused nodes are marked down and their allocations
+/// lost and replaced while the cluster keeps placing and the live half
+/// keeps reporting, then they wake and report what they last ran. Every
+/// invariant holds, a lost allocation staying lost among them.
+#[test]
+fn half_the_fleet_paused_while_the_rest_goes_on_keeps_every_invariant() {
+    let scenario = AUDIT
+        .replace("name = \"audit-ci\"", "name = \"audit-half-ci\"")
+        .replace("nodes = 30", "nodes = 30\nfleet_processes = 2")
+        .replace(
+            "action = \"pause_fleet\"",
+            "action = \"pause_fleet\"\nshare = 0.5",
+        );
+    let (_dir, out, mut cmd) = capacity(&scenario, "audit-half-ci");
+    let run = cmd.arg("--no-prometheus").output().unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let summary = json(&out.join("summary.json"));
+    let v = &summary["variants"][0];
+    let failed: Vec<String> = v["invariants"]
+        .as_array()
+        .expect("invariants")
+        .iter()
+        .filter(|i| i["ok"] != true)
+        .map(|i| format!("{}: {}", i["name"], i["detail"]))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "violated:\n{}\n{stderr}",
+        failed.join("\n")
+    );
+    succeeded(&run, &out);
+    // Two nodesim processes, sampled each under its own name.
+    let rss = v["rss_mib"].as_object().expect("rss_mib");
+    assert!(
+        rss.contains_key("nodesim-0")
+            && rss.contains_key("nodesim-1")
+            && !rss.contains_key("nodesim"),
+        "{rss:?}"
+    );
+    // Only the first was paused: its nodes sent far fewer heartbeats.
+    let heartbeats = |k: u32| -> u64 {
+        let log = std::fs::read_to_string(out.join(format!("audit-half-ci/nodesim-{k}.log")))
+            .unwrap_or_default();
+        log.lines()
+            .filter_map(|l| l.trim().strip_prefix("heartbeats"))
+            .filter_map(|n| n.trim().parse().ok())
+            .next_back()
+            .unwrap_or_else(|| panic!("nodesim-{k} printed no heartbeat count:\n{log}"))
+    };
+    let (paused, went_on) = (heartbeats(0), heartbeats(1));
+    assert!(
+        paused * 10 < went_on * 9,
+        "nodesim-0 (paused) sent {paused} heartbeats, nodesim-1 {went_on}"
+    );
+}

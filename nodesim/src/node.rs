@@ -29,7 +29,7 @@ use crate::calls::Calls;
 use crate::identity::Identity;
 use crate::metrics::{Metrics, NodeState, SOURCE};
 use crate::profile::NodeProfile;
-use crate::runner::{is_terminal, AllocReport, AllocRunner, AllocRunnerFactory, Reporter};
+use crate::runner::{AllocReport, AllocRunner, AllocRunnerFactory, Reporter};
 
 /// What every node of the fleet shares: made by the fleet
 /// (`Fleet::start`) and handed to each node it starts.
@@ -450,7 +450,7 @@ impl SimNode {
         let status = AllocClientStatus::try_from(a.client_status).unwrap_or_default();
         let reporter = Reporter::new(&a.id, status, self.shared.sync.sink(self.slot))
             .created_at(a.create_time_ms);
-        let runner = if is_terminal(status) {
+        let runner = if AllocClientStatus::is_terminal(status as i32) {
             None
         } else if stop {
             // Never ran here (nodesim restarted): say it is stopped.

@@ -264,7 +264,7 @@ impl AllocRunner for MockRunner {
         // A permit is stored if the script is between awaits, so it stops
         // at its next one.
         self.stop.notify_one();
-        if !is_terminal(self.reporter.status()) {
+        if !AllocClientStatus::is_terminal(self.reporter.status() as i32) {
             self.reporter.report(report(
                 AllocClientStatus::Complete,
                 "dead",
@@ -279,14 +279,6 @@ impl Drop for MockRunner {
     fn drop(&mut self) {
         self.stop.notify_one();
     }
-}
-
-/// Complete, failed or lost: nothing more will run.
-pub fn is_terminal(s: AllocClientStatus) -> bool {
-    matches!(
-        s,
-        AllocClientStatus::Complete | AllocClientStatus::Failed | AllocClientStatus::Lost
-    )
 }
 
 /// The task states a report turns into on the wire: its one task's.

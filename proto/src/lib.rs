@@ -51,6 +51,25 @@ impl log_entry::Msg {
     }
 }
 
+impl AllocClientStatus {
+    /// Whether a client status (a raw wire value) is final: complete,
+    /// failed, or lost (the server's word for an allocation whose node went
+    /// down). No client report may change it: the servers refuse one where
+    /// they apply it, and loadgen's audit checks that none did. The one
+    /// home of the rule for both.
+    pub fn is_terminal(status: i32) -> bool {
+        matches!(
+            Self::try_from(status),
+            Ok(Self::Complete | Self::Failed | Self::Lost)
+        )
+    }
+
+    /// Whether a client status is live: pending or running.
+    pub fn is_live(status: i32) -> bool {
+        matches!(Self::try_from(status), Ok(Self::Pending | Self::Running))
+    }
+}
+
 impl NamedTaskState {
     /// Task `task` in state `state`.
     pub fn new(task: impl Into<String>, state: TaskState) -> Self {

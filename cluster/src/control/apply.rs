@@ -16,13 +16,14 @@ use super::leader::broker::EvalBroker;
 use super::leader::heartbeat::Heartbeats;
 use super::leader::{route_eval, LeaderParts};
 use crate::state::blocking::Watchers;
-use crate::state::{gc, Changes, TABLES};
+use crate::state::{gc, Changes, REFUSAL_REASONS, TABLES};
 
 /// What the state holds and what garbage collection took from it, as every
 /// server applied it.
 struct StateMetrics {
     objects: IntGaugeVec,
     collected: IntCounterVec,
+    refused: IntCounterVec,
     fanout: Histogram,
 }
 
@@ -42,6 +43,13 @@ impl StateMetrics {
                 "Rows garbage collection removed from this server's state, by kind.",
                 "kind",
                 &gc::KINDS,
+            ),
+            refused: int_counter_vec(
+                registry,
+                "stampede_client_reports_refused_total",
+                "Client allocation reports dropped where they were applied, by reason (terminal: the allocation's client status was already final).",
+                "reason",
+                &REFUSAL_REASONS,
             ),
             fanout: histogram(
                 registry,
@@ -92,6 +100,11 @@ impl ApplyHub {
         for (kind, n) in changes.collected.by_kind() {
             if n > 0 {
                 self.metrics.collected.with_label_values(&[kind]).inc_by(n);
+            }
+        }
+        for (reason, n) in changes.refused.by_reason() {
+            if n > 0 {
+                self.metrics.refused.with_label_values(&[reason]).inc_by(n);
             }
         }
         for eval in &changes.evals {

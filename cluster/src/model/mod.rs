@@ -83,17 +83,8 @@ pub fn alloc_terminal(a: &Allocation) -> bool {
 /// Whether an allocation with these desired and client statuses is
 /// terminal (see [`alloc_terminal`]).
 pub fn statuses_terminal(desired_status: i32, client_status: i32) -> bool {
-    desired_status == AllocDesiredStatus::Stop as i32 || client_terminal(client_status)
-}
-
-/// Whether a client status is final: complete, failed, or lost (the
-/// server's word for an allocation whose node went down). No client report
-/// may change it.
-pub fn client_terminal(client_status: i32) -> bool {
-    matches!(
-        AllocClientStatus::try_from(client_status),
-        Ok(AllocClientStatus::Complete | AllocClientStatus::Failed | AllocClientStatus::Lost)
-    )
+    desired_status == AllocDesiredStatus::Stop as i32
+        || AllocClientStatus::is_terminal(client_status)
 }
 
 /// Running or paused: the deployment may still place work.

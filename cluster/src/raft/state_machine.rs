@@ -378,6 +378,9 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
                 meta: meta_for_save,
                 data: Arc::new(bytes),
             };
+            // A newer snapshot installed from the leader meanwhile stays
+            // the current one; this one is still handed to openraft, which
+            // keeps the newer.
             snapshots.save(&stored).map(|_| stored)
         })
         .await

@@ -9,7 +9,7 @@ use stampede_proto::{AllocClientStatus, Allocation, Job, JobStatus, Resources};
 use super::apply::{change_or_insert, set_or_insert};
 use super::{AllocCounts, AllocKey, Changes, State, WatchKey};
 use crate::model::planted::planted;
-use crate::model::{add_resources, alloc_terminal, client_terminal, sub_resources};
+use crate::model::{add_resources, alloc_terminal, sub_resources};
 
 pub(super) fn summary_key(a: &Allocation) -> (u64, i32, i32) {
     (a.job_version, a.desired_status, a.client_status)
@@ -184,6 +184,7 @@ impl State {
         // Found and replaced in one walk down the table: most writes are
         // clients' reports.
         let Some((id, slot)) = self.allocs.get_key_value_mut(&AllocKey::new(&update.id)) else {
+            changes.refused.unknown += 1;
             return;
         };
         // A terminal allocation stays terminal: a report from a client that
@@ -192,7 +193,9 @@ impl State {
         // beside its replacement, on resources the scheduler counted free.
         // The client learns of the terminal status from its allocation
         // query, and stops the allocation.
-        if client_terminal(slot.client_status) && !planted("accept_terminal_report") {
+        if AllocClientStatus::is_terminal(slot.client_status) && !planted("accept_terminal_report")
+        {
+            changes.refused.terminal += 1;
             return;
         }
         // Nor does a running allocation go back to pending. A node's call
@@ -205,6 +208,7 @@ impl State {
         if slot.client_status == AllocClientStatus::Running as i32
             && update.client_status == AllocClientStatus::Pending as i32
         {
+            changes.refused.back_to_pending += 1;
             return;
         }
         // The node's allocations hold the other reference to it: let go of

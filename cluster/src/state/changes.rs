@@ -42,6 +42,8 @@ pub struct Changes {
     pub index: u64,
     /// Rows garbage collection removed.
     pub collected: Collected,
+    /// Client reports the apply refused, by reason.
+    pub refused: RefusedReports,
     /// Rows in each table after the batch, if it applied any command.
     pub objects: Option<Objects>,
 }
@@ -129,10 +131,42 @@ impl Changes {
             nodes: state.nodes().cloned().collect(),
             index: state.index(),
             collected: Collected::default(),
+            refused: RefusedReports::default(),
             objects: Some(state.objects()),
         }
     }
 }
+
+/// Client reports of allocations that an applied batch dropped, by reason.
+/// Each rule is decided where the report is applied, on the state it is
+/// applied to, so no report checked earlier against an older state (in a
+/// batch on the leader, on a follower, before a leader change) gets past
+/// it; the node learns the allocation's status from its next query.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RefusedReports {
+    /// The allocation's client status was already final (complete,
+    /// failed, or lost): a terminal allocation stays terminal.
+    pub terminal: u64,
+    /// A `pending` report for an allocation that runs: a late one, which
+    /// would undo the `running` the node sent after it.
+    pub back_to_pending: u64,
+    /// No such allocation (collected since the node heard of it).
+    pub unknown: u64,
+}
+
+impl RefusedReports {
+    /// `(reason label, count)`, the `reason` of the refusal metric.
+    pub fn by_reason(&self) -> [(&'static str, u64); 3] {
+        [
+            ("terminal", self.terminal),
+            ("back_to_pending", self.back_to_pending),
+            ("unknown", self.unknown),
+        ]
+    }
+}
+
+/// The labels of [`RefusedReports::by_reason`].
+pub const REFUSAL_REASONS: [&str; 3] = ["terminal", "back_to_pending", "unknown"];
 
 /// How many rows of each table an applied batch removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

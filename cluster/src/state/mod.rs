@@ -50,7 +50,9 @@ mod trace;
 
 pub use alloc_key::AllocKey;
 pub use apply_clock::ApplyClock;
-pub use changes::{Changes, Collected, Objects, WatchKey, ANY_CLASS, TABLES};
+pub use changes::{
+    Changes, Collected, Objects, RefusedReports, WatchKey, ANY_CLASS, REFUSAL_REASONS, TABLES,
+};
 pub use node_row::NodeRow;
 pub use spec::{same_group, same_spec};
 pub use store::StateStore;

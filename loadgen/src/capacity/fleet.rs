@@ -59,7 +59,10 @@ pub(super) async fn wait_for_fleet(
             return Ok(started.elapsed());
         }
         if refused >= nodes {
-            return Err("the cluster refused nodesim's nodes (see nodesim.log)".into());
+            return Err(
+                "the cluster refused nodesim's nodes (see the nodesim logs in the run directory)"
+                    .into(),
+            );
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -40,9 +40,12 @@ pub(super) async fn run_local(
         term_at_start: highest_term(&http, &server_urls).await,
         ..BeforeStream::default()
     };
-    let (nodesim, port) = start_nodesim(scenario, v, dir, &cluster)?;
-    let nodesim_url = format!("http://127.0.0.1:{port}/metrics");
-    let targets = targets(&cluster, &nodesim_url, ctx);
+    let fleet = start_fleet(scenario, v, dir, &cluster)?;
+    let nodesim_urls: Vec<String> = fleet
+        .iter()
+        .map(|n| format!("http://127.0.0.1:{}/metrics", n.port))
+        .collect();
+    let targets = targets(&cluster, &fleet, ctx);
     if let Some(p) = ctx.prometheus {
         let servers: Vec<String> = cluster
             .servers()
@@ -50,16 +53,15 @@ pub(super) async fn run_local(
             .map(|s| s.http.to_string())
             .collect();
         let scheme = cluster.scheme();
-        if let Err(e) = p.set_targets(
-            &v.name,
-            scheme,
-            &servers,
-            Some(&[format!("127.0.0.1:{port}")]),
-        ) {
+        let nodesims: Vec<String> = fleet
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        if let Err(e) = p.set_targets(&v.name, scheme, &servers, Some(&nodesims)) {
             eprintln!("loadgen: {e}");
         }
     }
-    match wait_for_fleet(&http, &[nodesim_url], scenario.nodes).await {
+    match wait_for_fleet(&http, &nodesim_urls, scenario.nodes).await {
         Ok(took) => before.ready_s = Some(took.as_secs_f64()),
         Err(e) => before.problems.push(e),
     }
@@ -70,10 +72,13 @@ pub(super) async fn run_local(
         http,
         targets,
         tls: scenario.tls,
-        fleet: nodesim.0.iter().map(|c| c.id()).collect(),
+        fleet: fleet
+            .iter()
+            .filter_map(|n| Some(n.child.as_ref()?.id()))
+            .collect(),
     };
     let summary = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
-    drop(nodesim);
+    drop(fleet);
     cluster.stop_all();
     Ok(summary)
 }
@@ -109,33 +114,69 @@ async fn start_cluster(
     Ok(cluster)
 }
 
-/// Stops nodesim when the run ends, early or not: SIGTERM, so it flushes
-/// and prints its summary.
-struct NodesimProc(Option<Child>);
+/// One nodesim process of the fleet, stopped when the run ends, early or
+/// not: SIGTERM, so it flushes and prints its summary.
+struct NodesimProc {
+    child: Option<Child>,
+    /// The port of its `/metrics`.
+    port: u16,
+    /// Its name among the run's processes: `nodesim`, or `nodesim-K` in a
+    /// fleet of several.
+    name: String,
+}
 
 impl Drop for NodesimProc {
     fn drop(&mut self) {
-        if let Some(child) = self.0.take() {
+        if let Some(child) = self.child.take() {
             stampede_launch::terminate(child);
         }
     }
 }
 
-/// nodesim's fleet for the variant, logging to `dir/nodesim.log`, and the
-/// port of its `/metrics`.
+/// The variant's fleet: `fleet_processes` nodesim processes sharing the
+/// scenario's nodes out evenly, each logging to `dir/<its name>.log`.
+fn start_fleet(
+    scenario: &Scenario,
+    v: &Variant,
+    dir: &Path,
+    cluster: &LocalCluster,
+) -> Result<Vec<NodesimProc>, CapacityError> {
+    let processes = u64::from(scenario.fleet_processes.max(1));
+    let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
+    let mut fleet = Vec::with_capacity(processes as usize);
+    for k in 0..processes {
+        let nodes = scenario.nodes / processes + u64::from(k < scenario.nodes % processes);
+        // One process keeps the names it always had; several get their
+        // own, so that their node ids differ.
+        let (name, id_prefix) = match processes {
+            1 => ("nodesim".to_string(), prefix.clone()),
+            _ => (format!("nodesim-{k}"), format!("{prefix}-f{k}")),
+        };
+        fleet.push(start_nodesim(
+            scenario, v, dir, cluster, nodes, name, &id_prefix,
+        )?);
+    }
+    Ok(fleet)
+}
+
+/// One nodesim process of `nodes` nodes named from `id_prefix`.
 fn start_nodesim(
     scenario: &Scenario,
     v: &Variant,
     dir: &Path,
     cluster: &LocalCluster,
-) -> Result<(NodesimProc, u16), CapacityError> {
+    nodes: u64,
+    name: String,
+    id_prefix: &str,
+) -> Result<NodesimProc, CapacityError> {
     let nodesim_bin = bin(v, "nodesim")?;
     let port = free_port().map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
-    let log = std::fs::File::create(dir.join("nodesim.log"))
-        .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
+    let log_path = dir.join(format!("{name}.log"));
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| CapacityError::Write(log_path.clone(), e))?;
     let log2 = log
         .try_clone()
-        .map_err(|e| CapacityError::Write(dir.join("nodesim.log"), e))?;
+        .map_err(|e| CapacityError::Write(log_path.clone(), e))?;
     // nodesim presents the client certificate and a write token (through
     // its environment, so that it does not show in `ps`).
     let mut nodesim_cmd = Command::new(&nodesim_bin);
@@ -155,26 +196,27 @@ fn start_nodesim(
         nodesim_cmd.env("STAMPEDE_TOKEN", token);
     }
     let child = nodesim_cmd
-        .args(["--nodes", &scenario.nodes.to_string()])
+        .args(["--nodes", &nodes.to_string()])
         // `--servers`, `--address`'s old name: a variant's nodesim may be
         // another build's (`--variant-bin`), older than the new name.
         .args(["--servers", &cluster.rpc_addrs().join(",")])
         .args(["--metrics", &format!("127.0.0.1:{port}")])
-        .args([
-            "--id-prefix",
-            &id_safe(&format!("{}-{}", scenario.name, v.name)),
-        ])
+        .args(["--id-prefix", id_prefix])
         .args(scenario.nodesim_args.iter().chain(&v.nodesim_args))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2)
         .spawn()
         .map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
-    Ok((NodesimProc(Some(child)), port))
+    Ok(NodesimProc {
+        child: Some(child),
+        port,
+        name,
+    })
 }
 
 /// What to sample: every server, nodesim and loadgen itself.
-fn targets(cluster: &LocalCluster, nodesim_url: &str, ctx: &Ctx<'_>) -> Vec<Target> {
+fn targets(cluster: &LocalCluster, fleet: &[NodesimProc], ctx: &Ctx<'_>) -> Vec<Target> {
     let mut targets: Vec<Target> = cluster
         .servers()
         .iter()
@@ -183,10 +225,10 @@ fn targets(cluster: &LocalCluster, nodesim_url: &str, ctx: &Ctx<'_>) -> Vec<Targ
             url: metrics_url(cluster, s),
         })
         .collect();
-    targets.push(Target {
-        name: "nodesim".into(),
-        url: nodesim_url.to_string(),
-    });
+    targets.extend(fleet.iter().map(|n| Target {
+        name: n.name.clone(),
+        url: format!("http://127.0.0.1:{}/metrics", n.port),
+    }));
     targets.push(ctx.loadgen_target());
     targets
 }

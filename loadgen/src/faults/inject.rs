@@ -115,6 +115,8 @@ async fn strike(
         false => Vec::new(),
     };
 
+    // A fleet pause strikes the step's share of the nodesim processes.
+    let fleet = &fleet[..step.fleet_processes_paused(fleet.len())];
     let at = Instant::now();
     apply(cluster, fleet, step.action, &struck, true)?;
     let undo_at = at + step.duration;

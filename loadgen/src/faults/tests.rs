@@ -220,6 +220,7 @@ fn fault_at_20(action: FaultAction, secs: u64, leader_s: f64) -> Injected {
             at: Duration::from_secs(20),
             action,
             duration: Duration::from_secs(secs),
+            share: None,
         },
         at_s: 20.0,
         servers: vec![1],

@@ -143,14 +143,14 @@ impl Seen {
     fn see(&mut self, index: u64, status: i32) {
         // Only the enum's terminal and live statuses are kept.
         let at = || Spot::new(index, status);
-        if client_terminal(status) {
+        if AllocClientStatus::is_terminal(status) {
             if self.terminal().is_none_or(|(i, _)| index < i) {
                 self.terminal = at();
             }
             if self.last_terminal().is_none_or(|(i, _)| index > i) {
                 self.last_terminal = at();
             }
-        } else if client_live(status) && self.live().is_none_or(|(i, _)| index > i) {
+        } else if AllocClientStatus::is_live(status) && self.live().is_none_or(|(i, _)| index > i) {
             self.live = at();
         }
     }
@@ -203,22 +203,6 @@ impl Sightings {
             .filter(|(_, s)| s.sampled)
             .map(|(id, _)| id)
     }
-}
-
-/// Complete, failed or lost on its client.
-pub fn client_terminal(status: i32) -> bool {
-    matches!(
-        AllocClientStatus::try_from(status),
-        Ok(AllocClientStatus::Complete | AllocClientStatus::Failed | AllocClientStatus::Lost)
-    )
-}
-
-/// Pending or running on its client.
-pub fn client_live(status: i32) -> bool {
-    matches!(
-        AllocClientStatus::try_from(status),
-        Ok(AllocClientStatus::Pending | AllocClientStatus::Running)
-    )
 }
 
 /// A client status's name, for details.

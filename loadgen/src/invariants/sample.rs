@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use stampede_proto::client::ClusterClient;
-use stampede_proto::{JobAllocationsRequest, JobListRequest, JobStatus, JobType};
+use stampede_proto::{
+    AllocClientStatus, JobAllocationsRequest, JobListRequest, JobStatus, JobType,
+};
 use tokio::sync::watch;
 
-use super::record::{client_terminal, Sightings};
+use super::record::Sightings;
 
 /// Every `every`, reads every job's allocations from the next server in
 /// turn (each server answers from its own state) until `stop` turns true;
@@ -81,7 +83,9 @@ async fn sample(client: &ClusterClient, seen: &mut Sightings) {
         // remove (as a stopped job is).
         if let Some(first) = allocs.first() {
             if batch.contains(&first.job_id)
-                && allocs.iter().all(|a| client_terminal(a.client_status))
+                && allocs
+                    .iter()
+                    .all(|a| AllocClientStatus::is_terminal(a.client_status))
             {
                 seen.see_dead(&first.job_id);
             }

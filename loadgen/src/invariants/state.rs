@@ -12,12 +12,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use stampede_proto::{
-    AllocDesiredStatus, Allocation, ConstraintOperand, ConstraintTarget, Deployment, Evaluation,
-    Job, Node, NodeStatus, Resources, TaskGroup,
+    AllocClientStatus, AllocDesiredStatus, Allocation, ConstraintOperand, ConstraintTarget,
+    Deployment, Evaluation, Job, Node, NodeStatus, Resources, TaskGroup,
 };
 
 pub use super::alloc_id::AllocId;
-use super::record::client_terminal;
 
 /// The strings allocations share (job ids, group and node names), each
 /// held once for the whole audit.
@@ -189,7 +188,8 @@ pub struct ServerState {
 /// the scheduler nor complete, failed or lost on its client (the cluster's
 /// own `alloc_terminal`, negated).
 pub fn live(a: &Alloc) -> bool {
-    a.desired_status != AllocDesiredStatus::Stop as i32 && !client_terminal(a.client_status)
+    a.desired_status != AllocDesiredStatus::Stop as i32
+        && !AllocClientStatus::is_terminal(a.client_status)
 }
 
 /// A job's allocations, ordered by id.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     Arrival, FaultAction, FaultStep, Kind, Scenario, ScenarioError, SweepParameter, MAX_DURATION,
-    MAX_REPEAT, MAX_TRACE_SLOWEST,
+    MAX_FLEET_PROCESSES, MAX_REPEAT, MAX_TRACE_SLOWEST,
 };
 
 impl Scenario {
@@ -33,6 +33,17 @@ impl Scenario {
         }
         if self.nodes == 0 || self.nodes > 1_000_000 {
             return bad("nodes", "must be 1 to 1,000,000");
+        }
+        if !(1..=MAX_FLEET_PROCESSES).contains(&self.fleet_processes)
+            || u64::from(self.fleet_processes) > self.nodes
+        {
+            return bad(
+                "fleet_processes",
+                &format!(
+                    "must be 1 to {MAX_FLEET_PROCESSES}, and at most the nodes ({})",
+                    self.nodes
+                ),
+            );
         }
         if self.duration.is_zero() || self.duration > MAX_DURATION {
             return bad("duration", "must be above 0 and at most 24h");
@@ -184,6 +195,31 @@ impl Scenario {
                             "{} is before faults[{j}] has ended ({}): steps run one at a time, in time order",
                             secs(f.at),
                             secs(end)
+                        ),
+                    );
+                }
+            }
+            if let Some(share) = f.share {
+                if !f.action.hits_fleet() {
+                    return bad(
+                        i,
+                        f,
+                        "share",
+                        "only a pause_fleet step pauses a share of the fleet".into(),
+                    );
+                }
+                if !(share > 0.0 && share <= 1.0) {
+                    return bad(i, f, "share", "must be above 0 and at most 1".into());
+                }
+                let paused = f.fleet_processes_paused(self.fleet_processes as usize);
+                if share < 1.0 && paused == self.fleet_processes as usize {
+                    return bad(
+                        i,
+                        f,
+                        "share",
+                        format!(
+                            "{share} of {} fleet process(es) is all of them: set fleet_processes so that part of the fleet goes on",
+                            self.fleet_processes
                         ),
                     );
                 }

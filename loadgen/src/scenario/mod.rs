@@ -28,6 +28,8 @@ pub const DEFAULT_TRACE_SLOWEST: u32 = 20;
 pub const MAX_TRACE_SLOWEST: u32 = 1000;
 /// The most repetitions of a variant a run may ask for (`repeat`, `--repeat`).
 pub const MAX_REPEAT: u32 = 100;
+/// The most nodesim processes a local fleet is split across (`fleet_processes`).
+pub const MAX_FLEET_PROCESSES: u32 = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ScenarioError {

@@ -17,6 +17,14 @@ pub struct Scenario {
     pub servers: u32,
     /// Simulated client nodes.
     pub nodes: u64,
+    /// How many `nodesim` processes a local fleet is split across (1 to
+    /// 16, the nodes shared out evenly), so that a `pause_fleet` fault can
+    /// pause part of it (its `share`) while the rest goes on.
+    #[serde(
+        default = "defaults::fleet_processes",
+        skip_serializing_if = "defaults::is_one"
+    )]
+    pub fleet_processes: u32,
     /// How long jobs are submitted, e.g. "60s".
     #[serde(with = "humantime_serde_str")]
     pub duration: Duration,
@@ -93,6 +101,26 @@ pub struct FaultStep {
     /// stays down before it is started again on its own data dir.
     #[serde(with = "humantime_serde_str")]
     pub duration: Duration,
+    /// `pause_fleet` only: the share of the fleet's processes paused, above
+    /// 0 and at most 1 (all of them when absent): the first
+    /// ceil(share × `fleet_processes`). The rest of the fleet goes on, so
+    /// the cluster keeps placing (the paused nodes' lost allocations among
+    /// them) while the paused nodes are down.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
+}
+
+impl FaultStep {
+    /// How many of a fleet of `processes` nodesim processes a `pause_fleet`
+    /// step pauses.
+    pub fn fleet_processes_paused(&self, processes: usize) -> usize {
+        match self.share {
+            Some(share) if processes > 0 => {
+                ((share * processes as f64).ceil() as usize).clamp(1, processes)
+            }
+            _ => processes,
+        }
+    }
 }
 
 /// What a fault step does.
@@ -113,8 +141,9 @@ pub enum FaultAction {
     PartitionLeader,
     /// A follower cut off from the other servers.
     PartitionFollower,
-    /// SIGSTOP of every nodesim process, SIGCONT after `duration`: the nodes
-    /// miss their heartbeats, are marked down and their allocations lost.
+    /// SIGSTOP of every nodesim process (or the step's `share` of them),
+    /// SIGCONT after `duration`: the nodes miss their heartbeats, are
+    /// marked down and their allocations lost.
     PauseFleet,
 }
 
@@ -202,6 +231,9 @@ impl SweepParameter {
 mod defaults {
     use std::time::Duration;
     pub fn repeat() -> u32 {
+        1
+    }
+    pub fn fleet_processes() -> u32 {
         1
     }
     pub fn is_one(n: &u32) -> bool {

@@ -141,11 +141,13 @@ fn fault_steps_parse_with_their_times_and_actions() {
                 at: Duration::from_secs(10),
                 action: FaultAction::KillLeader,
                 duration: Duration::from_secs(2),
+                share: None,
             },
             FaultStep {
                 at: Duration::from_secs(20),
                 action: FaultAction::PartitionFollower,
                 duration: Duration::from_secs(5),
+                share: None,
             },
         ]
     );
@@ -204,6 +206,71 @@ fn bad_fault_steps_are_refused_with_their_field() {
     assert!(e.contains("unknown field `when`"), "{e}");
     // A kill may restart at once.
     assert!(Scenario::parse(&WITH_FAULTS.replace("\"2s\"", "\"0s\""), "f.toml").is_ok());
+}
+
+#[test]
+fn part_of_a_fleet_of_several_processes_is_paused_and_nothing_else() {
+    let half = WITH_FAULTS
+        .replace("nodes = 10", "nodes = 10\nfleet_processes = 3")
+        .replace(
+            "action = \"partition_follower\"",
+            "action = \"pause_fleet\"\nshare = 0.5",
+        );
+    let s = Scenario::parse(&half, "f.toml").unwrap();
+    assert_eq!(s.fleet_processes, 3);
+    assert_eq!(s.faults[1].share, Some(0.5));
+    // The first ceil(share × processes), at least one, at most all.
+    assert_eq!(s.faults[1].fleet_processes_paused(3), 2);
+    assert_eq!(s.faults[1].fleet_processes_paused(0), 0);
+    assert_eq!(s.faults[0].fleet_processes_paused(3), 3);
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["fleet_processes"], 3);
+    assert_eq!(json["faults"][1]["share"], 0.5);
+    assert!(json["faults"][0].get("share").is_none());
+    // One process, the default, is not written.
+    let plain = serde_json::to_value(Scenario::load("default").unwrap()).unwrap();
+    assert!(plain.get("fleet_processes").is_none());
+
+    let refused = |from: &str, to: &str| {
+        let text = half.replace(from, to);
+        Scenario::parse(&text, "f.toml").unwrap_err().to_string()
+    };
+    for bad in ["0", "17"] {
+        let e = refused("fleet_processes = 3", &format!("fleet_processes = {bad}"));
+        assert!(
+            e.contains("fleet_processes") && e.contains("1 to 16"),
+            "{e}"
+        );
+    }
+    let e = refused("nodes = 10", "nodes = 2");
+    assert!(
+        e.contains("fleet_processes") && e.contains("at most the nodes (2)"),
+        "{e}"
+    );
+    for bad in ["0.0", "-0.5", "1.5", "nan"] {
+        let e = refused("share = 0.5", &format!("share = {bad}"));
+        assert!(
+            e.contains("faults[1].share (pause_fleet)") && e.contains("above 0 and at most 1"),
+            "{bad}: {e}"
+        );
+    }
+    // A share of one process is all of it: the scenario says so.
+    let e = refused("fleet_processes = 3", "fleet_processes = 1");
+    assert!(
+        e.contains("faults[1].share") && e.contains("is all of them"),
+        "{e}"
+    );
+    // Only a fleet pause takes a share.
+    let e = refused(
+        "action = \"kill_leader\"",
+        "action = \"kill_leader\"\nshare = 0.5",
+    );
+    assert!(
+        e.contains("faults[0].share (kill_leader)") && e.contains("pause_fleet"),
+        "{e}"
+    );
+    // The whole fleet, said either way.
+    assert!(Scenario::parse(&half.replace("share = 0.5", "share = 1.0"), "f.toml").is_ok());
 }
 
 #[test]

@@ -160,6 +160,10 @@ pub struct SnapshotStore {
     dir: PathBuf,
     /// The metadata of the snapshot in the file, if there is one.
     current: Mutex<Option<SnapshotMeta>>,
+    /// Held for a whole save: a snapshot built in the background and one
+    /// installed from the leader may finish at once, and both write the
+    /// same temporary file.
+    saving: Mutex<()>,
 }
 
 impl SnapshotStore {
@@ -169,6 +173,7 @@ impl SnapshotStore {
         let store = Self {
             dir: dir.to_path_buf(),
             current: Mutex::new(None),
+            saving: Mutex::new(()),
         };
         let meta = store.read_file()?.map(|snap| snap.meta);
         *stampede_proto::lock(&store.current) = meta;
@@ -203,10 +208,22 @@ impl SnapshotStore {
         }
     }
 
-    /// Persists `snap` durably and makes it the current snapshot. The
-    /// state's bytes are written as they are, checksummed as they go: no
-    /// copy of a snapshot of hundreds of MB is made to frame it.
-    pub fn save(&self, snap: &StoredSnapshot) -> std::io::Result<()> {
+    /// Persists `snap` durably and makes it the current snapshot, unless
+    /// the current one is newer: a build that began before a newer
+    /// snapshot was installed from the leader does not replace it (after a
+    /// restart, the older one would leave a gap between it and the log,
+    /// which was purged up to the newer). Returns whether `snap` is now
+    /// the current snapshot. The state's bytes are written as they are,
+    /// checksummed as they go: no copy of a snapshot of hundreds of MB is
+    /// made to frame it.
+    pub fn save(&self, snap: &StoredSnapshot) -> std::io::Result<bool> {
+        let _saving = stampede_proto::lock(&self.saving);
+        let newer = self
+            .current_meta()
+            .is_some_and(|current| current.last_log_id > snap.meta.last_log_id);
+        if newer {
+            return Ok(false);
+        }
         let meta = bincode::serialize(&snap.meta).map_err(std::io::Error::other)?;
         let meta_len = (meta.len() as u32).to_be_bytes();
         let mut crc = crc32fast::Hasher::new();
@@ -226,7 +243,7 @@ impl SnapshotStore {
         fs::rename(&tmp, self.dir.join(FILE))?;
         fs::File::open(&self.dir)?.sync_all()?;
         *stampede_proto::lock(&self.current) = Some(snap.meta.clone());
-        Ok(())
+        Ok(true)
     }
 }
 
@@ -304,5 +321,53 @@ mod tests {
         fs::write(&path, b"garbage").unwrap();
         let err = SnapshotStore::open(dir.path()).unwrap_err().to_string();
         assert!(err.contains("not a stampede snapshot"), "{err}");
+    }
+
+    fn at(index: u64, data: &[u8]) -> StoredSnapshot {
+        StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: Some(openraft::LogId::new(
+                    openraft::CommittedLeaderId::new(1, 1),
+                    index,
+                )),
+                snapshot_id: format!("at-{index}"),
+                ..Default::default()
+            },
+            data: Arc::new(data.to_vec()),
+        }
+    }
+
+    #[test]
+    fn an_older_snapshot_finished_late_does_not_replace_a_newer_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SnapshotStore::open(dir.path()).unwrap());
+        assert!(store.save(&at(200, b"installed")).unwrap());
+        // A build from index 150 that finishes after the install.
+        assert!(!store.save(&at(150, b"built")).unwrap());
+        assert_eq!(store.current_meta().unwrap().snapshot_id, "at-200");
+        let reopened = SnapshotStore::open(dir.path()).unwrap();
+        let kept = reopened.current().unwrap().unwrap();
+        assert_eq!(
+            (kept.meta.snapshot_id.as_str(), kept.data.as_slice()),
+            ("at-200", &b"installed"[..])
+        );
+        // Saves at once from two threads leave one whole snapshot, the newest.
+        let big = |i: u64| at(i, &vec![i as u8; 1 << 20]);
+        let threads: Vec<_> = (201..209)
+            .map(|i| {
+                let store = store.clone();
+                std::thread::spawn(move || store.save(&big(i)).unwrap())
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let kept = SnapshotStore::open(dir.path())
+            .unwrap()
+            .current()
+            .unwrap()
+            .unwrap();
+        assert_eq!(kept.meta.snapshot_id, "at-208");
+        assert_eq!(kept.data.as_slice(), &vec![208u8; 1 << 20][..]);
     }
 }
