@@ -42,7 +42,8 @@ pub fn summarize(
                 .max(0.0)
         })
         .sum();
-    let (cpu_cores, cpu_seconds, rss_mib) = cpu_and_memory(&series);
+    let (cpu_cores, cpu_by_process, rss_mib) = cpu_and_memory(&series);
+    let cpu_seconds: f64 = cpu_by_process.values().sum();
     let (state_objects, state_objects_peak) = state_objects(&servers);
     VariantSummary {
         name: v.name.clone(),
@@ -56,6 +57,11 @@ pub fn summarize(
         window_figures: Vec::new(),
         cpu_seconds_per_1000_placements: cpu_seconds_per_1000_placements(
             cpu_seconds,
+            stream.allocations_placed,
+        ),
+        cpu_seconds_per_1000_placements_by_process: by_process(
+            &series,
+            &cpu_by_process,
             stream.allocations_placed,
         ),
         server_rss_slope_mib_per_min: server_rss_slope(&servers),
@@ -146,9 +152,16 @@ fn client_update_share(by_type: &BTreeMap<String, u64>) -> f64 {
 
 /// Every process's own CPU counter (servers, nodesim, loadgen), read over
 /// the stream: average cores each, CPU-seconds in all, and peak memory in MiB.
-fn cpu_and_memory(series: &[Series]) -> (BTreeMap<String, f64>, f64, BTreeMap<String, f64>) {
+/// Each process's average cores, CPU-seconds and peak memory (MiB), by its name.
+type ProcessFigures = (
+    BTreeMap<String, f64>,
+    BTreeMap<String, f64>,
+    BTreeMap<String, f64>,
+);
+
+fn cpu_and_memory(series: &[Series]) -> ProcessFigures {
     let mut cpu_cores = BTreeMap::new();
-    let mut cpu_seconds = 0.0;
+    let mut cpu_seconds = BTreeMap::new();
     let mut rss_mib = BTreeMap::new();
     for s in series {
         let span = match (s.points.first(), s.points.last()) {
@@ -156,11 +169,43 @@ fn cpu_and_memory(series: &[Series]) -> (BTreeMap<String, f64>, f64, BTreeMap<St
             _ => continue,
         };
         let cpu = s.increase("process_cpu_seconds_total");
-        cpu_seconds += cpu;
+        cpu_seconds.insert(s.target.name.clone(), cpu);
         cpu_cores.insert(s.target.name.clone(), cpu / span);
         rss_mib.insert(s.target.name.clone(), peak(s, RSS) / MIB);
     }
     (cpu_cores, cpu_seconds, rss_mib)
+}
+
+/// Each process's CPU-seconds (`cpu`, by name) per 1,000 of `placements`;
+/// several nodesim processes (told by their metrics) are summed under
+/// `nodesim` beside their own names.
+fn by_process(
+    series: &[Series],
+    cpu: &BTreeMap<String, f64>,
+    placements: u64,
+) -> BTreeMap<String, f64> {
+    let mut out: BTreeMap<String, f64> = cpu
+        .iter()
+        .filter_map(|(name, &c)| {
+            Some((
+                name.clone(),
+                cpu_seconds_per_1000_placements(c, placements)?,
+            ))
+        })
+        .collect();
+    let fleet: Vec<&str> = series
+        .iter()
+        .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
+        .map(|s| s.target.name.as_str())
+        .filter(|name| *name != "nodesim")
+        .collect();
+    if !fleet.is_empty() && !out.contains_key("nodesim") {
+        let sum: f64 = fleet.iter().filter_map(|name| cpu.get(*name)).sum();
+        if let Some(per) = cpu_seconds_per_1000_placements(sum, placements) {
+            out.insert("nodesim".into(), per);
+        }
+    }
+    out
 }
 
 /// The highest value of `name` in any sample (0 without one).
@@ -393,6 +438,18 @@ pub(super) mod tests {
         assert!(close(v.server_cpu_cores(), 0.35));
         // 9.5 CPU-seconds in all over 1,900 placements.
         assert!(close(v.cpu_seconds_per_1000_placements.unwrap(), 5.0));
+        // By process: each one's own CPU-seconds over the same placements.
+        let by = &v.cpu_seconds_per_1000_placements_by_process;
+        let names: Vec<&str> = by.keys().map(String::as_str).collect();
+        assert_eq!(names, ["loadgen", "nodesim", "server-1", "server-2"]);
+        for (name, cpu) in [
+            ("server-1", 5.0),
+            ("server-2", 2.0),
+            ("nodesim", 1.0),
+            ("loadgen", 1.5),
+        ] {
+            assert!(close(by[name], cpu * 1000.0 / 1900.0), "{name}: {by:?}");
+        }
         // Peak memory, not the last sample's.
         assert!(close(v.rss_mib["server-1"], 300.0));
         assert!(close(v.rss_mib["server-2"], 70.0));
@@ -415,6 +472,35 @@ pub(super) mod tests {
         assert_eq!(v.server_rss_growth_after_10m, None);
         assert_eq!(v.seconds, 21.0);
         assert_eq!(v.series.len(), 4);
+    }
+
+    #[test]
+    fn a_fleet_of_several_nodesim_processes_is_costed_by_process_and_summed() {
+        const NODES: &str = "stampede_nodesim_nodes{state=\"ready\"}";
+        let shard = |name: &str, cpu: f64| {
+            series(
+                name,
+                &[(0.0, &[(CPU, 0.0), (NODES, 5.0)]), (10.0, &[(CPU, cpu)])],
+            )
+        };
+        let fleet = vec![
+            series("server-1", &[(0.0, &[(CPU, 0.0)]), (10.0, &[(CPU, 4.0)])]),
+            shard("nodesim-0", 1.0),
+            shard("nodesim-1", 3.0),
+        ];
+        let placed = |n| StreamReport {
+            allocations_placed: n,
+            ..Default::default()
+        };
+        let v = summarize(&variant("a"), placed(2000), fleet.clone(), 11.0, vec![]);
+        let by = &v.cpu_seconds_per_1000_placements_by_process;
+        assert!(close(by["server-1"], 2.0), "{by:?}");
+        assert!(close(by["nodesim-0"], 0.5), "{by:?}");
+        assert!(close(by["nodesim-1"], 1.5), "{by:?}");
+        assert!(close(by["nodesim"], 2.0), "the fleet's sum: {by:?}");
+        // Nothing placed: no cost per placement, for any process.
+        let v = summarize(&variant("a"), placed(0), fleet, 11.0, vec![]);
+        assert!(v.cpu_seconds_per_1000_placements_by_process.is_empty());
     }
 
     #[test]

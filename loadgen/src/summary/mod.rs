@@ -221,6 +221,13 @@ pub struct VariantSummary {
     /// per 1,000 allocations placed in the same window; null when nothing
     /// was placed. Lower is better.
     pub cpu_seconds_per_1000_placements: Option<f64>,
+    /// The same cost by process: each process's own CPU-seconds over the
+    /// stream per 1,000 placements (`server-1` ..., `nodesim`, `loadgen`),
+    /// so that a run says which process a placement's cost goes to. A fleet
+    /// of several nodesim processes is listed by process too (`nodesim-0`
+    /// ...), with `nodesim` their sum. Empty when nothing was placed.
+    #[serde(default)]
+    pub cpu_seconds_per_1000_placements_by_process: BTreeMap<String, f64>,
     /// Peak resident memory of each process, in MiB.
     pub rss_mib: BTreeMap<String, f64>,
     /// How fast the steepest server's resident memory grew over the second
