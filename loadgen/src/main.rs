@@ -60,7 +60,8 @@ fn parse() -> Cli {
     if let (Cmd::Capacity(opts), Some(m)) =
         (&mut cli.command, matches.subcommand_matches("capacity"))
     {
-        opts.address_from_env = m.value_source("servers") == Some(ValueSource::EnvVariable);
+        opts.address_from_env =
+            m.value_source(stampede_proto::address::ADDRESS_ARG) == Some(ValueSource::EnvVariable);
     }
     cli
 }

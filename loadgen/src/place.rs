@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use futures::stream::{self, StreamExt};
 use serde::Serialize;
-use stampede_proto::address::{parse_address, ADDRESS_ENV};
+use stampede_proto::address::{ServerAddresses, ADDRESS_ARG};
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::node_secret::NodeKey;
 use stampede_proto::{
@@ -20,18 +20,11 @@ use stampede_proto::{
 const PLACE_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg(ADDRESS_ARG, |a| a.required(true)))]
 pub struct PlaceOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
-    #[arg(
-        long = "address",
-        visible_alias = "servers",
-        env = ADDRESS_ENV,
-        value_delimiter = ',',
-        required = true,
-        value_name = "HOST:PORT",
-        value_parser = parse_address
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServerAddresses,
     /// TLS files and the ACL token to present (or STAMPEDE_TLS_* and STAMPEDE_TOKEN).
     #[command(flatten)]
     pub security: stampede_proto::security::ClientSecurityArgs,

@@ -20,24 +20,17 @@ use futures::future::BoxFuture;
 use hdrhistogram::Histogram;
 use prost::Message;
 use serde::Serialize;
-use stampede_proto::address::{parse_address, ADDRESS_ENV};
+use stampede_proto::address::{ServerAddresses, ADDRESS_ARG};
 use stampede_proto::client::ClusterClient;
 use stampede_proto::node_secret::NodeKey;
 use stampede_proto::{Node, Resources};
 
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg(ADDRESS_ARG, |a| a.required_unless_present("etcd_endpoints")))]
 pub struct WritesOpts {
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
-    #[arg(
-        long = "address",
-        visible_alias = "servers",
-        env = ADDRESS_ENV,
-        value_delimiter = ',',
-        value_name = "HOST:PORT",
-        value_parser = parse_address,
-        required_unless_present = "etcd_endpoints"
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServerAddresses,
     /// Write to an etcd cluster instead: its members' client URLs,
     /// comma-separated (http://HOST:PORT,...). Each write is a put through
     /// etcd's v3 JSON gateway (POST /v3/kv/put) of a node registration's

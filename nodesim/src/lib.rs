@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use stampede_proto::address::{parse_address, ADDRESS_ENV};
+use stampede_proto::address::{ServerAddresses, ADDRESS_ARG};
 use stampede_proto::client::{retryable, ClientError, ClusterClient};
 use stampede_proto::{AllocClientStatus, NodeUpdateAllocRequest};
 use tokio::sync::{watch, Semaphore};
@@ -67,22 +67,15 @@ pub enum JobTimes {
 /// Simulates a fleet of client nodes against a stampede cluster.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "nodesim", version = stampede_proto::long_version!(), about)]
+#[command(mut_arg(ADDRESS_ARG, |a| a.required(true).help("Servers' gRPC addresses, comma-separated (HOST:PORT,...); `cluster` and loadgen read the same flag and variable.")))]
 pub struct Opts {
     /// Nodes in the whole fleet; with --shard, this process runs its share.
     #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub nodes: u64,
     /// Servers' gRPC addresses, comma-separated (HOST:PORT,...); `cluster`
     /// and loadgen read the same flag and variable.
-    #[arg(
-        long = "address",
-        visible_alias = "servers",
-        env = ADDRESS_ENV,
-        value_delimiter = ',',
-        required = true,
-        value_name = "HOST:PORT",
-        value_parser = parse_address
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServerAddresses,
     /// TLS (the client certificate of `cluster tls init`) and the ACL token.
     #[command(flatten)]
     pub security: stampede_proto::security::ClientSecurityArgs,

@@ -8,6 +8,46 @@
 /// comma-separated.
 pub const ADDRESS_ENV: &str = "STAMPEDE_ADDRESS";
 
+/// `--address` (alias `--servers`; else `STAMPEDE_ADDRESS`): the servers'
+/// gRPC addresses, declared here once for every command that talks to
+/// servers. A command flattens it and states its own rule for when it is
+/// needed on its own options struct, e.g.
+/// `#[command(mut_arg(ADDRESS_ARG, |a| a.required(true)))]` (a node fleet
+/// needs servers), `a.default_value(...)` (an operator command tries the
+/// local server) or nothing (a capacity run starts servers of its own
+/// without one); `a.help(...)` says what the addresses are for there.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ServerAddresses {
+    /// Servers' gRPC addresses, comma-separated (HOST:PORT,...).
+    #[arg(
+        id = ADDRESS_ARG,
+        long = "address",
+        visible_alias = "servers",
+        env = ADDRESS_ENV,
+        value_delimiter = ',',
+        value_name = "HOST:PORT",
+        value_parser = parse_address
+    )]
+    pub list: Vec<String>,
+}
+
+/// The id of [`ServerAddresses`]' argument, for `mut_arg` and for asking
+/// where its value came from.
+pub const ADDRESS_ARG: &str = "address";
+
+impl std::ops::Deref for ServerAddresses {
+    type Target = Vec<String>;
+    fn deref(&self) -> &Vec<String> {
+        &self.list
+    }
+}
+
+impl std::ops::DerefMut for ServerAddresses {
+    fn deref_mut(&mut self) -> &mut Vec<String> {
+        &mut self.list
+    }
+}
+
 /// One server's gRPC address as `--address` (and `STAMPEDE_ADDRESS`) take
 /// it: `HOST:PORT`, optionally after `http://` or `https://` (the cluster's
 /// security picks the scheme either way). A clap value parser: a bad address
@@ -67,5 +107,36 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    /// A command that needs servers, and one that has a default, each
+    /// stating its rule where it flattens the one declaration.
+    #[derive(Debug, clap::Parser)]
+    #[command(mut_arg(ADDRESS_ARG, |a| a.required(true)))]
+    struct Needs {
+        #[command(flatten)]
+        servers: ServerAddresses,
+    }
+
+    #[derive(Debug, clap::Parser)]
+    #[command(mut_arg(ADDRESS_ARG, |a| a.default_value("127.0.0.1:4647")))]
+    struct Defaults {
+        #[command(flatten)]
+        servers: ServerAddresses,
+    }
+
+    #[test]
+    fn one_declaration_with_each_commands_own_rule() {
+        use clap::Parser;
+        let e = Needs::try_parse_from(["x"]).unwrap_err().to_string();
+        assert!(e.contains("--address <HOST:PORT>"), "{e}");
+        let n = Needs::try_parse_from(["x", "--servers", "a:1,b:2"]).unwrap();
+        assert_eq!(*n.servers, ["a:1", "b:2"]);
+        let e = Needs::try_parse_from(["x", "--address", "nowhere"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--address or STAMPEDE_ADDRESS"), "{e}");
+        let d = Defaults::try_parse_from(["x"]).unwrap();
+        assert_eq!(*d.servers, ["127.0.0.1:4647"]);
     }
 }

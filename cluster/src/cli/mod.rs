@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use stampede_proto::address::{parse_address, ADDRESS_ENV};
+use stampede_proto::address::{ServerAddresses, ADDRESS_ARG};
 use stampede_proto::client::{ClientError, ClusterClient};
 use stampede_proto::security::ClientSecurityArgs;
 use stampede_proto::{
@@ -28,18 +28,12 @@ use render::*;
 /// Which servers to talk to. Any server answers any call; the others in the
 /// list are tried while one is down or the cluster has no leader.
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg(ADDRESS_ARG, |a| a
+    .default_value("127.0.0.1:4647")
+    .help("A server's gRPC address, HOST:PORT; a comma-separated list to try several. nodesim and loadgen read the same flag and variable.")))]
 pub struct Target {
-    /// A server's gRPC address, HOST:PORT; a comma-separated list to try
-    /// several. nodesim and loadgen read the same flag and variable.
-    #[arg(
-        long,
-        env = ADDRESS_ENV,
-        default_value = "127.0.0.1:4647",
-        value_delimiter = ',',
-        value_name = "HOST:PORT",
-        value_parser = parse_address
-    )]
-    pub address: Vec<String>,
+    #[command(flatten)]
+    pub address: ServerAddresses,
     #[command(flatten)]
     pub security: ClientSecurityArgs,
 }
@@ -296,7 +290,9 @@ mod tests {
     #[test]
     fn unreachable_servers_are_named() {
         let target = Target {
-            address: vec!["10.0.0.1:4647".into(), "10.0.0.2:4647".into()],
+            address: ServerAddresses {
+                list: vec!["10.0.0.1:4647".into(), "10.0.0.2:4647".into()],
+            },
             security: Default::default(),
         };
         let down = ClientError::Status(Box::new(tonic::Status::unavailable("tcp connect error")));
@@ -347,7 +343,7 @@ mod tests {
         let TopCmd::Job(JobCmd::Run { target, file }) = cli.cmd else {
             panic!("not job run");
         };
-        assert_eq!(target.address, ["10.0.0.1:4647", "10.0.0.2:4647"]);
+        assert_eq!(*target.address, ["10.0.0.1:4647", "10.0.0.2:4647"]);
         assert_eq!(file, Path::new("examples/web.json"));
 
         let cli = Cli::try_parse_from(["cluster", "job", "stop", "--purge", "web"]).unwrap();

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use stampede_proto::address::{parse_address, ADDRESS_ENV};
+use stampede_proto::address::{ServerAddresses, ADDRESS_ARG};
 use stampede_proto::security::ClientSecurityArgs;
 
 use crate::capacity::error::{AddressSource, CapacityError};
@@ -14,6 +14,7 @@ use crate::inventory::Inventory;
 use crate::scenario::Scenario;
 
 #[derive(Debug, Clone, Args)]
+#[command(mut_arg(ADDRESS_ARG, |a| a.help("Drive an existing cluster at these gRPC addresses (with --metrics, or --inventory in their place); nothing is spawned, and only the scenario's first variant runs. STAMPEDE_ADDRESS, exported, makes a run drive that cluster too: unset, loadgen starts a cluster of its own.")))]
 pub struct CapacityOpts {
     /// A built-in scenario (default, client-updates, deployments, c2m-mini, c2m, c2m-ceiling, faults, audit, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
     #[arg(long, default_value = "default")]
@@ -85,15 +86,8 @@ pub struct CapacityOpts {
     /// scenario's first variant runs. STAMPEDE_ADDRESS, exported, makes a
     /// run drive that cluster too: unset, loadgen starts a cluster of its
     /// own.
-    #[arg(
-        long = "address",
-        visible_alias = "servers",
-        env = ADDRESS_ENV,
-        value_delimiter = ',',
-        value_name = "HOST:PORT",
-        value_parser = parse_address
-    )]
-    pub servers: Vec<String>,
+    #[command(flatten)]
+    pub servers: ServerAddresses,
     /// With --address: every process's /metrics URL to sample (servers and nodesim shards).
     #[arg(long, value_delimiter = ',')]
     pub metrics: Vec<String>,
@@ -215,7 +209,7 @@ impl CapacityOpts {
     pub(super) fn read_inventory(&mut self) -> Result<(), crate::inventory::InventoryError> {
         if let Some(path) = &self.inventory {
             let inventory = Inventory::load(path)?;
-            self.servers = inventory.server_addrs();
+            *self.servers = inventory.server_addrs();
             self.metrics = inventory.metrics_urls();
             self.fleet_metrics = inventory.fleet_urls();
         }
