@@ -18,8 +18,8 @@ folder's mod.rs and its files work and is not an edge. Within every folder
 the edges must form no loop.
 
 A crate whose lib.rs has a `# Layout` section listing its top-level modules
-as `//! - [`name`]` bullets is checked against that order too: a module may
-name only the modules listed above its own.
+as `//! - [`name`]` or `//! - `name`` bullets is checked against that order
+too: a module may name only the modules listed above its own.
 
 Exits 1 naming every loop and every upward import, 0 when there are none.
 """
@@ -367,8 +367,9 @@ class Crate:
             if inside and re.match(r"\s*//!\s*#", line):
                 break
             if inside:
-                b = re.match(r"\s*//!\s*-\s*\[`(" + IDENT + r")`\]", line)
-                if b:
+                # A bullet naming a module, linked (`[`name`]`) or not (`name`).
+                b = re.match(r"\s*//!\s*-\s*\[?`(" + IDENT + r")`\]?", line)
+                if b and (b.group(1),) in self.mods:
                     order.append(b.group(1))
         return order
 
@@ -540,6 +541,11 @@ def self_test():
     code, out = run(FIXTURE, up)
     if code == 0 or "low imports high" not in out:
         failures.append(f"an import up the layers was not named:\n{out}")
+    # The same, with the layout's bullets unlinked (`low`, a private module's way).
+    plain = {"src/lib.rs": FIXTURE["src/lib.rs"].replace("[`low`]", "`low`").replace("[`high`]", "`high`")}
+    code, out = run(FIXTURE, {**up, **plain})
+    if code == 0 or "low imports high" not in out:
+        failures.append(f"an import up an unlinked layer list was not named:\n{out}")
     for f in failures:
         print(f"check-imports self-test: FAILED: {f}", file=sys.stderr)
     if failures:

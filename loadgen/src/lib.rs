@@ -4,27 +4,29 @@
 //!
 //! A capacity run is a pipeline: a scenario becomes a job stream, every
 //! process is sampled meanwhile, the samples and the stream's report become
-//! a summary, and the summary is rendered. The modules, in that order; each
-//! imports only from modules listed before it:
+//! a summary, and the summary is rendered. The modules, in that order (the
+//! readers of the processes first, which the stream's record and the
+//! faults use); each imports only from modules listed before it, which
+//! `scripts/check-imports.sh` checks:
 //!
 //! - `scenario`: what a run is (fleet, arrival process, job mix, SLO,
 //!   variants, sweep or search, fault steps), its checks, and the built-in
 //!   scenarios ([`BUILT_IN`]).
 //! - `metrics`: loadgen's own `/metrics` (submissions, latencies, SLO).
-//! - `stream`: the open-loop job stream against the cluster, and what it
-//!   measured: its report and its journal of every job.
-//! - `faults`: a scenario's faults injected into a local cluster during the
-//!   stream, what each cost, and the audit of every acknowledged job.
+//! - `sampler`: every process's `/metrics`, read on an interval into series.
+//! - `server_status`: every local server's `/v1/status` at once: whether
+//!   the cluster has settled on one leader (faults, the audit's rest).
 //! - `invariants`: the invariant audit that ends a run with faults or
 //!   `--audit`: the stream's record of every write and of the allocation
 //!   statuses seen, every server read at rest, and the checks (pure).
+//! - `stream`: the open-loop job stream against the cluster, and what it
+//!   measured: its report and its journal of every job.
 //! - `critical_path`: where each job's time went, stage by stage, from
 //!   the servers' traces and the stream's own times (pure, but for
 //!   fetching the traces).
-//! - `sampler`: every process's `/metrics`, read on an interval into series.
+//! - `faults`: a scenario's faults injected into a local cluster during the
+//!   stream, what each cost, and the audit of every acknowledged job.
 //! - `search`: the max-rate search's bracket, probe by probe (pure).
-//! - `server_status`: every local server's `/v1/status` at once: whether
-//!   the cluster has settled on one leader (faults, the audit's rest).
 //! - `stats`: distribution-free confidence intervals for a median and for
 //!   the ratio of two samples (pure).
 //! - `validity`: whether a run measured the cluster or the harness (a

@@ -4,6 +4,9 @@
 //!
 //! Its files, each using only those listed above it:
 //!
+//! - `plan_split`: a plan cut into pieces raft can carry (pure): the
+//!   workers on every server cut their own plans, and a call refuses a plan
+//!   over the hard limit, so it lives here and not in the leader's room.
 //! - [`leader`]: the leader-only mechanisms, each run per term with a
 //!   [`leader::LeaderContext`]; `error`: the control plane's errors.
 //! - `apply`: what reacts to every applied batch (blocking queries, and on
@@ -22,6 +25,7 @@ mod calls;
 mod error;
 mod fleet;
 pub mod leader;
+mod plan_split;
 mod routing;
 mod update_relay;
 mod worker;
@@ -29,6 +33,7 @@ mod worker;
 pub use self::calls::LeaderCalls;
 pub use self::error::ControlError;
 pub use self::fleet::FleetGauges;
+pub use self::plan_split::PlanBudget;
 pub use self::routing::is_forwarded;
 pub use self::worker::{WorkerConfig, WorkerPool, WorkerStatus, MAX_WORKERS};
 

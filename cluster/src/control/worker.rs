@@ -31,7 +31,7 @@ use tokio::sync::watch;
 
 use crate::control::error::ControlError;
 use crate::control::leader::broker::NackReason;
-use crate::control::leader::plan_apply::split::{split, PlanBudget};
+use crate::control::plan_split::{split, PlanBudget};
 use crate::model::JobStages;
 use crate::scheduler;
 use crate::scheduler::core::{self, CoreJob, GcThresholds};

@@ -15,7 +15,7 @@
 //!   a core evaluation makes).
 //!
 //! A plan too large for one raft entry is cut into pieces by the worker
-//! that submits it (`control::leader::plan_apply::split`).
+//! that submits it (`control::plan_split`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;

@@ -16,7 +16,7 @@ use crate::control::leader::deployment_watcher::{WatcherConfig, WatcherMode};
 use crate::control::leader::gc;
 use crate::control::leader::heartbeat::HeartbeatConfig;
 use crate::control::leader::LeaderConfig;
-use crate::control::leader::PlanBudget;
+use crate::control::PlanBudget;
 use crate::control::{ControlConfig, WorkerConfig, MAX_WORKERS};
 use crate::raft::client_write::Quotas;
 use crate::raft::NodeId;

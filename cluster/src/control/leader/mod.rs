@@ -14,9 +14,9 @@
 //! - `blocked_evals`: evaluations waiting for capacity, unblocked by node
 //!   class.
 //! - `heartbeat`: node heartbeat timers.
-//! - `plan_apply`: the plan applier (its design is argued at its top) and,
-//!   in `plan_apply/split.rs`, plans cut into pieces; `unapplied`: what a
-//!   checked plan still in flight will do.
+//! - `plan_apply`: the plan applier (its design is argued at its top; the
+//!   pieces plans arrive in are cut by the workers, `control::plan_split`);
+//!   `unapplied`: what a checked plan still in flight will do.
 //! - `alloc_updates`: client updates batched into one entry per window.
 //! - `deployment_watcher`: each deployment's next round.
 //! - `gc`: the timer that queues core evaluations, and a forced collection.
@@ -49,7 +49,6 @@ use self::broker::{BrokerConfig, EvalBroker};
 pub use self::context::{delivery_limit_reached, LeaderContext};
 use self::deployment_watcher::{WatcherConfig, WatcherMetrics};
 use self::heartbeat::{HeartbeatConfig, Heartbeats};
-pub use self::plan_apply::split::PlanBudget;
 use self::plan_apply::PlanQueue;
 
 /// Settings of the leader-only mechanisms (`cluster serve` flags fill them).

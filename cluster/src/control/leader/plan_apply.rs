@@ -40,17 +40,16 @@
 //! One raft entry must stay small enough to replicate within a heartbeat:
 //! a system job's plan on a quarter of a million nodes would be tens of
 //! MiB. So a worker cuts a plan into pieces within its budget
-//! ([`split::PlanBudget`], `--plan-max-allocs`, `--plan-max-bytes`) and
+//! ([`PlanBudget`](crate::control::plan_split::PlanBudget), `--plan-max-allocs`, `--plan-max-bytes`) and
 //! submits them one after another; each is checked and committed here as
 //! any plan is, the first carrying the deployment and the last the
 //! evaluation's outcome. A piece refused in part stops the rest: the worker
 //! plans again on the newer state, which holds the pieces committed. The
 //! leader refuses outright a plan over the most any budget allows
-//! ([`split::PlanBudget::over_limit`], checked where plans arrive), so no
+//! ([`PlanBudget::over_limit`](crate::control::plan_split::PlanBudget::over_limit), checked where plans arrive), so no
 //! caller can put an oversized entry in the log.
 
 pub mod slots;
-pub mod split;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
