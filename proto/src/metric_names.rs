@@ -46,7 +46,10 @@ names! {
     /// Client nodes by `status`.
     NODES = "stampede_nodes";
     /// Rows of the state store by `table`.
-    STATE_OBJECTS = "stampede_state_objects";
+    STATE_OBJECTS = "stampede_state_objects"
+        [STATE_OBJECTS_ALLOCS = "{table=\"allocs\"}"];
+    /// Snapshots this server installed from a leader.
+    RAFT_SNAPSHOTS_INSTALLED_TOTAL = "stampede_raft_snapshots_installed_total";
     GC_COLLECTED_TOTAL = "stampede_gc_collected_total";
     BLOCKING_QUERIES_STARTED_TOTAL = "stampede_blocking_queries_started_total";
     BLOCKING_QUERIES_INFLIGHT = "stampede_blocking_queries_inflight";
@@ -100,6 +103,7 @@ pub const ALL: &[&str] = &[
     RAFT_SNAPSHOT_BUILD_SECONDS,
     NODES,
     STATE_OBJECTS,
+    RAFT_SNAPSHOTS_INSTALLED_TOTAL,
     GC_COLLECTED_TOTAL,
     BLOCKING_QUERIES_STARTED_TOTAL,
     BLOCKING_QUERIES_INFLIGHT,
@@ -139,6 +143,10 @@ mod tests {
         assert_eq!(
             BLOCKING_QUERY_DELIVERY_SECONDS_BUCKET,
             "stampede_blocking_query_delivery_seconds_bucket"
+        );
+        assert_eq!(
+            STATE_OBJECTS_ALLOCS,
+            "stampede_state_objects{table=\"allocs\"}"
         );
         assert_eq!(
             DEPLOYMENT_WATCHER_LIMITER_WAIT_SECONDS_COUNT,

@@ -168,7 +168,7 @@ impl Metrics {
             ),
             raft_snapshots_installed: int_counter(
                 &r,
-                "stampede_raft_snapshots_installed_total",
+                metric_names::RAFT_SNAPSHOTS_INSTALLED_TOTAL,
                 "Snapshots this server installed from a leader.",
             ),
             raft_snapshot_bytes: int_gauge(

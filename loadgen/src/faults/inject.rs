@@ -248,7 +248,7 @@ const TRACES_HELD_WAIT: Duration = Duration::from_secs(2);
 const TRACES_HELD_MAX_ALLOCS: u64 = 100_000;
 
 /// A server's count of allocations in its state.
-const ALLOCS_HELD: &str = "stampede_state_objects{table=\"allocs\"}";
+const ALLOCS_HELD: &str = stampede_proto::metric_names::STATE_OBJECTS_ALLOCS;
 
 /// The highest index the servers other than `struck` have applied; `None`
 /// when none of them answers (or every server was struck).
@@ -304,7 +304,7 @@ async fn installed(cluster: &LocalCluster, struck: &[NodeId]) -> Option<Vec<u64>
 }
 
 /// The servers' count of snapshots installed from a leader.
-const SNAPSHOTS_INSTALLED: &str = "stampede_raft_snapshots_installed_total";
+const SNAPSHOTS_INSTALLED: &str = stampede_proto::metric_names::RAFT_SNAPSHOTS_INSTALLED_TOTAL;
 
 /// Strikes (`on`) or undoes a fault on `servers`, or on the `fleet`.
 fn apply(

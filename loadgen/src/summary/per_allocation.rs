@@ -17,7 +17,7 @@ use stampede_proto::metric_names;
 
 use crate::sampler::{Series, RSS};
 
-const ALLOCS: &str = "stampede_state_objects{table=\"allocs\"}";
+const ALLOCS: &str = metric_names::STATE_OBJECTS_ALLOCS;
 const BUILD_SUM: &str = metric_names::RAFT_SNAPSHOT_BUILD_SECONDS_SUM;
 const BUILD_COUNT: &str = metric_names::RAFT_SNAPSHOT_BUILD_SECONDS_COUNT;
 const SNAPSHOT_BYTES: &str = metric_names::RAFT_SNAPSHOT_BYTES;
