@@ -47,7 +47,7 @@ impl StateMetrics {
             refused: int_counter_vec(
                 registry,
                 "stampede_client_reports_refused_total",
-                "Client allocation reports dropped where they were applied, by reason (terminal: the allocation's client status was already final).",
+                "Client allocation reports (and plans' writes of collected allocations, plan_collected) dropped where they were applied, by reason (terminal: the allocation's client status was already final).",
                 "reason",
                 &REFUSAL_REASONS,
             ),

@@ -1036,6 +1036,8 @@ fn removed_groups_and_duplicates_are_stopped() {
     // A second copy of index 0, as a stale plan could have left.
     let dup = Allocation {
         id: "dup".into(),
+        // Placed, as a plan places: with no create index of its own yet.
+        create_index: 0,
         ..Allocation::clone(&c.live("web")[0])
     };
     c.apply(Msg::PlanApply(PlanApplyEntry {

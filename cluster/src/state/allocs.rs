@@ -141,9 +141,17 @@ impl State {
         alloc: &Allocation,
         changes: &mut Changes,
     ) {
+        let old = self.alloc_with_key(&alloc.id);
+        // A plan's update or stop of an allocation the state no longer
+        // holds (collected since its scheduler read it: it carries the
+        // index it was created at) does not bring it back, with the client
+        // status the scheduler last saw (running, where it was lost).
+        if old.is_none() && alloc.create_index != 0 {
+            changes.refused.plan_collected += 1;
+            return;
+        }
         let mut new = alloc.clone();
         new.alloc_modify_index = index;
-        let old = self.alloc_with_key(&alloc.id);
         new.client_status = planned_client_status(alloc, old.as_ref().map(|(_, o)| &**o));
         if let Some((_, old)) = &old {
             new.create_index = old.create_index;

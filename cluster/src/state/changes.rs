@@ -152,21 +152,26 @@ pub struct RefusedReports {
     pub back_to_pending: u64,
     /// No such allocation (collected since the node heard of it).
     pub unknown: u64,
+    /// Not a client's report but a plan's update or stop of an allocation
+    /// collected since its scheduler read it: the one other write that
+    /// could set a client status (the scheduler's stale copy of it).
+    pub plan_collected: u64,
 }
 
 impl RefusedReports {
     /// `(reason label, count)`, the `reason` of the refusal metric.
-    pub fn by_reason(&self) -> [(&'static str, u64); 3] {
+    pub fn by_reason(&self) -> [(&'static str, u64); 4] {
         [
             ("terminal", self.terminal),
             ("back_to_pending", self.back_to_pending),
             ("unknown", self.unknown),
+            ("plan_collected", self.plan_collected),
         ]
     }
 }
 
 /// The labels of [`RefusedReports::by_reason`].
-pub const REFUSAL_REASONS: [&str; 3] = ["terminal", "back_to_pending", "unknown"];
+pub const REFUSAL_REASONS: [&str; 4] = ["terminal", "back_to_pending", "unknown", "plan_collected"];
 
 /// How many rows of each table an applied batch removed.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -950,3 +950,35 @@ fn a_nodes_usage_is_kept_as_its_allocations_change() {
         assert_eq!(back.node_usage(n), walked_usage(&s, n), "{n} restored");
     }
 }
+
+#[test]
+fn a_plan_does_not_bring_back_a_collected_allocation_with_its_stale_client_status() {
+    let mut s = State::default();
+    apply(&mut s, 1, node_entry("n1"));
+    apply(&mut s, 2, plan_entry(vec![alloc("a1", "n1", "web")]));
+    apply(&mut s, 3, statuses(&[("a1", AllocClientStatus::Running)]));
+    // What a scheduler read of it, running, before it was lost and collected.
+    let seen = Allocation::clone(&s.alloc("a1").unwrap());
+    assert_eq!(seen.create_index, 2);
+    apply(&mut s, 4, node_down_entry("n1"));
+    let gc = LogEntry {
+        msg: Some(Msg::GcEvals(stampede_proto::GcEvalsEntry {
+            alloc_ids: vec!["a1".into()],
+            ..Default::default()
+        })),
+    };
+    apply(&mut s, 5, gc);
+    assert!(s.alloc("a1").is_none(), "collected");
+    // Its in-place update, made from the stale copy, arrives after.
+    let stale = Allocation {
+        job_version: 1,
+        ..seen.clone()
+    };
+    let c = apply(&mut s, 6, plan_entry(vec![stale]));
+    assert!(s.alloc("a1").is_none(), "brought back: {:?}", s.alloc("a1"));
+    assert_eq!(c.refused.plan_collected, 1);
+    // A new placement (no create index: the scheduler made it) is stored.
+    let c = apply(&mut s, 7, plan_entry(vec![alloc("a2", "n1", "web")]));
+    assert_eq!(c.refused, RefusedReports::default());
+    assert_eq!(s.alloc("a2").unwrap().create_index, 7);
+}
