@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use stampede_proto::metric_names;
+use stampede_proto::{metric_names, Binary};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -71,6 +71,60 @@ pub struct Target {
     /// `server-1`, `nodesim`, `loadgen`, ...
     pub name: String,
     pub url: String,
+    /// Which binary it runs: the run knows it (it started the process, an
+    /// inventory says, or the process's metrics said when the run began).
+    /// `None` only in samples from before the tag, whose binary their
+    /// metrics tell ([`Series::binary`]).
+    #[serde(
+        default,
+        with = "binary_label",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub binary: Option<Binary>,
+}
+
+impl Target {
+    /// Server `id` of a cluster: `server-ID`.
+    pub fn server(id: impl std::fmt::Display, url: impl Into<String>) -> Self {
+        Self::of(Binary::Cluster, format!("server-{id}"), url)
+    }
+
+    /// A nodesim process: `nodesim` alone, `nodesim-K` the K-th of several.
+    pub fn nodesim(shard: Option<usize>, url: impl Into<String>) -> Self {
+        let name = shard.map_or_else(|| "nodesim".to_string(), |k| format!("nodesim-{k}"));
+        Self::of(Binary::Nodesim, name, url)
+    }
+
+    /// loadgen itself.
+    pub fn loadgen(url: impl Into<String>) -> Self {
+        Self::of(Binary::Loadgen, LOADGEN_TARGET.to_string(), url)
+    }
+
+    fn of(binary: Binary, name: String, url: impl Into<String>) -> Self {
+        Self {
+            name,
+            url: url.into(),
+            binary: Some(binary),
+        }
+    }
+}
+
+/// A [`Binary`] in samples as its name.
+mod binary_label {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use stampede_proto::Binary;
+
+    pub fn serialize<S: Serializer>(b: &Option<Binary>, s: S) -> Result<S::Ok, S::Error> {
+        match b {
+            Some(b) => s.serialize_str(b.label()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Binary>, D::Error> {
+        let label: Option<String> = Option::deserialize(d)?;
+        Ok(label.as_deref().and_then(Binary::from_label))
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -161,6 +215,30 @@ impl Series {
     }
 
     /// Every series name seen whose name (before labels) is `metric`.
+    /// Which binary this process runs: its target's tag, or for a process
+    /// the run did not know (a deployed one named by its URL, samples from
+    /// before the tag), what it served: the servers' raft counters, or
+    /// nodesim's nodes. The one answer to "which process is this".
+    pub fn binary(&self) -> Option<Binary> {
+        self.target.binary.or_else(|| {
+            let served = |metric| !self.names_of(metric).is_empty();
+            if served(metric_names::RAFT_TERM) || served(metric_names::RAFT_ENTRIES_TOTAL) {
+                Some(Binary::Cluster)
+            } else if served(metric_names::NODESIM_NODES) {
+                Some(Binary::Nodesim)
+            } else if self.target.name == LOADGEN_TARGET {
+                Some(Binary::Loadgen)
+            } else {
+                None
+            }
+        })
+    }
+
+    /// Whether this process runs `binary`.
+    pub fn is(&self, binary: Binary) -> bool {
+        self.binary() == Some(binary)
+    }
+
     pub fn names_of(&self, metric: &str) -> Vec<String> {
         let mut names: Vec<String> = self
             .points
@@ -279,6 +357,7 @@ mod tests {
             target: Target {
                 name: "server-1".into(),
                 url: String::new(),
+                binary: None,
             },
             points,
             lost_at: None,
@@ -298,6 +377,7 @@ mod tests {
             target: Target {
                 name: "server-1".into(),
                 url: String::new(),
+                binary: None,
             },
             // 2 s of CPU, a restart (counting from 0 again), then 1.5 s more.
             points: [10.0, 11.0, 12.0, 0.5, 2.0]
@@ -334,5 +414,54 @@ mod tests {
             label("x{a=\"1\",source=\"worker\"}", "source"),
             Some("worker")
         );
+    }
+
+    #[test]
+    fn a_series_says_which_binary_by_its_tag_or_for_an_untagged_one_by_what_it_served() {
+        let series = |target: Target, metrics: &str| Series {
+            target,
+            points: vec![Point {
+                t: 1.0,
+                values: parse(metrics),
+            }],
+            lost_at: None,
+            last_text: None,
+        };
+        // Tagged where the run made it, and named from the tag.
+        let t = Target::server(2, "u");
+        assert_eq!(
+            (t.name.as_str(), t.binary),
+            ("server-2", Some(Binary::Cluster))
+        );
+        assert_eq!(Target::nodesim(None, "u").name, "nodesim");
+        assert_eq!(Target::nodesim(Some(1), "u").name, "nodesim-1");
+        assert_eq!(Target::loadgen("u").binary, Some(Binary::Loadgen));
+        // The tag wins over the name and the metrics.
+        let untagged_target = || Target {
+            name: "process-1".into(),
+            url: "u".into(),
+            binary: None,
+        };
+        let tagged = Target {
+            binary: Some(Binary::Nodesim),
+            ..untagged_target()
+        };
+        assert!(series(tagged, "stampede_raft_term 1\n").is(Binary::Nodesim));
+        // Untagged (samples from before the tag): what it served.
+        let untagged = |metrics: &str| series(untagged_target(), metrics).binary();
+        assert_eq!(untagged("stampede_raft_term 1\n"), Some(Binary::Cluster));
+        assert_eq!(
+            untagged("stampede_nodesim_nodes{state=\"ready\"} 5\n"),
+            Some(Binary::Nodesim)
+        );
+        assert_eq!(untagged("process_cpu_seconds_total 1\n"), None);
+        // In samples.json the tag is the binary's name; older samples
+        // without one still read.
+        let json = serde_json::to_value(Target::server(1, "u")).unwrap();
+        assert_eq!(json["binary"], "cluster");
+        let old: Target = serde_json::from_str(r#"{"name":"server-1","url":"u"}"#).unwrap();
+        assert_eq!(old.binary, None);
+        let back: Target = serde_json::from_value(json).unwrap();
+        assert_eq!(back.binary, Some(Binary::Cluster));
     }
 }

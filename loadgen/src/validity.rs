@@ -8,6 +8,7 @@
 //! Pure: the sampler's series and the stream's counts in, a verdict out.
 
 use serde::{Deserialize, Serialize};
+use stampede_proto::Binary;
 
 use crate::sampler::Series;
 
@@ -53,9 +54,7 @@ impl Budget {
         let nodesim = nodesim_threads(nodesim_args).min(cores);
         let mut generators = vec![(crate::sampler::LOADGEN_TARGET.to_string(), cores)];
         if local {
-            let shards = series
-                .iter()
-                .filter(|s| s.target.name.starts_with("nodesim"));
+            let shards = series.iter().filter(|s| s.is(Binary::Nodesim));
             generators.extend(shards.map(|s| (s.target.name.clone(), nodesim)));
         }
         Budget {
@@ -265,6 +264,7 @@ mod tests {
             target: Target {
                 name: name.into(),
                 url: String::new(),
+                binary: None,
             },
             points,
             lost_at: None,

@@ -75,11 +75,13 @@ fn series(name: &str, scale: f64) -> Series {
             Point { t, values }
         })
         .collect();
+    // Tagged as a run tags the processes it samples.
+    let target = match name.strip_prefix("server-") {
+        Some(id) => Target::server(id, String::new()),
+        None => Target::nodesim(None, String::new()),
+    };
     Series {
-        target: Target {
-            name: name.into(),
-            url: String::new(),
-        },
+        target,
         points,
         lost_at: None,
         last_text: None,

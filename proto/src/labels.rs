@@ -143,12 +143,31 @@ pub enum Process {
     Loadgen,
 }
 
-/// The binaries whose processes a stage is timed in.
+/// The binaries whose processes a stage is timed in, and which loadgen
+/// samples: the one tag that says which kind of process a series is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Binary {
     Cluster,
     Nodesim,
     Loadgen,
+}
+
+impl Binary {
+    pub const ALL: [Binary; 3] = [Binary::Cluster, Binary::Nodesim, Binary::Loadgen];
+
+    /// The binary's name.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Binary::Cluster => "cluster",
+            Binary::Nodesim => "nodesim",
+            Binary::Loadgen => "loadgen",
+        }
+    }
+
+    /// The binary named `label`, if any.
+    pub fn from_label(label: &str) -> Option<Binary> {
+        Binary::ALL.into_iter().find(|b| b.label() == label)
+    }
 }
 
 impl Process {

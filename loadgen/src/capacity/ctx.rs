@@ -8,7 +8,7 @@ use super::options::CapacityOpts;
 use super::output;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::PrometheusRun;
-use crate::sampler::{Target, LOADGEN_TARGET};
+use crate::sampler::Target;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
 use crate::summary::{RunSummary, VariantSummary};
@@ -33,10 +33,7 @@ pub(super) struct Ctx<'a> {
 impl Ctx<'_> {
     /// loadgen itself, as a process to sample.
     pub(super) fn loadgen_target(&self) -> Target {
-        Target {
-            name: LOADGEN_TARGET.into(),
-            url: self.own_metrics.clone(),
-        }
+        Target::loadgen(self.own_metrics.clone())
     }
 }
 

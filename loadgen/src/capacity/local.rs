@@ -120,9 +120,9 @@ struct NodesimProc {
     child: Option<Child>,
     /// The port of its `/metrics`.
     port: u16,
-    /// Its name among the run's processes: `nodesim`, or `nodesim-K` in a
-    /// fleet of several.
-    name: String,
+    /// Its place in a fleet of several (`nodesim-K` among the run's
+    /// processes); `None` alone (`nodesim`).
+    shard: Option<usize>,
 }
 
 impl Drop for NodesimProc {
@@ -148,12 +148,12 @@ fn start_fleet(
         let nodes = scenario.nodes / processes + u64::from(k < scenario.nodes % processes);
         // One process keeps the names it always had; several get their
         // own, so that their node ids differ.
-        let (name, id_prefix) = match processes {
-            1 => ("nodesim".to_string(), prefix.clone()),
-            _ => (format!("nodesim-{k}"), format!("{prefix}-f{k}")),
+        let (shard, id_prefix) = match processes {
+            1 => (None, prefix.clone()),
+            _ => (Some(k as usize), format!("{prefix}-f{k}")),
         };
         fleet.push(start_nodesim(
-            scenario, v, dir, cluster, nodes, name, &id_prefix,
+            scenario, v, dir, cluster, nodes, shard, &id_prefix,
         )?);
     }
     Ok(fleet)
@@ -166,9 +166,10 @@ fn start_nodesim(
     dir: &Path,
     cluster: &LocalCluster,
     nodes: u64,
-    name: String,
+    shard: Option<usize>,
     id_prefix: &str,
 ) -> Result<NodesimProc, CapacityError> {
+    let name = Target::nodesim(shard, "").name;
     let nodesim_bin = bin(v, "nodesim")?;
     let port = free_port().map_err(|e| CapacityError::Nodesim(nodesim_bin.clone(), e))?;
     let log_path = dir.join(format!("{name}.log"));
@@ -211,7 +212,7 @@ fn start_nodesim(
     Ok(NodesimProc {
         child: Some(child),
         port,
-        name,
+        shard,
     })
 }
 
@@ -220,15 +221,13 @@ fn targets(cluster: &LocalCluster, fleet: &[NodesimProc], ctx: &Ctx<'_>) -> Vec<
     let mut targets: Vec<Target> = cluster
         .servers()
         .iter()
-        .map(|s| Target {
-            name: format!("server-{}", s.id),
-            url: metrics_url(cluster, s),
-        })
+        .map(|s| Target::server(s.id, metrics_url(cluster, s)))
         .collect();
-    targets.extend(fleet.iter().map(|n| Target {
-        name: n.name.clone(),
-        url: format!("http://127.0.0.1:{}/metrics", n.port),
-    }));
+    targets.extend(
+        fleet
+            .iter()
+            .map(|n| Target::nodesim(n.shard, format!("http://127.0.0.1:{}/metrics", n.port))),
+    );
     targets.push(ctx.loadgen_target());
     targets
 }

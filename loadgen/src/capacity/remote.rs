@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use stampede_proto::client::ClusterClient;
-use stampede_proto::metric_names;
+use stampede_proto::{metric_names, Binary};
 
 use super::ctx::Ctx;
 use super::drive::{drive, per_server, BeforeStream, Driving};
@@ -26,27 +26,53 @@ pub(super) async fn run_remote(
     if opts.metrics.is_empty() {
         return Err(CapacityError::NoMetrics(opts.address_source()));
     }
+    let security = opts.security.load()?;
+    let http = stampede_launch::http_client(&security, Duration::from_secs(5))?;
     let servers = opts.metrics.len() - opts.fleet_metrics.len();
-    let targets = opts
+    // An inventory says which processes are servers (its servers' URLs come
+    // first); otherwise what each serves says.
+    let binaries = match opts.inventory.is_some() {
+        true => (0..opts.metrics.len())
+            .map(|i| match i < servers {
+                true => Binary::Cluster,
+                false => Binary::Nodesim,
+            })
+            .collect(),
+        false => classify(&http, &opts.metrics).await,
+    };
+    // Named from their binaries, as a local run's are: server-1 ...,
+    // nodesim-0 ..., so that the summary's figures by process read alike.
+    let (mut server, mut shard) = (0, 0);
+    let targets: Vec<Target> = opts
         .metrics
         .iter()
-        .enumerate()
-        .map(|(i, url)| Target {
-            // An inventory says which processes are servers (its servers'
-            // URLs come first), so their CPU and memory are the servers'.
-            name: match opts.inventory.is_some() {
-                true if i < servers => format!("server-{}", i + 1),
-                true => format!("nodesim-{}", i - servers),
-                false => format!("process-{}", i + 1),
-            },
-            url: url.clone(),
+        .zip(&binaries)
+        .map(|(url, binary)| match binary {
+            Binary::Cluster => {
+                server += 1;
+                Target::server(server, url.clone())
+            }
+            _ => {
+                shard += 1;
+                Target::nodesim(Some(shard - 1), url.clone())
+            }
         })
         .chain([ctx.loadgen_target()])
         .collect();
-    let security = opts.security.load()?;
-    let http = stampede_launch::http_client(&security, Duration::from_secs(5))?;
     if let Some(p) = ctx.prometheus {
-        let (nodesim, servers) = classify(&http, &opts.metrics).await;
+        let host = |t: &Target| {
+            let url = t.url.as_str();
+            let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+            rest.split('/').next().unwrap_or_default().to_string()
+        };
+        let of = |b: Binary| -> Vec<String> {
+            targets
+                .iter()
+                .filter(|t| t.binary == Some(b))
+                .map(host)
+                .collect()
+        };
+        let (nodesim, servers) = (of(Binary::Nodesim), of(Binary::Cluster));
         if let Err(e) = p.set_targets(&v.name, security.scheme(), &servers, Some(&nodesim)) {
             eprintln!("loadgen: {e}");
         }
@@ -74,29 +100,20 @@ pub(super) async fn run_remote(
     drive(scenario, v, driving, dir, ctx, before, None).await
 }
 
-/// Splits `/metrics` URLs into nodesim shards and servers (host:port each,
-/// as Prometheus targets), by what each serves; one that does not answer
-/// counts as a server.
-async fn classify(http: &reqwest::Client, urls: &[String]) -> (Vec<String>, Vec<String>) {
-    let (mut nodesim, mut servers) = (Vec::new(), Vec::new());
+/// Which binary each `/metrics` URL is, by what it serves: every nodesim
+/// shard exports its nodes, no server does; one that does not answer counts
+/// as a server.
+async fn classify(http: &reqwest::Client, urls: &[String]) -> Vec<Binary> {
+    let mut binaries = Vec::with_capacity(urls.len());
     for url in urls {
-        let host = url
-            .split_once("://")
-            .map_or(url.as_str(), |(_, rest)| rest)
-            .split('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
         let text = match http.get(url).send().await {
             Ok(r) => r.text().await.unwrap_or_default(),
             Err(_) => String::new(),
         };
-        // Every nodesim shard exports its nodes; no server does.
-        if text.contains(metric_names::NODESIM_NODES) {
-            nodesim.push(host);
-        } else {
-            servers.push(host);
-        }
+        binaries.push(match text.contains(metric_names::NODESIM_NODES) {
+            true => Binary::Nodesim,
+            false => Binary::Cluster,
+        });
     }
-    (nodesim, servers)
+    binaries
 }

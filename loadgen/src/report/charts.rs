@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 use stampede_proto::metric_names;
+use stampede_proto::Binary;
 
 use super::samples::{add, by_label, gauge, rate, Points};
 
-use crate::sampler::{Series, LOADGEN_TARGET};
+use crate::sampler::Series;
 use crate::stream::LatencyQuantiles;
 use crate::summary::{RunSummary, VariantSummary};
 
@@ -150,15 +151,12 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         c.sync = Some(v.name.clone());
         c
     };
-    let is_nodesim = |s: &Series| {
-        s.target.name == "nodesim" || !s.names_of(metric_names::NODESIM_NODES).is_empty()
-    };
-    let nodesim: Vec<&Series> = v.series.iter().filter(|s| is_nodesim(s)).collect();
+    let nodesim: Vec<&Series> = v.series.iter().filter(|s| s.is(Binary::Nodesim)).collect();
     // loadgen samples itself too: its CPU and memory are plotted below.
     let servers: Vec<&Series> = v
         .series
         .iter()
-        .filter(|s| !is_nodesim(s) && s.target.name != LOADGEN_TARGET)
+        .filter(|s| !s.is(Binary::Nodesim) && !s.is(Binary::Loadgen))
         .collect();
     // Raft entries from the server that applied the most: the leader's view.
     let busiest: Vec<&Series> = servers

@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 use stampede_proto::build::{Build, BUILD_INFO_METRIC};
-use stampede_proto::metric_names;
+use stampede_proto::Binary;
 
 use crate::sampler::{label, Series};
 
@@ -62,8 +62,8 @@ impl Builds {
     pub fn of(series: &[Series], loadgen: BuildInfo) -> Builds {
         let first = |is: &dyn Fn(&Series) -> bool| series.iter().filter(|s| is(s)).find_map(served);
         Builds {
-            cluster: first(&|s| !s.names_of(metric_names::RAFT_TERM).is_empty()),
-            nodesim: first(&|s| !s.names_of(metric_names::NODESIM_NODES).is_empty()),
+            cluster: first(&|s| s.is(Binary::Cluster)),
+            nodesim: first(&|s| s.is(Binary::Nodesim)),
             loadgen: Some(loadgen),
         }
     }
@@ -111,6 +111,7 @@ mod tests {
             target: Target {
                 name: name.into(),
                 url: String::new(),
+                binary: None,
             },
             points: vec![Point {
                 t: 1.0,

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use stampede_proto::metric_names;
+use stampede_proto::Binary;
 
 use super::elections::{self, Struck};
 use super::fleet::{self, FleetInput};
@@ -127,10 +127,10 @@ pub fn build(i: VariantInputs) -> VariantSummary {
 /// snapshots, from the samples and the allocations the stream saw running.
 fn add_per_allocation(summary: &mut VariantSummary) {
     let servers: Vec<&Series> = (summary.series.iter())
-        .filter(|s| !s.names_of(metric_names::RAFT_TERM).is_empty())
+        .filter(|s| s.is(Binary::Cluster))
         .collect();
     let nodesims: Vec<&Series> = (summary.series.iter())
-        .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
+        .filter(|s| s.is(Binary::Nodesim))
         .collect();
     let (figures, snapshots) = per_allocation::per_allocation(
         &servers,
@@ -201,12 +201,15 @@ fn add_fleet(
     (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
     struck: &[Struck],
 ) {
-    let is_server = |s: &&Series| !s.names_of(metric_names::RAFT_TERM).is_empty();
-    let servers: Vec<&Series> = summary.series.iter().filter(is_server).collect();
+    let servers: Vec<&Series> = summary
+        .series
+        .iter()
+        .filter(|s| s.is(Binary::Cluster))
+        .collect();
     let nodesims: Vec<&Series> = summary
         .series
         .iter()
-        .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
+        .filter(|s| s.is(Binary::Nodesim))
         .collect();
     let elections = fleet::elections(&servers, term_at_start);
     let explained = elections::explain(&servers, term_at_start, struck);

@@ -100,6 +100,7 @@ mod tests {
             target: Target {
                 name: "server-1".into(),
                 url: String::new(),
+                binary: None,
             },
             points: vec![
                 Point {

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use stampede_proto::metric_names;
+use stampede_proto::Binary;
 
 use super::{cpu_seconds_per_1000_placements, VariantSummary};
 use crate::sampler::{label, Series, RSS};
@@ -29,10 +30,7 @@ pub fn summarize(
     seconds: f64,
     problems: Vec<String>,
 ) -> VariantSummary {
-    let servers: Vec<&Series> = series
-        .iter()
-        .filter(|s| !s.names_of(metric_names::RAFT_ENTRIES_TOTAL).is_empty())
-        .collect();
+    let servers: Vec<&Series> = series.iter().filter(|s| s.is(Binary::Cluster)).collect();
     let raft_entries_by_type = most_by_label(&servers, metric_names::RAFT_ENTRIES_TOTAL, "type");
     let raft_bytes_by_type = most_by_label(&servers, metric_names::RAFT_ENTRY_BYTES_TOTAL, "type");
     let deployment_query_wait_seconds = servers
@@ -195,7 +193,7 @@ fn by_process(
         .collect();
     let fleet: Vec<&str> = series
         .iter()
-        .filter(|s| !s.names_of(metric_names::NODESIM_NODES).is_empty())
+        .filter(|s| s.is(Binary::Nodesim))
         .map(|s| s.target.name.as_str())
         .filter(|name| *name != "nodesim")
         .collect();
@@ -275,6 +273,7 @@ pub(super) mod tests {
             target: Target {
                 name: name.into(),
                 url: String::new(),
+                binary: None,
             },
             points: points
                 .iter()

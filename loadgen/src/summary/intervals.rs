@@ -232,6 +232,7 @@ mod tests {
             target: Target {
                 name: "server-1".into(),
                 url: String::new(),
+                binary: None,
             },
             points,
             lost_at: None,

@@ -168,6 +168,7 @@ mod tests {
             target: Target {
                 name: name.into(),
                 url: String::new(),
+                binary: None,
             },
             points: points
                 .into_iter()

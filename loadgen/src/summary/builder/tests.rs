@@ -100,6 +100,7 @@ fn sampled(name: &str, text: impl Fn(f64) -> String) -> Series {
         target: Target {
             name: name.into(),
             url: String::new(),
+            binary: None,
         },
         points: (0..=STREAM_S)
             .map(|t| Point {
