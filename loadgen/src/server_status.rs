@@ -9,7 +9,7 @@ use stampede_proto::security::Role;
 use tokio::time::Instant;
 
 /// Reads every server's `/v1/status`, all at once, each with a short timeout.
-pub(crate) struct Probe {
+pub(crate) struct StatusReader {
     http: reqwest::Client,
     scheme: &'static str,
     servers: Vec<(NodeId, SocketAddr)>,
@@ -22,7 +22,7 @@ pub(crate) struct Settled {
     pub(crate) term: u64,
 }
 
-impl Probe {
+impl StatusReader {
     pub(crate) fn new(cluster: &LocalCluster, timeout: Duration) -> Result<Self, String> {
         let security = cluster
             .security(Role::Operator)

@@ -1,7 +1,7 @@
 //! One run of a variant, on whichever cluster: the job stream while every
 //! process is sampled (and, on a local cluster, the scenario's faults
 //! injected meanwhile and the audits after). This only gathers what the run
-//! measured; [`summary::build`](crate::summary::build) sums it up.
+//! measured; [`summary::assemble`](crate::summary::assemble) sums it up.
 
 use std::path::Path;
 use std::time::Duration;
@@ -128,7 +128,7 @@ pub(super) async fn drive(
     });
     let mut problems = before.problems;
     problems.extend(ran.problems);
-    let mut summary = summary::build(VariantInputs {
+    let mut summary = summary::assemble(VariantInputs {
         scenario,
         variant: v,
         stream: ran.report,

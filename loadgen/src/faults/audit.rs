@@ -11,7 +11,7 @@ use stampede_proto::JobListRequest;
 use tokio::time::Instant;
 
 use super::FaultsConfig;
-use crate::server_status::Probe;
+use crate::server_status::StatusReader;
 use crate::stream::Journal;
 
 /// The audit at the end of a run with faults: every job whose registration
@@ -162,7 +162,7 @@ async fn on_every_server(
     cluster: &LocalCluster,
     cfg: &FaultsConfig,
 ) -> Result<(BTreeMap<NodeId, HashSet<String>>, u64), String> {
-    let probe = Probe::new(cluster, cfg.status_timeout)?;
+    let probe = StatusReader::new(cluster, cfg.status_timeout)?;
     let deadline = Instant::now() + cfg.audit_wait;
     let wait = humantime::format_duration(cfg.audit_wait);
     let mut target: Option<u64> = None;

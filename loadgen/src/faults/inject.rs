@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::{FaultsConfig, Injected};
 use crate::critical_path::fetch;
 use crate::scenario::{FaultAction, FaultStep};
-use crate::server_status::{named_leader, Probe, Settled};
+use crate::server_status::{named_leader, Settled, StatusReader};
 
 /// Runs the steps against `cluster` (and `fleet`, the nodesim process ids,
 /// for fleet faults), each at its `at` from `start` (the
@@ -28,7 +28,7 @@ pub async fn inject(
 ) -> (Vec<Injected>, Vec<String>) {
     let mut done: Vec<Injected> = Vec::new();
     let mut problems = Vec::new();
-    let probe = match Probe::new(cluster, cfg.status_timeout) {
+    let probe = match StatusReader::new(cluster, cfg.status_timeout) {
         Ok(p) => p,
         Err(e) => return (done, vec![format!("no fault was injected: {e}")]),
     };
@@ -83,7 +83,7 @@ fn exited(cluster: &mut LocalCluster) -> String {
 async fn strike(
     cluster: &mut LocalCluster,
     fleet: &[u32],
-    probe: &Probe,
+    probe: &StatusReader,
     step: &FaultStep,
     settled: &Settled,
     start: Instant,
@@ -252,7 +252,7 @@ const ALLOCS_HELD: &str = stampede_proto::metric_names::STATE_OBJECTS_ALLOCS;
 
 /// The highest index the servers other than `struck` have applied; `None`
 /// when none of them answers (or every server was struck).
-async fn applied_by_others(probe: &Probe, struck: &[NodeId]) -> Option<u64> {
+async fn applied_by_others(probe: &StatusReader, struck: &[NodeId]) -> Option<u64> {
     let statuses = probe.statuses(struck).await;
     statuses
         .iter()
@@ -263,7 +263,7 @@ async fn applied_by_others(probe: &Probe, struck: &[NodeId]) -> Option<u64> {
 /// Waits, up to `cfg.catch_up_wait`, until every struck server has applied
 /// `target`; when they had (`None` if not within the wait).
 async fn caught_up(
-    probe: &Probe,
+    probe: &StatusReader,
     struck: &[NodeId],
     target: u64,
     cfg: &FaultsConfig,

@@ -21,7 +21,7 @@ use super::record::Sightings;
 use super::state::{Alloc, AllocId, Allocs, Names, ServerState};
 use super::{AuditCost, Checking, Invariant, Write, CONVERGENCE, NAMES};
 use crate::sampler;
-use crate::server_status::Probe;
+use crate::server_status::StatusReader;
 
 /// How long the audit may wait for the cluster to come to rest, and how
 /// often it looks.
@@ -179,7 +179,7 @@ fn peak_rss_mib() -> Option<u64> {
 
 /// Every server of the cluster, for status, metrics and gRPC reads.
 struct Reader {
-    probe: Probe,
+    probe: StatusReader,
     http: reqwest::Client,
     metrics: Vec<String>,
     clients: Vec<(NodeId, ClusterClient)>,
@@ -202,7 +202,7 @@ impl Reader {
             })
             .collect::<Result<_, ReadError>>()?;
         Ok(Self {
-            probe: Probe::new(cluster, cfg.status_timeout).map_err(|e| setup(&e))?,
+            probe: StatusReader::new(cluster, cfg.status_timeout).map_err(|e| setup(&e))?,
             http: stampede_launch::http_client(&security, cfg.status_timeout)
                 .map_err(|e| setup(&e))?,
             metrics: cluster

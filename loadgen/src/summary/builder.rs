@@ -74,7 +74,7 @@ pub struct Faulted {
 /// ([`summarize`]), then the figures that need the whole run: windows,
 /// validity, faults, the critical path and its slowest jobs, the audits,
 /// elections and the fleet, and the builds that ran.
-pub fn build(i: VariantInputs) -> VariantSummary {
+pub fn assemble(i: VariantInputs) -> VariantSummary {
     let stream_s = i.scenario.duration.as_secs_f64();
     let first_submit_s = i.stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let mut problems = i.problems;

@@ -4,7 +4,7 @@
 //!
 //! It lives apart from `capacity`, which runs the processes, and from
 //! `report`, which renders it, so that both depend on it and not on each
-//! other. [`build()`] is the one place a variant's summary is made, from the
+//! other. [`assemble()`] is the one place a variant's summary is made, from the
 //! [`VariantInputs`] `capacity` gathered: [`figures`] turns its samples
 //! into its figures (the results model), and `build.rs` names the builds
 //! that ran. [`slo`] checks a summary against the scenario,
@@ -39,7 +39,7 @@ use serde::{Deserialize, Serialize};
 
 pub use baseline::{parse_summary, regressions};
 pub use build::{BuildInfo, Builds};
-pub use builder::{build, Faulted, VariantInputs};
+pub use builder::{assemble, Faulted, VariantInputs};
 pub use comparison::Judging;
 pub use figures::summarize;
 pub use intervals::{combine, window_figures, Repetition};

@@ -285,7 +285,7 @@ fn filled_with(scenario: &Scenario, injected: Injected) -> VariantSummary {
     series.push(sampled("loadgen", loadgen_metrics));
     // nodesim stopped answering for the last sample.
     series[3].lost_at = Some(60.0);
-    build(VariantInputs {
+    assemble(VariantInputs {
         scenario: &scenario,
         variant: &variant,
         stream: stream(),
