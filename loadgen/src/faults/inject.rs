@@ -78,6 +78,25 @@ fn exited(cluster: &mut LocalCluster) -> String {
     out
 }
 
+/// The servers `action` strikes among `ids`, `leader` leading: a fleet
+/// fault strikes none (the leader stays, and is found at once).
+fn struck_servers(
+    action: FaultAction,
+    ids: &[NodeId],
+    leader: NodeId,
+) -> Result<Vec<NodeId>, &'static str> {
+    Ok(match action {
+        FaultAction::PauseFleet => Vec::new(),
+        FaultAction::KillAll => ids.to_vec(),
+        a if a.hits_leader() => vec![leader],
+        _ => vec![ids
+            .iter()
+            .copied()
+            .find(|id| *id != leader)
+            .ok_or("no follower to strike")?],
+    })
+}
+
 /// Injects one step into a settled cluster, waits for a leader while the
 /// fault lasts, and undoes it after its duration.
 async fn strike(
@@ -89,17 +108,8 @@ async fn strike(
     start: Instant,
     cfg: &FaultsConfig,
 ) -> Result<Injected, String> {
-    let ids = probe.ids();
     let leader = settled.leader;
-    let follower = ids.iter().copied().find(|id| *id != leader);
-    let one = |id: Option<NodeId>| id.map(|id| vec![id]).ok_or("no follower to strike");
-    // A fleet fault strikes no server: the leader stays, and is found at once.
-    let struck = match step.action {
-        FaultAction::PauseFleet => Vec::new(),
-        FaultAction::KillAll => ids.clone(),
-        a if a.hits_leader() => vec![leader],
-        _ => one(follower)?,
-    };
+    let struck = struck_servers(step.action, &probe.ids(), leader)?;
     let any_leader_counts = step.action == FaultAction::KillAll;
     let kills = matches!(
         step.action,

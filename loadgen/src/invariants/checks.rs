@@ -535,6 +535,18 @@ pub fn liveness(s: &ServerState) -> Invariant {
         .filter(|e| e.status == EvalStatus::Blocked as i32)
         .map(|e| e.job_id.as_str())
         .collect();
+    // Jobs with a deployment of their current version still running.
+    let rolling_out: HashSet<&str> = s
+        .deployments
+        .values()
+        .filter(|d| d.status == DeploymentStatus::Running as i32)
+        .filter(|d| {
+            s.jobs
+                .get(&d.job_id)
+                .is_some_and(|j| j.version == d.job_version)
+        })
+        .map(|d| d.job_id.as_str())
+        .collect();
     for job in s.jobs.values().filter(|j| !j.stop) {
         let blocked = blocked.contains(job.id.as_str());
         let system = job.r#type == JobType::System as i32;
@@ -583,6 +595,23 @@ pub fn liveness(s: &ServerState) -> Invariant {
                 .collect();
             let short = (tg.count() as usize).saturating_sub(placed.len());
             if short == 0 {
+                continue;
+            }
+            // A rolling update places max_parallel at a time and waits for
+            // each step's health: while a step's allocation of the current
+            // version is not yet running and healthy (its node slow to say
+            // so, under load), the rest waits for it, not for room. Whether
+            // the deployment itself gets stuck is the `deployments` check's.
+            let rolling = tg.update.is_some_and(|u| u.max_parallel > 0)
+                && rolling_out.contains(job.id.as_str());
+            let waiting_on_health = rolling
+                && ours().any(|a| {
+                    live(a)
+                        && a.job_version >= tg.spec_version
+                        && !(a.client_status == stampede_proto::AllocClientStatus::Running as i32
+                            && a.healthy == Some(true))
+                });
+            if waiting_on_health {
                 continue;
             }
             if let Some(node) = s.nodes.values().find(roomy) {

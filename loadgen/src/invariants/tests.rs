@@ -432,6 +432,43 @@ fn liveness_wants_every_shortfall_explained_by_capacity_and_a_blocked_evaluation
 }
 
 #[test]
+fn liveness_lets_a_rolling_update_wait_for_its_step_s_health_not_for_room() {
+    // Count 4, two placed, room on n1: short, unless a rollout step waits.
+    let mut s = good();
+    s.jobs.insert("j".into(), job("j", 4, 0));
+    s.jobs.get_mut("j").unwrap().task_groups[0].update = Some(UpdateStrategy {
+        max_parallel: 1,
+        ..Default::default()
+    });
+    let running = |d: DeploymentStatus| Deployment {
+        id: "d1".into(),
+        job_id: "j".into(),
+        job_version: 0,
+        status: d as i32,
+        ..Default::default()
+    };
+    s.deployments
+        .insert("d1".into(), running(DeploymentStatus::Running));
+    // The step's allocation is not healthy yet: the rest waits for it.
+    s.allocs.get_mut(&id("a1")).unwrap().healthy = None;
+    holds(&liveness(&s));
+    // Every placed one healthy: nothing to wait for, the shortfall counts.
+    for a in s.allocs.values_mut() {
+        a.healthy = Some(true);
+    }
+    fails(
+        &liveness(&s),
+        1,
+        &["j.web: 2 unplaced while node n1 has room"],
+    );
+    // Nor does a deployment that is over excuse one.
+    s.allocs.get_mut(&id("a1")).unwrap().healthy = None;
+    s.deployments
+        .insert("d1".into(), running(DeploymentStatus::Failed));
+    fails(&liveness(&s), 1, &["2 unplaced while node n1 has room"]);
+}
+
+#[test]
 fn liveness_of_a_system_job_wants_it_on_every_node_with_room() {
     let mut sys = job("sys", 1, 0);
     sys.r#type = JobType::System as i32;

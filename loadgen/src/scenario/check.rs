@@ -8,17 +8,20 @@ use super::{
     MAX_FLEET_PROCESSES, MAX_REPEAT, MAX_TRACE_SLOWEST,
 };
 
+/// The refusal of `field` of the scenario from `origin`, saying why.
+fn invalid(origin: &str, field: &str, message: &str) -> Result<(), ScenarioError> {
+    Err(ScenarioError::Invalid {
+        origin: origin.into(),
+        field: field.into(),
+        message: message.into(),
+    })
+}
+
 impl Scenario {
     /// Checks every field against what a run can do; the error names the
     /// field and why.
     pub(super) fn check(&self, origin: &str) -> Result<(), ScenarioError> {
-        let bad = |field: &str, message: &str| {
-            Err(ScenarioError::Invalid {
-                origin: origin.into(),
-                field: field.into(),
-                message: message.into(),
-            })
-        };
+        let bad = |field: &str, message: &str| invalid(origin, field, message);
         if !(1..=9).contains(&self.servers) {
             return bad("servers", "must be 1 to 9");
         }
@@ -48,6 +51,14 @@ impl Scenario {
         if self.duration.is_zero() || self.duration > MAX_DURATION {
             return bad("duration", "must be above 0 and at most 24h");
         }
+        self.check_stream(origin)?;
+        self.check_runs(origin)?;
+        self.check_faults(origin)
+    }
+
+    /// The arrivals, the shares of each kind of write and the job mix.
+    fn check_stream(&self, origin: &str) -> Result<(), ScenarioError> {
+        let bad = |field: &str, message: &str| invalid(origin, field, message);
         let rates = match self.arrival {
             Arrival::Constant { rate } | Arrival::Poisson { rate } => vec![rate],
             Arrival::Ramp { from, to } => vec![from, to],
@@ -94,6 +105,12 @@ impl Scenario {
                 return bad(&field("cpu_mhz"), "resources must be above 0");
             }
         }
+        Ok(())
+    }
+
+    /// How the variants run: a sweep, a search or variants, each checked.
+    fn check_runs(&self, origin: &str) -> Result<(), ScenarioError> {
+        let bad = |field: &str, message: &str| invalid(origin, field, message);
         if let Some(sweep) = &self.sweep {
             if !self.variants.is_empty() {
                 return bad("sweep", "a scenario has variants or a sweep, not both");
@@ -144,7 +161,7 @@ impl Scenario {
                 return bad(&format!("variants[{i}].git_rev"), "must name a revision");
             }
         }
-        self.check_faults(origin)
+        Ok(())
     }
 
     fn check_faults(&self, origin: &str) -> Result<(), ScenarioError> {
