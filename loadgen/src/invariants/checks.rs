@@ -709,6 +709,15 @@ pub fn deployments(s: &ServerState) -> Invariant {
 pub fn terminal_stays_terminal(seen: &Sightings) -> Invariant {
     let mut changed: Vec<(&AllocId, String)> = Vec::new();
     for (id, s) in &seen.allocs {
+        if let Some((first, again)) = s.created_twice() {
+            changed.push((
+                id,
+                format!(
+                    "alloc {id}: created at index {first}, stored again at index {again} after garbage collection removed it"
+                ),
+            ));
+            continue;
+        }
         let Some((t, ts)) = s.terminal() else {
             continue;
         };

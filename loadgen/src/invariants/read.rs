@@ -17,7 +17,7 @@ use stampede_proto::{
 };
 use tokio::time::Instant;
 
-use super::record::Sightings;
+use super::record::{Indexes, Sightings};
 use super::state::{Alloc, AllocId, Allocs, Names, ServerState};
 use super::{AuditCost, Checking, Invariant, Write, CONVERGENCE, NAMES};
 use crate::sampler;
@@ -265,7 +265,11 @@ impl Reader {
         for (i, (id, client)) in self.clients.iter().enumerate() {
             let (state, by_id) = read_server(*id, client, job_ids, seen, &mut names).await?;
             for (aid, a) in state.allocs.iter() {
-                seen.see_read(aid, a.modify_index, a.client_status);
+                let at = Indexes {
+                    modify: a.modify_index,
+                    create: a.create_index,
+                };
+                seen.see_read(aid, at, a.client_status);
             }
             checking.check(&state);
             if i == 0 {

@@ -103,6 +103,10 @@ pub struct Seen {
     terminal: Spot,
     last_terminal: Spot,
     live: Spot,
+    /// The lowest and highest index it was seen created at (0: none yet).
+    /// They differ for an allocation stored again after garbage collection
+    /// removed it (which it does only to a terminal one): brought back.
+    created: (u64, u64),
     /// Seen while the stream ran (not only by the audit's own reads).
     sampled: bool,
 }
@@ -140,7 +144,20 @@ impl Seen {
         self.live.get()
     }
 
-    fn see(&mut self, index: u64, status: i32) {
+    /// The indexes it was seen created at, lowest and highest, if it was
+    /// seen created at two (see [`Seen::created`]).
+    pub fn created_twice(&self) -> Option<(u64, u64)> {
+        let (low, high) = self.created;
+        (low != high).then_some((low, high))
+    }
+
+    fn see(&mut self, index: u64, status: i32, create_index: u64) {
+        if create_index != 0 {
+            self.created = match self.created {
+                (0, _) => (create_index, create_index),
+                (low, high) => (low.min(create_index), high.max(create_index)),
+            };
+        }
         // Only the enum's terminal and live statuses are kept.
         let at = || Spot::new(index, status);
         if AllocClientStatus::is_terminal(status) {
@@ -156,6 +173,15 @@ impl Seen {
     }
 }
 
+/// An allocation's raft indexes as a read saw them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Indexes {
+    /// Its last change.
+    pub modify: u64,
+    /// Where it was stored first (for this life of it).
+    pub create: u64,
+}
+
 /// Every allocation seen over the run, by id, and the jobs seen dead.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sightings {
@@ -168,17 +194,17 @@ impl Sightings {
     pub fn see(&mut self, a: &Allocation) {
         let seen = self.allocs.entry(AllocId::new(&a.id)).or_default();
         seen.sampled = true;
-        seen.see(a.modify_index, a.client_status);
+        seen.see(a.modify_index, a.client_status, a.create_index);
     }
 
     /// A sighting by the audit's own reads at the end: followed as the
     /// others, but not among [`Sightings::ids`].
-    pub fn see_read(&mut self, id: &AllocId, modify_index: u64, client_status: i32) {
+    pub fn see_read(&mut self, id: &AllocId, at: Indexes, client_status: i32) {
         match self.allocs.get_mut(id) {
-            Some(seen) => seen.see(modify_index, client_status),
+            Some(seen) => seen.see(at.modify, client_status, at.create),
             None => {
                 let mut seen = Seen::default();
-                seen.see(modify_index, client_status);
+                seen.see(at.modify, client_status, at.create);
                 self.allocs.insert(id.clone(), seen);
             }
         }

@@ -52,6 +52,7 @@ pub struct Alloc {
     pub canary: bool,
     pub job_version: u64,
     pub modify_index: u64,
+    pub create_index: u64,
 }
 
 impl Alloc {
@@ -72,6 +73,7 @@ impl Alloc {
             canary: a.canary,
             job_version: a.job_version,
             modify_index: a.modify_index,
+            create_index: a.create_index,
         };
         (AllocId::new(&a.id), kept)
     }

@@ -8,7 +8,7 @@ use stampede_proto::{
 };
 
 use super::checks::*;
-use super::record::{Outcome, Sightings, Write, WriteKind};
+use super::record::{Indexes, Outcome, Sightings, Write, WriteKind};
 use super::state::{Alloc, AllocId, Names, ServerState};
 use super::*;
 
@@ -626,6 +626,7 @@ fn the_audit_keeps_what_its_checks_read_and_drops_the_rest() {
         canary: true,
         job_version: 3,
         modify_index: 9,
+        create_index: 4,
         ..alloc("a0", "j", 0, "n1", C::Running)
     };
     // ...and what a server sends besides.
@@ -636,7 +637,6 @@ fn the_audit_keeps_what_its_checks_read_and_drops_the_rest() {
         task_states: vec![Default::default()],
         deployment_id: "d1".into(),
         client_times: Some(Default::default()),
-        create_index: 4,
         ..kept.clone()
     };
     let mut names = Names::default();
@@ -695,6 +695,36 @@ fn an_allocation_id_that_is_a_uuid_is_kept_as_its_bits_and_printed_and_ordered_a
 }
 
 #[test]
+fn an_allocation_stored_again_after_it_was_collected_is_brought_back() {
+    // Lost, collected, then stored again by a plan made before (a stop of
+    // it, from the scheduler's copy): created at two indexes.
+    let mut seen = Sightings::default();
+    let at = |create: u64, modify: u64, client: C| Allocation {
+        create_index: create,
+        modify_index: modify,
+        ..alloc("a", "j", 0, "n1", client)
+    };
+    seen.see(&at(5, 6, C::Running));
+    holds(&terminal_stays_terminal(&seen));
+    seen.see(&at(5, 9, C::Lost));
+    holds(&terminal_stays_terminal(&seen));
+    // Never seen lost in between: the second life gives it away alone.
+    seen.see_read(
+        &id("a"),
+        Indexes {
+            modify: 30,
+            create: 30,
+        },
+        C::Running as i32,
+    );
+    fails(
+        &terminal_stays_terminal(&seen),
+        1,
+        &["alloc a: created at index 5, stored again at index 30 after garbage collection removed it"],
+    );
+}
+
+#[test]
 fn sightings_keep_each_status_in_a_word_and_the_audits_own_reads_apart() {
     let mut seen = Sightings::default();
     let a = Allocation {
@@ -702,8 +732,9 @@ fn sightings_keep_each_status_in_a_word_and_the_audits_own_reads_apart() {
         ..alloc("a", "j", 0, "n1", C::Lost)
     };
     seen.see(&a);
-    seen.see_read(&id("b"), 9, C::Running as i32);
-    seen.see_read(&id("a"), 12, C::Running as i32);
+    let at = |modify| Indexes { modify, create: 0 };
+    seen.see_read(&id("b"), at(9), C::Running as i32);
+    seen.see_read(&id("a"), at(12), C::Running as i32);
     let s = seen.allocs[&id("a")];
     assert_eq!(s.terminal(), Some((7, C::Lost as i32)));
     assert_eq!(s.last_terminal(), Some((7, C::Lost as i32)));
@@ -907,7 +938,11 @@ fn the_checks_at_c2m_scale_hold_one_server_at_a_time() {
     for server in 1..=3 {
         let s = state(server, &mut names);
         for (id, a) in s.allocs.iter() {
-            seen.see_read(id, a.modify_index, a.client_status);
+            let at = Indexes {
+                modify: a.modify_index,
+                create: a.create_index,
+            };
+            seen.see_read(id, at, a.client_status);
         }
         checking.check(&s);
         if server > 1 {
