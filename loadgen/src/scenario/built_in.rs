@@ -20,6 +20,7 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     ),
     ("faults", include_str!("../../scenarios/faults.toml")),
     ("audit", include_str!("../../scenarios/audit.toml")),
+    ("audit-gc", include_str!("../../scenarios/audit-gc.toml")),
     ("failover", include_str!("../../scenarios/failover.toml")),
     ("tls", include_str!("../../scenarios/tls.toml")),
     ("soak", include_str!("../../scenarios/soak.toml")),
