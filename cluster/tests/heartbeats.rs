@@ -10,24 +10,49 @@ use common::{heartbeat, live, register_nodes, wait_live};
 use stampede_launch::testing::{
     allocs, eventually, eventually_ok, node_secrets, register_job, service_job, Harness, CATCH_UP,
 };
+use stampede_proto::client::ClusterClient;
 use stampede_proto::{
     AllocClientStatus, Allocation, NodeGetRequest, NodeStatus, NodeUpdateAllocRequest,
 };
+use tokio::sync::watch;
+
+/// Node `victim-0` heartbeating alone while job `web` (two allocations)
+/// lands on it, then three more nodes heartbeating: the victim's heartbeat
+/// switch, the others', and the two allocations.
+async fn victim_with_web(
+    client: &ClusterClient,
+) -> (watch::Sender<bool>, watch::Sender<bool>, Vec<Allocation>) {
+    let victim = register_nodes(client, "victim", 1, 1000, 4096).await;
+    let victim_hb = heartbeat(client, victim, Duration::from_millis(200));
+    register_job(client, service_job("web", 2, 500, 64)).await;
+    let placed = wait_live(client, "web", 2).await;
+    assert!(placed.iter().all(|a| a.node_id == "victim-0"));
+    let others = register_nodes(client, "n", 3, 1000, 4096).await;
+    let others_hb = heartbeat(client, others, Duration::from_millis(200));
+    (victim_hb, others_hb, placed)
+}
+
+/// victim-0's report that `allocs` run.
+fn victim_reports_running(allocs: &[Allocation]) -> NodeUpdateAllocRequest {
+    NodeUpdateAllocRequest {
+        allocs: allocs
+            .iter()
+            .map(|a| Allocation {
+                id: a.id.clone(),
+                client_status: AllocClientStatus::Running as i32,
+                ..Default::default()
+            })
+            .collect(),
+        secrets: node_secrets(["victim-0"]),
+    }
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_node_that_stops_heartbeating_goes_down_and_its_allocations_are_replaced() {
     let (c, leader) =
         Harness::with_leader(3, &["--heartbeat-min-ttl", "1s", "--heartbeat-grace", "0s"]).await;
     let client = c.client();
-    // With one node in the cluster, both allocations land on it.
-    let victim = register_nodes(&client, "victim", 1, 1000, 4096).await;
-    let victim_hb = heartbeat(&client, victim, Duration::from_millis(200));
-    register_job(&client, service_job("web", 2, 500, 64)).await;
-    let placed = wait_live(&client, "web", 2).await;
-    assert!(placed.iter().all(|a| a.node_id == "victim-0"));
-
-    let others = register_nodes(&client, "n", 3, 1000, 4096).await;
-    let _hb = heartbeat(&client, others, Duration::from_millis(200));
+    let (victim_hb, _hb, _placed) = victim_with_web(&client).await;
     victim_hb.send(true).unwrap();
     eventually("victim-0 is marked down", CATCH_UP, || async {
         let n = client
@@ -65,17 +90,7 @@ async fn a_node_that_stops_heartbeating_goes_down_and_its_allocations_are_replac
     let on_leader = c.client_of(&[leader]);
     on_leader
         .nodes()
-        .update_alloc(NodeUpdateAllocRequest {
-            allocs: lost
-                .iter()
-                .map(|a| Allocation {
-                    id: a.id.clone(),
-                    client_status: AllocClientStatus::Running as i32,
-                    ..Default::default()
-                })
-                .collect(),
-            secrets: node_secrets(["victim-0"]),
-        })
+        .update_alloc(victim_reports_running(&lost))
         .await
         .expect("the stale report is taken as a call");
     let after = allocs(&on_leader, "web").await.unwrap();
@@ -120,28 +135,12 @@ async fn a_report_batched_before_the_lost_mark_is_refused_where_it_is_applied() 
     )
     .await;
     let client = c.client();
-    let victim = register_nodes(&client, "victim", 1, 1000, 4096).await;
-    let victim_hb = heartbeat(&client, victim, Duration::from_millis(200));
-    register_job(&client, service_job("web", 2, 500, 64)).await;
-    let placed = wait_live(&client, "web", 2).await;
-    assert!(placed.iter().all(|a| a.node_id == "victim-0"));
-    let others = register_nodes(&client, "n", 3, 1000, 4096).await;
-    let _hb = heartbeat(&client, others, Duration::from_millis(200));
+    let (victim_hb, _hb, placed) = victim_with_web(&client).await;
 
     // The victim's last word as it falls silent: both allocations running.
     victim_hb.send(true).unwrap();
     let on_leader = c.client_of(&[leader]);
-    let report = NodeUpdateAllocRequest {
-        allocs: placed
-            .iter()
-            .map(|a| Allocation {
-                id: a.id.clone(),
-                client_status: AllocClientStatus::Running as i32,
-                ..Default::default()
-            })
-            .collect(),
-        secrets: node_secrets(["victim-0"]),
-    };
+    let report = victim_reports_running(&placed);
     let reporter = on_leader.clone();
     let report = tokio::spawn(async move { reporter.nodes().update_alloc(report).await });
 

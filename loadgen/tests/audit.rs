@@ -22,6 +22,25 @@ const NAMES: [&str; 8] = [
     "definite_errors",
 ];
 
+/// Fails naming every invariant that does not hold, with the run's output.
+fn assert_all_hold(invariants: &[serde_json::Value], stderr: &str) {
+    let failed: Vec<String> = invariants
+        .iter()
+        .filter(|i| i["ok"] != true)
+        .map(|i| {
+            format!(
+                "{}: {} violations: {}",
+                i["name"], i["violations"], i["detail"]
+            )
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "violated:\n{}\n{stderr}",
+        failed.join("\n")
+    );
+}
+
 #[test]
 fn a_short_audit_run_checks_every_invariant_and_all_hold() {
     let (_dir, out, mut cmd) = capacity(AUDIT, "audit-ci");
@@ -55,21 +74,7 @@ fn a_short_audit_run_checks_every_invariant_and_all_hold() {
             "the table shows {name}: {stdout}"
         );
     }
-    let failed: Vec<String> = invariants
-        .iter()
-        .filter(|i| i["ok"] != true)
-        .map(|i| {
-            format!(
-                "{}: {} violations: {}",
-                i["name"], i["violations"], i["detail"]
-            )
-        })
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "violated:\n{}\n{stderr}",
-        failed.join("\n")
-    );
+    assert_all_hold(invariants, &stderr);
     succeeded(&run, &out);
 
     // The stream did what the audit is for: every kind of write, and the
@@ -111,18 +116,7 @@ fn half_the_fleet_paused_while_the_rest_goes_on_keeps_every_invariant() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     let summary = json(&out.join("summary.json"));
     let v = &summary["variants"][0];
-    let failed: Vec<String> = v["invariants"]
-        .as_array()
-        .expect("invariants")
-        .iter()
-        .filter(|i| i["ok"] != true)
-        .map(|i| format!("{}: {}", i["name"], i["detail"]))
-        .collect();
-    assert!(
-        failed.is_empty(),
-        "violated:\n{}\n{stderr}",
-        failed.join("\n")
-    );
+    assert_all_hold(v["invariants"].as_array().expect("invariants"), &stderr);
     succeeded(&run, &out);
     // Two nodesim processes, sampled each under its own name.
     let rss = v["rss_mib"].as_object().expect("rss_mib");
