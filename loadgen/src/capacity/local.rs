@@ -141,7 +141,8 @@ fn start_fleet(
     dir: &Path,
     cluster: &LocalCluster,
 ) -> Result<Vec<NodesimProc>, CapacityError> {
-    let processes = u64::from(scenario.fleet_processes.max(1));
+    // A variant's or a sweep's smaller fleet keeps a node per process.
+    let processes = u64::from(scenario.fleet_processes.max(1)).min(scenario.nodes.max(1));
     let prefix = id_safe(&format!("{}-{}", scenario.name, v.name));
     let mut fleet = Vec::with_capacity(processes as usize);
     for k in 0..processes {
