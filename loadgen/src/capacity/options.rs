@@ -16,7 +16,7 @@ use crate::scenario::Scenario;
 #[derive(Debug, Clone, Args)]
 #[command(mut_arg(ADDRESS_ARG, |a| a.help("Drive an existing cluster at these gRPC addresses (with --metrics, or --inventory in their place); nothing is spawned, and only the scenario's first variant runs. STAMPEDE_ADDRESS, exported, makes a run drive that cluster too: unset, loadgen starts a cluster of its own.")))]
 pub struct CapacityOpts {
-    /// A built-in scenario (default, client-updates, deployments, c2m-mini, c2m, c2m-ceiling, faults, audit, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
+    /// A built-in scenario (default, client-updates, deployments, c2m-mini, c2m, c2m-ceiling, faults, audit, audit-gc, failover, tls, soak, churn, max-rate, fleet-100k, fleet-250k) or a TOML file.
     #[arg(long, default_value = "default")]
     pub scenario: String,
     /// How long jobs are submitted, overriding the scenario's `duration`
