@@ -215,9 +215,8 @@ impl Series {
     }
 
     /// Every series name seen whose name (before labels) is `metric`.
-    /// Which binary this process runs: its target's tag, or for a process
-    /// the run did not know (a deployed one named by its URL, samples from
-    /// before the tag), what it served: the servers' raft counters, or
+    /// Which binary this process runs: its target's tag, or for samples
+    /// from before the tag, what it served: the servers' raft counters, or
     /// nodesim's nodes. The one answer to "which process is this".
     pub fn binary(&self) -> Option<Binary> {
         self.target.binary.or_else(|| {

@@ -41,10 +41,7 @@ pub(super) async fn run_local(
         ..BeforeStream::default()
     };
     let fleet = start_fleet(scenario, v, dir, &cluster)?;
-    let nodesim_urls: Vec<String> = fleet
-        .iter()
-        .map(|n| format!("http://127.0.0.1:{}/metrics", n.port))
-        .collect();
+    let nodesim_urls: Vec<String> = fleet.iter().map(NodesimProc::metrics_url).collect();
     let targets = targets(&cluster, &fleet, ctx);
     if let Some(p) = ctx.prometheus {
         let servers: Vec<String> = cluster
@@ -123,6 +120,13 @@ struct NodesimProc {
     /// Its place in a fleet of several (`nodesim-K` among the run's
     /// processes); `None` alone (`nodesim`).
     shard: Option<usize>,
+}
+
+impl NodesimProc {
+    /// Where it serves `/metrics`.
+    fn metrics_url(&self) -> String {
+        format!("http://127.0.0.1:{}/metrics", self.port)
+    }
 }
 
 impl Drop for NodesimProc {
@@ -227,7 +231,7 @@ fn targets(cluster: &LocalCluster, fleet: &[NodesimProc], ctx: &Ctx<'_>) -> Vec<
     targets.extend(
         fleet
             .iter()
-            .map(|n| Target::nodesim(n.shard, format!("http://127.0.0.1:{}/metrics", n.port))),
+            .map(|n| Target::nodesim(n.shard, n.metrics_url())),
     );
     targets.push(ctx.loadgen_target());
     targets
