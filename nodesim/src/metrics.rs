@@ -4,8 +4,10 @@
 use std::net::SocketAddr;
 
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts,
-    Registry,
+    Gauge, Histogram, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Registry,
+};
+use stampede_proto::metric_defs::{
+    gauge, histogram, histogram_vec, int_counter, int_counter_vec, int_gauge_vec, job_stage_seconds,
 };
 use stampede_proto::metric_names;
 use stampede_proto::{AllocClientStatus, JobStage};
@@ -74,135 +76,93 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let registry = Registry::new();
-        let nodes = IntGaugeVec::new(
-            Opts::new(
-                metric_names::NODESIM_NODES,
-                "Simulated nodes by connection state.",
-            ),
-            &["state"],
-        )
-        .unwrap();
-        let allocs = IntGaugeVec::new(
-            Opts::new(
-                metric_names::NODESIM_ALLOCS,
-                "Allocations on simulated nodes by the client status their runner last reported.",
-            ),
-            &["client_status"],
-        )
-        .unwrap();
-        let registrations = IntCounter::new(
-            "stampede_nodesim_registrations_total",
-            "Node.Register calls that succeeded (a node re-registers if the cluster lost it).",
-        )
-        .unwrap();
-        let runners_started = IntCounter::new(
-            "stampede_nodesim_runners_started_total",
-            "Allocation runners built through the factory and started.",
-        )
-        .unwrap();
-        let update_rpcs = IntCounterVec::new(
-            Opts::new(
-                metric_names::NODESIM_UPDATE_RPCS_TOTAL,
-                "Node.UpdateAlloc calls; urgent ones carried a ClientStatus change.",
-            ),
-            &["priority"],
-        )
-        .unwrap();
-        let updates_per_rpc = Histogram::with_opts(
-            HistogramOpts::new(
-                "stampede_nodesim_alloc_updates_per_rpc",
-                "Allocation updates carried by one Node.UpdateAlloc call.",
-            )
-            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0]),
-        )
-        .unwrap();
-        let heartbeat_seconds = Histogram::with_opts(
-            HistogramOpts::new(
-                metric_names::NODESIM_HEARTBEAT_SECONDS,
-                "Round trip of a successful Node.UpdateStatus heartbeat.",
-            )
-            .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
-        )
-        .unwrap();
-        let heartbeat_ttl_seconds = Gauge::new(
-            metric_names::NODESIM_HEARTBEAT_TTL_SECONDS,
-            "The heartbeat TTL the servers last gave a node.",
-        )
-        .unwrap();
-        let query_seconds = HistogramVec::new(
-            HistogramOpts::new(
-                "stampede_nodesim_blocking_query_seconds",
-                "Round trip of a node's allocation query, by how it ended: \
-                 changed (new allocation data), unchanged (the wait ran out) or error.",
-            )
-            .buckets(prometheus::exponential_buckets(0.001, 4.0, 10).unwrap()),
-            &["outcome"],
-        )
-        .unwrap();
-        let errors = IntCounterVec::new(
-            Opts::new(metric_names::NODESIM_ERRORS_TOTAL, "Failed calls by kind."),
-            &["kind"],
-        )
-        .unwrap();
-        for c in [
-            Box::new(nodes.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(allocs.clone()),
-            Box::new(registrations.clone()),
-            Box::new(runners_started.clone()),
-            Box::new(update_rpcs.clone()),
-            Box::new(updates_per_rpc.clone()),
-            Box::new(heartbeat_seconds.clone()),
-            Box::new(heartbeat_ttl_seconds.clone()),
-            Box::new(query_seconds.clone()),
-            Box::new(errors.clone()),
-        ] {
-            registry.register(c).unwrap();
-        }
-        stampede_proto::build::register(&registry, stampede_proto::this_build!());
-        #[cfg(target_os = "linux")]
-        registry
-            .register(stampede_proto::process_collector(""))
-            .unwrap();
-        let stages = stampede_proto::metric_defs::job_stage_seconds(
-            &registry,
-            &JobStage::timed_in(stampede_proto::Binary::Nodesim),
-        );
-        // Every label value shows from the start, so dashboards see zeros, not gaps.
-        for s in NodeState::ALL {
-            nodes.with_label_values(&[s.label()]);
-        }
-        for s in [
+        let r = Registry::new();
+        let states: Vec<&str> = NodeState::ALL.iter().map(|s| s.label()).collect();
+        let statuses = [
             AllocClientStatus::Pending,
             AllocClientStatus::Running,
             AllocClientStatus::Complete,
             AllocClientStatus::Failed,
-        ] {
-            allocs.with_label_values(&[s.label()]);
-        }
-        for p in PRIORITIES {
-            update_rpcs.with_label_values(&[p]);
-        }
+        ]
+        .map(|s| s.label());
+        let m = Self {
+            nodes: int_gauge_vec(
+                &r,
+                metric_names::NODESIM_NODES,
+                "Simulated nodes by connection state.",
+                "state",
+                &states,
+            ),
+            allocs: int_gauge_vec(
+                &r,
+                metric_names::NODESIM_ALLOCS,
+                "Allocations on simulated nodes by the client status their runner last reported.",
+                "client_status",
+                &statuses,
+            ),
+            registrations: int_counter(
+                &r,
+                "stampede_nodesim_registrations_total",
+                "Node.Register calls that succeeded (a node re-registers if the cluster lost it).",
+            ),
+            runners_started: int_counter(
+                &r,
+                "stampede_nodesim_runners_started_total",
+                "Allocation runners built through the factory and started.",
+            ),
+            update_rpcs: int_counter_vec(
+                &r,
+                metric_names::NODESIM_UPDATE_RPCS_TOTAL,
+                "Node.UpdateAlloc calls; urgent ones carried a ClientStatus change.",
+                "priority",
+                PRIORITIES,
+            ),
+            updates_per_rpc: histogram(
+                &r,
+                "stampede_nodesim_alloc_updates_per_rpc",
+                "Allocation updates carried by one Node.UpdateAlloc call.",
+                // 1 to 256.
+                (1.0, 2.0, 9),
+            ),
+            heartbeat_seconds: histogram(
+                &r,
+                metric_names::NODESIM_HEARTBEAT_SECONDS,
+                "Round trip of a successful Node.UpdateStatus heartbeat.",
+                (0.0005, 2.0, 16),
+            ),
+            heartbeat_ttl_seconds: gauge(
+                &r,
+                metric_names::NODESIM_HEARTBEAT_TTL_SECONDS,
+                "The heartbeat TTL the servers last gave a node.",
+            ),
+            query_seconds: histogram_vec(
+                &r,
+                "stampede_nodesim_blocking_query_seconds",
+                "Round trip of a node's allocation query, by how it ended: \
+                 changed (new allocation data), unchanged (the wait ran out) or error.",
+                "outcome",
+                (0.001, 4.0, 10),
+            ),
+            errors: int_counter_vec(
+                &r,
+                metric_names::NODESIM_ERRORS_TOTAL,
+                "Failed calls by kind.",
+                "kind",
+                ERROR_KINDS,
+            ),
+            stages: job_stage_seconds(&r, &JobStage::timed_in(stampede_proto::Binary::Nodesim)),
+            registry: r,
+        };
+        // Every outcome shows from the start, so dashboards see zeros, not gaps.
         for o in ["changed", "unchanged", "error"] {
-            query_seconds.with_label_values(&[o]);
+            m.query_seconds.with_label_values(&[o]);
         }
-        for k in ERROR_KINDS {
-            errors.with_label_values(&[k]);
-        }
-        Self {
-            registry,
-            nodes,
-            allocs,
-            registrations,
-            runners_started,
-            update_rpcs,
-            updates_per_rpc,
-            heartbeat_seconds,
-            heartbeat_ttl_seconds,
-            query_seconds,
-            errors,
-            stages,
-        }
+        stampede_proto::build::register(&m.registry, stampede_proto::this_build!());
+        #[cfg(target_os = "linux")]
+        m.registry
+            .register(stampede_proto::process_collector(""))
+            .expect("the process collector is registered once");
+        m
     }
 
     /// Observes `stage` as ending now, having started at `from_us` (unix µs).

@@ -6,7 +6,7 @@
 
 use prometheus::core::{Collector, MetricVec, MetricVecBuilder};
 use prometheus::{
-    Counter, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    Counter, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry,
 };
 
@@ -32,6 +32,10 @@ pub fn int_counter(registry: &Registry, name: &str, help: &str) -> IntCounter {
 
 pub fn counter(registry: &Registry, name: &str, help: &str) -> Counter {
     register(registry, built(name, Counter::new(name, help)))
+}
+
+pub fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
+    register(registry, built(name, Gauge::new(name, help)))
 }
 
 pub fn int_gauge(registry: &Registry, name: &str, help: &str) -> IntGauge {

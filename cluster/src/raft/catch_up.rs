@@ -278,17 +278,17 @@ pub async fn follow(
         let measured = Measured {
             entries_per_s,
             bytes_per_entry,
-            build: metrics.snapshot_times.last_build(),
-            send: metrics.snapshot_times.last_send(),
-            snapshot_bytes: metrics.raft_snapshot_bytes.get().max(0) as u64,
+            build: metrics.snapshots.times.last_build(),
+            send: metrics.snapshots.times.last_send(),
+            snapshot_bytes: metrics.snapshots.bytes.get().max(0) as u64,
             since_snapshot: snapshot.map_or(0, |s| last_index.saturating_sub(s)),
         };
         let window = rule.window(&measured);
-        metrics.raft_catch_up_window_entries.set(window as i64);
+        metrics.snapshots.catch_up_window_entries.set(window as i64);
         if measured.build.is_none() || rate.span() < WARM_UP {
             continue;
         }
-        let sending = metrics.snapshot_times.oldest_sending(SENT_GRACE);
+        let sending = metrics.snapshots.times.oldest_sending(SENT_GRACE);
         let Some(upto) = purge_upto(snapshot, purged, window, rule.most(&measured), sending) else {
             continue;
         };

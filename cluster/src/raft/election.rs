@@ -330,7 +330,8 @@ pub async fn answer(
         .map_or_else(|_| latest.get().map_or(0, |v| v.term), |me| me.term);
     if let Err(refused) = &verdict {
         metrics
-            .raft_prevotes_refused
+            .elections
+            .prevotes_refused
             .with_label_values(&[refused.label()])
             .inc();
     }
@@ -430,7 +431,7 @@ pub async fn drive(
             || after.leading
             || !due(&after, drawn, &timing, Instant::now() - started);
         if overtaken {
-            metrics.raft_campaigns_stopped.inc();
+            metrics.elections.campaigns_stopped.inc();
             tracing::info!(
                 term = req.term,
                 now_term = after.term,
@@ -448,10 +449,10 @@ pub async fn drive(
             if raft.trigger().elect().await.is_err() {
                 return;
             }
-            metrics.raft_elections_started.inc();
-            metrics.raft_election_started_term.set(req.term as i64);
+            metrics.elections.started.inc();
+            metrics.elections.started_term.set(req.term as i64);
         } else {
-            metrics.raft_campaigns_stopped.inc();
+            metrics.elections.campaigns_stopped.inc();
             tracing::info!(
                 term = req.term,
                 known_leader = ?me.leader,

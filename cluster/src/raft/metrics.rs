@@ -35,33 +35,10 @@ pub struct Metrics {
     pub raft_snapshot_index: IntGauge,
     pub raft_term: IntGauge,
     pub raft_is_leader: IntGauge,
-    pub raft_leader_changes: IntCounter,
-    /// Elections this server started (its pre-vote granted by a quorum),
-    /// and the term of the last one (`raft::election`).
-    pub raft_elections_started: IntCounter,
-    pub raft_election_started_term: IntGauge,
-    /// Campaigns this server did not start: its pre-vote found no quorum.
-    pub raft_campaigns_stopped: IntCounter,
-    /// Pre-votes this server refused, by `reason`.
-    pub raft_prevotes_refused: IntCounterVec,
-    pub raft_snapshots_built: IntCounter,
-    pub raft_snapshots_installed: IntCounter,
-    pub raft_snapshot_bytes: IntGauge,
-    /// Each snapshot this server built: from the copy of its state to the
-    /// snapshot encoded and on disk.
-    pub raft_snapshot_build_seconds: Histogram,
-    /// On the leader: each snapshot sent to a follower, from its first
-    /// chunk to the follower's answer that it installed it.
-    pub raft_snapshot_send_seconds: Histogram,
-    /// On a follower: each snapshot installed from a leader, from the
-    /// state machine's turn to the state in place (the check's decode on
-    /// arrival before it is not counted).
-    pub raft_snapshot_install_seconds: Histogram,
-    /// Entries the log keeps behind its snapshot now (`raft::catch_up`).
-    pub raft_catch_up_window_entries: IntGauge,
-    /// The last build's and send's times, and the snapshots being sent,
-    /// which size the catch-up window (`raft::catch_up`).
-    pub snapshot_times: SnapshotTimes,
+    /// Elections: who led, who campaigned, which pre-votes were refused.
+    pub elections: ElectionMetrics,
+    /// Snapshots: built, sent, installed, and the catch-up window they size.
+    pub snapshots: SnapshotMetrics,
     /// Writes this server received as a follower and sent on to the leader.
     pub writes_forwarded: IntCounter,
     /// Of those, how each was done first: `apply` when this server applied
@@ -134,73 +111,8 @@ impl Metrics {
                 metric_names::RAFT_IS_LEADER,
                 "1 while this server is the raft leader, else 0.",
             ),
-            raft_leader_changes: int_counter(
-                &r,
-                "stampede_raft_leader_changes_total",
-                "Times this server saw a new leader.",
-            ),
-            raft_elections_started: int_counter(
-                &r,
-                metric_names::RAFT_ELECTIONS_STARTED_TOTAL,
-                "Elections this server started: a quorum granted its pre-vote, so it raised the term.",
-            ),
-            raft_election_started_term: int_gauge(
-                &r,
-                metric_names::RAFT_ELECTION_STARTED_TERM,
-                "The term of the last election this server started (0 if none).",
-            ),
-            raft_campaigns_stopped: int_counter(
-                &r,
-                "stampede_raft_campaigns_stopped_total",
-                "Campaigns this server did not start because its pre-vote found no quorum (a leader was alive, or its log was behind), or a leader was elected or heard from while it asked.",
-            ),
-            raft_prevotes_refused: int_counter_vec(
-                &r,
-                "stampede_raft_prevotes_refused_total",
-                "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, the candidate's log is behind, it had just woken from not running, or its raft core was too busy to say.",
-                "reason",
-                PREVOTE_REFUSALS,
-            ),
-            raft_snapshots_built: int_counter(
-                &r,
-                "stampede_raft_snapshots_built_total",
-                "Snapshots this server built from its state.",
-            ),
-            raft_snapshots_installed: int_counter(
-                &r,
-                metric_names::RAFT_SNAPSHOTS_INSTALLED_TOTAL,
-                "Snapshots this server installed from a leader.",
-            ),
-            raft_snapshot_bytes: int_gauge(
-                &r,
-                metric_names::RAFT_SNAPSHOT_BYTES,
-                "Size of this server's current snapshot.",
-            ),
-            raft_snapshot_build_seconds: histogram(
-                &r,
-                metric_names::RAFT_SNAPSHOT_BUILD_SECONDS,
-                "Time to build a snapshot from this server's state: encode it and write it to disk, synced.",
-                // 10 ms to about 5 minutes.
-                (0.01, 2.0, 15),
-            ),
-            raft_snapshot_send_seconds: histogram(
-                &r,
-                "stampede_raft_snapshot_send_seconds",
-                "On the leader: time to send a snapshot to a follower, its install there included.",
-                (0.01, 2.0, 15),
-            ),
-            raft_snapshot_install_seconds: histogram(
-                &r,
-                "stampede_raft_snapshot_install_seconds",
-                "On a follower: time to install a snapshot from a leader (save it, put its state in place).",
-                (0.01, 2.0, 15),
-            ),
-            raft_catch_up_window_entries: int_gauge(
-                &r,
-                "stampede_raft_catch_up_window_entries",
-                "Entries the raft log keeps behind its snapshot, for followers catching up: at least --keep-entries, more with the write rate.",
-            ),
-            snapshot_times: SnapshotTimes::default(),
+            elections: ElectionMetrics::register(&r),
+            snapshots: SnapshotMetrics::register(&r),
             append_rpc_seconds: histogram(
                 &r,
                 "stampede_raft_append_rpc_seconds",
@@ -259,6 +171,122 @@ impl Metrics {
     }
 }
 
+/// The election metrics (`raft::election`, and the server's leader watch).
+pub struct ElectionMetrics {
+    pub leader_changes: IntCounter,
+    /// Elections this server started (its pre-vote granted by a quorum),
+    /// and the term of the last one (`raft::election`).
+    pub started: IntCounter,
+    pub started_term: IntGauge,
+    /// Campaigns this server did not start: its pre-vote found no quorum.
+    pub campaigns_stopped: IntCounter,
+    /// Pre-votes this server refused, by `reason`.
+    pub prevotes_refused: IntCounterVec,
+}
+
+impl ElectionMetrics {
+    fn register(r: &Registry) -> Self {
+        Self {
+        leader_changes: int_counter(
+            r,
+            "stampede_raft_leader_changes_total",
+            "Times this server saw a new leader.",
+        ),
+        started: int_counter(
+            r,
+            metric_names::RAFT_ELECTIONS_STARTED_TOTAL,
+            "Elections this server started: a quorum granted its pre-vote, so it raised the term.",
+        ),
+        started_term: int_gauge(
+            r,
+            metric_names::RAFT_ELECTION_STARTED_TERM,
+            "The term of the last election this server started (0 if none).",
+        ),
+        campaigns_stopped: int_counter(
+            r,
+            "stampede_raft_campaigns_stopped_total",
+            "Campaigns this server did not start because its pre-vote found no quorum (a leader was alive, or its log was behind), or a leader was elected or heard from while it asked.",
+        ),
+        prevotes_refused: int_counter_vec(
+            r,
+            "stampede_raft_prevotes_refused_total",
+            "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, the candidate's log is behind, it had just woken from not running, or its raft core was too busy to say.",
+            "reason",
+            PREVOTE_REFUSALS,
+        ),
+        }
+    }
+}
+
+/// The snapshot metrics (`raft::state_machine`, `raft::catch_up`).
+pub struct SnapshotMetrics {
+    pub built: IntCounter,
+    pub installed: IntCounter,
+    pub bytes: IntGauge,
+    /// Each snapshot this server built: from the copy of its state to the
+    /// snapshot encoded and on disk.
+    pub build_seconds: Histogram,
+    /// On the leader: each snapshot sent to a follower, from its first
+    /// chunk to the follower's answer that it installed it.
+    pub send_seconds: Histogram,
+    /// On a follower: each snapshot installed from a leader, from the
+    /// state machine's turn to the state in place (the check's decode on
+    /// arrival before it is not counted).
+    pub install_seconds: Histogram,
+    /// Entries the log keeps behind its snapshot now (`raft::catch_up`).
+    pub catch_up_window_entries: IntGauge,
+    /// The last build's and send's times, and the snapshots being sent,
+    /// which size the catch-up window (`raft::catch_up`).
+    pub times: SnapshotTimes,
+}
+
+impl SnapshotMetrics {
+    fn register(r: &Registry) -> Self {
+        Self {
+        built: int_counter(
+            r,
+            "stampede_raft_snapshots_built_total",
+            "Snapshots this server built from its state.",
+        ),
+        installed: int_counter(
+            r,
+            metric_names::RAFT_SNAPSHOTS_INSTALLED_TOTAL,
+            "Snapshots this server installed from a leader.",
+        ),
+        bytes: int_gauge(
+            r,
+            metric_names::RAFT_SNAPSHOT_BYTES,
+            "Size of this server's current snapshot.",
+        ),
+        build_seconds: histogram(
+            r,
+            metric_names::RAFT_SNAPSHOT_BUILD_SECONDS,
+            "Time to build a snapshot from this server's state: encode it and write it to disk, synced.",
+            // 10 ms to about 5 minutes.
+            (0.01, 2.0, 15),
+        ),
+        send_seconds: histogram(
+            r,
+            "stampede_raft_snapshot_send_seconds",
+            "On the leader: time to send a snapshot to a follower, its install there included.",
+            (0.01, 2.0, 15),
+        ),
+        install_seconds: histogram(
+            r,
+            "stampede_raft_snapshot_install_seconds",
+            "On a follower: time to install a snapshot from a leader (save it, put its state in place).",
+            (0.01, 2.0, 15),
+        ),
+        catch_up_window_entries: int_gauge(
+            r,
+            "stampede_raft_catch_up_window_entries",
+            "Entries the raft log keeps behind its snapshot, for followers catching up: at least --keep-entries, more with the write rate.",
+        ),
+        times: SnapshotTimes::default(),
+        }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -306,7 +334,8 @@ impl Metrics {
     /// A snapshot build took `took`.
     pub fn snapshot_built(&self, took: Duration) {
         let ms = took.as_millis().clamp(1, u64::MAX as u128) as u64;
-        self.snapshot_times
+        self.snapshots
+            .times
             .last_build_ms
             .store(ms, Ordering::Relaxed);
     }
@@ -314,7 +343,7 @@ impl Metrics {
     /// A snapshot ending at `index` is being sent, until the guard is
     /// dropped; [`SnapshotSend::installed`] times it.
     pub fn snapshot_sending(self: &Arc<Self>, index: u64) -> SnapshotSend {
-        stampede_proto::lock(&self.snapshot_times.sending).push(index);
+        stampede_proto::lock(&self.snapshots.times.sending).push(index);
         SnapshotSend {
             metrics: self.clone(),
             index,
@@ -335,11 +364,13 @@ impl SnapshotSend {
     pub fn installed(self) {
         let took = self.began.elapsed();
         self.metrics
-            .raft_snapshot_send_seconds
+            .snapshots
+            .send_seconds
             .observe(took.as_secs_f64());
         let ms = took.as_millis().clamp(1, u64::MAX as u128) as u64;
         self.metrics
-            .snapshot_times
+            .snapshots
+            .times
             .last_send_ms
             .store(ms, Ordering::Relaxed);
     }
@@ -347,7 +378,7 @@ impl SnapshotSend {
 
 impl Drop for SnapshotSend {
     fn drop(&mut self) {
-        let times = &self.metrics.snapshot_times;
+        let times = &self.metrics.snapshots.times;
         *stampede_proto::lock(&times.last_sent) = Some((self.index, Instant::now()));
         let mut sending = stampede_proto::lock(&times.sending);
         if let Some(at) = sending.iter().position(|&i| i == self.index) {
@@ -374,7 +405,7 @@ mod tests {
     #[test]
     fn a_snapshot_send_is_held_while_it_goes_and_timed_once_installed() {
         let m = Arc::new(Metrics::new());
-        let times = &m.snapshot_times;
+        let times = &m.snapshots.times;
         assert_eq!(
             (times.last_send(), times.oldest_sending(Duration::ZERO)),
             (None, None)

@@ -148,7 +148,7 @@ impl StateMachine {
         let old = self.store.write(|s| std::mem::replace(s, state));
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
-        self.metrics.raft_snapshot_bytes.set(bytes as i64);
+        self.metrics.snapshots.bytes.set(bytes as i64);
         self.metrics
             .raft_snapshot_index
             .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
@@ -313,9 +313,10 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         let (state, bytes, changes) =
             installed.map_err(|e: Box<StorageIOError<NodeId>>| StorageError::from(*e))?;
         drop_off_thread(self.load(meta, bytes, state));
-        self.metrics.raft_snapshots_installed.inc();
+        self.metrics.snapshots.installed.inc();
         self.metrics
-            .raft_snapshot_install_seconds
+            .snapshots
+            .install_seconds
             .observe(began.elapsed().as_secs_f64());
         (self.observer)(&changes);
         Ok(())
@@ -369,7 +370,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let meta_for_save = meta.clone();
         // Room for about the last snapshot's bytes, so the buffer is not
         // grown (and copied) a dozen times on the way to hundreds of MB.
-        let last_size = self.metrics.raft_snapshot_bytes.get().max(0) as usize;
+        let last_size = self.metrics.snapshots.bytes.get().max(0) as usize;
         let stored = in_background(move || {
             let mut bytes = Vec::with_capacity(last_size + last_size / 8);
             state.encode_snapshot(&mut bytes);
@@ -387,14 +388,13 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
         let took = began.elapsed();
-        self.metrics.raft_snapshots_built.inc();
+        self.metrics.snapshots.built.inc();
         self.metrics
-            .raft_snapshot_build_seconds
+            .snapshots
+            .build_seconds
             .observe(took.as_secs_f64());
         self.metrics.snapshot_built(took);
-        self.metrics
-            .raft_snapshot_bytes
-            .set(stored.data.len() as i64);
+        self.metrics.snapshots.bytes.set(stored.data.len() as i64);
         self.metrics
             .raft_snapshot_index
             .set(meta.last_log_id.map_or(0, |l| l.index) as i64);

@@ -504,7 +504,7 @@ async fn watch_raft(
             metrics.raft_is_leader.set(i64::from(leading));
             log_store.set_leading(leading);
             if m.current_leader.is_some() && m.current_leader != leader {
-                metrics.raft_leader_changes.inc();
+                metrics.elections.leader_changes.inc();
             }
             leader = m.current_leader;
         }
