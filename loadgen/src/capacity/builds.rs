@@ -179,24 +179,42 @@ fn build_rev(
     }
     std::fs::create_dir_all(&root)
         .map_err(|e| fail(format!("cannot create {}: {e}", root.display())))?;
+    check_out(&repo, &commit, &tree).map_err(fail)?;
+    std::fs::create_dir_all(out).map_err(|e| CapacityError::Write(out.into(), e))?;
+    let log_path = out.join(format!("build-{}.log", &commit[..12]));
+    eprintln!(
+        "loadgen: variant {variant}: building {rev} ({}) in {} ({} profile; log {}; the first build of a revision compiles its dependencies too)",
+        &commit[..12],
+        tree.display(),
+        profile(),
+        log_path.display()
+    );
+    cargo_build(&tree, &root.join("build-dir"), &log_path, &fail)?;
+    std::fs::write(&done, &commit).map_err(|e| CapacityError::Write(done.clone(), e))?;
+    Ok((commit, bins))
+}
+
+/// Checks `commit` of `repo` out into `tree` (unless a checkout is there),
+/// its files newer than every artifact of the shared build directory.
+fn check_out(repo: &str, commit: &str, tree: &Path) -> Result<(), String> {
     if !tree.join("Cargo.toml").is_file() {
-        let _ = std::fs::remove_dir_all(&tree);
+        let _ = std::fs::remove_dir_all(tree);
         git(
-            Some(Path::new(&repo)),
+            Some(Path::new(repo)),
             &[
                 "worktree",
                 "add",
                 "--detach",
                 &tree.display().to_string(),
-                &commit,
+                commit,
             ],
         )
-        .map_err(|e| fail(format!("cannot check it out into {}: {e}", tree.display())))?;
+        .map_err(|e| format!("cannot check it out into {}: {e}", tree.display()))?;
     }
     // A checkout newer than every artifact of the shared build directory:
     // its crates are compiled, never taken from another revision's build.
     let _ = Command::new("find")
-        .arg(&tree)
+        .arg(tree)
         .args([
             "-path",
             &tree.join("target").display().to_string(),
@@ -210,26 +228,28 @@ fn build_rev(
             "+",
         ])
         .status();
-    std::fs::create_dir_all(out).map_err(|e| CapacityError::Write(out.into(), e))?;
-    let log_path = out.join(format!("build-{}.log", &commit[..12]));
-    let log =
-        std::fs::File::create(&log_path).map_err(|e| CapacityError::Write(log_path.clone(), e))?;
+    Ok(())
+}
+
+/// Builds the `cluster` and `nodesim` of the checkout in `tree`, in
+/// loadgen's own profile, with its output in `log_path`.
+fn cargo_build(
+    tree: &Path,
+    build_dir: &Path,
+    log_path: &Path,
+    fail: &dyn Fn(String) -> CapacityError,
+) -> Result<(), CapacityError> {
+    let log = std::fs::File::create(log_path)
+        .map_err(|e| CapacityError::Write(log_path.to_path_buf(), e))?;
     let log2 = log
         .try_clone()
-        .map_err(|e| CapacityError::Write(log_path.clone(), e))?;
-    eprintln!(
-        "loadgen: variant {variant}: building {rev} ({}) in {} ({} profile; log {}; the first build of a revision compiles its dependencies too)",
-        &commit[..12],
-        tree.display(),
-        profile(),
-        log_path.display()
-    );
+        .map_err(|e| CapacityError::Write(log_path.to_path_buf(), e))?;
     let mut cargo = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cargo
-        .current_dir(&tree)
+        .current_dir(tree)
         .args(["build", "--bin", "cluster", "--bin", "nodesim"])
         .env("CARGO_TARGET_DIR", tree.join("target"))
-        .env("CARGO_BUILD_BUILD_DIR", root.join("build-dir"))
+        .env("CARGO_BUILD_BUILD_DIR", build_dir)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log2);
@@ -245,8 +265,7 @@ fn build_rev(
             log_path.display()
         )));
     }
-    std::fs::write(&done, &commit).map_err(|e| CapacityError::Write(done.clone(), e))?;
-    Ok((commit, bins))
+    Ok(())
 }
 
 /// The git repository a revision is taken from: the one loadgen runs in,

@@ -225,20 +225,11 @@ fn ack_rate(journal: &Journal, from: f64, to: f64) -> Option<f64> {
 /// Jobs as `(submitted s, latency ms)`.
 type Latencies = Vec<(f64, f64)>;
 
-/// What each injected fault cost, from the stream's acknowledgements.
-/// `stream_s` is how long submissions went on (the scenario's duration).
-pub fn measure(
-    injected: &[Injected],
-    journal: &Journal,
-    jobs: &JobTimes,
-    stream_s: f64,
-    window: Duration,
-) -> Vec<FaultReport> {
-    let window = window.as_secs_f64();
-    let recovered = |f: &Injected| f.leader_s.map(|l| l.max(f.undone_s));
-    // Fresh registrations and rolling updates apart: an update runs at its
-    // rollout's pace (seconds, by design), and measured against a baseline
-    // of registrations every update after a fault read as held up by it.
+/// Jobs' times to placement and to running, fresh registrations and
+/// rolling updates apart: an update runs at its rollout's pace (seconds, by
+/// design), and measured against a baseline of registrations every update
+/// after a fault would read as held up by it.
+fn latencies_by_kind(jobs: &JobTimes) -> Vec<(Latencies, Latencies)> {
     let keys =
         |at: &[f64]| -> std::collections::HashSet<u64> { at.iter().map(|s| s.to_bits()).collect() };
     let rollouts = keys(&jobs.rollouts);
@@ -247,7 +238,7 @@ pub fn measure(
     // measured on its own.
     let superseded = keys(&jobs.superseded);
     let rollout = |j: &(f64, f64)| rollouts.contains(&j.0.to_bits());
-    let kinds: Vec<(Latencies, Latencies)> = [false, true]
+    [false, true]
         .into_iter()
         .map(|want| {
             let placed = jobs.placed.iter().copied();
@@ -259,7 +250,21 @@ pub fn measure(
                     .collect(),
             )
         })
-        .collect();
+        .collect()
+}
+
+/// What each injected fault cost, from the stream's acknowledgements.
+/// `stream_s` is how long submissions went on (the scenario's duration).
+pub fn measure(
+    injected: &[Injected],
+    journal: &Journal,
+    jobs: &JobTimes,
+    stream_s: f64,
+    window: Duration,
+) -> Vec<FaultReport> {
+    let window = window.as_secs_f64();
+    let recovered = |f: &Injected| f.leader_s.map(|l| l.max(f.undone_s));
+    let kinds = latencies_by_kind(jobs);
     // When the previous fault's control plane was back: the next baseline
     // starts after it.
     let mut previous_back: Option<f64> = None;
