@@ -53,6 +53,7 @@ const CAUGHT_BY: [Plant; 4] = [
 ];
 
 #[test]
+#[ignore = "the mutation suite: scripts/test-mutations.sh"]
 fn every_planted_scheduler_bug_is_caught_by_its_invariant() {
     let mut missed = Vec::new();
     for (bug, check, server_args, edits) in CAUGHT_BY {
