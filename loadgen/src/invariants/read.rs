@@ -157,7 +157,27 @@ pub async fn audit(
             );
         }
     }
+    eprintln!("loadgen: {}", verdict(&invariants));
     (invariants, cost)
+}
+
+/// One line for the run's log: how many invariants held and which failed,
+/// so each repetition's verdict is on record (the summary merges them).
+pub(super) fn verdict(invariants: &[Invariant]) -> String {
+    let failed: Vec<String> = invariants
+        .iter()
+        .filter(|i| !i.ok)
+        .map(|i| format!("{} ({} violations)", i.name, i.violations))
+        .collect();
+    let held = invariants.len() - failed.len();
+    match failed.is_empty() {
+        true => format!("invariants: all {held} held"),
+        false => format!(
+            "invariants: {held} of {} held; failed: {}",
+            invariants.len(),
+            failed.join(", ")
+        ),
+    }
 }
 
 /// A read's result with how long it took.

@@ -960,3 +960,21 @@ fn the_checks_at_c2m_scale_hold_one_server_at_a_time() {
         hwm()
     );
 }
+
+#[test]
+fn each_audits_verdict_names_the_invariants_that_failed() {
+    let held = Invariant::new("capacity", vec![], "900 nodes".into());
+    let failed = Invariant::new(
+        "terminal_stays_terminal",
+        vec!["alloc a: lost, then running".into(), "alloc b".into()],
+        String::new(),
+    );
+    assert_eq!(
+        super::read::verdict(&[held.clone(), held.clone()]),
+        "invariants: all 2 held"
+    );
+    assert_eq!(
+        super::read::verdict(&[held, failed]),
+        "invariants: 1 of 2 held; failed: terminal_stays_terminal (2 violations)"
+    );
+}
