@@ -382,11 +382,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             // A newer snapshot installed from the leader meanwhile stays
             // the current one; this one is still handed to openraft, which
             // keeps the newer.
-            snapshots.save(&stored).map(|_| stored)
+            snapshots.save(&stored).map(|saved| (saved, stored))
         })
         .await
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?
         .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), AnyError::new(&e)))?;
+        let (saved, stored) = stored;
         let took = began.elapsed();
         self.metrics.snapshots.built.inc();
         self.metrics
@@ -394,10 +395,14 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             .build_seconds
             .observe(took.as_secs_f64());
         self.metrics.snapshot_built(took);
-        self.metrics.snapshots.bytes.set(stored.data.len() as i64);
-        self.metrics
-            .raft_snapshot_index
-            .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
+        // The current snapshot's figures stay the newer one's, installed
+        // while this one was built.
+        if saved {
+            self.metrics.snapshots.bytes.set(stored.data.len() as i64);
+            self.metrics
+                .raft_snapshot_index
+                .set(meta.last_log_id.map_or(0, |l| l.index) as i64);
+        }
         Ok(to_snapshot(stored))
     }
 }
