@@ -51,6 +51,7 @@ use stampede_proto::security::{Role, TlsArgs, CA_KEY_FILE, TOKEN_FILE};
 pub use error::CapacityError;
 pub use options::CapacityOpts;
 
+use crate::history;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
@@ -75,6 +76,9 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         None => None,
     };
     let out = opts.out_dir(&scenario);
+    // Before anything runs: a history that cannot be written to stops the
+    // run at once, not after it.
+    let history = open_history(&opts).await?;
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
     // Before anything starts: a variant's build that is missing or fails
     // to build stops the run at once.
@@ -104,6 +108,7 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         own_metrics: own_metrics_url(own),
         baseline,
         binaries,
+        machine: history::this_machine(),
     };
     let summary = match options::search_budget(&scenario, &opts) {
         Some(budget) => search::find_max_rate(&scenario, budget, &out, &ctx).await?,
@@ -112,6 +117,9 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     output::write(out.join("loadgen.prom"), metrics.render())?;
     if let Some(p) = prometheus {
         p.stop();
+    }
+    if let Some(store) = history {
+        record(store, &summary, &out).await?;
     }
     crate::say(report::table(&summary));
     crate::say(format!("report: {}", out.join("report.html").display()));
@@ -122,6 +130,28 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
     }
     Ok(summary)
+}
+
+/// The run's history, opened (and made or migrated) before the run:
+/// none with `--no-history`.
+async fn open_history(opts: &CapacityOpts) -> anyhow::Result<Option<history::Store>> {
+    if opts.no_history {
+        return Ok(None);
+    }
+    let at = opts.history.location();
+    let store = tokio::task::spawn_blocking(move || history::Store::open(&at)).await??;
+    Ok(Some(store))
+}
+
+/// Records the finished run in the history.
+async fn record(mut store: history::Store, summary: &RunSummary, out: &Path) -> anyhow::Result<()> {
+    let (summary, out) = (summary.clone(), out.to_path_buf());
+    let added = tokio::task::spawn_blocking(move || {
+        history::record(&mut store, &summary, &out).map(|n| (n, store.label().to_string()))
+    })
+    .await??;
+    crate::say(format!("history: {} runs recorded in {}", added.0, added.1));
+    Ok(())
 }
 
 /// The scenario as the options change it (duration, repeats, traces,
