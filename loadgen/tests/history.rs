@@ -425,3 +425,81 @@ fn the_same_history_on_a_real_postgresql() {
         .unwrap()
         .contains("<code>c12</code>"));
 }
+
+/// A dashboard query as Grafana sends it for the planted history: the
+/// time filter over all time, scenario `default`, All variants, one measure.
+fn grafana_sql(sql: &str) -> String {
+    let mut out = String::new();
+    let mut rest = sql;
+    while let Some(i) = rest.find("$__unixEpochFilter(") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + "$__unixEpochFilter(".len()..];
+        let end = after.find(')').unwrap();
+        out.push_str(&format!("{} BETWEEN 0 AND 4102444800", &after[..end]));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out.replace("$scenario", "default")
+        .replace("$variant", "'default'")
+        .replace("$measure", "placements_per_s")
+}
+
+#[test]
+fn every_history_dashboard_query_returns_data_from_a_real_postgresql() {
+    let dashboard = json(&common::package_dir().join("../dashboards/history.json"));
+    let provisioned = std::fs::read_to_string(
+        common::package_dir().join("../dashboards/provisioning/datasources/stampede.yaml"),
+    )
+    .unwrap();
+    assert!(
+        provisioned.contains("uid: stampede-history")
+            && provisioned.contains("type: grafana-postgresql-datasource")
+    );
+    let pg = Postgres::start();
+    let root = tempfile::tempdir().unwrap();
+    let o = history(&pg.url, &["import"], &twenty_builds(root.path(), true));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut db = postgres::Client::connect(&pg.url, postgres::NoTls).unwrap();
+    let mut queries: Vec<(String, String)> = Vec::new();
+    for v in dashboard["templating"]["list"].as_array().unwrap() {
+        if v["type"] == "query" {
+            queries.push((
+                format!("variable {}", v["name"]),
+                v["query"].as_str().unwrap().into(),
+            ));
+        }
+    }
+    let panels = dashboard["panels"].as_array().unwrap();
+    assert_eq!(panels.len(), 5);
+    for p in panels {
+        let title = p["title"].as_str().unwrap();
+        assert!(
+            p["description"].as_str().is_some_and(|d| d.len() > 20),
+            "{title}: a description"
+        );
+        assert!(
+            p["fieldConfig"]["defaults"]["unit"]
+                .as_str()
+                .is_some_and(|u| !u.is_empty()),
+            "{title}: a unit"
+        );
+        assert_eq!(
+            p["datasource"]["type"], "grafana-postgresql-datasource",
+            "{title}"
+        );
+        for t in p["targets"].as_array().unwrap() {
+            queries.push((
+                format!("panel {title:?}"),
+                t["rawSql"].as_str().unwrap().into(),
+            ));
+        }
+    }
+    for (what, sql) in queries {
+        let sql = grafana_sql(&sql);
+        assert!(!sql.contains('$'), "{what}: a variable left in {sql}");
+        let rows = db
+            .query(sql.as_str(), &[])
+            .unwrap_or_else(|e| panic!("{what}: {e}\n{sql}"));
+        assert!(!rows.is_empty(), "{what} returned nothing:\n{sql}");
+    }
+}

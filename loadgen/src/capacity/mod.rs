@@ -143,14 +143,22 @@ async fn open_history(opts: &CapacityOpts) -> anyhow::Result<Option<history::Sto
     Ok(Some(store))
 }
 
-/// Records the finished run in the history.
+/// Records the finished run in the history: every variant it can (one
+/// without a start, which never ran, is named and left out).
 async fn record(mut store: history::Store, summary: &RunSummary, out: &Path) -> anyhow::Result<()> {
-    let (summary, out) = (summary.clone(), out.to_path_buf());
-    let added = tokio::task::spawn_blocking(move || {
-        history::record(&mut store, &summary, &out).map(|n| (n, store.label().to_string()))
+    let mut rows = Vec::new();
+    for variant in history::rows_by_variant(summary, &out.join("summary.json")) {
+        match variant {
+            Ok(r) => rows.extend(r),
+            Err(e) => eprintln!("loadgen: not recorded in the history: {e}"),
+        }
+    }
+    let (added, at) = tokio::task::spawn_blocking(move || {
+        let added = store.insert(&rows)?;
+        Ok::<_, history::HistoryError>((added, store.label().to_string()))
     })
     .await??;
-    crate::say(format!("history: {} runs recorded in {}", added.0, added.1));
+    crate::say(format!("history: {added} runs recorded in {at}"));
     Ok(())
 }
 

@@ -36,11 +36,10 @@ pub use check::{Change, CommitOrder};
 pub use detect::Detector;
 pub use error::HistoryError;
 pub use import::{read_run, read_runs};
-pub use record::{rows, this_machine, RunRow, StageRow};
+pub use record::{rows, rows_by_variant, this_machine, RunRow, StageRow};
 pub use store::{Location, Store, DEFAULT_FILE, MIGRATIONS, SCHEMA_VERSION};
 
 use crate::summary::measures::by_name;
-use crate::summary::RunSummary;
 
 /// The file `check` writes its change points to.
 pub const CHANGES_FILE: &str = "changes.json";
@@ -231,11 +230,4 @@ fn write(path: &Path, text: &str) -> Result<(), HistoryError> {
         std::fs::create_dir_all(dir).map_err(fail)?;
     }
     std::fs::write(path, text).map_err(fail)
-}
-
-/// Records a finished run (`loadgen capacity`) from its summary, as
-/// `import` would record its run directory `dir`; returns how many
-/// repetitions were new.
-pub fn record(store: &mut Store, summary: &RunSummary, dir: &Path) -> Result<usize, HistoryError> {
-    store.insert(&rows(summary, &dir.join("summary.json"))?)
 }

@@ -57,53 +57,73 @@ impl RunRow {
 /// Refused, naming the file, when a variant has no build stamp or no start.
 pub fn rows(summary: &RunSummary, path: &Path) -> Result<Vec<RunRow>, HistoryError> {
     let mut out = Vec::new();
-    for v in &summary.variants {
-        let bad = |why: &str| HistoryError::Unrecordable {
-            path: path.to_path_buf(),
+    for v in rows_by_variant(summary, path) {
+        out.extend(v?);
+    }
+    Ok(out)
+}
+
+/// Each variant's rows, or why it cannot be recorded (a run records the
+/// variants it can, and says which it could not).
+pub fn rows_by_variant(
+    summary: &RunSummary,
+    path: &Path,
+) -> Vec<Result<Vec<RunRow>, HistoryError>> {
+    (summary.variants.iter())
+        .map(|v| variant_rows(summary, v, path))
+        .collect()
+}
+
+fn variant_rows(
+    summary: &RunSummary,
+    v: &VariantSummary,
+    path: &Path,
+) -> Result<Vec<RunRow>, HistoryError> {
+    let bad = |why: &str| HistoryError::Unrecordable {
+        path: path.to_path_buf(),
+        variant: v.name.clone(),
+        why: why.into(),
+    };
+    let build = build_under_test(v, summary)
+        .ok_or_else(|| bad("no build stamp (cluster, nodesim or loadgen commit)"))?;
+    if !(v.started_unix.is_finite() && v.started_unix > 0.0) {
+        return Err(bad("no start time (started_unix)"));
+    }
+    let stages: Vec<StageRow> = (v.critical_path.stages.iter())
+        .map(|s| StageRow {
+            stage: s.stage.clone(),
+            p50_ms: s.p50_ms,
+            p99_ms: s.p99_ms,
+        })
+        .collect();
+    let reps: Vec<(u32, BTreeMap<String, f64>, bool)> = match v.repetitions.is_empty() {
+        true => vec![(1, measures::figures(v), v.validity.valid)],
+        false => (v.repetitions.iter())
+            .map(|r| (r.round, r.measures.clone(), r.valid))
+            .collect(),
+    };
+    let mut out = Vec::new();
+    for (i, (round, figures, valid)) in reps.into_iter().enumerate() {
+        // Rounds are 1, 2, ... in a summary; an older one without them
+        // numbers its repetitions in order.
+        let round = if round == 0 { i as u32 + 1 } else { round };
+        out.push(RunRow {
+            key: format!(
+                "{}/{}/{:.6}/{round}",
+                summary.scenario.name, v.name, v.started_unix
+            ),
+            scenario: summary.scenario.name.clone(),
             variant: v.name.clone(),
-            why: why.into(),
-        };
-        let build = build_under_test(v, summary)
-            .ok_or_else(|| bad("no build stamp (cluster, nodesim or loadgen commit)"))?;
-        if !(v.started_unix.is_finite() && v.started_unix > 0.0) {
-            return Err(bad("no start time (started_unix)"));
-        }
-        let stages: Vec<StageRow> = (v.critical_path.stages.iter())
-            .map(|s| StageRow {
-                stage: s.stage.clone(),
-                p50_ms: s.p50_ms,
-                p99_ms: s.p99_ms,
-            })
-            .collect();
-        let ok = v.problems.is_empty();
-        let reps: Vec<(u32, BTreeMap<String, f64>, bool)> = match v.repetitions.is_empty() {
-            true => vec![(1, measures::figures(v), v.validity.valid)],
-            false => (v.repetitions.iter())
-                .map(|r| (r.round, r.measures.clone(), r.valid))
-                .collect(),
-        };
-        for (i, (round, figures, valid)) in reps.into_iter().enumerate() {
-            // Rounds are 1, 2, ... in a summary; an older one without them
-            // numbers its repetitions in order.
-            let round = if round == 0 { i as u32 + 1 } else { round };
-            out.push(RunRow {
-                key: format!(
-                    "{}/{}/{:.6}/{round}",
-                    summary.scenario.name, v.name, v.started_unix
-                ),
-                scenario: summary.scenario.name.clone(),
-                variant: v.name.clone(),
-                commit: build.commit.clone(),
-                dirty: build.dirty,
-                machine: summary.machine.clone(),
-                started_unix: v.started_unix,
-                round,
-                valid: valid && ok,
-                source: path.display().to_string(),
-                measures: figures.into_iter().filter(|(_, x)| x.is_finite()).collect(),
-                stages: stages.clone(),
-            });
-        }
+            commit: build.commit.clone(),
+            dirty: build.dirty,
+            machine: summary.machine.clone(),
+            started_unix: v.started_unix,
+            round,
+            valid: valid && v.problems.is_empty(),
+            source: path.display().to_string(),
+            measures: figures.into_iter().filter(|(_, x)| x.is_finite()).collect(),
+            stages: stages.clone(),
+        });
     }
     Ok(out)
 }
@@ -115,7 +135,10 @@ fn build_under_test<'a>(v: &'a VariantSummary, s: &'a RunSummary) -> Option<&'a 
         .into_iter()
         .flat_map(|b| [&b.cluster, &b.nodesim, &b.loadgen])
         .flatten()
-        .find(|b| !b.commit.is_empty() && b.commit != "unknown")
+        .filter(|b| !b.commit.is_empty())
+        // A build outside a git checkout says "unknown": kept, but only
+        // when no binary of the variant knows its commit.
+        .min_by_key(|b| b.commit == "unknown")
 }
 
 /// This machine: its cores, memory, and a fingerprint of both with its
