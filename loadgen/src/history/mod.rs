@@ -189,7 +189,7 @@ fn check_cmd(
     let rows = Store::open_existing(at)?.load()?;
     let all = check::series(&rows, &CommitOrder::of_checkout(), scenario);
     let changes = check::changes(&all, &Detector::default());
-    let gated = |c: &Change| c.worse && gates.iter().any(|g| *g == c.measure);
+    let gated = |c: &Change| c.worse && gates.contains(&c.measure);
     for c in &changes {
         let gate = if gated(c) { "  GATED" } else { "" };
         crate::say(format!(
