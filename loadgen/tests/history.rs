@@ -503,3 +503,34 @@ fn every_history_dashboard_query_returns_data_from_a_real_postgresql() {
         assert!(!rows.is_empty(), "{what} returned nothing:\n{sql}");
     }
 }
+
+#[test]
+fn two_imports_into_a_new_history_at_once_both_succeed() {
+    let root = tempfile::tempdir().unwrap();
+    let at = root.path().join("h.sqlite");
+    let runs = twenty_builds(root.path(), false);
+    let import = |paths: &[PathBuf]| {
+        Command::new(LOADGEN)
+            .env_remove(common::HISTORY_ENV)
+            .args(["history", "import"])
+            .args(paths)
+            .arg("--history")
+            .arg(&at)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (import(&runs[..10]), import(&runs[10..]));
+    for child in [a, b] {
+        let o = child.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let list = history(at.to_str().unwrap(), &["list"], &[]);
+    assert_eq!(
+        stdout(&list).matches("\n  ").count(),
+        21,
+        "{}",
+        stdout(&list)
+    );
+}
