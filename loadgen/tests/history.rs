@@ -534,3 +534,25 @@ fn two_imports_into_a_new_history_at_once_both_succeed() {
         stdout(&list)
     );
 }
+
+#[test]
+fn a_capacity_run_with_a_history_it_cannot_write_stops_before_it_starts() {
+    let root = tempfile::tempdir().unwrap();
+    let at = root.path().join("h.sqlite");
+    std::fs::write(&at, b"not a database".repeat(500)).unwrap();
+    let out = root.path().join("run");
+    let o = Command::new(LOADGEN)
+        .env_remove(stampede_proto::address::ADDRESS_ENV)
+        .env(common::HISTORY_ENV, &at)
+        .args(["capacity", "--scenario", "default", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains(at.to_str().unwrap()) && stderr(&o).contains("not a database"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!out.exists(), "nothing ran");
+}

@@ -78,7 +78,7 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     let out = opts.out_dir(&scenario);
     // Before anything runs: a history that cannot be written to stops the
     // run at once, not after it.
-    let history = open_history(&opts).await?;
+    let history = check_history(&opts).await?;
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
     // Before anything starts: a variant's build that is missing or fails
     // to build stops the run at once.
@@ -118,8 +118,8 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     if let Some(p) = prometheus {
         p.stop();
     }
-    if let Some(store) = history {
-        record(store, &summary, &out).await?;
+    if let Some(at) = history {
+        record(at, &summary, &out).await?;
     }
     crate::say(report::table(&summary));
     crate::say(format!("report: {}", out.join("report.html").display()));
@@ -132,20 +132,23 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     Ok(summary)
 }
 
-/// The run's history, opened (and made or migrated) before the run:
-/// none with `--no-history`.
-async fn open_history(opts: &CapacityOpts) -> anyhow::Result<Option<history::Store>> {
+/// The run's history, opened (and made or migrated) before the run so
+/// that one that cannot be written to stops it at once; none with
+/// `--no-history`. It is opened again to record: a database connection
+/// held through a long run could be closed under it.
+async fn check_history(opts: &CapacityOpts) -> anyhow::Result<Option<history::Location>> {
     if opts.no_history {
         return Ok(None);
     }
     let at = opts.history.location();
-    let store = tokio::task::spawn_blocking(move || history::Store::open(&at)).await??;
-    Ok(Some(store))
+    let opened = at.clone();
+    tokio::task::spawn_blocking(move || history::Store::open(&opened)).await??;
+    Ok(Some(at))
 }
 
 /// Records the finished run in the history: every variant it can (one
 /// without a start, which never ran, is named and left out).
-async fn record(mut store: history::Store, summary: &RunSummary, out: &Path) -> anyhow::Result<()> {
+async fn record(at: history::Location, summary: &RunSummary, out: &Path) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for variant in history::rows_by_variant(summary, &out.join("summary.json")) {
         match variant {
@@ -153,12 +156,10 @@ async fn record(mut store: history::Store, summary: &RunSummary, out: &Path) -> 
             Err(e) => eprintln!("loadgen: not recorded in the history: {e}"),
         }
     }
-    let (added, at) = tokio::task::spawn_blocking(move || {
-        let added = store.insert(&rows)?;
-        Ok::<_, history::HistoryError>((added, store.label().to_string()))
-    })
-    .await??;
-    crate::say(format!("history: {added} runs recorded in {at}"));
+    let label = at.label();
+    let added =
+        tokio::task::spawn_blocking(move || history::Store::open(&at)?.insert(&rows)).await??;
+    crate::say(format!("history: {added} runs recorded in {label}"));
     Ok(())
 }
 
