@@ -556,3 +556,32 @@ fn a_capacity_run_with_a_history_it_cannot_write_stops_before_it_starts() {
     );
     assert!(!out.exists(), "nothing ran");
 }
+
+#[test]
+fn compare_records_both_runs_it_reads() {
+    let root = tempfile::tempdir().unwrap();
+    let at = root.path().join("h.sqlite");
+    let runs = twenty_builds(root.path(), false);
+    let o = Command::new(LOADGEN)
+        .env_remove(common::HISTORY_ENV)
+        .arg("compare")
+        .args(&runs[..2])
+        .arg("--history")
+        .arg(&at)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let list = stdout(&history(at.to_str().unwrap(), &["list"], &[]));
+    assert!(list.contains(" c00 ") && list.contains(" c01 "), "{list}");
+    // --no-history: nothing recorded, nothing made.
+    let none = root.path().join("none.sqlite");
+    let o = Command::new(LOADGEN)
+        .env(common::HISTORY_ENV, &none)
+        .arg("compare")
+        .args(&runs[2..4])
+        .arg("--no-history")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!none.exists());
+}
