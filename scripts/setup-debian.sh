@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what building stampede needs on Debian and is missing: RocksDB
 # itself (Debian's librocksdb-dev: the servers link it, nothing compiles it),
-# a C compiler and libclang (the Rust bindings to RocksDB) and protoc (the
+# SQLite's library (libsqlite3-dev: loadgen's run history links it), a C
+# compiler and libclang (the Rust bindings to RocksDB) and protoc (the
 # gRPC code), and with --tests a headless Chromium (the report test),
-# Prometheus with promtool (the dashboard test), Python's pip (the manifests'
+# Prometheus with promtool (the dashboard test), PostgreSQL (the run
+# history's test on a shared database), Python's pip (the manifests'
 # validation), iproute2 and iptables (the namespace run), etcd (the etcd
 # client's test); with --etcd what scripts/compare-etcd.sh needs: etcd,
 # etcdctl and jq. Runs apt-get as root, or through sudo.
@@ -24,6 +26,7 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v clang >/dev/null 2>&1 || need+=(clang)
 dpkg -s libclang-dev >/dev/null 2>&1 || need+=(libclang-dev)
 dpkg -s librocksdb-dev >/dev/null 2>&1 || need+=(librocksdb-dev)
+dpkg -s libsqlite3-dev >/dev/null 2>&1 || need+=(libsqlite3-dev)
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 # With --tests: the capacity report's test opens report.html in a headless
@@ -31,6 +34,8 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 if $tests; then
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  # The run history's test starts a PostgreSQL server of its own.
+  ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
   # The manifests' validation (scripts/validate-deploy.sh pip-installs
   # kubernetes-validate) and the namespace run (ip netns; iptables for --loss).
   command -v python3 >/dev/null 2>&1 || need+=(python3)

@@ -40,6 +40,9 @@
 //! - `progress`: the terminal's progress bar during a stream.
 //! - `prometheus_run`: a Prometheus scraping the run, for Grafana.
 //! - `inventory`: the servers and nodesim shards of a deployed run.
+//! - [`history`]: every run remembered (SQLite or PostgreSQL), and the
+//!   commits where a measure changed (`loadgen history`); capacity and
+//!   compare record their runs in it.
 //! - [`capacity`]: `loadgen capacity`, the composition root: it starts (or
 //!   is given) the processes and drives the pipeline above, variant by
 //!   variant or probe by probe, and writes the run directory.
@@ -60,6 +63,7 @@ pub mod capacity;
 pub mod compare;
 mod critical_path;
 mod faults;
+pub mod history;
 mod invariants;
 mod inventory;
 mod metrics;

@@ -24,6 +24,14 @@ enum Cmd {
     /// interval and a verdict (better, worse, inconclusive). Exits 1 when a
     /// gated measure is worse, 2 when the runs cannot be compared.
     Compare(loadgen::compare::CompareOpts),
+    /// The run history: import runs, list them, show a measure over the
+    /// builds, check for the commits where a measure changed (exits 1 when
+    /// a --gate measure changed for the worse, 2 when the history cannot be
+    /// read), or write its HTML report.
+    History {
+        #[command(subcommand)]
+        command: loadgen::history::HistoryCmd,
+    },
     /// TCP proxies that delay every byte each way: link latency without
     /// netem (scripts/multihost.sh). Runs until killed.
     Link(LinkOpts),
@@ -36,8 +44,9 @@ struct LinkOpts {
     links: Vec<stampede_launch::delay::DelayLink>,
 }
 
-/// `loadgen compare`'s exit code when the runs cannot be compared (1 is a
-/// gated measure judged worse).
+/// `loadgen compare`'s exit code when the runs cannot be compared, and
+/// `loadgen history`'s when the history cannot be read (1 is a gated
+/// measure judged worse, or changed for the worse).
 const CANNOT_COMPARE: u8 = 2;
 
 #[tokio::main]
@@ -75,8 +84,28 @@ fn compare(opts: &loadgen::compare::CompareOpts) -> ExitCode {
             eprintln!("error: worse than A: {}", c.worse.join("; "));
             ExitCode::FAILURE
         }
+        Err(loadgen::compare::CompareError::History(e)) => {
+            eprintln!("error: {e}");
+            ExitCode::from(CANNOT_COMPARE)
+        }
         Err(e) => {
             eprintln!("error: the runs cannot be compared: {e}");
+            ExitCode::from(CANNOT_COMPARE)
+        }
+    }
+}
+
+/// `loadgen history`: 0, or 1 when `check` found a gated measure changed
+/// for the worse; 2 when the history or a run cannot be read or written.
+fn history(cmd: loadgen::history::HistoryCmd) -> ExitCode {
+    match loadgen::history::run(cmd) {
+        Ok(loadgen::history::Outcome::Fine) => ExitCode::SUCCESS,
+        Ok(loadgen::history::Outcome::WorseInGate) => {
+            eprintln!("error: a gated measure changed for the worse (changes.json)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
             ExitCode::from(CANNOT_COMPARE)
         }
     }
@@ -123,7 +152,12 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 return Err(e);
             }
         }
-        Cmd::Compare(opts) => return Ok(compare(&opts)),
+        // Blocking: the history may be a PostgreSQL database, whose client
+        // runs a runtime of its own.
+        Cmd::Compare(opts) => return Ok(tokio::task::spawn_blocking(move || compare(&opts)).await?),
+        Cmd::History { command } => {
+            return Ok(tokio::task::spawn_blocking(move || history(command)).await?)
+        }
         Cmd::Capacity(opts) => {
             // Stopped by Ctrl-C or SIGTERM, the run is dropped where it
             // stands: the servers, nodesim and Prometheus it started stop

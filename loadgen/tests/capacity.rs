@@ -42,7 +42,7 @@ nodesim_args = ["--update-mode", "prioritized"]
 
 #[test]
 fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() {
-    let (_dir, out, mut cmd) = capacity(TINY, "tiny");
+    let (dir, out, mut cmd) = capacity(TINY, "tiny");
     let run = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&run.stdout);
     succeeded(&run, &out);
@@ -65,6 +65,7 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
     let summary = json(&out.join("summary.json"));
     let errors = schema_errors(&summary);
     assert!(errors.is_empty(), "{errors:?}");
+    recorded_in_the_history(&dir.path().join("history.sqlite"), &out, &stdout);
 
     // The run directory is made to be shared: its TLS folder keeps the
     // certificates, not the CA's key or the management token.
@@ -237,6 +238,35 @@ fn a_capacity_run_writes_a_summary_the_schema_accepts_and_a_report_with_plots() 
     assert_eq!(drawn.charts, drawn.places, "{drawn:?}");
     assert_eq!(drawn.drawn, drawn.charts, "{drawn:?}");
     assert_eq!(drawn.legends_filled, drawn.charts, "{drawn:?}");
+}
+
+/// The run was recorded in its history (the one `common::capacity` names)
+/// as it ended, one row per variant, on this machine; importing its run
+/// directory again adds nothing.
+fn recorded_in_the_history(history: &std::path::Path, out: &std::path::Path, stdout: &str) {
+    assert!(stdout.contains("history: 2 runs recorded in"), "{stdout}");
+    let loadgen = |args: &[&str]| {
+        let o = Command::new(common::LOADGEN)
+            .arg("history")
+            .args(args)
+            .arg("--history")
+            .arg(history)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let list = loadgen(&["list"]);
+    let machine = &json(&out.join("summary.json"))["machine"];
+    for v in ["legacy", "prioritized"] {
+        let heading = format!(
+            "tiny / {v} (machine {}",
+            machine["fingerprint"].as_str().unwrap()
+        );
+        assert!(list.contains(&heading), "{list}");
+    }
+    let again = loadgen(&["import", out.to_str().unwrap()]);
+    assert!(again.contains("imported 0 runs"), "{again}");
 }
 
 const STAGES: [&str; 11] = [

@@ -53,6 +53,7 @@ fn with_build(dir: &Path, commit: &str) {
 
 fn compare(a: &Path, b: &Path, extra: &[&str]) -> Output {
     Command::new(LOADGEN)
+        .env(common::HISTORY_ENV, a.with_file_name("history.sqlite"))
         .arg("compare")
         .arg(a)
         .arg(b)

@@ -257,9 +257,13 @@ async fn every_dashboard_panel_returns_data_from_a_real_prometheus() {
             "cluster.json",
             "control-plane.json",
             "fleet.json",
+            "history.json",
             "load.json"
         ]
     );
+    // The run history's dashboard reads PostgreSQL, not Prometheus: its
+    // queries run against a real PostgreSQL in history.rs.
+    dashboards.retain(|(name, _)| name != "history.json");
     let problems: Vec<String> = dashboards.iter().flat_map(|(f, d)| lint(f, d)).collect();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     // The local-run configuration the dashboards' README gives, beside the

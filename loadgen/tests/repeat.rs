@@ -122,6 +122,7 @@ fn each_variant_runs_n_times_interleaved_with_an_interval_over_its_repetitions()
 
     // The run compared with itself: nothing is worse.
     let same = std::process::Command::new(LOADGEN)
+        .env(common::HISTORY_ENV, out.with_file_name("history.sqlite"))
         .arg("compare")
         .arg(&out)
         .arg(&out)
@@ -209,6 +210,7 @@ fn until_conclusive_adds_rounds_of_two_builds_and_compare_pairs_them_round_by_ro
     // compare pairs the two variants of the run round by round, against a
     // floor calibrated from their own rounds.
     let c = std::process::Command::new(LOADGEN)
+        .env(common::HISTORY_ENV, out.with_file_name("history.sqlite"))
         .arg("compare")
         .arg(&out)
         .arg(&out)

@@ -213,6 +213,7 @@ fn summary() -> RunSummary {
         seed: None,
         rounds: vec![],
         sequential: None,
+        machine: None,
     }
 }
 

@@ -28,6 +28,8 @@ pub(super) struct Ctx<'a> {
     pub(super) baseline: Option<RunSummary>,
     /// The variants that run a build of their own, by name (`builds`).
     pub(super) binaries: std::collections::BTreeMap<String, crate::summary::Binaries>,
+    /// The machine the run is on, as summary.json and the history say it.
+    pub(super) machine: crate::summary::Machine,
 }
 
 impl Ctx<'_> {
@@ -56,6 +58,7 @@ pub(super) fn finish(
         prometheus,
         search,
     );
+    summary.machine = Some(ctx.machine.clone());
     if let Some(s) = schedule {
         summary.seed = Some(s.seed);
         summary.rounds = s.rounds.clone();

@@ -51,6 +51,7 @@ use stampede_proto::security::{Role, TlsArgs, CA_KEY_FILE, TOKEN_FILE};
 pub use error::CapacityError;
 pub use options::CapacityOpts;
 
+use crate::history;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::{self, PrometheusRun};
 use crate::report;
@@ -75,6 +76,9 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         None => None,
     };
     let out = opts.out_dir(&scenario);
+    // Before anything runs: a history that cannot be written to stops the
+    // run at once, not after it.
+    let history = check_history(&opts).await?;
     std::fs::create_dir_all(&out).map_err(|e| CapacityError::Write(out.clone(), e))?;
     // Before anything starts: a variant's build that is missing or fails
     // to build stops the run at once.
@@ -104,6 +108,7 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         own_metrics: own_metrics_url(own),
         baseline,
         binaries,
+        machine: history::this_machine(),
     };
     let summary = match options::search_budget(&scenario, &opts) {
         Some(budget) => search::find_max_rate(&scenario, budget, &out, &ctx).await?,
@@ -112,6 +117,9 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
     output::write(out.join("loadgen.prom"), metrics.render())?;
     if let Some(p) = prometheus {
         p.stop();
+    }
+    if let Some(at) = history {
+        record(at, &summary, &out).await?;
     }
     crate::say(report::table(&summary));
     crate::say(format!("report: {}", out.join("report.html").display()));
@@ -122,6 +130,37 @@ pub async fn run(mut opts: CapacityOpts) -> anyhow::Result<RunSummary> {
         anyhow::bail!("audit failed: {}", summary.audit_failures.join("; "));
     }
     Ok(summary)
+}
+
+/// The run's history, opened (and made or migrated) before the run so
+/// that one that cannot be written to stops it at once; none with
+/// `--no-history`. It is opened again to record: a database connection
+/// held through a long run could be closed under it.
+async fn check_history(opts: &CapacityOpts) -> anyhow::Result<Option<history::Location>> {
+    if opts.no_history {
+        return Ok(None);
+    }
+    let at = opts.history.location();
+    let opened = at.clone();
+    tokio::task::spawn_blocking(move || history::Store::open(&opened)).await??;
+    Ok(Some(at))
+}
+
+/// Records the finished run in the history: every variant it can (one
+/// without a start, which never ran, is named and left out).
+async fn record(at: history::Location, summary: &RunSummary, out: &Path) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for variant in history::rows_by_variant(summary, &out.join("summary.json")) {
+        match variant {
+            Ok(r) => rows.extend(r),
+            Err(e) => eprintln!("loadgen: not recorded in the history: {e}"),
+        }
+    }
+    let label = at.label();
+    let added =
+        tokio::task::spawn_blocking(move || history::Store::open(&at)?.insert(&rows)).await??;
+    crate::say(format!("history: {added} runs recorded in {label}"));
+    Ok(())
 }
 
 /// The scenario as the options change it (duration, repeats, traces,

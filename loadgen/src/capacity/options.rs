@@ -132,6 +132,12 @@ pub struct CapacityOpts {
     /// Needs servers loadgen starts.
     #[arg(long, conflicts_with = "inventory")]
     pub audit: bool,
+    /// The run history the run is recorded in (`loadgen history`).
+    #[command(flatten)]
+    pub history: crate::history::HistoryArg,
+    /// Record the run in no history (wins over --history and STAMPEDE_HISTORY).
+    #[arg(long)]
+    pub no_history: bool,
     /// Whether the addresses came from STAMPEDE_ADDRESS rather than
     /// --address (set by the binary from its parsed command line): the
     /// flags that need servers loadgen starts are checked against

@@ -44,6 +44,12 @@ pub struct CompareOpts {
     /// Compare only this variant of B, as if it were A's variant.
     #[arg(long, value_name = "NAME", requires = "variant_a")]
     pub variant_b: Option<String>,
+    /// The run history both runs are recorded in (`loadgen history`).
+    #[command(flatten)]
+    pub history: crate::history::HistoryArg,
+    /// Record the runs in no history (wins over --history and STAMPEDE_HISTORY).
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 /// Why two runs cannot be compared (exit code 2).
@@ -69,6 +75,8 @@ pub enum CompareError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    History(#[from] crate::history::HistoryError),
 }
 
 /// Reads a run directory's `summary.json` (or the file itself), typed; a
@@ -88,11 +96,15 @@ pub fn load(path: &Path) -> Result<RunSummary, CompareError> {
     })
 }
 
-/// `loadgen compare`: prints the table, writes `compare.json` and
-/// `compare.html`, and returns the comparison (its `worse` list decides the
-/// exit code).
+/// `loadgen compare`: records both runs in the history, prints the table,
+/// writes `compare.json` and `compare.html`, and returns the comparison
+/// (its `worse` list decides the exit code). Blocking (the history may be
+/// a PostgreSQL database).
 pub fn run(opts: &CompareOpts) -> Result<Comparison, CompareError> {
     let (mut a, mut b) = (load(&opts.a)?, load(&opts.b)?);
+    if !opts.no_history {
+        record(opts)?;
+    }
     let mut names = (opts.a.display().to_string(), opts.b.display().to_string());
     if let Some(va) = &opts.variant_a {
         let vb = opts.variant_b.as_deref().unwrap_or(va);
@@ -120,6 +132,26 @@ pub fn run(opts: &CompareOpts) -> Result<Comparison, CompareError> {
     crate::say(page::table(&comparison).trim_end());
     crate::say(format!("wrote {}", out.join("compare.json").display()));
     Ok(comparison)
+}
+
+/// Records A and B in the history. A history that cannot be opened is an
+/// error; a run it cannot hold (a summary without a build stamp or a start
+/// time, as made by hand) is left out with a note, and still compared.
+fn record(opts: &CompareOpts) -> Result<(), CompareError> {
+    use crate::history::{self, HistoryError};
+    let mut store = history::Store::open(&opts.history.location())?;
+    for path in [&opts.a, &opts.b] {
+        match history::read_run(path) {
+            Ok(rows) => {
+                store.insert(&rows)?;
+            }
+            Err(e @ HistoryError::Unrecordable { .. }) => {
+                eprintln!("loadgen compare: not recorded in the history: {e}")
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Keeps only variant `name` of `summary`, named `as_name` (so that two

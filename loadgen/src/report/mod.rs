@@ -18,8 +18,8 @@ mod time_went;
 use std::fmt::Write;
 
 use crate::summary::RunSummary;
-use charts::Chart;
 
+pub(crate) use charts::{Chart, Kind, Mark};
 pub use terminal::terminal as table;
 
 const UPLOT_JS: &str = include_str!("../../assets/uPlot.iife.min.js");
@@ -47,11 +47,11 @@ fn flags(args: &[String]) -> String {
 /// The page's charts: each section asks for a place for its charts, and the
 /// specs are embedded once at the end for `report.js` to draw.
 #[derive(Default)]
-struct Charts(Vec<Chart>);
+pub(crate) struct Charts(Vec<Chart>);
 
 impl Charts {
     /// A grid with a place for each chart that has something to draw.
-    fn grid(&mut self, charts: impl IntoIterator<Item = Chart>) -> String {
+    pub(crate) fn grid(&mut self, charts: impl IntoIterator<Item = Chart>) -> String {
         let mut html = String::from("<div class=\"charts\">");
         for c in charts.into_iter().filter(|c| !c.is_empty()) {
             let _ = write!(
@@ -74,17 +74,50 @@ impl Charts {
     }
 }
 
-/// The self-contained report page.
-pub fn html(s: &RunSummary) -> String {
+/// A page in the report's look: its styles, `title` in the tab,
+/// `heading`, `lead` under it, and the charts that `body` placed, drawn by uPlot and
+/// `report.js` (so the page's browser test reads them the same way).
+/// The run's report is one; `loadgen history report` another.
+pub(crate) fn page(
+    title: &str,
+    heading: &str,
+    lead: &str,
+    body: impl FnOnce(&mut Charts) -> String,
+) -> String {
     let mut charts = Charts::default();
     let mut page = format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>stampede capacity run: {name}</title><style>{UPLOT_CSS}\n{REPORT_CSS}</style>\
-         </head><body><h1>Capacity run: {name}</h1><p class=\"lead\">{desc}</p>",
-        name = escape(&s.scenario.name),
-        desc = escape(&s.scenario.description)
+         <title>{title}</title><style>{UPLOT_CSS}\n{REPORT_CSS}</style>\
+         </head><body><h1>{heading}</h1><p class=\"lead\">{lead}</p>",
+        title = escape(title),
+        heading = escape(heading),
+        lead = escape(lead),
     );
+    page.push_str(&body(&mut charts));
+    let _ = write!(
+        page,
+        "<script type=\"application/json\" id=\"chart-specs\">{}</script>\
+         <script>{UPLOT_JS}</script><script>{REPORT_JS}</script></body></html>",
+        charts.json()
+    );
+    page
+}
+
+/// The self-contained report page.
+pub fn html(s: &RunSummary) -> String {
+    let name = &s.scenario.name;
+    page(
+        &format!("stampede capacity run: {name}"),
+        &format!("Capacity run: {name}"),
+        &s.scenario.description,
+        |charts| body(s, charts),
+    )
+}
+
+/// The run's page below its heading.
+fn body(s: &RunSummary, charts: &mut Charts) -> String {
+    let mut page = String::new();
     if !s.complete {
         page.push_str("<p class=\"warn\" id=\"partial\">This run did not complete: the report is partial.</p>");
     }
@@ -157,12 +190,6 @@ pub fn html(s: &RunSummary) -> String {
         page.push_str(&tables::faults(v));
         page.push_str(&charts.grid(charts::variant(v)));
     }
-    let _ = write!(
-        page,
-        "<script type=\"application/json\" id=\"chart-specs\">{}</script>\
-         <script>{UPLOT_JS}</script><script>{REPORT_JS}</script></body></html>",
-        charts.json()
-    );
     page
 }
 
@@ -224,6 +251,7 @@ mod tests {
             seed: None,
             rounds: vec![],
             sequential: None,
+            machine: None,
         }
     }
 

@@ -726,6 +726,7 @@ mod tests {
             seed: None,
             rounds: vec![],
             sequential: None,
+            machine: None,
         }
     }
 

@@ -109,6 +109,22 @@ pub struct RunSummary {
     /// With `--until-conclusive`: how the run decided to stop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sequential: Option<Sequential>,
+    /// The machine loadgen ran on (absent in summaries from before it was
+    /// recorded): the run history keeps a series per machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
+}
+
+/// A machine as the run history tells machines apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Machine {
+    /// The cores the run's processes could use.
+    pub cores: u32,
+    /// Its physical memory, in MiB.
+    pub memory_mib: u64,
+    /// A hash of its identity (machine id, CPU model, cores and memory):
+    /// equal on the same machine, different on another.
+    pub fingerprint: String,
 }
 
 /// A variant's own build of the project.
@@ -370,6 +386,7 @@ impl RunSummary {
             seed: None,
             rounds: Vec::new(),
             sequential: None,
+            machine: None,
         }
     }
 }

@@ -11,6 +11,9 @@ use std::process::Command;
 
 pub const LOADGEN: &str = env!("CARGO_BIN_EXE_loadgen");
 
+/// Where loadgen finds the run history when no --history is given.
+pub const HISTORY_ENV: &str = "STAMPEDE_HISTORY";
+
 /// A capacity run of `scenario` (TOML, saved as `NAME.toml`) into `RUN/run`:
 /// the directory (deleted on drop), the run directory, and the command.
 pub fn capacity(scenario: &str, name: &str) -> (tempfile::TempDir, PathBuf, Command) {
@@ -22,6 +25,8 @@ pub fn capacity(scenario: &str, name: &str) -> (tempfile::TempDir, PathBuf, Comm
     // An address exported in the shell that runs the tests would make the
     // run drive that cluster instead of starting its own.
     cmd.env_remove(stampede_proto::address::ADDRESS_ENV);
+    // The run is recorded in a history of its own, not in the checkout's.
+    cmd.env(HISTORY_ENV, dir.path().join("history.sqlite"));
     cmd.args(["capacity", "--scenario"])
         .arg(&file)
         .arg("--out")
