@@ -597,3 +597,87 @@ fn a_real_summary_meets_the_schema() {
         "feedface"
     );
 }
+
+
+/// [`run`] with the parts `summary.json` leaves out when empty present
+/// too: the audit's cost, the noise floors and an audit that failed.
+fn full_run() -> RunSummary {
+    let mut run = run();
+    let v = &mut run.variants[0];
+    v.invariants_audit = Some(crate::invariants::AuditCost {
+        duration_s: 1.5,
+        reading_s: 0.5,
+        loadgen_peak_rss_mib_before: Some(40),
+        loadgen_peak_rss_mib_after: Some(42),
+    });
+    v.noise_floors.insert("placements_per_s".into(), 0.02);
+    run.audit_failures = vec!["faults: 1 acknowledged job missing".into()];
+    run
+}
+
+/// [`full_run`] as loadgen wrote it at d7922fd, before the summary's
+/// sections and its generated schema: a summary on disk from before.
+const WRITTEN_AT_D7922FD: &str = include_str!("../../../tests/fixtures/summary-d7922fd.json");
+
+/// Where `new` lacks or changed what `old` held, by JSON pointer: every
+/// field of `old` must be in `new` with the same value (`new` may hold more).
+fn lost(old: &serde_json::Value, new: &serde_json::Value, at: &str, out: &mut Vec<String>) {
+    use serde_json::Value::{Array, Object};
+    match (old, new) {
+        (Object(a), Object(b)) => {
+            for (k, x) in a {
+                match b.get(k) {
+                    Some(y) => lost(x, y, &format!("{at}/{k}"), out),
+                    None => out.push(format!("{at}/{k} is gone")),
+                }
+            }
+        }
+        (Array(a), Array(b)) if a.len() == b.len() => {
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                lost(x, y, &format!("{at}/{i}"), out);
+            }
+        }
+        _ if old == new => {}
+        _ => out.push(format!("{at}: {old} became {new}")),
+    }
+}
+
+/// Every field of `v` by path, with its JSON type: `/variants/[]/stream: object`.
+fn shape(v: &serde_json::Value, at: &str, out: &mut std::collections::BTreeSet<String>) {
+    use serde_json::Value;
+    let kind = match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    out.insert(format!("{at}: {kind}"));
+    match v {
+        Value::Object(m) => m.iter().for_each(|(k, x)| shape(x, &format!("{at}/{k}"), out)),
+        Value::Array(a) => a.iter().for_each(|x| shape(x, &format!("{at}/[]"), out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn a_summary_written_before_reads_back_and_writes_again_all_it_held() {
+    let before: serde_json::Value = serde_json::from_str(WRITTEN_AT_D7922FD).unwrap();
+    let read = parse_summary(WRITTEN_AT_D7922FD).unwrap();
+    let mut out = Vec::new();
+    lost(&before, &serde_json::to_value(&read).unwrap(), "", &mut out);
+    assert!(out.is_empty(), "{out:#?}");
+    assert_eq!(read.variants[0].name, "faults");
+}
+
+#[test]
+fn a_full_summary_has_every_field_of_one_written_before_with_its_type() {
+    let before: serde_json::Value = serde_json::from_str(WRITTEN_AT_D7922FD).unwrap();
+    let (mut was, mut is) = Default::default();
+    shape(&before, "", &mut was);
+    shape(&serde_json::to_value(full_run()).unwrap(), "", &mut is);
+    let gone: Vec<&String> = was.difference(&is).collect();
+    assert!(gone.is_empty(), "renamed, moved, retyped or gone: {gone:#?}");
+    assert!(was.len() > 300, "a full summary: {}", was.len());
+}
