@@ -10,6 +10,7 @@ use std::time::Duration;
 /// What the stream did, latencies in milliseconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct StreamReport {
     pub scheduled: u64,
     pub submitted: u64,
@@ -165,6 +166,7 @@ pub fn makespan_s(ran: &[(f64, f64, u64)], scheduled: u64) -> Option<f64> {
 /// draw a smooth CDF, with the tail (p99.5, p99.9) kept.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct LatencyQuantiles {
     pub q: Vec<f64>,
     pub placement_ms: Vec<f64>,
@@ -182,6 +184,7 @@ pub fn sketch_quantiles() -> Vec<f64> {
 /// One window of the stream.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Window {
     pub from_s: f64,
     pub to_s: f64,
@@ -193,6 +196,7 @@ pub struct Window {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Percentiles {
     pub count: u64,
     pub p50: f64,

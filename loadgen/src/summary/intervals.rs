@@ -24,6 +24,7 @@ pub const WINDOW_S: f64 = 10.0;
 /// One repetition's measures, by name (`summary::measures`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Repetition {
     /// The round it ran in (1 for the first): `compare` pairs two variants
     /// of one run round by round.

@@ -13,7 +13,8 @@
 //! is pure (no I/O, no processes, no async): it can be tested on values
 //! alone.
 //!
-//! The field names are a contract: `loadgen/summary.schema.json` describes
+//! The field names are a contract: `loadgen/summary.schema.json`, drawn
+//! from these types by `schema` (a test fails when it drifts), describes
 //! them, dashboards and baselines read them, and `loadgen compare` reads
 //! older runs' summaries back into these types (a field they lack takes its
 //! default). `builder`'s tests fill a whole summary from a realistic run
@@ -31,6 +32,8 @@ mod intervals;
 pub mod measures;
 mod memory;
 pub mod per_allocation;
+#[cfg(test)]
+mod schema;
 mod slo;
 
 use std::collections::BTreeMap;
@@ -65,6 +68,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// did not write takes its default, so that a new build compares with an
 /// old run; only `schema_version`, `scenario` and `variants` are required.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct RunSummary {
     pub schema_version: u32,
     /// The builds that ran: the first variant's (each variant has its own,
@@ -113,6 +117,7 @@ pub struct RunSummary {
 
 /// A variant's own build of the project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Binaries {
     /// The directory its `cluster` and `nodesim` ran from.
     pub dir: String,
@@ -127,6 +132,7 @@ pub struct Binaries {
 /// run's seed, so that a drift or a periodic neighbour cannot line up with
 /// one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Round {
     pub round: u32,
     pub order: Vec<String>,
@@ -134,6 +140,7 @@ pub struct Round {
 
 /// How a run with `--until-conclusive` added rounds and why it stopped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Sequential {
     /// The first round after which the variants were compared.
     pub first_look: u32,
@@ -157,6 +164,7 @@ pub struct Sequential {
 /// write.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct VariantSummary {
     pub name: String,
     /// The builds of `cluster`, `nodesim` and loadgen this variant ran, as
@@ -322,6 +330,7 @@ pub fn cpu_seconds_per_1000_placements(cpu_seconds: f64, placements: u64) -> Opt
 
 /// What `summary.json` says about the run's Prometheus.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct PrometheusInfo {
     /// Where it listened during the run.
     pub url: String,

@@ -598,7 +598,6 @@ fn a_real_summary_meets_the_schema() {
     );
 }
 
-
 /// [`run`] with the parts `summary.json` leaves out when empty present
 /// too: the audit's cost, the noise floors and an audit that failed.
 fn full_run() -> RunSummary {
@@ -655,7 +654,9 @@ fn shape(v: &serde_json::Value, at: &str, out: &mut std::collections::BTreeSet<S
     };
     out.insert(format!("{at}: {kind}"));
     match v {
-        Value::Object(m) => m.iter().for_each(|(k, x)| shape(x, &format!("{at}/{k}"), out)),
+        Value::Object(m) => m
+            .iter()
+            .for_each(|(k, x)| shape(x, &format!("{at}/{k}"), out)),
         Value::Array(a) => a.iter().for_each(|x| shape(x, &format!("{at}/[]"), out)),
         _ => {}
     }
@@ -678,6 +679,9 @@ fn a_full_summary_has_every_field_of_one_written_before_with_its_type() {
     shape(&before, "", &mut was);
     shape(&serde_json::to_value(full_run()).unwrap(), "", &mut is);
     let gone: Vec<&String> = was.difference(&is).collect();
-    assert!(gone.is_empty(), "renamed, moved, retyped or gone: {gone:#?}");
+    assert!(
+        gone.is_empty(),
+        "renamed, moved, retyped or gone: {gone:#?}"
+    );
     assert!(was.len() > 300, "a full summary: {}", was.len());
 }
