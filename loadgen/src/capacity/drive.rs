@@ -21,10 +21,11 @@ use crate::critical_path::{self, fetch, JobPath};
 use crate::faults::{self, Audit, FaultsConfig, Injected};
 use crate::invariants::{self, AuditCost, Invariant, Sightings};
 use crate::progress::Progress;
+use crate::report::VariantData;
 use crate::sampler::{self, Target};
 use crate::scenario::{Scenario, Variant};
 use crate::stream::{self, Journal, RanJob, StreamReport};
-use crate::summary::{self, Faulted, VariantInputs, VariantSummary};
+use crate::summary::{self, Faulted, Ran, VariantInputs};
 
 /// How a variant reaches its cluster: the gRPC client, one client per
 /// server (for the traces, which each server answers from its own record),
@@ -52,6 +53,13 @@ pub(super) struct BeforeStream {
     pub(super) term_at_start: Option<u64>,
 }
 
+/// One run of a variant: its summary (with its windows' figures), and
+/// what only the report draws of it.
+pub(super) struct Done {
+    pub(super) ran: Ran,
+    pub(super) data: VariantData,
+}
+
 /// What the stream did, with the faults injected meanwhile and the
 /// problems injecting them met.
 struct Streamed {
@@ -73,7 +81,7 @@ pub(super) async fn drive(
     ctx: &Ctx<'_>,
     before: BeforeStream,
     mut cluster: Option<&mut LocalCluster>,
-) -> Result<VariantSummary, CapacityError> {
+) -> Result<Done, CapacityError> {
     let start = Instant::now();
     let started_unix = unix_now();
     let Driving {
@@ -126,14 +134,15 @@ pub(super) async fn drive(
         injected: std::mem::take(&mut ran.injected),
         throughput_window: fault_cfg.throughput_window,
     });
+    let was_faulted = faulted.is_some();
     let mut problems = before.problems;
     problems.extend(ran.problems);
-    let mut summary = summary::assemble(VariantInputs {
+    let mut summed = summary::assemble(VariantInputs {
         scenario,
         variant: v,
         stream: ran.report,
-        journal: ran.journal,
-        series,
+        journal: &ran.journal,
+        series: &series,
         seconds,
         started_unix,
         ended_unix,
@@ -142,7 +151,7 @@ pub(super) async fn drive(
         binaries: cluster.as_ref().and(ctx.binaries.get(&v.name).cloned()),
         local: cluster.is_some(),
         cores: crate::validity::usable_cores(),
-        paths,
+        paths: &paths,
         untraced,
         faulted,
         audit,
@@ -151,9 +160,18 @@ pub(super) async fn drive(
         term_at_start: before.term_at_start,
         loadgen: stampede_proto::this_build!().into(),
     });
-    summary.invariants_audit = audit_cost;
-    write_traces(dir, &summary.slowest_paths)?;
-    Ok(summary)
+    summed.summary.invariants_audit = audit_cost;
+    let slowest = scenario.trace_slowest as usize;
+    let data = VariantData::new(
+        &summed.summary,
+        series,
+        &ran.journal,
+        &paths,
+        slowest,
+        was_faulted,
+    );
+    write_traces(dir, &data.slowest_paths)?;
+    Ok(Done { ran: summed, data })
 }
 
 /// The job stream, with the scenario's faults injected meanwhile when

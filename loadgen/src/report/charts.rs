@@ -9,6 +9,7 @@ use stampede_proto::metric_names;
 use stampede_proto::Binary;
 
 use super::samples::{add, by_label, gauge, rate, Points};
+use super::VariantData;
 
 use crate::sampler::Series;
 use crate::stream::LatencyQuantiles;
@@ -143,17 +144,17 @@ pub fn fault_marks(v: &VariantSummary) -> Vec<Mark> {
         .collect()
 }
 
-/// The time charts of one variant, its faults marked on each.
-pub fn variant(v: &VariantSummary) -> Vec<Chart> {
+/// The time charts of one variant from its data `d`, its faults marked on each.
+pub fn variant(v: &VariantSummary, d: &VariantData) -> Vec<Chart> {
     let time = |title: &str, unit: &str, lines: &[(String, Points)]| {
         let mut c = Chart::new(title, unit, "s", Kind::Time, lines);
         c.marks = fault_marks(v);
         c.sync = Some(v.name.clone());
         c
     };
-    let nodesim: Vec<&Series> = v.series.iter().filter(|s| s.is(Binary::Nodesim)).collect();
+    let nodesim: Vec<&Series> = d.series.iter().filter(|s| s.is(Binary::Nodesim)).collect();
     // loadgen samples itself too: its CPU and memory are plotted below.
-    let servers: Vec<&Series> = v
+    let servers: Vec<&Series> = d
         .series
         .iter()
         .filter(|s| !s.is(Binary::Nodesim) && !s.is(Binary::Loadgen))
@@ -166,11 +167,11 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         .into_iter()
         .collect();
     let mut out = Vec::new();
-    if !v.acks_per_second.is_empty() {
+    if !d.acks_per_second.is_empty() {
         out.push(time(
             "Job registrations acknowledged",
             "per s",
-            &[("acknowledged".into(), v.acks_per_second.clone())],
+            &[("acknowledged".into(), d.acks_per_second.clone())],
         ));
     }
     out.push(time(
@@ -224,13 +225,13 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         );
     }
     out.push(time("Broker depth", "evaluations", &broker));
-    let cpu: Vec<(String, Points)> = v
+    let cpu: Vec<(String, Points)> = d
         .series
         .iter()
         .map(|s| (s.target.name.clone(), rate(s, "process_cpu_seconds_total")))
         .collect();
     out.push(time("CPU by process", "cores", &cpu));
-    let rss: Vec<(String, Points)> = v
+    let rss: Vec<(String, Points)> = d
         .series
         .iter()
         .map(|s| {

@@ -1,8 +1,10 @@
 //! What a capacity run says: a summary table for the terminal and a
 //! self-contained `report.html`.
 //!
-//! It renders from the run's summary (`summary`) and its samples (`sampler`)
-//! alone; `capacity`, which runs things, calls it, never the other way round.
+//! It renders from the run's summary (`summary`) and, apart from it, what
+//! only the report draws: each variant's samples (`sampler`), its
+//! acknowledgements per second and its slowest jobs' paths ([`VariantData`]);
+//! `capacity`, which runs things, calls it, never the other way round.
 //! The page's tables are HTML made here (`tables`), and so are the
 //! critical path's bars and waterfall (`time_went`, inline SVG); its plots
 //! are data (`charts`) drawn in the browser by uPlot, which is vendored in
@@ -10,6 +12,7 @@
 //! nothing from the network and opens from a run directory anywhere.
 
 mod charts;
+mod data;
 mod samples;
 mod tables;
 mod terminal;
@@ -20,6 +23,7 @@ use std::fmt::Write;
 use crate::summary::RunSummary;
 use charts::Chart;
 
+pub use data::{RunData, VariantData};
 pub use terminal::terminal as table;
 
 const UPLOT_JS: &str = include_str!("../../assets/uPlot.iife.min.js");
@@ -74,8 +78,9 @@ impl Charts {
     }
 }
 
-/// The self-contained report page.
-pub fn html(s: &RunSummary) -> String {
+/// The self-contained report page: the summary `s`, and each variant's
+/// samples and traces from `data`.
+pub fn html(s: &RunSummary, data: &RunData) -> String {
     let mut charts = Charts::default();
     let mut page = format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">\
@@ -126,7 +131,7 @@ pub fn html(s: &RunSummary) -> String {
             charts.grid(cdfs)
         );
     }
-    page.push_str(&time_went::section(s));
+    page.push_str(&time_went::section(s, data));
     if let Some(sw) = &s.scenario.sweep {
         let _ = write!(
             page,
@@ -155,7 +160,7 @@ pub fn html(s: &RunSummary) -> String {
             let _ = write!(page, "<p class=\"warn\">{}</p>", escape(p));
         }
         page.push_str(&tables::faults(v));
-        page.push_str(&charts.grid(charts::variant(v)));
+        page.push_str(&charts.grid(charts::variant(v, VariantData::of(data, &v.name))));
     }
     let _ = write!(
         page,
@@ -172,6 +177,20 @@ mod tests {
     use crate::faults::{Audit, FaultReport};
     use crate::scenario::{FaultAction, Scenario};
     use crate::summary::{RunSummary, VariantSummary, SCHEMA_VERSION};
+
+    /// The acknowledgements of [`with_faults`]' variant.
+    fn acks() -> VariantData {
+        VariantData {
+            acks_per_second: vec![(1.0, 4.0), (2.0, 3.0)],
+            ..Default::default()
+        }
+    }
+
+    /// The page of `s` with [`acks`] as its variant's data.
+    fn page(s: &RunSummary) -> String {
+        let acks = acks();
+        html(s, &[(s.variants[0].name.as_str(), &acks)].into())
+    }
 
     fn with_faults() -> RunSummary {
         let fault = FaultReport {
@@ -201,7 +220,6 @@ mod tests {
                 servers: 3,
                 ..Default::default()
             }),
-            acks_per_second: vec![(1.0, 4.0), (2.0, 3.0)],
             ..Default::default()
         };
         let q = crate::stream::sketch_quantiles();
@@ -256,7 +274,7 @@ mod tests {
 
     #[test]
     fn the_page_has_html_tables_and_marks_each_fault_on_every_time_chart() {
-        let page = html(&with_faults());
+        let page = page(&with_faults());
         assert!(page.contains("<table class=\"data summary\">") && !page.contains("<pre>"));
         assert!(page.contains("<td>@20s: 1.3 / 1.5 / 1</td>"));
         assert!(page.contains("Audit: all 100 acknowledged jobs"));
@@ -331,23 +349,23 @@ mod tests {
                     1 started by an unknown server after the leader was lost, \
                     1 started by server-2 while the leader was alive; 1 outside faults";
         assert!(t.contains(said), "{t}");
-        let page = html(&s);
-        assert!(page.contains(&format!("<p class=\"elections\">Elections: {said}.</p>")));
-        assert!(page.contains(
+        let html = page(&s);
+        assert!(html.contains(&format!("<p class=\"elections\">Elections: {said}.</p>")));
+        assert!(html.contains(
             "<tr class=\"warn\"><td>10</td><td>30.0</td><td>server-2</td><td>alive</td></tr>"
         ));
-        assert!(page.contains("<td>8</td><td>28.0</td><td>unknown</td><td>lost</td>"));
+        assert!(html.contains("<td>8</td><td>28.0</td><td>unknown</td><td>lost</td>"));
         // A summary from before the detail: the counts alone.
         let v = &mut s.variants[0];
         v.elections_detail.clear();
         assert!(table(&s).contains("4; 1 outside faults"));
         s.variants[0].elections = Some(0);
-        assert!(!html(&s).contains("class=\"elections\""));
+        assert!(!page(&s).contains("class=\"elections\""));
     }
 
     #[test]
     fn the_page_loads_nothing_from_the_network() {
-        let page = html(&with_faults());
+        let page = page(&with_faults());
         for pattern in ["src=", "href=", "url(", "@import", "import(", "<link"] {
             assert!(!page.contains(pattern), "the page has {pattern}");
         }

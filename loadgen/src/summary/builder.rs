@@ -1,7 +1,9 @@
-//! One variant's summary from what its run gathered: [`build`] is the one
-//! place a [`VariantSummary`] is filled (`capacity::drive` only gathers
+//! One variant's summary from what its run gathered: [`assemble`] is the
+//! one place a [`VariantSummary`] is filled (`capacity::drive` only gathers
 //! the [`VariantInputs`]), so every field of `summary.json` is set here
-//! and nowhere else, and a test can fill a whole summary from values.
+//! and nowhere else, and a test can fill a whole summary from values. The
+//! run's samples, journal and traced paths are only read: what the report
+//! draws of them is the report's own (`report::VariantData`).
 //! Pure: no I/O, no processes, no clock.
 
 use std::time::Duration;
@@ -11,7 +13,7 @@ use stampede_proto::Binary;
 use super::elections::{self, Struck};
 use super::fleet::{self, FleetInput};
 use super::per_allocation;
-use super::{summarize, window_figures, Binaries, BuildInfo, Builds, VariantSummary};
+use super::{summarize, window_figures, Binaries, BuildInfo, Builds, Ran, VariantSummary};
 use crate::critical_path::{self, JobPath};
 use crate::faults::{self, Audit, Injected};
 use crate::invariants::Invariant;
@@ -20,15 +22,15 @@ use crate::scenario::{Scenario, Variant};
 use crate::stream::{Journal, StreamReport};
 use crate::validity::{self, Budget, Schedule};
 
-/// Everything a variant's run gathered, as [`build`] sums it up.
+/// Everything a variant's run gathered, as [`assemble`] sums it up.
 pub struct VariantInputs<'a> {
     pub scenario: &'a Scenario,
     pub variant: &'a Variant,
     /// What the job stream measured, and its journal of every job.
     pub stream: StreamReport,
-    pub journal: Journal,
+    pub journal: &'a Journal,
     /// Every process's samples over the run.
-    pub series: Vec<Series>,
+    pub series: &'a [Series],
     /// How long the stream ran, seconds, and its wall-clock start and end
     /// in Unix seconds.
     pub seconds: f64,
@@ -48,7 +50,7 @@ pub struct VariantInputs<'a> {
     pub local: bool,
     pub cores: f64,
     /// The traced jobs' critical paths, and how many jobs ran without one.
-    pub paths: Vec<JobPath>,
+    pub paths: &'a [JobPath],
     pub untraced: u64,
     /// The scenario's faults as injected; `None` when none were.
     pub faulted: Option<Faulted>,
@@ -70,45 +72,42 @@ pub struct Faulted {
     pub throughput_window: Duration,
 }
 
-/// The variant's summary: the stream and samples summed up
-/// ([`summarize`]), then the figures that need the whole run: windows,
-/// validity, faults, the critical path and its slowest jobs, the audits,
-/// elections and the fleet, and the builds that ran.
-pub fn assemble(i: VariantInputs) -> VariantSummary {
+/// The variant's run summed up: the stream and samples ([`summarize`]),
+/// then the figures that need the whole run: windows, validity, faults,
+/// the critical path, the audits, elections and the fleet, and the builds
+/// that ran.
+pub fn assemble(i: VariantInputs) -> Ran {
     let stream_s = i.scenario.duration.as_secs_f64();
     let first_submit_s = i.stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let mut problems = i.problems;
     if i.local {
-        problems.extend(lost(&i.series));
+        problems.extend(lost(i.series));
     }
+    let by_window = window_figures(i.variant, i.series, &i.stream, stream_s);
     let mut s = summarize(i.variant, i.stream, i.series, i.seconds, problems);
     s.tls = i.tls;
     s.binaries = i.binaries;
-    s.build = Builds::of(&s.series, i.loadgen);
-    s.window_figures = window_figures(i.variant, &s, stream_s);
-    s.validity = validity_of(&s, i.scenario, i.variant, i.local, i.cores);
+    s.build = Builds::of(i.series, i.loadgen);
+    s.validity = validity_of(&s, i.series, i.scenario, i.variant, (i.local, i.cores));
     if let Some(f) = &i.faulted {
         s.faults = faults::measure(
             &f.injected,
-            &i.journal,
+            i.journal,
             &s.stream.jobs,
             stream_s,
             f.throughput_window,
         );
-        s.acks_per_second = faults::acks_per_second(&i.journal, i.seconds);
     }
     let windows = faults::windows(&s.faults, s.stream.jobs.start_us);
     let jobs_per_s = s.stream.submitted as f64 / stream_s;
     s.critical_path = critical_path::figures_with_faults(
-        &i.paths,
+        i.paths,
         i.untraced,
         &s.cpu_cores,
         jobs_per_s,
         &windows,
         &i.scenario.job_mix,
     );
-    let k = i.scenario.trace_slowest as usize;
-    s.slowest_paths = critical_path::slowest_marked(&i.paths, k, &i.variant.name, &windows);
     s.started_unix = i.started_unix;
     s.ended_unix = i.ended_unix;
     s.audit = i.audit;
@@ -118,20 +117,19 @@ pub fn assemble(i: VariantInputs) -> VariantSummary {
         .as_ref()
         .map_or_else(Vec::new, |f| timeline(&f.injected));
     let times = (i.ready_s, i.term_at_start, first_submit_s);
-    add_fleet(&mut s, i.scenario.nodes, times, &struck);
-    add_per_allocation(&mut s);
-    s
+    add_fleet(&mut s, i.series, i.scenario.nodes, times, &struck);
+    add_per_allocation(&mut s, i.series);
+    Ran {
+        summary: s,
+        windows: by_window,
+    }
 }
 
 /// What an allocation cost the servers, nodesim, the raft log and its
 /// snapshots, from the samples and the allocations the stream saw running.
-fn add_per_allocation(summary: &mut VariantSummary) {
-    let servers: Vec<&Series> = (summary.series.iter())
-        .filter(|s| s.is(Binary::Cluster))
-        .collect();
-    let nodesims: Vec<&Series> = (summary.series.iter())
-        .filter(|s| s.is(Binary::Nodesim))
-        .collect();
+fn add_per_allocation(summary: &mut VariantSummary, series: &[Series]) {
+    let servers: Vec<&Series> = (series.iter()).filter(|s| s.is(Binary::Cluster)).collect();
+    let nodesims: Vec<&Series> = (series.iter()).filter(|s| s.is(Binary::Nodesim)).collect();
     let (figures, snapshots) = per_allocation::per_allocation(
         &servers,
         &nodesims,
@@ -156,24 +154,26 @@ fn lost(series: &[Series]) -> Vec<String> {
 }
 
 /// Whether the run measured the cluster and not the harness.
+/// `local`: whether loadgen started the cluster on this machine, and the
+/// cores it lets loadgen use.
 fn validity_of(
     s: &VariantSummary,
+    series: &[Series],
     scenario: &Scenario,
     v: &Variant,
-    local: bool,
-    cores: f64,
+    (local, cores): (bool, f64),
 ) -> validity::Validity {
     let nodesim_args: Vec<String> = (scenario.nodesim_args.iter())
         .chain(&v.nodesim_args)
         .cloned()
         .collect();
-    let budget = Budget::of(cores, &s.series, &nodesim_args, local);
+    let budget = Budget::of(cores, series, &nodesim_args, local);
     let schedule = Schedule {
         scheduled: s.stream.scheduled,
         late: s.stream.late,
         dropped: s.stream.dropped,
     };
-    validity::judge(schedule, &s.series, &budget)
+    validity::judge(schedule, series, &budget)
 }
 
 /// What each injected fault did to the servers, by the names their
@@ -197,20 +197,13 @@ fn timeline(injected: &[Injected]) -> Vec<Struck> {
 /// caused makes the run invalid.
 fn add_fleet(
     summary: &mut VariantSummary,
+    series: &[Series],
     nodes: u64,
     (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
     struck: &[Struck],
 ) {
-    let servers: Vec<&Series> = summary
-        .series
-        .iter()
-        .filter(|s| s.is(Binary::Cluster))
-        .collect();
-    let nodesims: Vec<&Series> = summary
-        .series
-        .iter()
-        .filter(|s| s.is(Binary::Nodesim))
-        .collect();
+    let servers: Vec<&Series> = series.iter().filter(|s| s.is(Binary::Cluster)).collect();
+    let nodesims: Vec<&Series> = series.iter().filter(|s| s.is(Binary::Nodesim)).collect();
     let elections = fleet::elections(&servers, term_at_start);
     let explained = elections::explain(&servers, term_at_start, struck);
     if elections.is_some() {

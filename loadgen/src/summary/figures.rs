@@ -26,7 +26,7 @@ const MIB: f64 = 1048576.0;
 pub fn summarize(
     v: &Variant,
     stream: StreamReport,
-    series: Vec<Series>,
+    series: &[Series],
     seconds: f64,
     problems: Vec<String>,
 ) -> VariantSummary {
@@ -40,7 +40,7 @@ pub fn summarize(
                 .max(0.0)
         })
         .sum();
-    let (cpu_cores, cpu_by_process, rss_mib) = cpu_and_memory(&series);
+    let (cpu_cores, cpu_by_process, rss_mib) = cpu_and_memory(series);
     let cpu_seconds: f64 = cpu_by_process.values().sum();
     let (state_objects, state_objects_peak) = state_objects(&servers);
     VariantSummary {
@@ -52,13 +52,12 @@ pub fn summarize(
         validity: Default::default(),
         repetitions: Vec::new(),
         intervals: BTreeMap::new(),
-        window_figures: Vec::new(),
         cpu_seconds_per_1000_placements: cpu_seconds_per_1000_placements(
             cpu_seconds,
             stream.allocations_placed,
         ),
         cpu_seconds_per_1000_placements_by_process: by_process(
-            &series,
+            series,
             &cpu_by_process,
             stream.allocations_placed,
         ),
@@ -91,7 +90,6 @@ pub fn summarize(
         ),
         stream,
         critical_path: Default::default(),
-        slowest_paths: Vec::new(),
         cpu_cores,
         rss_mib,
         seconds,
@@ -105,8 +103,6 @@ pub fn summarize(
         fleet: Default::default(),
         elections: None,
         elections_detail: Vec::new(),
-        series,
-        acks_per_second: Vec::new(),
     }
 }
 
@@ -425,7 +421,7 @@ pub(super) mod tests {
             allocations_placed: 1900,
             ..Default::default()
         };
-        let v = summarize(&variant("a"), stream, samples(), 21.0, vec![]);
+        let v = summarize(&variant("a"), stream, &samples(), 21.0, vec![]);
         assert_eq!(v.name, "a");
         assert_eq!(v.server_args, ["--flag"]);
         // Cores: CPU-seconds grown over the 20 s each process was sampled.
@@ -470,7 +466,6 @@ pub(super) mod tests {
         // A 20 s run says nothing of a soak's growth after ten minutes.
         assert_eq!(v.server_rss_growth_after_10m, None);
         assert_eq!(v.seconds, 21.0);
-        assert_eq!(v.series.len(), 4);
     }
 
     #[test]
@@ -491,14 +486,14 @@ pub(super) mod tests {
             allocations_placed: n,
             ..Default::default()
         };
-        let v = summarize(&variant("a"), placed(2000), fleet.clone(), 11.0, vec![]);
+        let v = summarize(&variant("a"), placed(2000), &fleet, 11.0, vec![]);
         let by = &v.cpu_seconds_per_1000_placements_by_process;
         assert!(close(by["server-1"], 2.0), "{by:?}");
         assert!(close(by["nodesim-0"], 0.5), "{by:?}");
         assert!(close(by["nodesim-1"], 1.5), "{by:?}");
         assert!(close(by["nodesim"], 2.0), "the fleet's sum: {by:?}");
         // Nothing placed: no cost per placement, for any process.
-        let v = summarize(&variant("a"), placed(0), fleet, 11.0, vec![]);
+        let v = summarize(&variant("a"), placed(0), &fleet, 11.0, vec![]);
         assert!(v.cpu_seconds_per_1000_placements_by_process.is_empty());
     }
 
@@ -520,7 +515,7 @@ pub(super) mod tests {
         let v = summarize(
             &variant("soak"),
             stream,
-            vec![series("server-1", &refs)],
+            &[series("server-1", &refs)],
             1200.0,
             vec![],
         );

@@ -1,10 +1,10 @@
 //! A variant's figures as samples, and their intervals: every repetition
 //! of a variant (`--repeat N`) is one sample of each measure; a single run
 //! is cut into its own windows (batch means), which show how steady it was.
-//! [`combine`] folds a variant's repetitions into the one summary
-//! `summary.json` holds: the details of its median repetition, every
-//! repetition's measures, each measure's median with its 95% interval, and
-//! its validity.
+//! [`combine`] folds a variant's repetitions ([`Ran`]) into the one
+//! summary `summary.json` holds: the details of its median repetition,
+//! every repetition's measures, each measure's median with its 95%
+//! interval, and its validity.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +15,7 @@ use super::{summarize, VariantSummary};
 use crate::sampler::Series;
 use crate::scenario::Variant;
 use crate::stats::{median_interval, Interval, Method, CONFIDENCE};
+use crate::stream::StreamReport;
 use crate::validity::Validity;
 
 /// A single run's batch means: windows this long, after the first (which
@@ -35,26 +36,31 @@ pub struct Repetition {
     pub valid: bool,
 }
 
+/// One run of a variant as `assemble` sums it up: its
+/// summary, and its windows' figures, from which a single run's intervals
+/// are drawn (batch means); `summary.json` holds those intervals, not the
+/// windows.
+#[derive(Debug, Clone)]
+pub struct Ran {
+    pub summary: VariantSummary,
+    pub windows: Vec<BTreeMap<String, f64>>,
+}
+
 /// The figures of each full [`WINDOW_S`] window of a run's stream after
 /// the first: the run's samples and stream cut to the window and summed up
 /// as a run of their own.
 pub fn window_figures(
     v: &Variant,
-    summary: &VariantSummary,
+    series: &[Series],
+    stream: &StreamReport,
     stream_s: f64,
 ) -> Vec<BTreeMap<String, f64>> {
     let mut out = Vec::new();
     let mut from = WINDOW_S;
     while from + WINDOW_S <= stream_s + 1e-9 {
         let to = from + WINDOW_S;
-        let series = summary.series.iter().map(|s| slice(s, from, to)).collect();
-        let window = summarize(
-            v,
-            summary.stream.slice(from, to),
-            series,
-            WINDOW_S,
-            Vec::new(),
-        );
+        let series: Vec<Series> = series.iter().map(|s| slice(s, from, to)).collect();
+        let window = summarize(v, stream.slice(from, to), &series, WINDOW_S, Vec::new());
         out.push(figures(&window));
         from = to;
     }
@@ -92,50 +98,57 @@ pub fn intervals(samples: &[BTreeMap<String, f64>], method: Method) -> BTreeMap<
 }
 
 /// A variant's repetitions (each with its validity and, for a single one,
-/// its window figures) as one summary. `None` for none.
-pub fn combine(mut reps: Vec<VariantSummary>) -> Option<VariantSummary> {
-    let figures: Vec<BTreeMap<String, f64>> = reps.iter().map(figures).collect();
+/// its window figures) as one summary, and which of them is the median
+/// (whose details the summary holds, and whose samples the report draws).
+/// `None` for none.
+pub fn combine(reps: &[&Ran]) -> Option<(VariantSummary, usize)> {
+    let figures: Vec<BTreeMap<String, f64>> = reps.iter().map(|r| figures(&r.summary)).collect();
     let repetitions: Vec<Repetition> = figures
         .iter()
-        .zip(&reps)
+        .zip(reps)
         .enumerate()
         .map(|(i, (f, r))| Repetition {
             round: i as u32 + 1,
             measures: f.clone(),
-            valid: r.validity.valid,
+            valid: r.summary.validity.valid,
         })
         .collect();
     let intervals = match reps.len() {
         0 => return None,
-        1 => intervals(&reps[0].window_figures, Method::BatchMeans),
+        1 => intervals(&reps[0].windows, Method::BatchMeans),
         _ => intervals(&figures, Method::OrderStatistics),
     };
-    let validity = validity(&reps);
+    let validity = validity(reps);
     let floors = super::comparison::own_floors(&figures);
-    let mut v = reps.swap_remove(median_repetition(&figures));
+    let median = median_repetition(&figures);
+    let mut v = reps[median].summary.clone();
     v.noise_floors = floors;
     v.repetitions = repetitions;
     v.intervals = intervals;
     v.validity = validity;
-    Some(v)
+    Some((v, median))
 }
 
 /// Invalid when any repetition was, with its reasons (named by repetition
 /// when there are several).
-fn validity(reps: &[VariantSummary]) -> Validity {
+fn validity(reps: &[&Ran]) -> Validity {
     let several = reps.len() > 1;
     let reasons = reps
         .iter()
         .enumerate()
         .flat_map(|(i, r)| {
-            r.validity.reasons.iter().map(move |why| match several {
-                true => format!("repetition {}: {why}", i + 1),
-                false => why.clone(),
-            })
+            r.summary
+                .validity
+                .reasons
+                .iter()
+                .map(move |why| match several {
+                    true => format!("repetition {}: {why}", i + 1),
+                    false => why.clone(),
+                })
         })
         .collect::<Vec<_>>();
     Validity {
-        valid: reps.iter().all(|r| r.validity.valid),
+        valid: reps.iter().all(|r| r.summary.validity.valid),
         reasons,
     }
 }
@@ -154,7 +167,7 @@ mod tests {
     use super::*;
     use crate::sampler::{Point, Target};
 
-    fn rep(rate: f64, placed: u64, valid: bool, why: &[&str]) -> VariantSummary {
+    fn rep(rate: f64, placed: u64, valid: bool, why: &[&str]) -> Ran {
         let mut v = VariantSummary {
             name: "only".into(),
             ..Default::default()
@@ -165,7 +178,15 @@ mod tests {
             valid,
             reasons: why.iter().map(|s| s.to_string()).collect(),
         };
-        v
+        Ran {
+            summary: v,
+            windows: Vec::new(),
+        }
+    }
+
+    /// [`combine`] of these repetitions: the summary alone.
+    fn combined(reps: &[Ran]) -> VariantSummary {
+        combine(&reps.iter().collect::<Vec<_>>()).unwrap().0
     }
 
     #[test]
@@ -175,7 +196,8 @@ mod tests {
             rep(90.0, 2, true, &[]),
             rep(120.0, 3, true, &[]),
         ];
-        let v = combine(reps).unwrap();
+        let (v, median) = combine(&reps.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(median, 0);
         assert_eq!(
             v.stream.allocations_placed, 1,
             "the details are the median repetition's"
@@ -200,7 +222,7 @@ mod tests {
             rep(100.0, 1, true, &[]),
             rep(90.0, 2, false, &["nodesim used 0.97"]),
         ];
-        let v = combine(reps).unwrap();
+        let v = combined(&reps);
         assert!(!v.validity.valid);
         assert_eq!(v.validity.reasons, ["repetition 2: nodesim used 0.97"]);
         assert!(!v.repetitions[1].valid);
@@ -211,7 +233,7 @@ mod tests {
         // 40 s of stream: a job scheduled every second, placed in 100 ms and
         // running (two allocations) 500 ms later; a server whose CPU counter
         // grows 0.2 s a second and whose RSS is 100 MiB.
-        let mut v = rep(0.0, 0, true, &[]);
+        let mut v = rep(0.0, 0, true, &[]).summary;
         for t in 0..40 {
             v.stream.jobs.placed.push((t as f64, 100.0));
             v.stream.jobs.ran.push((t as f64, 600.0, 2));
@@ -229,7 +251,7 @@ mod tests {
                 .into(),
             })
             .collect();
-        v.series = vec![Series {
+        let series = vec![Series {
             target: Target {
                 name: "server-1".into(),
                 url: String::new(),
@@ -243,7 +265,7 @@ mod tests {
             name: "only".into(),
             ..Default::default()
         };
-        let windows = window_figures(&variant, &v, 40.0);
+        let windows = window_figures(&variant, &series, &v.stream, 40.0);
         assert_eq!(windows.len(), 3, "10-20, 20-30, 30-40");
         for w in &windows {
             assert!((w["placements_per_s"] - 2.0).abs() < 1e-9, "{w:?}");
@@ -256,8 +278,10 @@ mod tests {
             );
             assert!((w["server_rss_mib"] - 100.0).abs() < 1e-9, "{w:?}");
         }
-        v.window_figures = windows;
-        let one = combine(vec![v]).unwrap();
+        let one = combined(&[Ran {
+            summary: v,
+            windows,
+        }]);
         let i = &one.intervals["placements_per_s"];
         assert_eq!((i.method, i.samples.len()), (Method::BatchMeans, 3));
     }

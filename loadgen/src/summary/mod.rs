@@ -45,15 +45,14 @@ pub use build::{BuildInfo, Builds};
 pub use builder::{assemble, Faulted, VariantInputs};
 pub use comparison::Judging;
 pub use figures::summarize;
-pub use intervals::{combine, window_figures, Repetition};
+pub use intervals::{combine, window_figures, Ran, Repetition};
 pub use memory::{Leak, Memory};
 pub use per_allocation::{PerAllocation, Snapshots};
 pub use slo::{audit_failures, judge, slo_breaches};
 
-use crate::critical_path::{CriticalPath, TracedJob};
+use crate::critical_path::CriticalPath;
 use crate::faults::{Audit, FaultReport};
 use crate::invariants::{AuditCost, Invariant};
-use crate::sampler::Series;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
 use crate::stats::Interval;
@@ -218,9 +217,6 @@ pub struct VariantSummary {
     /// `critical_path`).
     #[serde(flatten)]
     pub critical_path: CriticalPath,
-    /// The slowest jobs' paths: `traces.json`, and the report's waterfall.
-    #[serde(skip)]
-    pub slowest_paths: Vec<TracedJob>,
     /// Average cores each process used over the run: every server, every
     /// nodesim and loadgen itself.
     pub cpu_cores: BTreeMap<String, f64>,
@@ -298,16 +294,6 @@ pub struct VariantSummary {
     /// heartbeats against the TTL formula, nodes wrongly down after a
     /// leader kill.
     pub fleet: fleet::Fleet,
-    /// A single run's figures window by window (the batch means of its intervals).
-    #[serde(skip)]
-    pub window_figures: Vec<BTreeMap<String, f64>>,
-    /// The samples behind the report's plots; written to `samples.json`, not here.
-    #[serde(skip)]
-    pub series: Vec<Series>,
-    /// Job registrations acknowledged per second over the stream (one-second
-    /// bins, seconds from its start), plotted when the scenario has faults.
-    #[serde(skip)]
-    pub acks_per_second: Vec<(f64, f64)>,
 }
 
 impl VariantSummary {
