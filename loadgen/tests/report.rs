@@ -234,7 +234,7 @@ fn summary() -> (RunSummary, Vec<VariantData>) {
 #[test]
 fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() {
     let (mut s, data) = summary();
-    s.variants[2].validity = Validity {
+    s.variants[2].confidence.validity = Validity {
         valid: false,
         reasons: vec![
             "nodesim used 0.97 of the 1 core(s) it can use in the 10 s from 20 s (over 90%)".into(),
@@ -242,9 +242,9 @@ fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() 
     };
     for v in &mut s.variants {
         if v.name != "rate-8" {
-            v.validity.valid = true;
+            v.confidence.validity.valid = true;
         }
-        v.intervals.insert(
+        v.confidence.intervals.insert(
             "placements_per_s".into(),
             Interval {
                 median: 5970.0,

@@ -25,7 +25,7 @@ use crate::report::VariantData;
 use crate::sampler::{self, Target};
 use crate::scenario::{Scenario, Variant};
 use crate::stream::{self, Journal, RanJob, StreamReport};
-use crate::summary::{self, Faulted, Ran, VariantInputs};
+use crate::summary::{self, Faulted, VariantInputs, VariantSummary};
 
 /// How a variant reaches its cluster: the gRPC client, one client per
 /// server (for the traces, which each server answers from its own record),
@@ -53,10 +53,9 @@ pub(super) struct BeforeStream {
     pub(super) term_at_start: Option<u64>,
 }
 
-/// One run of a variant: its summary (with its windows' figures), and
-/// what only the report draws of it.
+/// One run of a variant: its summary, and what only the report draws of it.
 pub(super) struct Done {
-    pub(super) ran: Ran,
+    pub(super) summary: VariantSummary,
     pub(super) data: VariantData,
 }
 
@@ -137,7 +136,7 @@ pub(super) async fn drive(
     let was_faulted = faulted.is_some();
     let mut problems = before.problems;
     problems.extend(ran.problems);
-    let mut summed = summary::assemble(VariantInputs {
+    let summary = summary::assemble(VariantInputs {
         scenario,
         variant: v,
         stream: ran.report,
@@ -156,22 +155,15 @@ pub(super) async fn drive(
         faulted,
         audit,
         invariants,
+        invariants_audit: audit_cost,
         ready_s: before.ready_s,
         term_at_start: before.term_at_start,
         loadgen: stampede_proto::this_build!().into(),
     });
-    summed.summary.invariants_audit = audit_cost;
     let slowest = scenario.trace_slowest as usize;
-    let data = VariantData::new(
-        &summed.summary,
-        series,
-        &ran.journal,
-        &paths,
-        slowest,
-        was_faulted,
-    );
+    let data = VariantData::new(&summary, series, &ran.journal, &paths, slowest, was_faulted);
     write_traces(dir, &data.slowest_paths)?;
-    Ok(Done { ran: summed, data })
+    Ok(Done { summary, data })
 }
 
 /// The job stream, with the scenario's faults injected meanwhile when

@@ -150,18 +150,17 @@ async fn run_probe(
         ..Default::default()
     };
     let t0 = Instant::now();
-    let Done { ran, data } =
+    let Done { summary, data } =
         run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
-    let (summary, _) = summary::combine(&[&ran]).expect("one run");
     let took = t0.elapsed();
     let (passed, near, breaches) = summary::judge(&scenario.slo, &summary);
-    let valid = summary.validity.valid;
+    let valid = summary.confidence.validity.valid;
     eprintln!(
         "loadgen:   {value} jobs/s {}",
         match (valid, passed) {
             (false, _) => format!(
                 "unknown: the run was invalid ({})",
-                summary.validity.reasons.join("; ")
+                summary.confidence.validity.reasons.join("; ")
             ),
             (true, true) => "met every SLO".to_string(),
             (true, false) => format!("failed: {}", breaches.join("; ")),
@@ -176,7 +175,7 @@ async fn run_probe(
         repeat,
         seconds: t0.elapsed().as_secs_f64(),
         valid,
-        invalid: summary.validity.reasons.clone(),
+        invalid: summary.confidence.validity.reasons.clone(),
         placements_per_s: summary.stream.placements_per_second,
     };
     Ok((

@@ -33,7 +33,7 @@ use crate::report::RunData;
 use crate::scenario::{Scenario, Variant};
 use crate::stats::paired_max_confidence;
 use crate::summary::measures::Measure;
-use crate::summary::{combine, Judging, Ran, Round, RunSummary, Sequential, VariantSummary};
+use crate::summary::{combine, Judging, Round, RunSummary, Sequential, VariantSummary};
 
 /// When a run stops adding rounds.
 #[derive(Debug, Clone, PartialEq)]
@@ -199,7 +199,7 @@ impl Rounds<'_, '_> {
         let mut written = None;
         for (k, &i) in order.iter().enumerate() {
             let run = self.run_one(round, k, i).await?;
-            let failed = !run.ran.summary.problems.is_empty();
+            let failed = !run.summary.problems.is_empty();
             // Written after every run, so a later failure leaves this one.
             self.done[i].push(run);
             let summary = self.write()?;
@@ -282,9 +282,9 @@ impl Rounds<'_, '_> {
         let mut variants: Vec<VariantSummary> = Vec::new();
         let mut data = RunData::new();
         for reps in &self.done {
-            let ran: Vec<&Ran> = reps.iter().map(|d| &d.ran).collect();
-            if let Some((v, median)) = combine(&ran) {
-                data.insert(&reps[median].ran.summary.name, &reps[median].data);
+            let summaries: Vec<&VariantSummary> = reps.iter().map(|d| &d.summary).collect();
+            if let Some((v, median)) = combine(&summaries) {
+                data.insert(&reps[median].summary.name, &reps[median].data);
                 variants.push(v);
             }
         }

@@ -409,7 +409,10 @@ pub fn sweep(s: &RunSummary) -> Vec<Chart> {
             "cores",
             x,
             Kind::Xy,
-            &[("servers".into(), against(&|v| v.server_cpu_cores()))],
+            &[(
+                "servers".into(),
+                against(&|v| v.processes.server_cpu_cores()),
+            )],
         ),
         Chart::new(
             &format!("Raft entries and blocking queries against {x}"),
@@ -419,11 +422,11 @@ pub fn sweep(s: &RunSummary) -> Vec<Chart> {
             &[
                 (
                     "raft entries".into(),
-                    against(&|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+                    against(&|v| v.traffic.raft_entries_by_type.values().sum::<u64>() as f64),
                 ),
                 (
                     "blocking queries".into(),
-                    against(&|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+                    against(&|v| v.traffic.blocking_queries_by_source.values().sum::<u64>() as f64),
                 ),
             ],
         ),

@@ -94,12 +94,18 @@ pub fn html(s: &RunSummary, data: &RunData) -> String {
         page.push_str("<p class=\"warn\" id=\"partial\">This run did not complete: the report is partial.</p>");
     }
     for v in &s.variants {
-        match v.validity.valid {
+        match v.confidence.validity.valid {
             true => {
                 let _ = write!(page, "<p class=\"valid\">{}: valid: the harness kept its schedule, neither it nor the machine saturated, and no election came without a fault on the leader.</p>", escape(&v.name));
             }
             false => {
-                let reasons: Vec<String> = v.validity.reasons.iter().map(|r| escape(r)).collect();
+                let reasons: Vec<String> = v
+                    .confidence
+                    .validity
+                    .reasons
+                    .iter()
+                    .map(|r| escape(r))
+                    .collect();
                 let _ = write!(page, "<p class=\"warn invalid\">{}: INVALID: these figures do not measure the cluster under this load: {}</p>", escape(&v.name), reasons.join("; "));
             }
         }

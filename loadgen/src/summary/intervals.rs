@@ -1,19 +1,19 @@
 //! A variant's figures as samples, and their intervals: every repetition
 //! of a variant (`--repeat N`) is one sample of each measure; a single run
 //! is cut into its own windows (batch means), which show how steady it was.
-//! [`combine`] folds a variant's repetitions ([`Ran`]) into the one
-//! summary `summary.json` holds: the details of its median repetition,
-//! every repetition's measures, each measure's median with its 95%
-//! interval, and its validity.
+//! A run's own [`Confidence`] is drawn from its windows
+//! ([`Confidence::of_one`]); [`combine`] folds a variant's repetitions into
+//! the one summary `summary.json` holds: the details of its median
+//! repetition, every repetition's measures, each measure's median with its
+//! 95% interval, and its validity.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::measures::figures;
-use super::{summarize, VariantSummary};
+use super::measures::{figures, figures_of, Measured};
+use super::{sampled, VariantSummary};
 use crate::sampler::Series;
-use crate::scenario::Variant;
 use crate::stats::{median_interval, Interval, Method, CONFIDENCE};
 use crate::stream::StreamReport;
 use crate::validity::Validity;
@@ -36,21 +36,54 @@ pub struct Repetition {
     pub valid: bool,
 }
 
-/// One run of a variant as `assemble` sums it up: its
-/// summary, and its windows' figures, from which a single run's intervals
-/// are drawn (batch means); `summary.json` holds those intervals, not the
-/// windows.
-#[derive(Debug, Clone)]
-pub struct Ran {
-    pub summary: VariantSummary,
-    pub windows: Vec<BTreeMap<String, f64>>,
+/// Whether to trust a variant's figures, and how far.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(default)]
+pub struct Confidence {
+    /// Whether the run measured the cluster and not the harness: invalid,
+    /// with each reason and its figure, when loadgen fell behind its
+    /// schedule or a generator or the machine saturated (`validity`).
+    pub validity: Validity,
+    /// Each repetition's measures (`--repeat N`: one each; a single run: one).
+    pub repetitions: Vec<Repetition>,
+    /// Per measure, its median and 95% interval: over the repetitions
+    /// (`order-statistics`), or for a single run over its 10 s windows
+    /// (`batch-means`: how steady the run was, not how a rerun would land).
+    pub intervals: BTreeMap<String, Interval>,
+    /// Per measure, the noise floor this variant's own repetitions give
+    /// (three or more): half their run-to-run spread, at least 1%
+    /// (`comparison::calibrated_floor`); a comparison pools both sides'.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub noise_floors: BTreeMap<String, f64>,
+}
+
+impl Confidence {
+    /// A single run's: its `validity`, its `measures` as its one
+    /// repetition, and each measure's interval over its `windows`' figures
+    /// (batch means).
+    pub fn of_one(
+        validity: Validity,
+        measures: BTreeMap<String, f64>,
+        windows: &[BTreeMap<String, f64>],
+    ) -> Self {
+        Confidence {
+            noise_floors: super::comparison::own_floors(std::slice::from_ref(&measures)),
+            repetitions: vec![Repetition {
+                round: 1,
+                measures,
+                valid: validity.valid,
+            }],
+            intervals: intervals(windows, Method::BatchMeans),
+            validity,
+        }
+    }
 }
 
 /// The figures of each full [`WINDOW_S`] window of a run's stream after
 /// the first: the run's samples and stream cut to the window and summed up
 /// as a run of their own.
 pub fn window_figures(
-    v: &Variant,
     series: &[Series],
     stream: &StreamReport,
     stream_s: f64,
@@ -60,8 +93,13 @@ pub fn window_figures(
     while from + WINDOW_S <= stream_s + 1e-9 {
         let to = from + WINDOW_S;
         let series: Vec<Series> = series.iter().map(|s| slice(s, from, to)).collect();
-        let window = summarize(v, stream.slice(from, to), &series, WINDOW_S, Vec::new());
-        out.push(figures(&window));
+        let stream = stream.slice(from, to);
+        let window = sampled(&stream, &series);
+        out.push(figures_of(Measured {
+            stream: &stream,
+            traffic: &window.traffic,
+            processes: &window.processes,
+        }));
         from = to;
     }
     out
@@ -97,12 +135,17 @@ pub fn intervals(samples: &[BTreeMap<String, f64>], method: Method) -> BTreeMap<
         .collect()
 }
 
-/// A variant's repetitions (each with its validity and, for a single one,
-/// its window figures) as one summary, and which of them is the median
-/// (whose details the summary holds, and whose samples the report draws).
-/// `None` for none.
-pub fn combine(reps: &[&Ran]) -> Option<(VariantSummary, usize)> {
-    let figures: Vec<BTreeMap<String, f64>> = reps.iter().map(|r| figures(&r.summary)).collect();
+/// A variant's repetitions as one summary, and which of them is the
+/// median (whose details the summary holds, and whose samples the report
+/// draws): a single run as it is (its confidence its own), several with
+/// each measure's interval over them. `None` for none.
+pub fn combine(reps: &[&VariantSummary]) -> Option<(VariantSummary, usize)> {
+    match reps {
+        [] => return None,
+        [one] => return Some(((*one).clone(), 0)),
+        _ => {}
+    }
+    let figures: Vec<BTreeMap<String, f64>> = reps.iter().map(|r| figures(r)).collect();
     let repetitions: Vec<Repetition> = figures
         .iter()
         .zip(reps)
@@ -110,34 +153,32 @@ pub fn combine(reps: &[&Ran]) -> Option<(VariantSummary, usize)> {
         .map(|(i, (f, r))| Repetition {
             round: i as u32 + 1,
             measures: f.clone(),
-            valid: r.summary.validity.valid,
+            valid: r.confidence.validity.valid,
         })
         .collect();
-    let intervals = match reps.len() {
-        0 => return None,
-        1 => intervals(&reps[0].windows, Method::BatchMeans),
-        _ => intervals(&figures, Method::OrderStatistics),
-    };
-    let validity = validity(reps);
-    let floors = super::comparison::own_floors(&figures);
     let median = median_repetition(&figures);
-    let mut v = reps[median].summary.clone();
-    v.noise_floors = floors;
-    v.repetitions = repetitions;
-    v.intervals = intervals;
-    v.validity = validity;
+    let confidence = Confidence {
+        validity: validity(reps),
+        repetitions,
+        intervals: intervals(&figures, Method::OrderStatistics),
+        noise_floors: super::comparison::own_floors(&figures),
+    };
+    let v = VariantSummary {
+        confidence,
+        ..reps[median].clone()
+    };
     Some((v, median))
 }
 
 /// Invalid when any repetition was, with its reasons (named by repetition
 /// when there are several).
-fn validity(reps: &[&Ran]) -> Validity {
+fn validity(reps: &[&VariantSummary]) -> Validity {
     let several = reps.len() > 1;
     let reasons = reps
         .iter()
         .enumerate()
         .flat_map(|(i, r)| {
-            r.summary
+            r.confidence
                 .validity
                 .reasons
                 .iter()
@@ -148,7 +189,7 @@ fn validity(reps: &[&Ran]) -> Validity {
         })
         .collect::<Vec<_>>();
     Validity {
-        valid: reps.iter().all(|r| r.summary.validity.valid),
+        valid: reps.iter().all(|r| r.confidence.validity.valid),
         reasons,
     }
 }
@@ -167,31 +208,28 @@ mod tests {
     use super::*;
     use crate::sampler::{Point, Target};
 
-    fn rep(rate: f64, placed: u64, valid: bool, why: &[&str]) -> Ran {
+    fn rep(rate: f64, placed: u64, valid: bool, why: &[&str]) -> VariantSummary {
         let mut v = VariantSummary {
             name: "only".into(),
             ..Default::default()
         };
         v.stream.placements_per_second = rate;
         v.stream.allocations_placed = placed;
-        v.validity = Validity {
+        v.confidence.validity = Validity {
             valid,
             reasons: why.iter().map(|s| s.to_string()).collect(),
         };
-        Ran {
-            summary: v,
-            windows: Vec::new(),
-        }
+        v
     }
 
     /// [`combine`] of these repetitions: the summary alone.
-    fn combined(reps: &[Ran]) -> VariantSummary {
+    fn combined(reps: &[VariantSummary]) -> VariantSummary {
         combine(&reps.iter().collect::<Vec<_>>()).unwrap().0
     }
 
     #[test]
     fn repetitions_give_each_measure_an_interval_and_the_median_repetitions_details() {
-        let reps = vec![
+        let reps = [
             rep(100.0, 1, true, &[]),
             rep(90.0, 2, true, &[]),
             rep(120.0, 3, true, &[]),
@@ -202,18 +240,19 @@ mod tests {
             v.stream.allocations_placed, 1,
             "the details are the median repetition's"
         );
-        assert_eq!(v.repetitions.len(), 3);
-        assert_eq!(v.repetitions[1].measures["placements_per_s"], 90.0);
-        let i = &v.intervals["placements_per_s"];
+        let c = &v.confidence;
+        assert_eq!(c.repetitions.len(), 3);
+        assert_eq!(c.repetitions[1].measures["placements_per_s"], 90.0);
+        let i = &c.intervals["placements_per_s"];
         assert_eq!(
             (i.median, i.lo, i.hi, i.method),
             (100.0, 90.0, 120.0, Method::OrderStatistics)
         );
         // Its own floor: half the spread of 90, 100, 120 (a MAD of ln 1.11
         // on logs, scaled): about 8%.
-        let floor = v.noise_floors["placements_per_s"];
+        let floor = c.noise_floors["placements_per_s"];
         assert!((0.05..0.10).contains(&floor), "{floor}");
-        assert!(v.validity.valid);
+        assert!(c.validity.valid);
     }
 
     #[test]
@@ -222,10 +261,10 @@ mod tests {
             rep(100.0, 1, true, &[]),
             rep(90.0, 2, false, &["nodesim used 0.97"]),
         ];
-        let v = combined(&reps);
-        assert!(!v.validity.valid);
-        assert_eq!(v.validity.reasons, ["repetition 2: nodesim used 0.97"]);
-        assert!(!v.repetitions[1].valid);
+        let c = combined(&reps).confidence;
+        assert!(!c.validity.valid);
+        assert_eq!(c.validity.reasons, ["repetition 2: nodesim used 0.97"]);
+        assert!(!c.repetitions[1].valid);
     }
 
     #[test]
@@ -233,7 +272,7 @@ mod tests {
         // 40 s of stream: a job scheduled every second, placed in 100 ms and
         // running (two allocations) 500 ms later; a server whose CPU counter
         // grows 0.2 s a second and whose RSS is 100 MiB.
-        let mut v = rep(0.0, 0, true, &[]).summary;
+        let mut v = rep(0.0, 0, true, &[]);
         for t in 0..40 {
             v.stream.jobs.placed.push((t as f64, 100.0));
             v.stream.jobs.ran.push((t as f64, 600.0, 2));
@@ -261,11 +300,7 @@ mod tests {
             lost_at: None,
             last_text: None,
         }];
-        let variant = Variant {
-            name: "only".into(),
-            ..Default::default()
-        };
-        let windows = window_figures(&variant, &series, &v.stream, 40.0);
+        let windows = window_figures(&series, &v.stream, 40.0);
         assert_eq!(windows.len(), 3, "10-20, 20-30, 30-40");
         for w in &windows {
             assert!((w["placements_per_s"] - 2.0).abs() < 1e-9, "{w:?}");
@@ -278,11 +313,13 @@ mod tests {
             );
             assert!((w["server_rss_mib"] - 100.0).abs() < 1e-9, "{w:?}");
         }
-        let one = combined(&[Ran {
-            summary: v,
-            windows,
-        }]);
-        let i = &one.intervals["placements_per_s"];
+        let measures = BTreeMap::from([("placements_per_s".to_string(), 2.0)]);
+        v.confidence = Confidence::of_one(v.confidence.validity.clone(), measures, &windows);
+        let i = &v.confidence.intervals["placements_per_s"];
         assert_eq!((i.method, i.samples.len()), (Method::BatchMeans, 3));
+        assert_eq!(v.confidence.repetitions[0].round, 1);
+        // Combined alone, a run is as it was.
+        let one = combined(std::slice::from_ref(&v));
+        assert_eq!(one.confidence, v.confidence);
     }
 }

@@ -28,7 +28,7 @@ pub mod delivery;
 pub mod elections;
 mod figures;
 pub mod fleet;
-mod intervals;
+pub mod intervals;
 pub mod measures;
 mod memory;
 pub mod per_allocation;
@@ -44,8 +44,9 @@ pub use baseline::{parse_summary, regressions};
 pub use build::{BuildInfo, Builds};
 pub use builder::{assemble, Faulted, VariantInputs};
 pub use comparison::Judging;
-pub use figures::summarize;
-pub use intervals::{combine, window_figures, Ran, Repetition};
+pub use figures::{sampled, Processes, Sampled, StateRows, Traffic};
+pub use intervals::{combine, window_figures, Confidence};
+pub use measures::Measured;
 pub use memory::{Leak, Memory};
 pub use per_allocation::{PerAllocation, Snapshots};
 pub use slo::{audit_failures, judge, slo_breaches};
@@ -55,9 +56,7 @@ use crate::faults::{Audit, FaultReport};
 use crate::invariants::{AuditCost, Invariant};
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
-use crate::stats::Interval;
 use crate::stream::StreamReport;
-use crate::validity::Validity;
 
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -158,32 +157,24 @@ pub struct Sequential {
     pub undecided: Vec<String>,
 }
 
-/// One variant's results. Built by [`build`] from what a run gathered;
-/// read back with a default for every field an earlier loadgen did not
-/// write.
+/// One variant's results: the contract `summary.json` holds of it, built
+/// in one struct literal by [`assemble()`] from typed sections (a section
+/// flattened here keeps its fields at the variant's top level, as earlier
+/// runs wrote them), and by [`combine`] over repetitions. What only the
+/// report draws (samples, traces) is the report's own. Read back with a
+/// default for every field an earlier loadgen did not write.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(default)]
 #[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(default)]
 pub struct VariantSummary {
     pub name: String,
     /// The builds of `cluster`, `nodesim` and loadgen this variant ran, as
     /// each process said it.
     pub build: Builds,
-    /// Whether the run measured the cluster and not the harness: invalid,
-    /// with each reason and its figure, when loadgen fell behind its
-    /// schedule or a generator or the machine saturated (`validity`).
-    pub validity: Validity,
-    /// Each repetition's measures (`--repeat N`: one each; a single run: one).
-    pub repetitions: Vec<Repetition>,
-    /// Per measure, its median and 95% interval: over the repetitions
-    /// (`order-statistics`), or for a single run over its 10 s windows
-    /// (`batch-means`: how steady the run was, not how a rerun would land).
-    pub intervals: BTreeMap<String, Interval>,
-    /// Per measure, the noise floor this variant's own repetitions give
-    /// (three or more): half their run-to-run spread, at least 1%
-    /// (`comparison::calibrated_floor`); a comparison pools both sides'.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub noise_floors: BTreeMap<String, f64>,
+    /// Whether to trust the figures, and how far: validity, repetitions,
+    /// intervals, noise floors.
+    #[serde(flatten)]
+    pub confidence: Confidence,
     /// Whether the cluster ran with mutual TLS and ACL tokens.
     pub tls: bool,
     pub server_args: Vec<String>,
@@ -192,55 +183,18 @@ pub struct VariantSummary {
     /// beside loadgen (`bin_dir`, `git_rev`, `--variant-bin`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binaries: Option<Binaries>,
-    /// Raft entries applied during the run, by message type.
-    pub raft_entries_by_type: BTreeMap<String, u64>,
-    /// Bytes of those entries, by message type.
-    pub raft_bytes_by_type: BTreeMap<String, u64>,
-    /// Blocking queries started during the run, by source, over all servers.
-    pub blocking_queries_by_source: BTreeMap<String, u64>,
-    /// nodesim's Node.UpdateAlloc calls, by priority.
-    pub client_update_rpcs: BTreeMap<String, u64>,
-    /// How long after a write's apply parked queries got their answers, by
-    /// source, over all servers (`stampede_blocking_query_delivery_seconds`).
-    #[serde(default)]
-    pub blocking_delivery_ms: BTreeMap<String, delivery::Delivery>,
-    /// Time deployment-watcher queries spent queued for the shared query
-    /// rate limiter, summed over queries (the leader's watchers).
-    pub deployment_query_wait_seconds: f64,
-    /// Share of raft entries that are client allocation updates.
-    pub client_update_share: f64,
-    /// Share of raft bytes that are client allocation updates.
-    pub client_update_byte_share: f64,
+    /// What the cluster did: raft entries, blocking queries, client updates.
+    #[serde(flatten)]
+    pub traffic: Traffic,
     pub stream: StreamReport,
     /// Where the jobs' time went, stage by stage along their critical path
     /// (`stages`, `bottleneck`, `stages_median_ms`, `trace_check`; see
     /// `critical_path`).
     #[serde(flatten)]
     pub critical_path: CriticalPath,
-    /// Average cores each process used over the run: every server, every
-    /// nodesim and loadgen itself.
-    pub cpu_cores: BTreeMap<String, f64>,
-    /// CPU-seconds every process of the run used during the stream (the
-    /// growth of each one's own CPU counter: servers, nodesim, loadgen),
-    /// per 1,000 allocations placed in the same window; null when nothing
-    /// was placed. Lower is better.
-    pub cpu_seconds_per_1000_placements: Option<f64>,
-    /// The same cost by process: each process's own CPU-seconds over the
-    /// stream per 1,000 placements (`server-1` ..., `nodesim`, `loadgen`),
-    /// so that a run says which process a placement's cost goes to. A fleet
-    /// of several nodesim processes is listed by process too (`nodesim-0`
-    /// ...), with `nodesim` their sum. Empty when nothing was placed.
-    #[serde(default)]
-    pub cpu_seconds_per_1000_placements_by_process: BTreeMap<String, f64>,
-    /// Peak resident memory of each process, in MiB.
-    pub rss_mib: BTreeMap<String, f64>,
-    /// How fast the steepest server's resident memory grew over the second
-    /// half of the run, MiB per minute (least squares over its samples);
-    /// `None` with too few samples.
-    pub server_rss_slope_mib_per_min: Option<f64>,
-    /// The servers' memory per row of state, and the leak check, judged only
-    /// when the state's rows were flat over the second half.
-    pub memory: Memory,
+    /// What each process used: CPU, memory, and their cost per placement.
+    #[serde(flatten)]
+    pub processes: Processes,
     /// What carrying an allocation cost: the fullest server's and
     /// nodesim's peak memory, the raft log's bytes, a snapshot's bytes and
     /// build seconds, each per allocation (null when unknown; see
@@ -250,15 +204,9 @@ pub struct VariantSummary {
     /// slowest build's seconds and the largest's bytes, with the
     /// allocations each held.
     pub snapshots: Snapshots,
-    /// For runs of more than ten minutes: how much the most-grown server's
-    /// resident memory grew from ten minutes in to the end (0.1 is 10%).
-    pub server_rss_growth_after_10m: Option<f64>,
-    /// Rows in the state at the end of the run, by table, and the most at
-    /// any sample (the most any server held).
-    pub state_objects: BTreeMap<String, u64>,
-    pub state_objects_peak: BTreeMap<String, u64>,
-    /// Rows garbage collection removed during the run, by kind.
-    pub gc_collected: BTreeMap<String, u64>,
+    /// Rows in the state, and rows garbage collection removed.
+    #[serde(flatten)]
+    pub state: StateRows,
     pub seconds: f64,
     /// Wall-clock start and end of the stream, in Unix seconds: the time
     /// range to look at in Prometheus or Grafana.
@@ -297,13 +245,13 @@ pub struct VariantSummary {
 }
 
 impl VariantSummary {
-    /// The server CPU the variant used: the sum of the servers' average cores.
-    pub fn server_cpu_cores(&self) -> f64 {
-        self.cpu_cores
-            .iter()
-            .filter(|(k, _)| k.starts_with("server"))
-            // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
-            .fold(0.0, |sum, (_, c)| sum + c)
+    /// What the measures read of it.
+    pub fn measured(&self) -> Measured<'_> {
+        Measured {
+            stream: &self.stream,
+            traffic: &self.traffic,
+            processes: &self.processes,
+        }
     }
 }
 
@@ -342,10 +290,10 @@ impl RunSummary {
             build: first.map(|v| v.build.clone()).unwrap_or_default(),
             scenario: scenario.clone(),
             raft_entries_by_type: first
-                .map(|v| v.raft_entries_by_type.clone())
+                .map(|v| v.traffic.raft_entries_by_type.clone())
                 .unwrap_or_default(),
             blocking_queries_by_source: first
-                .map(|v| v.blocking_queries_by_source.clone())
+                .map(|v| v.traffic.blocking_queries_by_source.clone())
                 .unwrap_or_default(),
             variants: variants.to_vec(),
             regressions: baseline

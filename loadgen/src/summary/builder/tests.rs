@@ -268,14 +268,14 @@ fn kill(scenario: &Scenario) -> Injected {
 }
 
 /// The variant summary a run like this one gets.
-fn filled() -> Ran {
+fn filled() -> VariantSummary {
     let scenario = scenario();
     let injected = kill(&scenario);
     filled_with(&scenario, injected)
 }
 
 /// The variant summary of the same run with `injected` as its one fault.
-fn filled_with(scenario: &Scenario, injected: Injected) -> Ran {
+fn filled_with(scenario: &Scenario, injected: Injected) -> VariantSummary {
     let scenario = scenario.clone();
     let variant = scenario.runs().remove(0);
     let mut series: Vec<Series> = (1..=3)
@@ -321,6 +321,12 @@ fn filled_with(scenario: &Scenario, injected: Injected) -> Ran {
             Vec::new(),
             "240 allocations on 100 nodes".into(),
         )],
+        invariants_audit: Some(crate::invariants::AuditCost {
+            duration_s: 1.5,
+            reading_s: 0.5,
+            loadgen_peak_rss_mib_before: Some(40),
+            loadgen_peak_rss_mib_after: Some(42),
+        }),
         ready_s: Some(3.5),
         term_at_start: Some(2),
         loadgen: BuildInfo {
@@ -332,9 +338,9 @@ fn filled_with(scenario: &Scenario, injected: Injected) -> Ran {
 }
 
 /// A whole run's summary of that variant (one repetition, its intervals
-/// from its windows, as `combine` makes it), with every optional part.
+/// from its windows), with every optional part.
 fn run() -> RunSummary {
-    let (v, _) = crate::summary::combine(&[&filled()]).unwrap();
+    let v = filled();
     let mut run = RunSummary::new(&scenario(), &[v], 1, None, None, None);
     run.prometheus = Some(PrometheusInfo {
         url: "http://127.0.0.1:9090".into(),
@@ -422,7 +428,7 @@ const MEASURE_FIELDS: &[(&str, &[&str])] = &[
 
 #[test]
 fn every_compared_measure_is_in_a_real_summary_under_its_name() {
-    let v = filled().summary;
+    let v = filled();
     let have = figures(&v);
     for m in MEASURES {
         let x = have.get(m.name);
@@ -467,7 +473,7 @@ fn a_real_summary_round_trips_and_its_readers_read_it_typed() {
         .map(|(i, (a, b))| format!("line {}: {a} became {b}", i + 1));
     assert_eq!(first_difference, None);
     assert_eq!(again, text);
-    assert!(!run.variants[0].intervals.is_empty());
+    assert!(!run.variants[0].confidence.intervals.is_empty());
     // What the readers read, the same read back.
     assert_eq!(figures(&back.variants[0]), figures(&run.variants[0]));
     assert_eq!(
@@ -480,14 +486,17 @@ fn a_real_summary_round_trips_and_its_readers_read_it_typed() {
 
 #[test]
 fn the_builder_fills_the_whole_variant_from_its_inputs() {
-    let ran = filled();
-    let v = &ran.summary;
+    let v = filled();
     // The builds, as each process served it, and loadgen's own.
     let cluster = v.build.cluster.as_ref().unwrap();
     assert_eq!((&cluster.commit[..8], cluster.dirty), ("5e1f00d5", true));
     assert_eq!(v.build.nodesim.as_ref().unwrap().commit[..8], *"01234567");
     assert_eq!(v.build.loadgen.as_ref().unwrap().commit, "feedface");
-    assert!(v.tls && v.validity.valid, "{:?}", v.validity);
+    assert!(
+        v.tls && v.confidence.validity.valid,
+        "{:?}",
+        v.confidence.validity
+    );
     assert_eq!(
         v.binaries.as_ref().unwrap().commit.as_deref(),
         Some("0123abc")
@@ -542,7 +551,9 @@ fn the_builder_fills_the_whole_variant_from_its_inputs() {
     let slowest = v.snapshots.slowest_build_s.unwrap();
     assert!((slowest - 0.4).abs() < 1e-12, "{slowest}");
     // The run's windows, and the stream's wall-clock range.
-    assert_eq!(ran.windows.len(), 5, "10-20 ... 50-60");
+    let windows = &v.confidence.intervals["placements_per_s"].samples;
+    assert_eq!(windows.len(), 5, "10-20 ... 50-60");
+    assert_eq!(v.confidence.repetitions.len(), 1);
     assert_eq!(v.ended_unix - v.started_unix, 62.0);
 }
 
@@ -555,7 +566,7 @@ fn an_election_during_a_follower_kill_is_outside_the_faults_and_invalidates_the_
     injected.step.action = FaultAction::KillFollower;
     injected.servers = vec![1];
     injected.leader_after = Some(2);
-    let v = filled_with(&scenario, injected).summary;
+    let v = filled_with(&scenario, injected);
     assert_eq!(v.elections, Some(1));
     assert!(v.elections_detail[0].leader_was_alive);
     assert_eq!(
@@ -564,9 +575,9 @@ fn an_election_during_a_follower_kill_is_outside_the_faults_and_invalidates_the_
         "a follower's kill books none"
     );
     assert_eq!(v.fleet.elections_outside_faults, Some(1));
-    assert!(!v.validity.valid);
+    assert!(!v.confidence.validity.valid);
     assert_eq!(
-        v.validity.reasons,
+        v.confidence.validity.reasons,
         ["election for term 3 at 16.0 s started by server-3 while the leader server-2 was alive"]
     );
 }
@@ -598,17 +609,12 @@ fn a_real_summary_meets_the_schema() {
 }
 
 /// [`run`] with the parts `summary.json` leaves out when empty present
-/// too: the audit's cost, the noise floors and an audit that failed.
+/// too: the noise floors (of three repetitions or more) and an audit that
+/// failed.
 fn full_run() -> RunSummary {
     let mut run = run();
     let v = &mut run.variants[0];
-    v.invariants_audit = Some(crate::invariants::AuditCost {
-        duration_s: 1.5,
-        reading_s: 0.5,
-        loadgen_peak_rss_mib_before: Some(40),
-        loadgen_peak_rss_mib_after: Some(42),
-    });
-    v.noise_floors.insert("placements_per_s".into(), 0.02);
+    (v.confidence.noise_floors).insert("placements_per_s".into(), 0.02);
     run.audit_failures = vec!["faults: 1 acknowledged job missing".into()];
     run
 }
