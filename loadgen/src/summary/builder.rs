@@ -98,16 +98,15 @@ pub fn assemble(i: VariantInputs) -> VariantSummary {
         processes,
         state,
     } = sampled(&i.stream, i.series);
-    let mut faults = match &i.faulted {
-        Some(f) => faults::measure(
+    let mut faults = (i.faulted.as_ref()).map_or_else(Vec::new, |f| {
+        faults::measure(
             &f.injected,
             i.journal,
             &i.stream.jobs,
             stream_s,
             f.throughput_window,
-        ),
-        None => Vec::new(),
-    };
+        )
+    });
     let critical_path = critical_path::figures_with_faults(
         i.paths,
         i.untraced,
@@ -116,14 +115,12 @@ pub fn assemble(i: VariantInputs) -> VariantSummary {
         &faults::windows(&faults, i.stream.jobs.start_us),
         &i.scenario.job_mix,
     );
-    let first_submit_s = i.stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let struck = (i.faulted.as_ref()).map_or_else(Vec::new, |f| timeline(&f.injected));
     let elected = elections_and_fleet(
         (&servers, &nodesims),
         &i.stream,
         &mut faults,
-        i.scenario.nodes,
-        (i.ready_s, i.term_at_start, first_submit_s),
+        (i.scenario.nodes, i.ready_s, i.term_at_start),
         &struck,
     );
     let mut validity = validity_of(
@@ -240,18 +237,18 @@ struct Elected {
 }
 
 /// The run's elections, each explained, and its fleet's figures, from the
-/// servers' and nodesim's samples. `times`: when the fleet was ready, the
-/// term at the start, and when the first job was submitted; `struck`: the
-/// faults' timeline, one entry per fault of `faults`. A fault on the
-/// leader is booked the elections that deposed the server it struck.
+/// servers' and nodesim's samples: the fleet's `nodes`, when they were
+/// ready and the term at the start; `struck`: the faults' timeline, one
+/// entry per fault of `faults`. A fault on the leader is booked the
+/// elections that deposed the server it struck.
 fn elections_and_fleet(
     (servers, nodesims): (&[&Series], &[&Series]),
     stream: &StreamReport,
     faults: &mut [FaultReport],
-    nodes: u64,
-    (ready_s, term_at_start, first_submit_s): (Option<f64>, Option<u64>, Option<f64>),
+    (nodes, ready_s, term_at_start): (u64, Option<f64>, Option<u64>),
     struck: &[Struck],
 ) -> Elected {
+    let first_submit_s = stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let elections = fleet::elections(servers, term_at_start);
     let explained = elections::explain(servers, term_at_start, struck);
     if elections.is_some() {

@@ -4,10 +4,12 @@
 //!
 //! It lives apart from `capacity`, which runs the processes, and from
 //! `report`, which renders it, so that both depend on it and not on each
-//! other. [`assemble()`] is the one place a variant's summary is made, from the
-//! [`VariantInputs`] `capacity` gathered: [`figures`] turns its samples
-//! into its figures (the results model), and `build.rs` names the builds
-//! that ran. [`slo`] checks a summary against the scenario,
+//! other. [`assemble()`] is the one place a variant's summary is made, in
+//! one struct literal from the [`VariantInputs`] `capacity` gathered:
+//! [`figures`] turns its samples into its sections (the results model),
+//! [`intervals`] its windows into its confidence, and `build.rs` names the
+//! builds that ran. The samples themselves are not part of the summary:
+//! the report gets them apart (`report::VariantData`). [`slo`] checks a summary against the scenario,
 //! [`baseline`] reads one back and judges it against an earlier run, and
 //! [`measures`] are what a comparison reads of it, typed. Everything here
 //! is pure (no I/O, no processes, no async): it can be tested on values
@@ -18,7 +20,9 @@
 //! them, dashboards and baselines read them, and `loadgen compare` reads
 //! older runs' summaries back into these types (a field they lack takes its
 //! default). `builder`'s tests fill a whole summary from a realistic run
-//! and fail when a field behind a compared measure is renamed.
+//! and fail when a field behind a compared measure is renamed, or when a
+//! field of a summary written before (`loadgen/tests/fixtures/`) is gone,
+//! renamed or retyped.
 
 mod baseline;
 mod build;
