@@ -118,7 +118,7 @@ pub(super) async fn drive(
         .iter_mut()
         .flat_map(|i| std::mem::take(&mut i.traces_before))
         .collect();
-    let (paths, untraced) = trace(&servers, &ran.report.jobs.ran_jobs, &kept, dir).await?;
+    let (paths, untraced) = trace(&servers, &ran.journal.jobs.ran_jobs, &kept, dir).await?;
     // What the sampler saw: allocation statuses, and the jobs seen dead
     // (garbage collection may have removed them since).
     let seen = match statuses {

@@ -50,7 +50,7 @@ impl VariantData {
         slowest: usize,
         faulted: bool,
     ) -> Self {
-        let windows = faults::windows(&summary.faults, summary.stream.jobs.start_us);
+        let windows = faults::windows(&summary.faults, journal.jobs.start_us);
         VariantData {
             series,
             acks_per_second: match faulted {
@@ -120,9 +120,9 @@ mod tests {
             }],
             ..Default::default()
         };
-        summary.stream.jobs.start_us = start_us;
         let paths: Vec<JobPath> = (0..5).map(|i| path(i, start_us)).collect();
         let mut journal = Journal::default();
+        journal.jobs.start_us = start_us;
         for acked_s in [0.2, 1.5, 1.7] {
             journal.acks.push(Ack {
                 scheduled_s: 0.0,

@@ -49,13 +49,12 @@ pub struct StreamReport {
     /// The whole latency distributions, not only their percentiles: what
     /// the report plots as CDFs.
     pub latency_quantiles: LatencyQuantiles,
-    /// Every job placed and every job that ran, for the figures of a slice
-    /// of the stream (a run's intervals from its own windows).
-    #[serde(skip)]
-    pub jobs: JobTimes,
 }
 
-/// Job by job, in seconds from the start of the stream and milliseconds.
+/// Job by job, in seconds from the start of the stream and milliseconds:
+/// the journal's, never the summary's (the figures of a slice of the
+/// stream, a fault's recovery and the jobs' critical paths are read from
+/// them).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobTimes {
     /// When each placed job was scheduled, and how long it took to be placed.
@@ -109,27 +108,25 @@ impl Percentiles {
     }
 }
 
-impl StreamReport {
+impl JobTimes {
     /// What the stream measured of the jobs in `[from, to)` seconds: the
     /// latencies of those scheduled in it, and the placements (allocations
     /// up) of those that ran in it.
     pub fn slice(&self, from: f64, to: f64) -> StreamReport {
         let within = |t: f64| t >= from && t < to;
         let placed: Vec<f64> = self
-            .jobs
             .placed
             .iter()
             .filter(|j| within(j.0))
             .map(|j| j.1)
             .collect();
         let ran: Vec<f64> = self
-            .jobs
             .ran
             .iter()
             .filter(|j| within(j.0))
             .map(|j| j.1)
             .collect();
-        let allocations: u64 = (self.jobs.ran.iter())
+        let allocations: u64 = (self.ran.iter())
             .filter(|(at, ms, _)| within(at + ms / 1000.0))
             .map(|j| j.2)
             .sum();
@@ -224,6 +221,8 @@ pub struct Journal {
     /// Every write (registration, update, scale, stop, purge) with its
     /// answer, for the invariant audit.
     pub writes: Vec<crate::invariants::Write>,
+    /// Every job placed and every job that ran, with their times.
+    pub jobs: JobTimes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

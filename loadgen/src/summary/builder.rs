@@ -22,7 +22,7 @@ use crate::faults::{self, Audit, FaultReport, Injected};
 use crate::invariants::{AuditCost, Invariant};
 use crate::sampler::Series;
 use crate::scenario::{Scenario, Variant};
-use crate::stream::{Journal, StreamReport};
+use crate::stream::{JobTimes, Journal, StreamReport};
 use crate::validity::{self, Budget, Schedule};
 
 /// Everything a variant's run gathered, as [`assemble`] sums it up.
@@ -102,7 +102,7 @@ pub fn assemble(i: VariantInputs) -> VariantSummary {
         faults::measure(
             &f.injected,
             i.journal,
-            &i.stream.jobs,
+            &i.journal.jobs,
             stream_s,
             f.throughput_window,
         )
@@ -112,13 +112,13 @@ pub fn assemble(i: VariantInputs) -> VariantSummary {
         i.untraced,
         &processes.cpu_cores,
         i.stream.submitted as f64 / stream_s,
-        &faults::windows(&faults, i.stream.jobs.start_us),
+        &faults::windows(&faults, i.journal.jobs.start_us),
         &i.scenario.job_mix,
     );
     let struck = (i.faulted.as_ref()).map_or_else(Vec::new, |f| timeline(&f.injected));
     let elected = elections_and_fleet(
         (&servers, &nodesims),
-        &i.stream,
+        (&i.stream, &i.journal.jobs),
         &mut faults,
         (i.scenario.nodes, i.ready_s, i.term_at_start),
         &struck,
@@ -140,7 +140,7 @@ pub fn assemble(i: VariantInputs) -> VariantSummary {
     let confidence = Confidence::of_one(
         validity,
         figures_of(measured),
-        &window_figures(i.series, &i.stream, stream_s),
+        &window_figures(i.series, &i.journal.jobs, stream_s),
     );
     let (per_allocation, snapshots) = per_allocation::per_allocation(
         &servers,
@@ -243,12 +243,12 @@ struct Elected {
 /// elections that deposed the server it struck.
 fn elections_and_fleet(
     (servers, nodesims): (&[&Series], &[&Series]),
-    stream: &StreamReport,
+    (stream, jobs): (&StreamReport, &JobTimes),
     faults: &mut [FaultReport],
     (nodes, ready_s, term_at_start): (u64, Option<f64>, Option<u64>),
     struck: &[Struck],
 ) -> Elected {
-    let first_submit_s = stream.jobs.placed.iter().map(|p| p.0).reduce(f64::min);
+    let first_submit_s = jobs.placed.iter().map(|p| p.0).reduce(f64::min);
     let elections = fleet::elections(servers, term_at_start);
     let explained = elections::explain(servers, term_at_start, struck);
     if elections.is_some() {

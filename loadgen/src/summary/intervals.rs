@@ -15,7 +15,7 @@ use super::measures::{figures, figures_of, Measured};
 use super::{sampled, VariantSummary};
 use crate::sampler::Series;
 use crate::stats::{median_interval, Interval, Method, CONFIDENCE};
-use crate::stream::StreamReport;
+use crate::stream::JobTimes;
 use crate::validity::Validity;
 
 /// A single run's batch means: windows this long, after the first (which
@@ -85,7 +85,7 @@ impl Confidence {
 /// as a run of their own.
 pub fn window_figures(
     series: &[Series],
-    stream: &StreamReport,
+    jobs: &JobTimes,
     stream_s: f64,
 ) -> Vec<BTreeMap<String, f64>> {
     let mut out = Vec::new();
@@ -93,7 +93,7 @@ pub fn window_figures(
     while from + WINDOW_S <= stream_s + 1e-9 {
         let to = from + WINDOW_S;
         let series: Vec<Series> = series.iter().map(|s| slice(s, from, to)).collect();
-        let stream = stream.slice(from, to);
+        let stream = jobs.slice(from, to);
         let window = sampled(&stream, &series);
         out.push(figures_of(Measured {
             stream: &stream,
@@ -273,9 +273,10 @@ mod tests {
         // running (two allocations) 500 ms later; a server whose CPU counter
         // grows 0.2 s a second and whose RSS is 100 MiB.
         let mut v = rep(0.0, 0, true, &[]);
+        let mut jobs = JobTimes::default();
         for t in 0..40 {
-            v.stream.jobs.placed.push((t as f64, 100.0));
-            v.stream.jobs.ran.push((t as f64, 600.0, 2));
+            jobs.placed.push((t as f64, 100.0));
+            jobs.ran.push((t as f64, 600.0, 2));
         }
         let points = (0..=40)
             .map(|t| Point {
@@ -300,7 +301,7 @@ mod tests {
             lost_at: None,
             last_text: None,
         }];
-        let windows = window_figures(&series, &v.stream, 40.0);
+        let windows = window_figures(&series, &jobs, 40.0);
         assert_eq!(windows.len(), 3, "10-20, 20-30, 30-40");
         for w in &windows {
             assert!((w["placements_per_s"] - 2.0).abs() < 1e-9, "{w:?}");

@@ -169,19 +169,24 @@ fn stream() -> StreamReport {
             time_to_running_ms: q.iter().map(|q| at(&ran, *q)).collect(),
             q,
         },
-        jobs: JobTimes {
-            placed: jobs.iter().map(|j| (j.0, j.1)).collect(),
-            ran: jobs.iter().map(|j| (j.0, j.2, 2)).collect(),
-            ran_jobs: jobs
-                .iter()
-                .enumerate()
-                .map(|(i, j)| ran_job(i, j))
-                .collect(),
-            start_us: START_US,
-            rollouts: Vec::new(),
-            superseded: Vec::new(),
-        },
         ..Default::default()
+    }
+}
+
+/// The stream's jobs, one by one.
+fn job_times() -> JobTimes {
+    let jobs = jobs();
+    JobTimes {
+        placed: jobs.iter().map(|j| (j.0, j.1)).collect(),
+        ran: jobs.iter().map(|j| (j.0, j.2, 2)).collect(),
+        ran_jobs: jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| ran_job(i, j))
+            .collect(),
+        start_us: START_US,
+        rollouts: Vec::new(),
+        superseded: Vec::new(),
     }
 }
 
@@ -223,7 +228,10 @@ fn paths() -> Vec<JobPath> {
 }
 
 fn journal() -> Journal {
-    let mut j = Journal::default();
+    let mut j = Journal {
+        jobs: job_times(),
+        ..Default::default()
+    };
     for (i, (at, _, _)) in jobs().iter().enumerate() {
         let id = format!("faults-only-{i}");
         j.submitted.insert(id.clone());
