@@ -65,6 +65,9 @@ use crate::stream::StreamReport;
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// A capacity run's `summary.json`: the scenario, each variant's summary,
+/// and what the run concluded (SLO breaches, regressions, failed audits).
+/// Top-level totals are the first variant's.
 ///
 /// Read back (`loadgen compare`, `--baseline`), a field an earlier loadgen
 /// did not write takes its default, so that a new build compares with an
