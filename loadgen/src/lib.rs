@@ -33,10 +33,12 @@
 //!   generator or the machine saturated, submissions late), from the
 //!   samples (pure).
 //! - `summary`: the results model: a variant's samples and stream report in,
-//!   its figures out ([`VariantSummary`]); the run's [`RunSummary`], its SLO
-//!   checks and the comparison with a baseline. Pure: no I/O, no processes.
-//! - [`report`]: renders a summary as `report.html` and a terminal table;
-//!   it never runs anything.
+//!   its figures out ([`VariantSummary`], the contract `summary.json`
+//!   holds); the run's [`RunSummary`], its SLO checks and the comparison
+//!   with a baseline. Pure: no I/O, no processes.
+//! - [`report`]: renders a summary, and apart from it the samples and
+//!   traces it draws (`report::VariantData`), as `report.html` and a
+//!   terminal table; it never runs anything.
 //! - `progress`: the terminal's progress bar during a stream.
 //! - `prometheus_run`: a Prometheus scraping the run, for Grafana.
 //! - `inventory`: the servers and nodesim shards of a deployed run.

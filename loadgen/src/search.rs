@@ -24,6 +24,7 @@ pub const MAX_RATE: f64 = 10_000.0;
 
 /// One run of the scenario at one rate.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Probe {
     /// The arrival rate, jobs per second.
     pub value: f64,
@@ -49,6 +50,7 @@ pub struct Probe {
 
 /// The search's outcome, as `summary.json` gives it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct SearchReport {
     /// What was searched over: `rate` (jobs per second).
     pub parameter: String,

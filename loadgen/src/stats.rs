@@ -33,6 +33,7 @@ pub const CONFIDENCE: f64 = 0.95;
 /// How an interval was made; its name is what `summary.json` says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum Method {
     /// Over repetitions of the run: the distribution-free interval for the
     /// median from order statistics.
@@ -44,6 +45,7 @@ pub enum Method {
 
 /// A median with its interval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Interval {
     pub median: f64,
     pub lo: f64,

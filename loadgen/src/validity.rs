@@ -28,6 +28,7 @@ const CPU: &str = "process_cpu_seconds_total";
 /// The verdict, with each reason and its figure.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Validity {
     pub valid: bool,
     pub reasons: Vec<String>,

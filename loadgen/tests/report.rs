@@ -9,6 +9,7 @@ mod common;
 use std::path::Path;
 
 use common::browser;
+use loadgen::report::{RunData, VariantData};
 use loadgen::{
     critical_path_figures, sketch_quantiles, slowest_paths, FaultAction, FaultReport, Interval,
     JobPath, LatencyQuantiles, Method, Point, Probe, RunSummary, Scenario, SearchReport, Series,
@@ -88,16 +89,11 @@ fn series(name: &str, scale: f64) -> Series {
     }
 }
 
-fn variant(rate: f64) -> VariantSummary {
+/// A variant at `rate`, and what the report draws of it.
+fn variant(rate: f64) -> (VariantSummary, VariantData) {
     let q = sketch_quantiles();
     let mut v = VariantSummary {
         name: format!("rate-{rate}"),
-        series: vec![
-            series("server-1", rate),
-            series("server-2", rate / 2.0),
-            series("nodesim", 1.0),
-        ],
-        acks_per_second: (1..60).map(|t| (t as f64, rate)).collect(),
         faults: vec![FaultReport {
             action: FaultAction::KillLeader,
             at_s: 20.0,
@@ -132,10 +128,26 @@ fn variant(rate: f64) -> VariantSummary {
     let paths = job_paths(rate);
     let cores = [("nodesim".to_string(), 0.9)].into();
     v.critical_path = critical_path_figures(&paths, 1, &cores, rate);
-    v.slowest_paths = slowest_paths(&paths, 5, &v.name);
     v.stream.placement_ms.p99 = 100.0 * rate;
     v.stream.time_to_running_ms.p99 = 1200.0 * rate;
-    v
+    let data = VariantData {
+        series: vec![
+            series("server-1", rate),
+            series("server-2", rate / 2.0),
+            series("nodesim", 1.0),
+        ],
+        acks_per_second: (1..60).map(|t| (t as f64, rate)).collect(),
+        slowest_paths: slowest_paths(&paths, 5, &v.name),
+    };
+    (v, data)
+}
+
+/// The report page of `s`, each variant drawn from its `data`.
+fn html(s: &RunSummary, data: &[VariantData]) -> String {
+    let by_name: RunData = (s.variants.iter().zip(data))
+        .map(|(v, d)| (v.name.as_str(), d))
+        .collect();
+    loadgen::report::html(s, &by_name)
 }
 
 /// Twelve jobs' paths: job `i` waits `i * rate` ms for its running report.
@@ -165,7 +177,8 @@ fn job_paths(rate: f64) -> Vec<JobPath> {
         .collect()
 }
 
-fn summary() -> RunSummary {
+/// A sweep of three rates, and what the report draws of each.
+fn summary() -> (RunSummary, Vec<VariantData>) {
     let probe = |value: f64, passed: bool| Probe {
         value,
         passed,
@@ -182,13 +195,14 @@ fn summary() -> RunSummary {
         invalid: vec![],
         placements_per_s: 9.0 * value,
     };
-    RunSummary {
+    let (variants, data) = [2.0, 4.0, 8.0].map(variant).into_iter().unzip();
+    let s = RunSummary {
         schema_version: SCHEMA_VERSION,
         build: Default::default(),
         scenario: Scenario::parse(SWEEP, "sweep.toml").unwrap(),
         raft_entries_by_type: Default::default(),
         blocking_queries_by_source: Default::default(),
-        variants: vec![variant(2.0), variant(4.0), variant(8.0)],
+        variants,
         slo_breaches: vec![],
         regressions: vec![],
         audit_failures: vec![],
@@ -214,13 +228,14 @@ fn summary() -> RunSummary {
         rounds: vec![],
         sequential: None,
         machine: None,
-    }
+    };
+    (s, data)
 }
 
 #[test]
 fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() {
-    let mut s = summary();
-    s.variants[2].validity = Validity {
+    let (mut s, data) = summary();
+    s.variants[2].confidence.validity = Validity {
         valid: false,
         reasons: vec![
             "nodesim used 0.97 of the 1 core(s) it can use in the 10 s from 20 s (over 90%)".into(),
@@ -228,9 +243,9 @@ fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() 
     };
     for v in &mut s.variants {
         if v.name != "rate-8" {
-            v.validity.valid = true;
+            v.confidence.validity.valid = true;
         }
-        v.intervals.insert(
+        v.confidence.intervals.insert(
             "placements_per_s".into(),
             Interval {
                 median: 5970.0,
@@ -244,7 +259,7 @@ fn the_page_says_first_whether_each_variant_was_valid_and_shows_the_intervals() 
     }
     let dir = tempfile::tempdir().unwrap();
     let page = dir.path().join("report.html");
-    std::fs::write(&page, loadgen::report::html(&s)).unwrap();
+    std::fs::write(&page, html(&s, &data)).unwrap();
     let dom = browser::dom(&page, "");
     let text = |needle: &str| {
         dom.find(needle)
@@ -297,7 +312,8 @@ fn the_browser_shows_where_the_time_went_for_each_variant() {
 
 fn write_report(dir: &Path) -> std::path::PathBuf {
     let page = dir.join("report.html");
-    std::fs::write(&page, loadgen::report::html(&summary())).unwrap();
+    let (s, data) = summary();
+    std::fs::write(&page, html(&s, &data)).unwrap();
     page
 }
 

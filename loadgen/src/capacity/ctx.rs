@@ -8,6 +8,7 @@ use super::options::CapacityOpts;
 use super::output;
 use crate::metrics::LoadMetrics;
 use crate::prometheus_run::PrometheusRun;
+use crate::report::RunData;
 use crate::sampler::Target;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
@@ -39,10 +40,13 @@ impl Ctx<'_> {
     }
 }
 
-/// The run's summary of the variants so far, written to the run directory.
+/// The run's summary of the variants so far, written to the run directory
+/// with what the report draws of them (`data`).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn finish(
     scenario: &Scenario,
     variants: &[VariantSummary],
+    data: &RunData,
     out: &Path,
     planned: usize,
     ctx: &Ctx,
@@ -64,7 +68,7 @@ pub(super) fn finish(
         summary.rounds = s.rounds.clone();
         summary.sequential = s.sequential.clone();
     }
-    output::write_run(out, &summary)?;
+    output::write_run(out, &summary, data)?;
     Ok(summary)
 }
 

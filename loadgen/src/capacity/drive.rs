@@ -21,6 +21,7 @@ use crate::critical_path::{self, fetch, JobPath};
 use crate::faults::{self, Audit, FaultsConfig, Injected};
 use crate::invariants::{self, AuditCost, Invariant, Sightings};
 use crate::progress::Progress;
+use crate::report::VariantData;
 use crate::sampler::{self, Target};
 use crate::scenario::{Scenario, Variant};
 use crate::stream::{self, Journal, RanJob, StreamReport};
@@ -52,6 +53,12 @@ pub(super) struct BeforeStream {
     pub(super) term_at_start: Option<u64>,
 }
 
+/// One run of a variant: its summary, and what only the report draws of it.
+pub(super) struct Done {
+    pub(super) summary: VariantSummary,
+    pub(super) data: VariantData,
+}
+
 /// What the stream did, with the faults injected meanwhile and the
 /// problems injecting them met.
 struct Streamed {
@@ -73,7 +80,7 @@ pub(super) async fn drive(
     ctx: &Ctx<'_>,
     before: BeforeStream,
     mut cluster: Option<&mut LocalCluster>,
-) -> Result<VariantSummary, CapacityError> {
+) -> Result<Done, CapacityError> {
     let start = Instant::now();
     let started_unix = unix_now();
     let Driving {
@@ -111,7 +118,7 @@ pub(super) async fn drive(
         .iter_mut()
         .flat_map(|i| std::mem::take(&mut i.traces_before))
         .collect();
-    let (paths, untraced) = trace(&servers, &ran.report.jobs.ran_jobs, &kept, dir).await?;
+    let (paths, untraced) = trace(&servers, &ran.journal.jobs.ran_jobs, &kept, dir).await?;
     // What the sampler saw: allocation statuses, and the jobs seen dead
     // (garbage collection may have removed them since).
     let seen = match statuses {
@@ -126,14 +133,15 @@ pub(super) async fn drive(
         injected: std::mem::take(&mut ran.injected),
         throughput_window: fault_cfg.throughput_window,
     });
+    let was_faulted = faulted.is_some();
     let mut problems = before.problems;
     problems.extend(ran.problems);
-    let mut summary = summary::assemble(VariantInputs {
+    let summary = summary::assemble(VariantInputs {
         scenario,
         variant: v,
         stream: ran.report,
-        journal: ran.journal,
-        series,
+        journal: &ran.journal,
+        series: &series,
         seconds,
         started_unix,
         ended_unix,
@@ -142,18 +150,20 @@ pub(super) async fn drive(
         binaries: cluster.as_ref().and(ctx.binaries.get(&v.name).cloned()),
         local: cluster.is_some(),
         cores: crate::validity::usable_cores(),
-        paths,
+        paths: &paths,
         untraced,
         faulted,
         audit,
         invariants,
+        invariants_audit: audit_cost,
         ready_s: before.ready_s,
         term_at_start: before.term_at_start,
         loadgen: stampede_proto::this_build!().into(),
     });
-    summary.invariants_audit = audit_cost;
-    write_traces(dir, &summary.slowest_paths)?;
-    Ok(summary)
+    let slowest = scenario.trace_slowest as usize;
+    let data = VariantData::new(&summary, series, &ran.journal, &paths, slowest, was_faulted);
+    write_traces(dir, &data.slowest_paths)?;
+    Ok(Done { summary, data })
 }
 
 /// The job stream, with the scenario's faults injected meanwhile when

@@ -12,12 +12,11 @@ use stampede_proto::security::{Role, TlsArgs};
 
 use super::builds::bin;
 use super::ctx::{id_safe, Ctx};
-use super::drive::{drive, per_server, BeforeStream, Driving};
+use super::drive::{drive, per_server, BeforeStream, Done, Driving};
 use super::error::CapacityError;
 use super::fleet::{highest_term, wait_for_fleet};
 use crate::sampler::Target;
 use crate::scenario::{Scenario, Variant};
-use crate::summary::VariantSummary;
 
 /// Runs variant `v` on a cluster and fleet of its own, in `dir`.
 pub(super) async fn run_local(
@@ -25,7 +24,7 @@ pub(super) async fn run_local(
     v: &Variant,
     dir: &Path,
     ctx: &Ctx<'_>,
-) -> Result<VariantSummary, CapacityError> {
+) -> Result<Done, CapacityError> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).map_err(|e| CapacityError::Write(dir.into(), e))?;
     let mut cluster = start_cluster(scenario, v, dir, ctx).await?;
@@ -74,10 +73,10 @@ pub(super) async fn run_local(
             .filter_map(|n| Some(n.child.as_ref()?.id()))
             .collect(),
     };
-    let summary = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
+    let done = drive(scenario, v, driving, dir, ctx, before, Some(&mut cluster)).await?;
     drop(fleet);
     cluster.stop_all();
-    Ok(summary)
+    Ok(done)
 }
 
 /// The variant's servers, with the run's TLS files, once they have a leader.

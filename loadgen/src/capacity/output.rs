@@ -8,34 +8,32 @@ use std::path::{Path, PathBuf};
 
 use super::error::CapacityError;
 use crate::critical_path::{Span, TracedJob};
-use crate::report;
+use crate::report::{self, RunData};
 use crate::sampler::Series;
 use crate::summary::{self, RunSummary};
 
-/// Writes summary.json, samples.json and report.html for what has run so far.
-pub(super) fn write_run(out: &Path, summary: &RunSummary) -> Result<(), CapacityError> {
+/// Writes summary.json, and from `data` samples.json and traces.json, and
+/// report.html, for what has run so far.
+pub(super) fn write_run(
+    out: &Path,
+    summary: &RunSummary,
+    data: &RunData,
+) -> Result<(), CapacityError> {
     write(
         out.join("summary.json"),
         serde_json::to_string_pretty(summary).expect("the summary serializes"),
     )?;
-    let samples: BTreeMap<&str, &Vec<Series>> = summary
-        .variants
-        .iter()
-        .map(|v| (v.name.as_str(), &v.series))
-        .collect();
+    let samples: BTreeMap<&str, &Vec<Series>> =
+        data.iter().map(|(name, d)| (*name, &d.series)).collect();
     write(
         out.join("samples.json"),
         serde_json::to_string(&samples).expect("samples serialize"),
     )?;
-    let mut slowest: Vec<&TracedJob> = summary
-        .variants
-        .iter()
-        .flat_map(|v| &v.slowest_paths)
-        .collect();
+    let mut slowest: Vec<&TracedJob> = data.values().flat_map(|d| &d.slowest_paths).collect();
     slowest.sort_by(|a, b| b.time_to_running_ms.total_cmp(&a.time_to_running_ms));
     slowest.truncate(summary.scenario.trace_slowest as usize);
     write_traces(out, slowest)?;
-    write(out.join("report.html"), report::html(summary))
+    write(out.join("report.html"), report::html(summary, data))
 }
 
 /// `dir/traces.json`: the slow jobs' paths, slowest first, each an array

@@ -8,12 +8,11 @@ use stampede_proto::client::ClusterClient;
 use stampede_proto::{metric_names, Binary};
 
 use super::ctx::Ctx;
-use super::drive::{drive, per_server, BeforeStream, Driving};
+use super::drive::{drive, per_server, BeforeStream, Done, Driving};
 use super::error::CapacityError;
 use super::fleet::{highest_term, wait_for_fleet};
 use crate::sampler::Target;
 use crate::scenario::{Scenario, Variant};
-use crate::summary::VariantSummary;
 
 /// Runs variant `v` against the given cluster, in `dir`.
 pub(super) async fn run_remote(
@@ -21,7 +20,7 @@ pub(super) async fn run_remote(
     v: &Variant,
     dir: &Path,
     ctx: &Ctx<'_>,
-) -> Result<VariantSummary, CapacityError> {
+) -> Result<Done, CapacityError> {
     let opts = ctx.opts;
     if opts.metrics.is_empty() {
         return Err(CapacityError::NoMetrics(opts.address_source()));

@@ -8,8 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::ctx::{finish, Ctx};
+use super::drive::Done;
 use super::error::CapacityError;
 use super::local::run_local;
+use crate::report::{RunData, VariantData};
 use crate::scenario::{Arrival, Kind, Scenario, Variant};
 use crate::search::{Probe, Search};
 use crate::summary::{self, RunSummary, VariantSummary};
@@ -34,13 +36,18 @@ pub(super) async fn find_max_rate(
     let began = Instant::now();
     let mut search = Search::new(start);
     let mut variants: Vec<VariantSummary> = Vec::new();
+    let mut data: Vec<VariantData> = Vec::new();
     let mut longest = Duration::ZERO;
     let mut again: Option<f64> = None;
     let mut out_of_budget = false;
-    let finish = |variants: &[VariantSummary], report| {
+    let finish = |variants: &[VariantSummary], data: &[VariantData], report| {
+        let by_name: RunData = (variants.iter().zip(data))
+            .map(|(v, d)| (v.name.as_str(), d))
+            .collect();
         finish(
             scenario,
             variants,
+            &by_name,
             out,
             variants.len(),
             ctx,
@@ -61,16 +68,18 @@ pub(super) async fn find_max_rate(
             break;
         }
         announce(variants.len() + 1, value, repeat, budget, began);
-        let (summary, probe, took) = run_probe(scenario, value, repeat, out, ctx).await?;
+        let (summary, drawn, probe, took) = run_probe(scenario, value, repeat, out, ctx).await?;
         longest = longest.max(took);
         if probe.probe.valid && probe.passed && probe.near && !repeat {
             again = Some(value);
         }
         search.record(probe.probe);
         variants.push(summary);
+        data.push(drawn);
         let so_far = search.report(budget_s, began.elapsed().as_secs_f64(), false);
         finish(
             &variants,
+            &data,
             so_far.with_placements(placements_per_job(scenario)),
         )?;
     }
@@ -78,7 +87,7 @@ pub(super) async fn find_max_rate(
         .report(budget_s, began.elapsed().as_secs_f64(), out_of_budget)
         .with_placements(placements_per_job(scenario));
     eprintln!("loadgen: search: {}", report.confidence);
-    finish(&variants, report)
+    finish(&variants, &data, report)
 }
 
 /// The allocations a job of the scenario asks for: the mix's mean,
@@ -130,7 +139,7 @@ async fn run_probe(
     repeat: bool,
     out: &Path,
     ctx: &Ctx<'_>,
-) -> Result<(VariantSummary, Judged, Duration), CapacityError> {
+) -> Result<(VariantSummary, VariantData, Judged, Duration), CapacityError> {
     let v = Variant {
         name: format!("rate-{value}{}", if repeat { "-again" } else { "" }),
         nodes: None,
@@ -141,17 +150,17 @@ async fn run_probe(
         ..Default::default()
     };
     let t0 = Instant::now();
-    let run = run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
-    let summary = summary::combine(vec![run]).expect("one run");
+    let Done { summary, data } =
+        run_local(&scenario.for_variant(&v), &v, &out.join(&v.name), ctx).await?;
     let took = t0.elapsed();
     let (passed, near, breaches) = summary::judge(&scenario.slo, &summary);
-    let valid = summary.validity.valid;
+    let valid = summary.confidence.validity.valid;
     eprintln!(
         "loadgen:   {value} jobs/s {}",
         match (valid, passed) {
             (false, _) => format!(
                 "unknown: the run was invalid ({})",
-                summary.validity.reasons.join("; ")
+                summary.confidence.validity.reasons.join("; ")
             ),
             (true, true) => "met every SLO".to_string(),
             (true, false) => format!("failed: {}", breaches.join("; ")),
@@ -166,11 +175,12 @@ async fn run_probe(
         repeat,
         seconds: t0.elapsed().as_secs_f64(),
         valid,
-        invalid: summary.validity.reasons.clone(),
+        invalid: summary.confidence.validity.reasons.clone(),
         placements_per_s: summary.stream.placements_per_second,
     };
     Ok((
         summary,
+        data,
         Judged {
             probe,
             passed,

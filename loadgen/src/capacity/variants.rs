@@ -24,10 +24,12 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use super::ctx::{finish, Ctx, Schedule};
+use super::drive::Done;
 use super::error::CapacityError;
 use super::local::run_local;
 use super::options::{DEFAULT_MAX_ROUNDS, FIRST_LOOK};
 use super::remote::run_remote;
+use crate::report::RunData;
 use crate::scenario::{Scenario, Variant};
 use crate::stats::paired_max_confidence;
 use crate::summary::measures::Measure;
@@ -123,7 +125,7 @@ pub(super) async fn run_variants(
         ctx,
         local,
         plan,
-        done: vec![Vec::new(); runs.len()],
+        done: runs.iter().map(|_| Vec::new()).collect(),
         runs,
         schedule: Schedule {
             seed,
@@ -174,7 +176,7 @@ struct Rounds<'a, 'c> {
     /// The seed, the rounds' orders, and the looks so far.
     schedule: Schedule,
     /// Each variant's runs so far, in `runs`' order.
-    done: Vec<Vec<VariantSummary>>,
+    done: Vec<Vec<Done>>,
     started: Instant,
 }
 
@@ -197,7 +199,7 @@ impl Rounds<'_, '_> {
         let mut written = None;
         for (k, &i) in order.iter().enumerate() {
             let run = self.run_one(round, k, i).await?;
-            let failed = !run.problems.is_empty();
+            let failed = !run.summary.problems.is_empty();
             // Written after every run, so a later failure leaves this one.
             self.done[i].push(run);
             let summary = self.write()?;
@@ -211,12 +213,7 @@ impl Rounds<'_, '_> {
     }
 
     /// Runs variant `i`, the `k`th of round `round`, into its directory.
-    async fn run_one(
-        &self,
-        round: u32,
-        k: usize,
-        i: usize,
-    ) -> Result<VariantSummary, CapacityError> {
+    async fn run_one(&self, round: u32, k: usize, i: usize) -> Result<Done, CapacityError> {
         let v = &self.runs[i];
         let scenario_v = self.scenario.for_variant(v);
         let of = match (self.plan.rounds, self.plan.looks) {
@@ -282,14 +279,19 @@ impl Rounds<'_, '_> {
 
     /// Writes the run's files from the runs so far, and returns the summary.
     fn write(&self) -> Result<RunSummary, CapacityError> {
-        let variants: Vec<VariantSummary> = self
-            .done
-            .iter()
-            .filter_map(|reps| combine(reps.clone()))
-            .collect();
+        let mut variants: Vec<VariantSummary> = Vec::new();
+        let mut data = RunData::new();
+        for reps in &self.done {
+            let summaries: Vec<&VariantSummary> = reps.iter().map(|d| &d.summary).collect();
+            if let Some((v, median)) = combine(&summaries) {
+                data.insert(&reps[median].summary.name, &reps[median].data);
+                variants.push(v);
+            }
+        }
         finish(
             self.scenario,
             &variants,
+            &data,
             self.out,
             self.runs.len(),
             self.ctx,

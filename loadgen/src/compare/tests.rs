@@ -2,7 +2,8 @@ use super::*;
 use crate::scenario::Scenario;
 use crate::stats::{median_interval, Method, CONFIDENCE};
 use crate::summary::comparison::FloorSource;
-use crate::summary::{BuildInfo, Builds, Repetition, Round, VariantSummary};
+use crate::summary::intervals::Repetition;
+use crate::summary::{BuildInfo, Builds, Round, VariantSummary};
 
 /// A summary of `variants` of scenario `name`, as loadgen writes it.
 fn summary(name: &str, variants: Vec<VariantSummary>) -> RunSummary {
@@ -29,7 +30,7 @@ fn run(scenario: &str, rates: &[f64], p99s: &[f64]) -> RunSummary {
     };
     v.stream.placements_per_second = rates[0];
     v.stream.time_to_running_ms.p99 = p99s[0];
-    v.repetitions = (rates.iter().zip(p99s).enumerate())
+    v.confidence.repetitions = (rates.iter().zip(p99s).enumerate())
         .map(|(i, (r, p))| {
             rep(
                 i + 1,
@@ -146,9 +147,11 @@ fn a_single_run_is_judged_on_its_windows() {
         windows(&[60.0, 61.0, 59.0, 62.0, 58.0, 60.0]),
     );
     a.variants[0]
+        .confidence
         .intervals
         .insert("placements_per_s".into(), wa);
     b.variants[0]
+        .confidence
         .intervals
         .insert("placements_per_s".into(), wb);
     let c = compare(&a, &b, &[], ("a", "b")).unwrap();
@@ -191,7 +194,7 @@ fn one_run(base: &[f64], new: &[f64]) -> RunSummary {
             ..Default::default()
         };
         v.stream.placements_per_second = xs[0];
-        v.repetitions = (xs.iter().enumerate())
+        v.confidence.repetitions = (xs.iter().enumerate())
             .map(|(i, x)| rep(i + 1, &[("placements_per_s", *x)]))
             .collect();
         v

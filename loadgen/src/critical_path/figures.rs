@@ -13,6 +13,7 @@ use crate::stream::Percentiles;
 /// One stage over a variant's traced jobs.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct StageFigure {
     pub stage: String,
     /// Where the stage runs: leader, worker, nodesim or loadgen.
@@ -28,6 +29,7 @@ pub struct StageFigure {
 /// over the slowest 1%.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct StageMedians {
     pub all: Vec<f64>,
     pub slowest: Vec<f64>,
@@ -36,6 +38,7 @@ pub struct StageMedians {
 /// What set the p99, and which process was closest to a full core.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Bottleneck {
     /// The stage with the largest share of the slowest jobs' time.
     pub stage: String,
@@ -50,6 +53,7 @@ pub struct Bottleneck {
 /// How the traces were read, and the check that the stages add up.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct TraceCheck {
     /// Jobs with a whole path (the figures are theirs).
     pub traced: u64,
@@ -78,6 +82,7 @@ pub struct TraceCheck {
 /// A variant's critical path in `summary.json` (flattened into the variant).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct CriticalPath {
     /// Every stage in path order; empty when no job was traced.
     pub stages: Vec<StageFigure>,

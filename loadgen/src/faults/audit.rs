@@ -18,6 +18,7 @@ use crate::stream::Journal;
 /// was acknowledged must be on every server, and nothing else may be.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Audit {
     /// Job ids whose registration the cluster acknowledged.
     pub acked: u64,

@@ -13,6 +13,7 @@ use crate::stream::{JobTimes, Journal, Percentiles};
 /// One fault as it was injected and what it cost. Times are seconds; `_s`
 /// times without "time" in the name count from the start of the job stream.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct FaultReport {
     pub action: FaultAction,
     /// When the fault was injected. It is the step's `at` unless the cluster

@@ -96,9 +96,9 @@ fn variant_rows(
             p99_ms: s.p99_ms,
         })
         .collect();
-    let reps: Vec<(u32, BTreeMap<String, f64>, bool)> = match v.repetitions.is_empty() {
-        true => vec![(1, measures::figures(v), v.validity.valid)],
-        false => (v.repetitions.iter())
+    let reps: Vec<(u32, BTreeMap<String, f64>, bool)> = match v.confidence.repetitions.is_empty() {
+        true => vec![(1, measures::figures(v), v.confidence.validity.valid)],
+        false => (v.confidence.repetitions.iter())
             .map(|r| (r.round, r.measures.clone(), r.valid))
             .collect(),
     };
@@ -171,7 +171,8 @@ pub fn this_machine() -> Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::summary::{Builds, Repetition};
+    use crate::summary::intervals::Repetition;
+    use crate::summary::Builds;
 
     fn summary_of(commit: &str, started: f64, placements: &[f64]) -> RunSummary {
         let scenario = crate::scenario::Scenario::load("default").unwrap();
@@ -180,7 +181,7 @@ mod tests {
             started_unix: started,
             ..Default::default()
         };
-        v.validity.valid = true;
+        v.confidence.validity.valid = true;
         v.build = Builds {
             cluster: Some(BuildInfo {
                 commit: commit.into(),
@@ -191,7 +192,7 @@ mod tests {
         };
         let stage = serde_json::json!({"stage": "broker", "p50_ms": 3.0, "p99_ms": 9.0});
         v.critical_path.stages = vec![serde_json::from_value(stage).unwrap()];
-        v.repetitions = (placements.iter().enumerate())
+        v.confidence.repetitions = (placements.iter().enumerate())
             .map(|(i, p)| Repetition {
                 round: i as u32 + 1,
                 measures: [("placements_per_s".to_string(), *p)].into(),

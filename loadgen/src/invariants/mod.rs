@@ -64,6 +64,7 @@ const NAMED: usize = 5;
 /// `invariants_audit`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct AuditCost {
     /// From the end of the drain to the invariants checked, waiting for
     /// the cluster to come to rest included.
@@ -80,6 +81,7 @@ pub struct AuditCost {
 
 /// One invariant as checked: `summary.json`'s `invariants[]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Invariant {
     pub name: String,
     pub ok: bool,

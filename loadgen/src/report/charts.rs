@@ -9,6 +9,7 @@ use stampede_proto::metric_names;
 use stampede_proto::Binary;
 
 use super::samples::{add, by_label, gauge, rate, Points};
+use super::VariantData;
 
 use crate::sampler::Series;
 use crate::stream::LatencyQuantiles;
@@ -143,34 +144,21 @@ pub fn fault_marks(v: &VariantSummary) -> Vec<Mark> {
         .collect()
 }
 
-/// The time charts of one variant, its faults marked on each.
-pub fn variant(v: &VariantSummary) -> Vec<Chart> {
+/// The time charts of one variant from its data `d`, its faults marked on each.
+pub fn variant(v: &VariantSummary, d: &VariantData) -> Vec<Chart> {
     let time = |title: &str, unit: &str, lines: &[(String, Points)]| {
         let mut c = Chart::new(title, unit, "s", Kind::Time, lines);
         c.marks = fault_marks(v);
         c.sync = Some(v.name.clone());
         c
     };
-    let nodesim: Vec<&Series> = v.series.iter().filter(|s| s.is(Binary::Nodesim)).collect();
-    // loadgen samples itself too: its CPU and memory are plotted below.
-    let servers: Vec<&Series> = v
-        .series
-        .iter()
-        .filter(|s| !s.is(Binary::Nodesim) && !s.is(Binary::Loadgen))
-        .collect();
-    // Raft entries from the server that applied the most: the leader's view.
-    let busiest: Vec<&Series> = servers
-        .iter()
-        .max_by_key(|s| s.points.len())
-        .copied()
-        .into_iter()
-        .collect();
+    let (nodesim, servers, busiest) = by_binary(&d.series);
     let mut out = Vec::new();
-    if !v.acks_per_second.is_empty() {
+    if !d.acks_per_second.is_empty() {
         out.push(time(
             "Job registrations acknowledged",
             "per s",
-            &[("acknowledged".into(), v.acks_per_second.clone())],
+            &[("acknowledged".into(), d.acks_per_second.clone())],
         ));
     }
     out.push(time(
@@ -178,26 +166,26 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         "entries/s",
         &by_label(&busiest, metric_names::RAFT_ENTRIES_TOTAL, "type", true),
     ));
-    out.push(time(
-        "Blocking queries started by source",
-        "queries/s",
-        &by_label(
-            &servers,
+    for (title, unit, metric, per_s) in [
+        (
+            "Blocking queries started by source",
+            "queries/s",
             metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
-            "source",
             true,
         ),
-    ));
-    out.push(time(
-        "Blocking queries in flight by source",
-        "queries",
-        &by_label(
-            &servers,
+        (
+            "Blocking queries in flight by source",
+            "queries",
             metric_names::BLOCKING_QUERIES_INFLIGHT,
-            "source",
             false,
         ),
-    ));
+    ] {
+        out.push(time(
+            title,
+            unit,
+            &by_label(&servers, metric, "source", per_s),
+        ));
+    }
     out.push(time(
         "Client update RPCs by priority",
         "RPCs/s",
@@ -208,40 +196,25 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
             true,
         ),
     ));
-    let mut broker = Vec::new();
-    for metric in [
-        metric_names::BROKER_READY,
-        metric_names::BROKER_UNACKED,
-        metric_names::BLOCKED_EVALS,
-    ] {
-        let mut sum = BTreeMap::new();
-        for s in &servers {
-            add(&mut sum, metric.into(), gauge(s, metric));
-        }
-        broker.extend(
-            sum.into_iter()
-                .map(|(k, p)| (k.trim_start_matches("stampede_").to_string(), p)),
-        );
-    }
-    out.push(time("Broker depth", "evaluations", &broker));
-    let cpu: Vec<(String, Points)> = v
-        .series
-        .iter()
-        .map(|s| (s.target.name.clone(), rate(s, "process_cpu_seconds_total")))
-        .collect();
-    out.push(time("CPU by process", "cores", &cpu));
-    let rss: Vec<(String, Points)> = v
-        .series
-        .iter()
-        .map(|s| {
-            let p = gauge(s, crate::sampler::RSS)
-                .into_iter()
-                .map(|(t, b)| (t, b / 1048576.0))
-                .collect();
-            (s.target.name.clone(), p)
-        })
-        .collect();
-    out.push(time("Resident memory by process", "MiB", &rss));
+    out.push(time("Broker depth", "evaluations", &broker_depth(&servers)));
+    let by_process = |line: &dyn Fn(&Series) -> Points| -> Vec<(String, Points)> {
+        d.series
+            .iter()
+            .map(|s| (s.target.name.clone(), line(s)))
+            .collect()
+    };
+    out.push(time(
+        "CPU by process",
+        "cores",
+        &by_process(&|s| rate(s, "process_cpu_seconds_total")),
+    ));
+    let mib = |s: &Series| -> Points {
+        gauge(s, crate::sampler::RSS)
+            .into_iter()
+            .map(|(t, b)| (t, b / 1048576.0))
+            .collect()
+    };
+    out.push(time("Resident memory by process", "MiB", &by_process(&mib)));
     out.push(time(
         "State rows by table",
         "rows",
@@ -252,12 +225,7 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         "rows/s",
         &by_label(&busiest, metric_names::GC_COLLECTED_TOTAL, "kind", true),
     ));
-    let windows: Points = v
-        .stream
-        .running_windows
-        .iter()
-        .filter_map(|w| Some(((w.from_s + w.to_s) / 2.0, w.time_to_running_p99_ms?)))
-        .collect();
+    let windows = p99_by_window(v);
     if windows.len() > 1 {
         out.push(time(
             "p99 time to running of the jobs scheduled in each window",
@@ -266,6 +234,56 @@ pub fn variant(v: &VariantSummary) -> Vec<Chart> {
         ));
     }
     out
+}
+
+/// The series of nodesim's processes, of the servers, and of the server
+/// that applied the most (the leader's view of raft entries).
+fn by_binary(series: &[Series]) -> (Vec<&Series>, Vec<&Series>, Vec<&Series>) {
+    let nodesim: Vec<&Series> = series.iter().filter(|s| s.is(Binary::Nodesim)).collect();
+    // loadgen samples itself too: its CPU and memory are plotted below.
+    let servers: Vec<&Series> = series
+        .iter()
+        .filter(|s| !s.is(Binary::Nodesim) && !s.is(Binary::Loadgen))
+        .collect();
+    // Raft entries from the server that applied the most: the leader's view.
+    let busiest: Vec<&Series> = servers
+        .iter()
+        .copied()
+        .max_by_key(|s| s.points.len())
+        .into_iter()
+        .collect();
+    (nodesim, servers, busiest)
+}
+
+/// The p99 time to running of the jobs scheduled in each window of the
+/// stream, at the window's middle.
+fn p99_by_window(v: &VariantSummary) -> Points {
+    v.stream
+        .running_windows
+        .iter()
+        .filter_map(|w| Some(((w.from_s + w.to_s) / 2.0, w.time_to_running_p99_ms?)))
+        .collect()
+}
+
+/// The broker's ready and unacknowledged evaluations and the blocked ones,
+/// each summed over the servers (only the leader's are ever non-zero).
+fn broker_depth(servers: &[&Series]) -> Vec<(String, Points)> {
+    let mut broker = Vec::new();
+    for metric in [
+        metric_names::BROKER_READY,
+        metric_names::BROKER_UNACKED,
+        metric_names::BLOCKED_EVALS,
+    ] {
+        let mut sum = BTreeMap::new();
+        for s in servers {
+            add(&mut sum, metric.into(), gauge(s, metric));
+        }
+        broker.extend(
+            sum.into_iter()
+                .map(|(k, p)| (k.trim_start_matches("stampede_").to_string(), p)),
+        );
+    }
+    broker
 }
 
 /// The percentiles marked on each CDF.
@@ -408,7 +426,10 @@ pub fn sweep(s: &RunSummary) -> Vec<Chart> {
             "cores",
             x,
             Kind::Xy,
-            &[("servers".into(), against(&|v| v.server_cpu_cores()))],
+            &[(
+                "servers".into(),
+                against(&|v| v.processes.server_cpu_cores()),
+            )],
         ),
         Chart::new(
             &format!("Raft entries and blocking queries against {x}"),
@@ -418,11 +439,11 @@ pub fn sweep(s: &RunSummary) -> Vec<Chart> {
             &[
                 (
                     "raft entries".into(),
-                    against(&|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+                    against(&|v| v.traffic.raft_entries_by_type.values().sum::<u64>() as f64),
                 ),
                 (
                     "blocking queries".into(),
-                    against(&|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+                    against(&|v| v.traffic.blocking_queries_by_source.values().sum::<u64>() as f64),
                 ),
             ],
         ),

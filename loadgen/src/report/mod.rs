@@ -1,8 +1,10 @@
 //! What a capacity run says: a summary table for the terminal and a
 //! self-contained `report.html`.
 //!
-//! It renders from the run's summary (`summary`) and its samples (`sampler`)
-//! alone; `capacity`, which runs things, calls it, never the other way round.
+//! It renders from the run's summary (`summary`) and, apart from it, what
+//! only the report draws: each variant's samples (`sampler`), its
+//! acknowledgements per second and its slowest jobs' paths ([`VariantData`]);
+//! `capacity`, which runs things, calls it, never the other way round.
 //! The page's tables are HTML made here (`tables`), and so are the
 //! critical path's bars and waterfall (`time_went`, inline SVG); its plots
 //! are data (`charts`) drawn in the browser by uPlot, which is vendored in
@@ -10,6 +12,7 @@
 //! nothing from the network and opens from a run directory anywhere.
 
 mod charts;
+mod data;
 mod samples;
 mod tables;
 mod terminal;
@@ -20,6 +23,7 @@ use std::fmt::Write;
 use crate::summary::RunSummary;
 
 pub(crate) use charts::{Chart, Kind, Mark};
+pub use data::{RunData, VariantData};
 pub use terminal::terminal as table;
 
 const UPLOT_JS: &str = include_str!("../../assets/uPlot.iife.min.js");
@@ -104,30 +108,37 @@ pub(crate) fn page(
     page
 }
 
-/// The self-contained report page.
-pub fn html(s: &RunSummary) -> String {
+/// The self-contained report page: the summary `s`, and each variant's
+/// samples and traces from `data`.
+pub fn html(s: &RunSummary, data: &RunData) -> String {
     let name = &s.scenario.name;
     page(
         &format!("stampede capacity run: {name}"),
         &format!("Capacity run: {name}"),
         &s.scenario.description,
-        |charts| body(s, charts),
+        |charts| body(s, data, charts),
     )
 }
 
 /// The run's page below its heading.
-fn body(s: &RunSummary, charts: &mut Charts) -> String {
+fn body(s: &RunSummary, data: &RunData, charts: &mut Charts) -> String {
     let mut page = String::new();
     if !s.complete {
         page.push_str("<p class=\"warn\" id=\"partial\">This run did not complete: the report is partial.</p>");
     }
     for v in &s.variants {
-        match v.validity.valid {
+        match v.confidence.validity.valid {
             true => {
                 let _ = write!(page, "<p class=\"valid\">{}: valid: the harness kept its schedule, neither it nor the machine saturated, and no election came without a fault on the leader.</p>", escape(&v.name));
             }
             false => {
-                let reasons: Vec<String> = v.validity.reasons.iter().map(|r| escape(r)).collect();
+                let reasons: Vec<String> = v
+                    .confidence
+                    .validity
+                    .reasons
+                    .iter()
+                    .map(|r| escape(r))
+                    .collect();
                 let _ = write!(page, "<p class=\"warn invalid\">{}: INVALID: these figures do not measure the cluster under this load: {}</p>", escape(&v.name), reasons.join("; "));
             }
         }
@@ -159,7 +170,7 @@ fn body(s: &RunSummary, charts: &mut Charts) -> String {
             charts.grid(cdfs)
         );
     }
-    page.push_str(&time_went::section(s));
+    page.push_str(&time_went::section(s, data));
     if let Some(sw) = &s.scenario.sweep {
         let _ = write!(
             page,
@@ -188,7 +199,7 @@ fn body(s: &RunSummary, charts: &mut Charts) -> String {
             let _ = write!(page, "<p class=\"warn\">{}</p>", escape(p));
         }
         page.push_str(&tables::faults(v));
-        page.push_str(&charts.grid(charts::variant(v)));
+        page.push_str(&charts.grid(charts::variant(v, VariantData::of(data, &v.name))));
     }
     page
 }
@@ -199,6 +210,20 @@ mod tests {
     use crate::faults::{Audit, FaultReport};
     use crate::scenario::{FaultAction, Scenario};
     use crate::summary::{RunSummary, VariantSummary, SCHEMA_VERSION};
+
+    /// The acknowledgements of [`with_faults`]' variant.
+    fn acks() -> VariantData {
+        VariantData {
+            acks_per_second: vec![(1.0, 4.0), (2.0, 3.0)],
+            ..Default::default()
+        }
+    }
+
+    /// The page of `s` with [`acks`] as its variant's data.
+    fn page(s: &RunSummary) -> String {
+        let acks = acks();
+        html(s, &[(s.variants[0].name.as_str(), &acks)].into())
+    }
 
     fn with_faults() -> RunSummary {
         let fault = FaultReport {
@@ -228,7 +253,6 @@ mod tests {
                 servers: 3,
                 ..Default::default()
             }),
-            acks_per_second: vec![(1.0, 4.0), (2.0, 3.0)],
             ..Default::default()
         };
         let q = crate::stream::sketch_quantiles();
@@ -284,7 +308,7 @@ mod tests {
 
     #[test]
     fn the_page_has_html_tables_and_marks_each_fault_on_every_time_chart() {
-        let page = html(&with_faults());
+        let page = page(&with_faults());
         assert!(page.contains("<table class=\"data summary\">") && !page.contains("<pre>"));
         assert!(page.contains("<td>@20s: 1.3 / 1.5 / 1</td>"));
         assert!(page.contains("Audit: all 100 acknowledged jobs"));
@@ -359,23 +383,23 @@ mod tests {
                     1 started by an unknown server after the leader was lost, \
                     1 started by server-2 while the leader was alive; 1 outside faults";
         assert!(t.contains(said), "{t}");
-        let page = html(&s);
-        assert!(page.contains(&format!("<p class=\"elections\">Elections: {said}.</p>")));
-        assert!(page.contains(
+        let html = page(&s);
+        assert!(html.contains(&format!("<p class=\"elections\">Elections: {said}.</p>")));
+        assert!(html.contains(
             "<tr class=\"warn\"><td>10</td><td>30.0</td><td>server-2</td><td>alive</td></tr>"
         ));
-        assert!(page.contains("<td>8</td><td>28.0</td><td>unknown</td><td>lost</td>"));
+        assert!(html.contains("<td>8</td><td>28.0</td><td>unknown</td><td>lost</td>"));
         // A summary from before the detail: the counts alone.
         let v = &mut s.variants[0];
         v.elections_detail.clear();
         assert!(table(&s).contains("4; 1 outside faults"));
         s.variants[0].elections = Some(0);
-        assert!(!html(&s).contains("class=\"elections\""));
+        assert!(!page(&s).contains("class=\"elections\""));
     }
 
     #[test]
     fn the_page_loads_nothing_from_the_network() {
-        let page = html(&with_faults());
+        let page = page(&with_faults());
         for pattern in ["src=", "href=", "url(", "@import", "import(", "<link"] {
             assert!(!page.contains(pattern), "the page has {pattern}");
         }

@@ -74,11 +74,16 @@ pub(super) fn rows(s: &RunSummary) -> Vec<Row> {
 
 /// Whether the run measured the cluster at all, and what the stream did.
 fn outcome_rows(row: &mut AddRow) {
-    row("validity", &|v| match v.validity.valid {
+    row("validity", &|v| match v.confidence.validity.valid {
         true => "valid".into(),
-        false => format!("INVALID ({} reasons below)", v.validity.reasons.len()),
+        false => format!(
+            "INVALID ({} reasons below)",
+            v.confidence.validity.reasons.len()
+        ),
     });
-    row("repetitions", &|v| v.repetitions.len().max(1).to_string());
+    row("repetitions", &|v| {
+        v.confidence.repetitions.len().max(1).to_string()
+    });
     row("build (cluster / nodesim)", &build_cell);
     row("jobs submitted (late, dropped, failed)", &|v| {
         let st = &v.stream;
@@ -163,45 +168,56 @@ fn build_cell(v: &VariantSummary) -> String {
 /// What the run cost: raft entries and bytes, RPCs, blocking queries, CPU.
 fn cost_rows(row: &mut AddRow) {
     row("raft entries", &|v| {
-        v.raft_entries_by_type.values().sum::<u64>().to_string()
+        v.traffic
+            .raft_entries_by_type
+            .values()
+            .sum::<u64>()
+            .to_string()
     });
     row("  client update share (entries / bytes)", &|v| {
         format!(
             "{:.1}% / {:.1}%",
-            100.0 * v.client_update_share,
-            100.0 * v.client_update_byte_share
+            100.0 * v.traffic.client_update_share,
+            100.0 * v.traffic.client_update_byte_share
         )
     });
     row("raft MiB", &|v| {
         format!(
             "{:.2}",
-            v.raft_bytes_by_type.values().sum::<u64>() as f64 / 1048576.0
+            v.traffic.raft_bytes_by_type.values().sum::<u64>() as f64 / 1048576.0
         )
     });
     row("client update RPCs", &|v| {
-        v.client_update_rpcs.values().sum::<u64>().to_string()
+        v.traffic
+            .client_update_rpcs
+            .values()
+            .sum::<u64>()
+            .to_string()
     });
     row("blocking queries", &|v| {
-        v.blocking_queries_by_source
+        v.traffic
+            .blocking_queries_by_source
             .values()
             .sum::<u64>()
             .to_string()
     });
     row("  deployment_watcher", &|v| {
-        v.blocking_queries_by_source
+        v.traffic
+            .blocking_queries_by_source
             .get(stampede_proto::QuerySource::DeploymentWatcher.label())
             .copied()
             .unwrap_or(0)
             .to_string()
     });
     row("  queued for the query limiter (s)", &|v| {
-        format!("{:.1}", v.deployment_query_wait_seconds)
+        format!("{:.1}", v.traffic.deployment_query_wait_seconds)
     });
     row("server CPU cores (sum)", &|v| {
-        format!("{:.2}", v.server_cpu_cores())
+        format!("{:.2}", v.processes.server_cpu_cores())
     });
     row("CPU-s per 1000 placements (all processes)", &|v| {
-        v.cpu_seconds_per_1000_placements
+        v.processes
+            .cpu_seconds_per_1000_placements
             .map_or("- (none placed)".into(), |c| format!("{c:.2}"))
     });
 }
@@ -211,9 +227,13 @@ fn cost_rows(row: &mut AddRow) {
 fn growth_rows(s: &RunSummary, row: &mut AddRow) {
     row("server memory, 2nd half", &|v| {
         let slope = v
+            .processes
             .server_rss_slope_mib_per_min
             .map_or("-".into(), |m| format!("{m:.2} MiB/min"));
-        match (v.memory.leak_check.verdict, v.memory.state_growth_2nd_half) {
+        match (
+            v.processes.memory.leak_check.verdict,
+            v.processes.memory.state_growth_2nd_half,
+        ) {
             (Leak::NotJudged, Some(g)) => format!("state {:+.0}%: follows the data", g * 100.0),
             (Leak::NotJudged, None) => "not judged".into(),
             (Leak::Flat, _) => format!("flat ({slope})"),
@@ -221,16 +241,18 @@ fn growth_rows(s: &RunSummary, row: &mut AddRow) {
         }
     });
     row("  server RSS per state row (bytes)", &|v| {
-        v.memory
+        v.processes
+            .memory
             .server_rss_bytes_per_row
             .map_or("-".into(), |b| format!("{b:.0}"))
     });
     if s.variants
         .iter()
-        .any(|v| v.server_rss_growth_after_10m.is_some())
+        .any(|v| v.processes.server_rss_growth_after_10m.is_some())
     {
         row("server RSS growth after 10 min", &|v| {
-            v.server_rss_growth_after_10m
+            v.processes
+                .server_rss_growth_after_10m
                 .map_or("-".into(), |g| format!("{:+.1}%", 100.0 * g))
         });
     }
@@ -238,14 +260,14 @@ fn growth_rows(s: &RunSummary, row: &mut AddRow) {
     let tables: std::collections::BTreeSet<&String> = s
         .variants
         .iter()
-        .flat_map(|v| v.state_objects.keys())
+        .flat_map(|v| v.state.state_objects.keys())
         .collect();
     for table in tables {
         row(
             &format!("state rows: {table}, end (peak)"),
-            &|v| match v.state_objects.get(table) {
+            &|v| match v.state.state_objects.get(table) {
                 Some(n) => {
-                    let peak = v.state_objects_peak.get(table).copied().unwrap_or(*n);
+                    let peak = v.state.state_objects_peak.get(table).copied().unwrap_or(*n);
                     format!("{n} ({peak})")
                 }
                 None => "-".into(),
@@ -257,7 +279,14 @@ fn growth_rows(s: &RunSummary, row: &mut AddRow) {
         &|v| {
             gc_kinds()
                 .iter()
-                .map(|k| v.gc_collected.get(*k).copied().unwrap_or(0).to_string())
+                .map(|k| {
+                    v.state
+                        .gc_collected
+                        .get(*k)
+                        .copied()
+                        .unwrap_or(0)
+                        .to_string()
+                })
                 .collect::<Vec<_>>()
                 .join(" / ")
         },
@@ -391,25 +420,30 @@ fn audit_rows(s: &RunSummary, row: &mut AddRow) {
 /// one run's 10 s windows (batch means).
 fn interval_rows(s: &RunSummary, row: &mut AddRow) {
     for m in MEASURES {
-        if !s.variants.iter().any(|v| v.intervals.contains_key(m.name)) {
+        if !s
+            .variants
+            .iter()
+            .any(|v| v.confidence.intervals.contains_key(m.name))
+        {
             continue;
         }
-        row(
-            &format!("{}: median [95% interval]", m.label),
-            &|v| match v.intervals.get(m.name) {
-                Some(i) => format!(
-                    "{} [{}, {}]{}",
-                    figure(i.median),
-                    figure(i.lo),
-                    figure(i.hi),
-                    match i.method {
-                        Method::BatchMeans => " windows",
-                        Method::OrderStatistics => "",
-                    }
-                ),
-                None => "-".into(),
-            },
-        );
+        row(&format!("{}: median [95% interval]", m.label), &|v| match v
+            .confidence
+            .intervals
+            .get(m.name)
+        {
+            Some(i) => format!(
+                "{} [{}, {}]{}",
+                figure(i.median),
+                figure(i.lo),
+                figure(i.hi),
+                match i.method {
+                    Method::BatchMeans => " windows",
+                    Method::OrderStatistics => "",
+                }
+            ),
+            None => "-".into(),
+        });
     }
 }
 
@@ -593,41 +627,46 @@ pub fn comparison(s: &RunSummary) -> String {
     let measures: Vec<(&str, (Measure, usize))> = vec![
         (
             "raft entries",
-            count(|v| v.raft_entries_by_type.values().sum::<u64>() as f64),
+            count(|v| v.traffic.raft_entries_by_type.values().sum::<u64>() as f64),
         ),
         (
             "client update entries",
             count(|v| {
-                *v.raft_entries_by_type
+                *v.traffic
+                    .raft_entries_by_type
                     .get("alloc_client_update")
                     .unwrap_or(&0) as f64
             }),
         ),
         (
             "client update RPCs",
-            count(|v| v.client_update_rpcs.values().sum::<u64>() as f64),
+            count(|v| v.traffic.client_update_rpcs.values().sum::<u64>() as f64),
         ),
         (
             "blocking queries",
-            count(|v| v.blocking_queries_by_source.values().sum::<u64>() as f64),
+            count(|v| v.traffic.blocking_queries_by_source.values().sum::<u64>() as f64),
         ),
         (
             "deployment watcher queries",
             count(|v| {
-                *v.blocking_queries_by_source
+                *v.traffic
+                    .blocking_queries_by_source
                     .get(stampede_proto::QuerySource::DeploymentWatcher.label())
                     .unwrap_or(&0) as f64
             }),
         ),
         (
             "deployment queries queued for the limiter, s",
-            count(|v| v.deployment_query_wait_seconds),
+            count(|v| v.traffic.deployment_query_wait_seconds),
         ),
         (
             "deployment watcher delivery p99 ms",
             count(|v| {
                 let source = stampede_proto::QuerySource::DeploymentWatcher.label();
-                v.blocking_delivery_ms.get(source).map_or(0.0, |d| d.p99_ms)
+                v.traffic
+                    .blocking_delivery_ms
+                    .get(source)
+                    .map_or(0.0, |d| d.p99_ms)
             }),
         ),
         ("p99 placement ms", count(|v| v.stream.placement_ms.p99)),
@@ -637,7 +676,7 @@ pub fn comparison(s: &RunSummary) -> String {
         ),
         (
             "CPU-s per 1000 placements (all processes)",
-            (Box::new(|v| v.cpu_seconds_per_1000_placements), 2),
+            (Box::new(|v| v.processes.cpu_seconds_per_1000_placements), 2),
         ),
     ];
     let mut html = String::from("<table class=\"data comparison\"><thead><tr><th>measure</th>");
@@ -805,7 +844,10 @@ mod tests {
     fn cpu_per_1000_placements_is_shown_and_nothing_placed_says_so() {
         let variant = |name: &str, cpu: Option<f64>| VariantSummary {
             name: name.into(),
-            cpu_seconds_per_1000_placements: cpu,
+            processes: crate::summary::Processes {
+                cpu_seconds_per_1000_placements: cpu,
+                ..Default::default()
+            },
             ..Default::default()
         };
         let s = run(vec![

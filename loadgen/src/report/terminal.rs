@@ -54,8 +54,8 @@ fn columns(s: &RunSummary) -> String {
 /// SLO breaches, failed audits, regressions, and a partial run.
 fn verdicts(s: &RunSummary) -> String {
     let mut out = String::new();
-    for v in s.variants.iter().filter(|v| !v.validity.valid) {
-        for why in &v.validity.reasons {
+    for v in s.variants.iter().filter(|v| !v.confidence.validity.valid) {
+        for why in &v.confidence.validity.reasons {
             let _ = write!(out, "\nINVALID {}: {why}", v.name);
         }
     }
@@ -167,7 +167,7 @@ mod tests {
             ..Default::default()
         };
         untraced.critical_path.trace_check.untraced = 7;
-        untraced.validity.reasons = vec!["loadgen fell behind".into()];
+        untraced.confidence.validity.reasons = vec!["loadgen fell behind".into()];
         let s = run(vec![traced, untraced]);
         let text = terminal(&s);
         let last: Vec<&str> = text.lines().rev().take(4).collect();

@@ -6,7 +6,7 @@
 
 use std::fmt::Write;
 
-use super::escape;
+use super::{escape, RunData, VariantData};
 use crate::critical_path::{TracedJob, N_STAGES, STAGES};
 use crate::summary::{RunSummary, VariantSummary};
 
@@ -24,21 +24,22 @@ const WATERFALL_ROWS: usize = 50;
 /// The outline of a stage that spans a fault.
 const FAULT_STROKE: &str = "#d62728";
 
-/// The section, with a part per variant.
-pub fn section(s: &RunSummary) -> String {
+/// The section, with a part per variant (its waterfall from its `data`).
+pub fn section(s: &RunSummary, data: &RunData) -> String {
     let mut html = String::from(
         "<section id=\"where-the-time-went\"><h2>Where the time went</h2>\
          <p>Each job's time to running cut into the stages of its critical path, from its \
          submission to loadgen seeing it run; the shares are of the slowest 1% of jobs' time.</p>",
     );
     for v in &s.variants {
-        html.push_str(&variant(v, s.variants.len() > 1));
+        let d = VariantData::of(data, &v.name);
+        html.push_str(&variant(v, &d.slowest_paths, s.variants.len() > 1));
     }
     html.push_str("</section>");
     html
 }
 
-fn variant(v: &VariantSummary, named: bool) -> String {
+fn variant(v: &VariantSummary, slowest: &[TracedJob], named: bool) -> String {
     let mut html = format!(
         "<div class=\"time-went\" data-variant=\"{}\">",
         escape(&v.name)
@@ -80,7 +81,7 @@ fn variant(v: &VariantSummary, named: bool) -> String {
         c.sum_of_stage_medians_ms,
         c.median_time_to_running_ms
     );
-    html.push_str(&waterfall(&v.slowest_paths));
+    html.push_str(&waterfall(slowest));
     html.push_str("</div>");
     html
 }
@@ -255,7 +256,8 @@ mod tests {
     use crate::stream::RanJob;
     use stampede_proto::JobTrace;
 
-    fn traced(n: u64) -> VariantSummary {
+    /// A variant of `n` traced jobs, and its slowest paths (at most 20).
+    fn traced(n: u64) -> (VariantSummary, Vec<TracedJob>) {
         let paths: Vec<_> = (1..=n)
             .map(|i| {
                 let t = |k: u64| 1_000_000 + k * 1000 * i;
@@ -281,17 +283,18 @@ mod tests {
                 path(&run, &trace).unwrap()
             })
             .collect();
-        VariantSummary {
+        let v = VariantSummary {
             name: "v & w".into(),
             critical_path: figures(&paths, 0, &[("nodesim".into(), 0.5)].into(), 3.0),
-            slowest_paths: slowest(&paths, 20, "v & w"),
             ..Default::default()
-        }
+        };
+        (v, slowest(&paths, 20, "v & w"))
     }
 
     #[test]
     fn each_variant_gets_bars_a_legend_a_table_the_sentence_and_a_waterfall() {
-        let html = variant(&traced(30), true);
+        let (v, slowest) = traced(30);
+        let html = variant(&v, &slowest, true);
         assert!(html.contains("data-variant=\"v &amp; w\"") && html.contains("<h3>v &amp; w</h3>"));
         assert_eq!(html.matches("<svg class=\"stage-bars\"").count(), 1);
         assert_eq!(
@@ -308,11 +311,11 @@ mod tests {
 
     #[test]
     fn a_stage_that_spans_a_fault_is_outlined_and_named() {
-        let mut v = traced(3);
-        assert!(!variant(&v, false).contains("data-spans-fault"));
-        v.slowest_paths[0].spans[2].spans_fault = Some("kill_leader@15s".into());
-        v.slowest_paths[1].spans[2].spans_fault = Some("kill_leader@15s, pause_leader@30s".into());
-        let html = variant(&v, false);
+        let (v, mut slowest) = traced(3);
+        assert!(!variant(&v, &slowest, false).contains("data-spans-fault"));
+        slowest[0].spans[2].spans_fault = Some("kill_leader@15s".into());
+        slowest[1].spans[2].spans_fault = Some("kill_leader@15s, pause_leader@30s".into());
+        let html = variant(&v, &slowest, false);
         assert_eq!(
             html.matches("data-spans-fault=\"kill_leader@15s\"").count(),
             1
@@ -331,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_variant_without_traces_says_so() {
-        let html = variant(&VariantSummary::default(), false);
+        let html = variant(&VariantSummary::default(), &[], false);
         assert!(html.contains("No job was traced") && !html.contains("<svg"));
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Scenario {
     pub name: String,
     #[serde(default)]
@@ -26,9 +27,11 @@ pub struct Scenario {
     )]
     pub fleet_processes: u32,
     /// How long jobs are submitted, e.g. "60s".
+    #[cfg_attr(test, schemars(with = "String"))]
     #[serde(with = "humantime_serde_str")]
     pub duration: Duration,
     /// How long after the last submission the run waits for stragglers.
+    #[cfg_attr(test, schemars(with = "String"))]
     #[serde(with = "humantime_serde_str", default = "defaults::drain")]
     pub drain: Duration,
     pub arrival: Arrival,
@@ -92,13 +95,16 @@ pub struct Scenario {
 /// fault injected into the local cluster during the job stream.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct FaultStep {
     /// When, from the start of the job stream.
+    #[cfg_attr(test, schemars(with = "String"))]
     #[serde(with = "humantime_serde_str")]
     pub at: Duration,
     pub action: FaultAction,
     /// How long a pause or a partition lasts, or how long a killed server
     /// stays down before it is started again on its own data dir.
+    #[cfg_attr(test, schemars(with = "String"))]
     #[serde(with = "humantime_serde_str")]
     pub duration: Duration,
     /// `pause_fleet` only: the share of the fleet's processes paused, above
@@ -126,6 +132,7 @@ impl FaultStep {
 /// What a fault step does.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum FaultAction {
     /// kill -9 of the leader.
     KillLeader,
@@ -195,6 +202,7 @@ impl FaultAction {
 /// `[sweep] parameter = "nodes", values = [1000, 5000, 10000]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Sweep {
     pub parameter: SweepParameter,
     pub values: Vec<f64>,
@@ -204,14 +212,17 @@ pub struct Sweep {
 /// arrival rate whose measures all meet its `[slo]`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct SearchBlock {
     /// How long the whole search may take (`--budget` overrides it).
+    #[cfg_attr(test, schemars(with = "String"))]
     #[serde(with = "humantime_serde_str", default = "defaults::search_budget")]
     pub budget: Duration,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum SweepParameter {
     /// The fleet size.
     Nodes,
@@ -287,6 +298,7 @@ mod humantime_serde_str {
 /// When submissions are scheduled.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, tag = "process", rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum Arrival {
     /// `rate` submissions per second, evenly spaced.
     Constant { rate: f64 },
@@ -308,6 +320,7 @@ impl Arrival {
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum Kind {
     Service,
     Batch,
@@ -317,6 +330,7 @@ pub enum Kind {
 /// One kind of job in the mix.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct JobKind {
     pub name: String,
     #[serde(rename = "type")]
@@ -343,6 +357,7 @@ pub struct JobKind {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Slo {
     /// The run fails if p99 placement latency is above this.
     pub p99_placement_ms: Option<f64>,
@@ -352,6 +367,7 @@ pub struct Slo {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Variant {
     /// Names its setting, e.g. `legacy` or `prioritized`.
     pub name: String,

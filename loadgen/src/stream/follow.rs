@@ -57,9 +57,9 @@ pub(super) async fn submit_and_follow(
         Tally::record(&mut t.placement, &metrics.placement, s.scheduled);
         let at = (s.scheduled - s.start).as_secs_f64();
         let ms = s.scheduled.elapsed().as_secs_f64() * 1000.0;
-        t.report.jobs.placed.push((at, ms));
+        t.journal.jobs.placed.push((at, ms));
         if s.update {
-            t.report.jobs.rollouts.push(at);
+            t.journal.jobs.rollouts.push(at);
         }
         t.report.placed += 1;
         t.last_placement = Some(Instant::now());
@@ -71,19 +71,19 @@ pub(super) async fn submit_and_follow(
     let mut t = tally.lock().unwrap();
     Tally::record(&mut t.running, &metrics.time_to_running, s.scheduled);
     let at = (s.scheduled - s.start).as_secs_f64();
-    t.report
+    t.journal
         .jobs
         .ran
         .push((at, (now - s.scheduled).as_secs_f64() * 1000.0, up));
     if t.sent.get(&s.job.id).is_some_and(|&n| n > nth) {
-        t.report.jobs.superseded.push(at);
+        t.journal.jobs.superseded.push(at);
     }
     let ran = RanJob {
         job_id: s.job.id.clone(),
         scheduled_us: t.clock.unix_us(s.scheduled),
         running_us: t.clock.unix_us(now),
     };
-    t.report.jobs.ran_jobs.push(ran);
+    t.journal.jobs.ran_jobs.push(ran);
     t.settled.insert(s.job.id.clone());
     t.report.running += 1;
     t.report.allocations_placed += up;

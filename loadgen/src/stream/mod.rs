@@ -179,7 +179,7 @@ pub async fn run(
     let tally = Arc::new(Mutex::new(Tally::default()));
     {
         let mut t = tally.lock().unwrap();
-        t.report.jobs.start_us = t.clock.unix_us(start);
+        t.journal.jobs.start_us = t.clock.unix_us(start);
     }
     let mut planner = Planner::new(scenario, prefix);
     // Which server each write goes to first: drawn apart from the workload.
@@ -274,14 +274,14 @@ fn finish(mut tally: Tally, start: Instant, total: f64) -> (StreamReport, Journa
         .as_ref()
         .map(percentiles_ms)
         .unwrap_or_default();
-    tally.report.running_windows = windows(&tally.report.jobs.ran, total);
+    tally.report.running_windows = windows(&tally.journal.jobs.ran, total);
     let q = sketch_quantiles();
     tally.report.latency_quantiles = LatencyQuantiles {
         placement_ms: quantiles_ms(tally.placement.as_ref(), &q),
         time_to_running_ms: quantiles_ms(tally.running.as_ref(), &q),
         q,
     };
-    tally.report.makespan_s = report::makespan_s(&tally.report.jobs.ran, tally.report.scheduled);
+    tally.report.makespan_s = report::makespan_s(&tally.journal.jobs.ran, tally.report.scheduled);
     if let Some(last) = tally.last_placement {
         let secs = (last - start).as_secs_f64().max(1e-3);
         tally.report.placements_per_second = tally.report.allocations_placed as f64 / secs;

@@ -10,6 +10,7 @@ use std::time::Duration;
 /// What the stream did, latencies in milliseconds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct StreamReport {
     pub scheduled: u64,
     pub submitted: u64,
@@ -48,13 +49,12 @@ pub struct StreamReport {
     /// The whole latency distributions, not only their percentiles: what
     /// the report plots as CDFs.
     pub latency_quantiles: LatencyQuantiles,
-    /// Every job placed and every job that ran, for the figures of a slice
-    /// of the stream (a run's intervals from its own windows).
-    #[serde(skip)]
-    pub jobs: JobTimes,
 }
 
-/// Job by job, in seconds from the start of the stream and milliseconds.
+/// Job by job, in seconds from the start of the stream and milliseconds:
+/// the journal's, never the summary's (the figures of a slice of the
+/// stream, a fault's recovery and the jobs' critical paths are read from
+/// them).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct JobTimes {
     /// When each placed job was scheduled, and how long it took to be placed.
@@ -108,27 +108,25 @@ impl Percentiles {
     }
 }
 
-impl StreamReport {
+impl JobTimes {
     /// What the stream measured of the jobs in `[from, to)` seconds: the
     /// latencies of those scheduled in it, and the placements (allocations
     /// up) of those that ran in it.
     pub fn slice(&self, from: f64, to: f64) -> StreamReport {
         let within = |t: f64| t >= from && t < to;
         let placed: Vec<f64> = self
-            .jobs
             .placed
             .iter()
             .filter(|j| within(j.0))
             .map(|j| j.1)
             .collect();
         let ran: Vec<f64> = self
-            .jobs
             .ran
             .iter()
             .filter(|j| within(j.0))
             .map(|j| j.1)
             .collect();
-        let allocations: u64 = (self.jobs.ran.iter())
+        let allocations: u64 = (self.ran.iter())
             .filter(|(at, ms, _)| within(at + ms / 1000.0))
             .map(|j| j.2)
             .sum();
@@ -165,6 +163,7 @@ pub fn makespan_s(ran: &[(f64, f64, u64)], scheduled: u64) -> Option<f64> {
 /// draw a smooth CDF, with the tail (p99.5, p99.9) kept.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct LatencyQuantiles {
     pub q: Vec<f64>,
     pub placement_ms: Vec<f64>,
@@ -182,6 +181,7 @@ pub fn sketch_quantiles() -> Vec<f64> {
 /// One window of the stream.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Window {
     pub from_s: f64,
     pub to_s: f64,
@@ -193,6 +193,7 @@ pub struct Window {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Percentiles {
     pub count: u64,
     pub p50: f64,
@@ -220,6 +221,8 @@ pub struct Journal {
     /// Every write (registration, update, scale, stop, purge) with its
     /// answer, for the invariant audit.
     pub writes: Vec<crate::invariants::Write>,
+    /// Every job placed and every job that ran, with their times.
+    pub jobs: JobTimes,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

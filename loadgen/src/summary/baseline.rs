@@ -79,7 +79,9 @@ mod tests {
         };
         v.stream.placements_per_second = rates[0];
         let windows = median_interval(rates, CONFIDENCE, Method::BatchMeans).unwrap();
-        v.intervals.insert("placements_per_s".into(), windows);
+        v.confidence
+            .intervals
+            .insert("placements_per_s".into(), windows);
         v
     }
 
@@ -112,7 +114,10 @@ mod tests {
         // Without samples there is no interval, whatever the change.
         let one = |cpu: f64| VariantSummary {
             name: "a".into(),
-            cpu_seconds_per_1000_placements: Some(cpu),
+            processes: crate::summary::Processes {
+                cpu_seconds_per_1000_placements: Some(cpu),
+                ..Default::default()
+            },
             ..Default::default()
         };
         let base = run(vec![one(4.0)]);

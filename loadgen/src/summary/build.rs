@@ -14,6 +14,7 @@ use crate::sampler::{label, Series};
 /// One binary's build.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct BuildInfo {
     /// The commit it was built from ("unknown" outside a git checkout).
     pub commit: String,
@@ -49,6 +50,7 @@ impl BuildInfo {
 /// serve one (a build older than the metric, or no sample of it).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Builds {
     pub cluster: Option<BuildInfo>,
     pub nodesim: Option<BuildInfo>,

@@ -357,7 +357,7 @@ pub fn own_floors(
 /// The (A, B) figures of `m` in each round both variants ran, by round.
 fn paired_rounds(m: &Measure, a: &VariantSummary, b: &VariantSummary) -> Vec<(f64, f64)> {
     let by_round = |v: &VariantSummary| -> std::collections::BTreeMap<u32, f64> {
-        (v.repetitions.iter())
+        (v.confidence.repetitions.iter())
             .filter_map(|r| Some((r.round, *r.measures.get(m.name)?)))
             .collect()
     };
@@ -369,15 +369,15 @@ fn paired_rounds(m: &Measure, a: &VariantSummary, b: &VariantSummary) -> Vec<(f6
 
 /// A variant's samples of `m`: its repetitions, else its windows, else its one figure.
 fn samples(m: &Measure, v: &VariantSummary) -> (Vec<f64>, Samples) {
-    if v.repetitions.len() >= 2 {
-        let xs: Vec<f64> = (v.repetitions.iter())
+    if v.confidence.repetitions.len() >= 2 {
+        let xs: Vec<f64> = (v.confidence.repetitions.iter())
             .filter_map(|r| r.measures.get(m.name).copied())
             .collect();
         if xs.len() >= 2 {
             return (xs, Samples::Repetitions);
         }
     }
-    let windows = v.intervals.get(m.name);
+    let windows = v.confidence.intervals.get(m.name);
     if let Some(interval) = windows.filter(|i| i.method == Method::BatchMeans) {
         if interval.samples.len() >= 2 {
             return (interval.samples.clone(), Samples::Windows);

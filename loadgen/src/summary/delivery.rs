@@ -10,6 +10,7 @@ use crate::sampler::{label, Series, DELIVERY_BUCKETS as METRIC};
 
 /// One source's answers to parked queries during the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Delivery {
     pub answers: u64,
     pub p50_ms: f64,

@@ -41,6 +41,7 @@ const STARTED_TERM: &str = metric_names::RAFT_ELECTION_STARTED_TERM;
 
 /// One election of the run, as `summary.json` lists it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Election {
     /// The term it raised the cluster to.
     pub term: u64,

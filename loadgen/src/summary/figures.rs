@@ -1,5 +1,5 @@
 //! The results model: a variant's samples of every process's `/metrics`
-//! and the stream's report in, the summary's figures out (cost per
+//! and the stream's report in, the summary's sections of them out (cost per
 //! placement, cores and memory per process, raft entries by type, state
 //! sizes, a soak's memory growth). Pure: no I/O, no processes, so it is
 //! tested on made-up samples.
@@ -10,9 +10,11 @@ use std::time::Duration;
 use stampede_proto::metric_names;
 use stampede_proto::Binary;
 
-use super::{cpu_seconds_per_1000_placements, VariantSummary};
+use serde::{Deserialize, Serialize};
+
+use super::delivery::Delivery;
+use super::{cpu_seconds_per_1000_placements, Memory};
 use crate::sampler::{label, Series, RSS};
-use crate::scenario::Variant;
 use crate::stream::StreamReport;
 
 /// When a soak's memory should have settled: its growth after this is what
@@ -21,15 +23,101 @@ pub const SOAK_SETTLE: Duration = Duration::from_secs(600);
 
 const MIB: f64 = 1048576.0;
 
-/// One variant's summary from what its run measured: the stream's report,
-/// every process's samples, how long it took, and what went wrong.
-pub fn summarize(
-    v: &Variant,
-    stream: StreamReport,
-    series: Vec<Series>,
-    seconds: f64,
-    problems: Vec<String>,
-) -> VariantSummary {
+/// What the cluster did over the run, from the servers' and nodesim's
+/// counters.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(default)]
+pub struct Traffic {
+    /// Raft entries applied during the run, by message type.
+    pub raft_entries_by_type: BTreeMap<String, u64>,
+    /// Bytes of those entries, by message type.
+    pub raft_bytes_by_type: BTreeMap<String, u64>,
+    /// Blocking queries started during the run, by source, over all servers.
+    pub blocking_queries_by_source: BTreeMap<String, u64>,
+    /// nodesim's Node.UpdateAlloc calls, by priority.
+    pub client_update_rpcs: BTreeMap<String, u64>,
+    /// How long after a write's apply parked queries got their answers, by
+    /// source, over all servers (`stampede_blocking_query_delivery_seconds`).
+    pub blocking_delivery_ms: BTreeMap<String, Delivery>,
+    /// Time deployment-watcher queries spent queued for the shared query
+    /// rate limiter, summed over queries (the leader's watchers).
+    pub deployment_query_wait_seconds: f64,
+    /// Share of raft entries that are client allocation updates.
+    pub client_update_share: f64,
+    /// Share of raft bytes that are client allocation updates.
+    pub client_update_byte_share: f64,
+}
+
+/// What each process used over the run, and what a placement cost it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(default)]
+pub struct Processes {
+    /// Average cores each process used over the run: every server, every
+    /// nodesim and loadgen itself.
+    pub cpu_cores: BTreeMap<String, f64>,
+    /// CPU-seconds every process of the run used during the stream (the
+    /// growth of each one's own CPU counter: servers, nodesim, loadgen),
+    /// per 1,000 allocations placed in the same window; null when nothing
+    /// was placed. Lower is better.
+    pub cpu_seconds_per_1000_placements: Option<f64>,
+    /// The same cost by process: each process's own CPU-seconds over the
+    /// stream per 1,000 placements (`server-1` ..., `nodesim`, `loadgen`),
+    /// so that a run says which process a placement's cost goes to. A fleet
+    /// of several nodesim processes is listed by process too (`nodesim-0`
+    /// ...), with `nodesim` their sum. Empty when nothing was placed.
+    pub cpu_seconds_per_1000_placements_by_process: BTreeMap<String, f64>,
+    /// Peak resident memory of each process, in MiB.
+    pub rss_mib: BTreeMap<String, f64>,
+    /// How fast the steepest server's resident memory grew over the second
+    /// half of the run, MiB per minute (least squares over its samples);
+    /// `None` with too few samples.
+    pub server_rss_slope_mib_per_min: Option<f64>,
+    /// The servers' memory per row of state, and the leak check, judged only
+    /// when the state's rows were flat over the second half.
+    pub memory: Memory,
+    /// For runs of more than ten minutes: how much the most-grown server's
+    /// resident memory grew from ten minutes in to the end (0.1 is 10%).
+    pub server_rss_growth_after_10m: Option<f64>,
+}
+
+impl Processes {
+    /// The server CPU the variant used: the sum of the servers' average cores.
+    pub fn server_cpu_cores(&self) -> f64 {
+        self.cpu_cores
+            .iter()
+            .filter(|(k, _)| k.starts_with("server"))
+            // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
+            .fold(0.0, |sum, (_, c)| sum + c)
+    }
+}
+
+/// The rows the servers held, and those garbage collection removed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
+#[serde(default)]
+pub struct StateRows {
+    /// Rows in the state at the end of the run, by table, and the most at
+    /// any sample (the most any server held).
+    pub state_objects: BTreeMap<String, u64>,
+    pub state_objects_peak: BTreeMap<String, u64>,
+    /// Rows garbage collection removed during the run, by kind.
+    pub gc_collected: BTreeMap<String, u64>,
+}
+
+/// What a run's (or a window's) samples say, section by section.
+#[derive(Debug, Clone, Default)]
+pub struct Sampled {
+    pub traffic: Traffic,
+    pub processes: Processes,
+    pub state: StateRows,
+}
+
+/// What every process's samples say over a run whose `stream` placed
+/// what it placed: the cluster's traffic, each process's use and cost per
+/// placement, and the state's rows.
+pub fn sampled(stream: &StreamReport, series: &[Series]) -> Sampled {
     let servers: Vec<&Series> = series.iter().filter(|s| s.is(Binary::Cluster)).collect();
     let raft_entries_by_type = most_by_label(&servers, metric_names::RAFT_ENTRIES_TOTAL, "type");
     let raft_bytes_by_type = most_by_label(&servers, metric_names::RAFT_ENTRY_BYTES_TOTAL, "type");
@@ -40,73 +128,45 @@ pub fn summarize(
                 .max(0.0)
         })
         .sum();
-    let (cpu_cores, cpu_by_process, rss_mib) = cpu_and_memory(&series);
+    let (cpu_cores, cpu_by_process, rss_mib) = cpu_and_memory(series);
     let cpu_seconds: f64 = cpu_by_process.values().sum();
+    let placed = stream.allocations_placed;
     let (state_objects, state_objects_peak) = state_objects(&servers);
-    VariantSummary {
-        name: v.name.clone(),
-        build: Default::default(),
-        binaries: None,
-        noise_floors: BTreeMap::new(),
-        tls: false,
-        validity: Default::default(),
-        repetitions: Vec::new(),
-        intervals: BTreeMap::new(),
-        window_figures: Vec::new(),
-        cpu_seconds_per_1000_placements: cpu_seconds_per_1000_placements(
-            cpu_seconds,
-            stream.allocations_placed,
-        ),
-        cpu_seconds_per_1000_placements_by_process: by_process(
-            &series,
-            &cpu_by_process,
-            stream.allocations_placed,
-        ),
-        server_rss_slope_mib_per_min: server_rss_slope(&servers),
-        memory: super::memory::memory(&servers, server_rss_slope(&servers)),
-        server_rss_growth_after_10m: server_rss_growth_after(&servers, SOAK_SETTLE),
-        per_allocation: Default::default(),
-        snapshots: Default::default(),
-        state_objects,
-        state_objects_peak,
-        gc_collected: most_by_label(&servers, metric_names::GC_COLLECTED_TOTAL, "kind"),
-        server_args: v.server_args.clone(),
-        nodesim_args: v.nodesim_args.clone(),
-        client_update_share: client_update_share(&raft_entries_by_type),
-        client_update_byte_share: client_update_share(&raft_bytes_by_type),
-        raft_entries_by_type,
-        raft_bytes_by_type,
-        // Queries are served by whichever server got them: added up.
-        blocking_queries_by_source: sum_by_label(
-            &servers,
-            metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
-            "source",
-        ),
-        deployment_query_wait_seconds,
-        blocking_delivery_ms: super::delivery::delivery(&servers),
-        client_update_rpcs: sum_by_label(
-            &series.iter().collect::<Vec<_>>(),
-            metric_names::NODESIM_UPDATE_RPCS_TOTAL,
-            "priority",
-        ),
-        stream,
-        critical_path: Default::default(),
-        slowest_paths: Vec::new(),
-        cpu_cores,
-        rss_mib,
-        seconds,
-        started_unix: 0.0,
-        ended_unix: 0.0,
-        problems,
-        faults: Vec::new(),
-        audit: None,
-        invariants: Vec::new(),
-        invariants_audit: None,
-        fleet: Default::default(),
-        elections: None,
-        elections_detail: Vec::new(),
-        series,
-        acks_per_second: Vec::new(),
+    let slope = server_rss_slope(&servers);
+    Sampled {
+        traffic: Traffic {
+            client_update_share: client_update_share(&raft_entries_by_type),
+            client_update_byte_share: client_update_share(&raft_bytes_by_type),
+            raft_entries_by_type,
+            raft_bytes_by_type,
+            // Queries are served by whichever server got them: added up.
+            blocking_queries_by_source: sum_by_label(
+                &servers,
+                metric_names::BLOCKING_QUERIES_STARTED_TOTAL,
+                "source",
+            ),
+            client_update_rpcs: sum_by_label(
+                &series.iter().collect::<Vec<_>>(),
+                metric_names::NODESIM_UPDATE_RPCS_TOTAL,
+                "priority",
+            ),
+            blocking_delivery_ms: super::delivery::delivery(&servers),
+            deployment_query_wait_seconds,
+        },
+        processes: Processes {
+            cpu_cores,
+            cpu_seconds_per_1000_placements: cpu_seconds_per_1000_placements(cpu_seconds, placed),
+            cpu_seconds_per_1000_placements_by_process: by_process(series, &cpu_by_process, placed),
+            rss_mib,
+            server_rss_slope_mib_per_min: slope,
+            memory: super::memory::memory(&servers, slope),
+            server_rss_growth_after_10m: server_rss_growth_after(&servers, SOAK_SETTLE),
+        },
+        state: StateRows {
+            state_objects,
+            state_objects_peak,
+            gc_collected: most_by_label(&servers, metric_names::GC_COLLECTED_TOTAL, "kind"),
+        },
     }
 }
 
@@ -287,18 +347,6 @@ pub(super) mod tests {
         }
     }
 
-    fn variant(name: &str) -> Variant {
-        Variant {
-            name: name.into(),
-            nodes: None,
-            rate: None,
-            server_args: vec!["--flag".into()],
-            nodesim_args: vec![],
-            tls: None,
-            ..Default::default()
-        }
-    }
-
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
     }
@@ -425,9 +473,11 @@ pub(super) mod tests {
             allocations_placed: 1900,
             ..Default::default()
         };
-        let v = summarize(&variant("a"), stream, samples(), 21.0, vec![]);
-        assert_eq!(v.name, "a");
-        assert_eq!(v.server_args, ["--flag"]);
+        let Sampled {
+            traffic: t,
+            processes: v,
+            state,
+        } = sampled(&stream, &samples());
         // Cores: CPU-seconds grown over the 20 s each process was sampled.
         let cores = |name: &str| v.cpu_cores[name];
         assert!(close(cores("server-1"), 5.0 / 20.0), "{:?}", v.cpu_cores);
@@ -457,20 +507,18 @@ pub(super) mod tests {
             pairs.iter().map(|(k, n)| (k.to_string(), *n)).collect()
         };
         assert_eq!(
-            v.raft_entries_by_type,
+            t.raft_entries_by_type,
             map(&[("alloc_client_update", 30), ("plan_apply", 10)])
         );
-        assert!(close(v.client_update_share, 0.75));
-        assert!(close(v.client_update_byte_share, 0.25));
-        assert_eq!(v.blocking_queries_by_source, map(&[("job", 6)]));
-        assert_eq!(v.client_update_rpcs, map(&[("high", 8), ("low", 3)]));
-        assert_eq!(v.state_objects, map(&[("jobs", 7)]));
-        assert_eq!(v.state_objects_peak, map(&[("jobs", 10)]));
-        assert_eq!(v.gc_collected, map(&[("evals", 2)]));
+        assert!(close(t.client_update_share, 0.75));
+        assert!(close(t.client_update_byte_share, 0.25));
+        assert_eq!(t.blocking_queries_by_source, map(&[("job", 6)]));
+        assert_eq!(t.client_update_rpcs, map(&[("high", 8), ("low", 3)]));
+        assert_eq!(state.state_objects, map(&[("jobs", 7)]));
+        assert_eq!(state.state_objects_peak, map(&[("jobs", 10)]));
+        assert_eq!(state.gc_collected, map(&[("evals", 2)]));
         // A 20 s run says nothing of a soak's growth after ten minutes.
         assert_eq!(v.server_rss_growth_after_10m, None);
-        assert_eq!(v.seconds, 21.0);
-        assert_eq!(v.series.len(), 4);
     }
 
     #[test]
@@ -491,14 +539,14 @@ pub(super) mod tests {
             allocations_placed: n,
             ..Default::default()
         };
-        let v = summarize(&variant("a"), placed(2000), fleet.clone(), 11.0, vec![]);
+        let v = sampled(&placed(2000), &fleet).processes;
         let by = &v.cpu_seconds_per_1000_placements_by_process;
         assert!(close(by["server-1"], 2.0), "{by:?}");
         assert!(close(by["nodesim-0"], 0.5), "{by:?}");
         assert!(close(by["nodesim-1"], 1.5), "{by:?}");
         assert!(close(by["nodesim"], 2.0), "the fleet's sum: {by:?}");
         // Nothing placed: no cost per placement, for any process.
-        let v = summarize(&variant("a"), placed(0), fleet, 11.0, vec![]);
+        let v = sampled(&placed(0), &fleet).processes;
         assert!(v.cpu_seconds_per_1000_placements_by_process.is_empty());
     }
 
@@ -517,13 +565,7 @@ pub(super) mod tests {
         let refs: Vec<(f64, &[(&str, f64)])> =
             points.iter().map(|(t, v)| (*t, v.as_slice())).collect();
         let stream = StreamReport::default();
-        let v = summarize(
-            &variant("soak"),
-            stream,
-            vec![series("server-1", &refs)],
-            1200.0,
-            vec![],
-        );
+        let v = sampled(&stream, &[series("server-1", &refs)]).processes;
         let growth = v.server_rss_growth_after_10m.unwrap();
         assert!(close(growth, 0.1), "{growth}");
         let slope = v.server_rss_slope_mib_per_min.unwrap();

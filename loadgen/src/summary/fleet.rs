@@ -23,6 +23,7 @@ const TERM: &str = metric_names::RAFT_TERM;
 /// `summary.fleet`: the fleet's registration, footprint and heartbeats.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Fleet {
     /// The scenario's nodes.
     pub nodes: u64,

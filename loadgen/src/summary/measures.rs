@@ -7,7 +7,17 @@
 
 use std::collections::BTreeMap;
 
-use super::VariantSummary;
+use super::{Processes, Traffic, VariantSummary};
+use crate::stream::StreamReport;
+
+/// What the measures read of a variant (or of one window of its run):
+/// its stream, the cluster's traffic and what each process used.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured<'a> {
+    pub stream: &'a StreamReport,
+    pub traffic: &'a Traffic,
+    pub processes: &'a Processes,
+}
 
 /// One measure of a variant.
 #[derive(Debug)]
@@ -25,15 +35,20 @@ pub struct Measure {
     /// "Comparing runs"): what the medians moved by, with room for the
     /// drift of an hour.
     pub noise_floor: f64,
-    /// Reads it from a variant's summary; `None` when the variant has none
-    /// (nothing placed, no server sampled).
-    pub read: fn(&VariantSummary) -> Option<f64>,
+    /// Reads it from what a variant measured; `None` when the variant has
+    /// none (nothing placed, no server sampled).
+    pub read: fn(Measured) -> Option<f64>,
 }
 
 impl Measure {
     /// The measure's figure in `v`, when it has one that is a number.
     pub fn of(&self, v: &VariantSummary) -> Option<f64> {
-        (self.read)(v).filter(|x| x.is_finite())
+        self.of_measured(v.measured())
+    }
+
+    /// The measure's figure in `m`, when it has one that is a number.
+    pub fn of_measured(&self, m: Measured) -> Option<f64> {
+        (self.read)(m).filter(|x| x.is_finite())
     }
 }
 
@@ -69,7 +84,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: true,
         noise_floor: 0.05,
-        read: |v| v.cpu_seconds_per_1000_placements,
+        read: |v| v.processes.cpu_seconds_per_1000_placements,
     },
     Measure {
         name: "server_rss_mib",
@@ -78,7 +93,7 @@ pub const MEASURES: &[Measure] = &[
         gated: true,
         noise_floor: 0.05,
         read: |v| {
-            (v.rss_mib.iter())
+            (v.processes.rss_mib.iter())
                 .filter(|(k, _)| k.starts_with("server"))
                 .map(|(_, mib)| *mib)
                 .reduce(f64::max)
@@ -90,7 +105,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: true,
         noise_floor: 0.02,
-        read: |v| per_placement(v, &v.raft_bytes_by_type),
+        read: |v| per_placement(v, &v.traffic.raft_bytes_by_type),
     },
     Measure {
         name: "raft_entries_per_placement",
@@ -98,7 +113,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: false,
         noise_floor: 0.02,
-        read: |v| per_placement(v, &v.raft_entries_by_type),
+        read: |v| per_placement(v, &v.traffic.raft_entries_by_type),
     },
     Measure {
         name: "blocking_queries_per_placement",
@@ -106,7 +121,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: false,
         noise_floor: 0.02,
-        read: |v| per_placement(v, &v.blocking_queries_by_source),
+        read: |v| per_placement(v, &v.traffic.blocking_queries_by_source),
     },
     Measure {
         name: "p50_time_to_running_ms",
@@ -124,7 +139,7 @@ pub const MEASURES: &[Measure] = &[
         higher_is_better: false,
         gated: false,
         noise_floor: 0.05,
-        read: |v| Some(v.server_cpu_cores()),
+        read: |v| Some(v.processes.server_cpu_cores()),
     },
 ];
 
@@ -153,7 +168,7 @@ pub fn names() -> String {
 
 /// A total (the sum of a map's counts) per allocation placed; `None` when
 /// nothing was placed.
-fn per_placement(v: &VariantSummary, counts: &BTreeMap<String, u64>) -> Option<f64> {
+fn per_placement(v: Measured, counts: &BTreeMap<String, u64>) -> Option<f64> {
     let total: u64 = counts.values().sum();
     let placed = v.stream.allocations_placed;
     (placed > 0).then(|| total as f64 / placed as f64)
@@ -161,9 +176,14 @@ fn per_placement(v: &VariantSummary, counts: &BTreeMap<String, u64>) -> Option<f
 
 /// Every measure of one variant, by name: what a repetition keeps of itself.
 pub fn figures(variant: &VariantSummary) -> BTreeMap<String, f64> {
+    figures_of(variant.measured())
+}
+
+/// Every measure of what a run (or a window of it) measured, by name.
+pub fn figures_of(m: Measured) -> BTreeMap<String, f64> {
     MEASURES
         .iter()
-        .filter_map(|m| Some((m.name.to_string(), m.of(variant)?)))
+        .filter_map(|measure| Some((measure.name.to_string(), measure.of_measured(m)?)))
         .collect()
 }
 
@@ -179,18 +199,18 @@ mod tests {
         v.stream.placement_ms.p99 = 80.0;
         v.stream.time_to_running_ms.p50 = 300.0;
         v.stream.time_to_running_ms.p99 = 900.0;
-        v.cpu_seconds_per_1000_placements = Some(0.2);
+        v.processes.cpu_seconds_per_1000_placements = Some(0.2);
         let named = |pairs: &[(&str, f64)]| -> BTreeMap<String, f64> {
             pairs.iter().map(|(k, x)| (k.to_string(), *x)).collect()
         };
         let counts = |pairs: &[(&str, u64)]| -> BTreeMap<String, u64> {
             pairs.iter().map(|(k, x)| (k.to_string(), *x)).collect()
         };
-        v.rss_mib = named(&[("server1", 100.0), ("server2", 140.0), ("nodesim", 900.0)]);
-        v.cpu_cores = named(&[("server1", 0.25), ("server2", 0.5), ("loadgen", 0.1)]);
-        v.raft_bytes_by_type = counts(&[("plan", 300000), ("client_update", 200000)]);
-        v.raft_entries_by_type = counts(&[("plan", 50), ("client_update", 150)]);
-        v.blocking_queries_by_source = counts(&[("client_allocs", 2000)]);
+        v.processes.rss_mib = named(&[("server1", 100.0), ("server2", 140.0), ("nodesim", 900.0)]);
+        v.processes.cpu_cores = named(&[("server1", 0.25), ("server2", 0.5), ("loadgen", 0.1)]);
+        v.traffic.raft_bytes_by_type = counts(&[("plan", 300000), ("client_update", 200000)]);
+        v.traffic.raft_entries_by_type = counts(&[("plan", 50), ("client_update", 150)]);
+        v.traffic.blocking_queries_by_source = counts(&[("client_allocs", 2000)]);
         let f = figures(&v);
         assert_eq!(f["placements_per_s"], 500.0);
         assert_eq!(f["p99_placement_ms"], 80.0);
@@ -208,7 +228,7 @@ mod tests {
     #[test]
     fn nothing_placed_has_no_cost_per_placement() {
         let mut v = VariantSummary::default();
-        v.raft_bytes_by_type.insert("plan".into(), 5);
+        v.traffic.raft_bytes_by_type.insert("plan".into(), 5);
         assert!(!figures(&v).contains_key("raft_bytes_per_placement"));
     }
 

@@ -21,6 +21,7 @@ pub const FLAT_MIB_PER_MIN: f64 = 0.5;
 /// The servers' memory, per row and over time.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Memory {
     /// The fullest server's resident memory at the end per row of its
     /// state (every table), per node and per allocation, bytes.
@@ -35,6 +36,7 @@ pub struct Memory {
 /// The leak check's verdict and why.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct LeakCheck {
     pub verdict: Leak,
     pub why: String,
@@ -42,6 +44,7 @@ pub struct LeakCheck {
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub enum Leak {
     /// Rows flat and memory flat.
     Flat,

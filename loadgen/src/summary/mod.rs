@@ -4,20 +4,25 @@
 //!
 //! It lives apart from `capacity`, which runs the processes, and from
 //! `report`, which renders it, so that both depend on it and not on each
-//! other. [`assemble()`] is the one place a variant's summary is made, from the
-//! [`VariantInputs`] `capacity` gathered: [`figures`] turns its samples
-//! into its figures (the results model), and `build.rs` names the builds
-//! that ran. [`slo`] checks a summary against the scenario,
+//! other. [`assemble()`] is the one place a variant's summary is made, in
+//! one struct literal from the [`VariantInputs`] `capacity` gathered:
+//! [`figures`] turns its samples into its sections (the results model),
+//! [`intervals`] its windows into its confidence, and `build.rs` names the
+//! builds that ran. The samples themselves are not part of the summary:
+//! the report gets them apart (`report::VariantData`). [`slo`] checks a summary against the scenario,
 //! [`baseline`] reads one back and judges it against an earlier run, and
 //! [`measures`] are what a comparison reads of it, typed. Everything here
 //! is pure (no I/O, no processes, no async): it can be tested on values
 //! alone.
 //!
-//! The field names are a contract: `loadgen/summary.schema.json` describes
+//! The field names are a contract: `loadgen/summary.schema.json`, drawn
+//! from these types by `schema` (a test fails when it drifts), describes
 //! them, dashboards and baselines read them, and `loadgen compare` reads
 //! older runs' summaries back into these types (a field they lack takes its
 //! default). `builder`'s tests fill a whole summary from a realistic run
-//! and fail when a field behind a compared measure is renamed.
+//! and fail when a field behind a compared measure is renamed, or when a
+//! field of a summary written before (`loadgen/tests/fixtures/`) is gone,
+//! renamed or retyped.
 
 mod baseline;
 mod build;
@@ -27,10 +32,12 @@ pub mod delivery;
 pub mod elections;
 mod figures;
 pub mod fleet;
-mod intervals;
+pub mod intervals;
 pub mod measures;
 mod memory;
 pub mod per_allocation;
+#[cfg(test)]
+mod schema;
 mod slo;
 
 use std::collections::BTreeMap;
@@ -41,30 +48,32 @@ pub use baseline::{parse_summary, regressions};
 pub use build::{BuildInfo, Builds};
 pub use builder::{assemble, Faulted, VariantInputs};
 pub use comparison::Judging;
-pub use figures::summarize;
-pub use intervals::{combine, window_figures, Repetition};
+pub use figures::{sampled, Processes, Sampled, StateRows, Traffic};
+pub use intervals::{combine, window_figures, Confidence};
+pub use measures::Measured;
 pub use memory::{Leak, Memory};
 pub use per_allocation::{PerAllocation, Snapshots};
 pub use slo::{audit_failures, judge, slo_breaches};
 
-use crate::critical_path::{CriticalPath, TracedJob};
+use crate::critical_path::CriticalPath;
 use crate::faults::{Audit, FaultReport};
 use crate::invariants::{AuditCost, Invariant};
-use crate::sampler::Series;
 use crate::scenario::Scenario;
 use crate::search::SearchReport;
-use crate::stats::Interval;
 use crate::stream::StreamReport;
-use crate::validity::Validity;
 
 /// The version of `summary.json`'s layout (schema: `loadgen/summary.schema.json`).
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// A capacity run's `summary.json`: the scenario, each variant's summary,
+/// and what the run concluded (SLO breaches, regressions, failed audits).
+/// Top-level totals are the first variant's.
 ///
 /// Read back (`loadgen compare`, `--baseline`), a field an earlier loadgen
 /// did not write takes its default, so that a new build compares with an
 /// old run; only `schema_version`, `scenario` and `variants` are required.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct RunSummary {
     pub schema_version: u32,
     /// The builds that ran: the first variant's (each variant has its own,
@@ -117,6 +126,7 @@ pub struct RunSummary {
 
 /// A machine as the run history tells machines apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Machine {
     /// The cores the run's processes could use.
     pub cores: u32,
@@ -129,6 +139,7 @@ pub struct Machine {
 
 /// A variant's own build of the project.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Binaries {
     /// The directory its `cluster` and `nodesim` ran from.
     pub dir: String,
@@ -143,6 +154,7 @@ pub struct Binaries {
 /// run's seed, so that a drift or a periodic neighbour cannot line up with
 /// one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Round {
     pub round: u32,
     pub order: Vec<String>,
@@ -150,6 +162,7 @@ pub struct Round {
 
 /// How a run with `--until-conclusive` added rounds and why it stopped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Sequential {
     /// The first round after which the variants were compared.
     pub first_look: u32,
@@ -168,31 +181,24 @@ pub struct Sequential {
     pub undecided: Vec<String>,
 }
 
-/// One variant's results. Built by [`build`] from what a run gathered;
-/// read back with a default for every field an earlier loadgen did not
-/// write.
+/// One variant's results: the contract `summary.json` holds of it, built
+/// in one struct literal by [`assemble()`] from typed sections (a section
+/// flattened here keeps its fields at the variant's top level, as earlier
+/// runs wrote them), and by [`combine`] over repetitions. What only the
+/// report draws (samples, traces) is the report's own. Read back with a
+/// default for every field an earlier loadgen did not write.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 #[serde(default)]
 pub struct VariantSummary {
     pub name: String,
     /// The builds of `cluster`, `nodesim` and loadgen this variant ran, as
     /// each process said it.
     pub build: Builds,
-    /// Whether the run measured the cluster and not the harness: invalid,
-    /// with each reason and its figure, when loadgen fell behind its
-    /// schedule or a generator or the machine saturated (`validity`).
-    pub validity: Validity,
-    /// Each repetition's measures (`--repeat N`: one each; a single run: one).
-    pub repetitions: Vec<Repetition>,
-    /// Per measure, its median and 95% interval: over the repetitions
-    /// (`order-statistics`), or for a single run over its 10 s windows
-    /// (`batch-means`: how steady the run was, not how a rerun would land).
-    pub intervals: BTreeMap<String, Interval>,
-    /// Per measure, the noise floor this variant's own repetitions give
-    /// (three or more): half their run-to-run spread, at least 1%
-    /// (`comparison::calibrated_floor`); a comparison pools both sides'.
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub noise_floors: BTreeMap<String, f64>,
+    /// Whether to trust the figures, and how far: validity, repetitions,
+    /// intervals, noise floors.
+    #[serde(flatten)]
+    pub confidence: Confidence,
     /// Whether the cluster ran with mutual TLS and ACL tokens.
     pub tls: bool,
     pub server_args: Vec<String>,
@@ -201,58 +207,18 @@ pub struct VariantSummary {
     /// beside loadgen (`bin_dir`, `git_rev`, `--variant-bin`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub binaries: Option<Binaries>,
-    /// Raft entries applied during the run, by message type.
-    pub raft_entries_by_type: BTreeMap<String, u64>,
-    /// Bytes of those entries, by message type.
-    pub raft_bytes_by_type: BTreeMap<String, u64>,
-    /// Blocking queries started during the run, by source, over all servers.
-    pub blocking_queries_by_source: BTreeMap<String, u64>,
-    /// nodesim's Node.UpdateAlloc calls, by priority.
-    pub client_update_rpcs: BTreeMap<String, u64>,
-    /// How long after a write's apply parked queries got their answers, by
-    /// source, over all servers (`stampede_blocking_query_delivery_seconds`).
-    #[serde(default)]
-    pub blocking_delivery_ms: BTreeMap<String, delivery::Delivery>,
-    /// Time deployment-watcher queries spent queued for the shared query
-    /// rate limiter, summed over queries (the leader's watchers).
-    pub deployment_query_wait_seconds: f64,
-    /// Share of raft entries that are client allocation updates.
-    pub client_update_share: f64,
-    /// Share of raft bytes that are client allocation updates.
-    pub client_update_byte_share: f64,
+    /// What the cluster did: raft entries, blocking queries, client updates.
+    #[serde(flatten)]
+    pub traffic: Traffic,
     pub stream: StreamReport,
     /// Where the jobs' time went, stage by stage along their critical path
     /// (`stages`, `bottleneck`, `stages_median_ms`, `trace_check`; see
     /// `critical_path`).
     #[serde(flatten)]
     pub critical_path: CriticalPath,
-    /// The slowest jobs' paths: `traces.json`, and the report's waterfall.
-    #[serde(skip)]
-    pub slowest_paths: Vec<TracedJob>,
-    /// Average cores each process used over the run: every server, every
-    /// nodesim and loadgen itself.
-    pub cpu_cores: BTreeMap<String, f64>,
-    /// CPU-seconds every process of the run used during the stream (the
-    /// growth of each one's own CPU counter: servers, nodesim, loadgen),
-    /// per 1,000 allocations placed in the same window; null when nothing
-    /// was placed. Lower is better.
-    pub cpu_seconds_per_1000_placements: Option<f64>,
-    /// The same cost by process: each process's own CPU-seconds over the
-    /// stream per 1,000 placements (`server-1` ..., `nodesim`, `loadgen`),
-    /// so that a run says which process a placement's cost goes to. A fleet
-    /// of several nodesim processes is listed by process too (`nodesim-0`
-    /// ...), with `nodesim` their sum. Empty when nothing was placed.
-    #[serde(default)]
-    pub cpu_seconds_per_1000_placements_by_process: BTreeMap<String, f64>,
-    /// Peak resident memory of each process, in MiB.
-    pub rss_mib: BTreeMap<String, f64>,
-    /// How fast the steepest server's resident memory grew over the second
-    /// half of the run, MiB per minute (least squares over its samples);
-    /// `None` with too few samples.
-    pub server_rss_slope_mib_per_min: Option<f64>,
-    /// The servers' memory per row of state, and the leak check, judged only
-    /// when the state's rows were flat over the second half.
-    pub memory: Memory,
+    /// What each process used: CPU, memory, and their cost per placement.
+    #[serde(flatten)]
+    pub processes: Processes,
     /// What carrying an allocation cost: the fullest server's and
     /// nodesim's peak memory, the raft log's bytes, a snapshot's bytes and
     /// build seconds, each per allocation (null when unknown; see
@@ -262,15 +228,9 @@ pub struct VariantSummary {
     /// slowest build's seconds and the largest's bytes, with the
     /// allocations each held.
     pub snapshots: Snapshots,
-    /// For runs of more than ten minutes: how much the most-grown server's
-    /// resident memory grew from ten minutes in to the end (0.1 is 10%).
-    pub server_rss_growth_after_10m: Option<f64>,
-    /// Rows in the state at the end of the run, by table, and the most at
-    /// any sample (the most any server held).
-    pub state_objects: BTreeMap<String, u64>,
-    pub state_objects_peak: BTreeMap<String, u64>,
-    /// Rows garbage collection removed during the run, by kind.
-    pub gc_collected: BTreeMap<String, u64>,
+    /// Rows in the state, and rows garbage collection removed.
+    #[serde(flatten)]
+    pub state: StateRows,
     pub seconds: f64,
     /// Wall-clock start and end of the stream, in Unix seconds: the time
     /// range to look at in Prometheus or Grafana.
@@ -306,26 +266,16 @@ pub struct VariantSummary {
     /// heartbeats against the TTL formula, nodes wrongly down after a
     /// leader kill.
     pub fleet: fleet::Fleet,
-    /// A single run's figures window by window (the batch means of its intervals).
-    #[serde(skip)]
-    pub window_figures: Vec<BTreeMap<String, f64>>,
-    /// The samples behind the report's plots; written to `samples.json`, not here.
-    #[serde(skip)]
-    pub series: Vec<Series>,
-    /// Job registrations acknowledged per second over the stream (one-second
-    /// bins, seconds from its start), plotted when the scenario has faults.
-    #[serde(skip)]
-    pub acks_per_second: Vec<(f64, f64)>,
 }
 
 impl VariantSummary {
-    /// The server CPU the variant used: the sum of the servers' average cores.
-    pub fn server_cpu_cores(&self) -> f64 {
-        self.cpu_cores
-            .iter()
-            .filter(|(k, _)| k.starts_with("server"))
-            // From +0.0: an empty f64 sum is -0.0, which prints as "-0.00".
-            .fold(0.0, |sum, (_, c)| sum + c)
+    /// What the measures read of it.
+    pub fn measured(&self) -> Measured<'_> {
+        Measured {
+            stream: &self.stream,
+            traffic: &self.traffic,
+            processes: &self.processes,
+        }
     }
 }
 
@@ -338,6 +288,7 @@ pub fn cpu_seconds_per_1000_placements(cpu_seconds: f64, placements: u64) -> Opt
 
 /// What `summary.json` says about the run's Prometheus.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct PrometheusInfo {
     /// Where it listened during the run.
     pub url: String,
@@ -363,10 +314,10 @@ impl RunSummary {
             build: first.map(|v| v.build.clone()).unwrap_or_default(),
             scenario: scenario.clone(),
             raft_entries_by_type: first
-                .map(|v| v.raft_entries_by_type.clone())
+                .map(|v| v.traffic.raft_entries_by_type.clone())
                 .unwrap_or_default(),
             blocking_queries_by_source: first
-                .map(|v| v.blocking_queries_by_source.clone())
+                .map(|v| v.traffic.blocking_queries_by_source.clone())
                 .unwrap_or_default(),
             variants: variants.to_vec(),
             regressions: baseline

@@ -26,6 +26,7 @@ const SNAPSHOT_BYTES: &str = metric_names::RAFT_SNAPSHOT_BYTES;
 /// (nothing placed, or nothing sampled to divide).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct PerAllocation {
     /// The allocations memory and the log are divided by: those the run
     /// placed and saw running (`stream.allocations_placed`).
@@ -53,6 +54,7 @@ pub struct PerAllocation {
 /// `summary.snapshots`: the snapshots the servers built during the run.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
+#[cfg_attr(test, derive(schemars::JsonSchema))]
 pub struct Snapshots {
     /// Snapshots built during the run, every server.
     pub built: u64,
