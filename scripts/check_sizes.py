@@ -102,4 +102,5 @@ for p in problems:
     print(p)
 if problems:
     print(f'{len(problems)} over the limits (a file {MAX_FILE} lines before its tests, a function {MAX_FN})')
-sys.exit(1 if problems else 0)
+    sys.exit(1)
+print(f'check-sizes: ok: no file over {MAX_FILE} lines before its tests, no function over {MAX_FN} lines')
