@@ -8,61 +8,59 @@ its closing brace, counted with strings and comments taken out.
     scripts/check_sizes.py [DIR...]      the crates' sources (default: every crate)
     scripts/check_sizes.py --self-test   proof that a long function and a long file are refused
 """
-import os, re, sys
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_imports import matching, scan as code_of  # noqa: E402
 
 MAX_FILE, MAX_FN = 800, 100
-FN = re.compile(r'^\s*(pub(\([^)]*\))?\s+)?((const|async|unsafe|extern "C")\s+)*fn\s+(\w+)')
+FN = re.compile(r'\bfn\s+(\w+)')
+TESTS = re.compile(r'^[ \t]*#\[cfg\(test\)\][ \t]*$', re.M)
 
-def strip(line, state):
-    """The line without strings, chars and comments; state carries a block comment."""
-    out, i, n = [], 0, len(line)
-    while i < n:
-        if state['block']:
-            j = line.find('*/', i)
-            if j < 0:
-                return ''.join(out)
-            state['block'] = False; i = j + 2; continue
-        c = line[i]
-        if line.startswith('//', i):
-            break
-        if line.startswith('/*', i):
-            state['block'] = True; i += 2; continue
-        if c == '"':
-            j = i + 1
-            while j < n and line[j] != '"':
-                j += 2 if line[j] == '\\' else 1
-            i = j + 1; continue
-        if c == "'" and re.match(r"'(\\.|[^\\'])'", line[i:]):
-            i += len(re.match(r"'(\\.|[^\\'])'", line[i:]).group(0)); continue
-        out.append(c); i += 1
-    return ''.join(out)
+
+def body_start(code, i):
+    """The offset of the `{` that opens the body of the fn whose name ends
+    at `i`, or None for a declaration (`;` first, outside brackets)."""
+    depth = 0
+    for j in range(i, len(code)):
+        c = code[j]
+        if c in '([':
+            depth += 1
+        elif c in ')]':
+            depth -= 1
+        elif depth == 0 and c == '{':
+            return j
+        elif depth == 0 and c == ';':
+            return None
+    return None
+
 
 def check(path):
-    lines = open(path, encoding='utf-8').read().splitlines()
+    # Comments and strings blanked out (same offsets), as the import check reads code.
+    code, _ = code_of(open(path, encoding='utf-8').read())
     problems = []
-    test_at = next((i for i, l in enumerate(lines) if l.strip() == '#[cfg(test)]'), len(lines))
-    if test_at > MAX_FILE:
-        problems.append(f'{path}: {test_at} lines before its tests (at most {MAX_FILE})')
-    state = {'block': False}
-    i = 0
-    while i < test_at:
-        m = FN.match(lines[i])
-        if not m or lines[i].rstrip().endswith(';'):
-            strip(lines[i], state); i += 1; continue
-        depth, opened, j = 0, False, i
-        while j < len(lines):
-            code = strip(lines[j], state)
-            if not opened and ';' in code and '{' not in code:
-                break
-            depth += code.count('{') - code.count('}')
-            opened = opened or '{' in code
-            if opened and depth <= 0:
-                break
-            j += 1
-        if opened and j - i + 1 > MAX_FN:
-            problems.append(f'{path}:{i+1}: fn {m.group(5)} is {j-i+1} lines (at most {MAX_FN})')
-        i = j + 1 if opened else i + 1
+    tests = TESTS.search(code)
+    end_of_code = tests.start() if tests else len(code)
+    lines_before = code.count('\n', 0, end_of_code) + (0 if tests or code.endswith('\n') else 1)
+    if lines_before > MAX_FILE:
+        problems.append(f'{path}: {lines_before} lines before its tests (at most {MAX_FILE})')
+    past = 0
+    for m in FN.finditer(code, 0, end_of_code):
+        # A fn inside one already measured counts as its enclosing fn's lines.
+        if m.start() < past:
+            continue
+        brace = body_start(code, m.end())
+        if brace is None:
+            continue
+        past = matching(code, brace)
+        first = code.count('\n', 0, m.start())
+        lines = code.count('\n', m.start(), past - 1) + 1
+        if lines > MAX_FN:
+            problems.append(f'{path}:{first + 1}: fn {m.group(1)} is {lines} lines (at most {MAX_FN})')
     return problems
+
 
 CRATES = ['proto', 'build-stamp', 'cluster', 'launch', 'loadgen', 'nodesim', 'benches']
 
