@@ -46,6 +46,28 @@ pub fn new_eval(job: &Job, triggered_by: &str, node_id: Option<&str>) -> Evaluat
     }
 }
 
+/// A pending evaluation of `job` that applying the entry at `index` makes
+/// (for node `node_id`): its id is drawn from the entry, so that every
+/// server, applying the same log, makes the same evaluation.
+pub fn applied_eval(job: &Job, triggered_by: &str, node_id: &str, index: u64) -> Evaluation {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(index.to_be_bytes());
+    for part in [triggered_by, node_id, job.id.as_str()] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    let digest = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&digest[..16]);
+    Evaluation {
+        id: uuid::Builder::from_random_bytes(bytes)
+            .into_uuid()
+            .to_string(),
+        ..new_eval(job, triggered_by, Some(node_id))
+    }
+}
+
 /// Evaluations for every live system job among `jobs`: a node that becomes
 /// ready may take them.
 pub fn system_job_evals<'a, J: AsRef<Job> + 'a>(

@@ -13,7 +13,7 @@ use stampede_proto::{
 use super::{
     same_group, same_spec, AllocKey, Changes, Id, NodeRow, NodeTable, State, WatchKey, ANY_CLASS,
 };
-use crate::model::{alloc_terminal, class_key, deployment_done, deployment_running};
+use crate::model::{alloc_terminal, applied_eval, class_key, deployment_done, deployment_running};
 
 /// Changes `key`'s row in `map` with `change`, or adds the row `new`
 /// makes: a key is allocated only for a new row (looking one up costs less
@@ -100,8 +100,10 @@ impl State {
                 self.upsert_evals(index, &e.evals, changes);
             }
             Some(Msg::NodeStatus(e)) => {
-                self.set_node_status(index, &e.node_id, e.status, changes);
+                let lost = self.set_node_status(index, &e.node_id, e.status, changes);
                 self.upsert_evals(index, &e.evals, changes);
+                let evals = self.lost_evals(index, &e.node_id, &lost, &e.evals);
+                self.upsert_evals(index, &evals, changes);
             }
             Some(Msg::JobRegister(e)) => {
                 if let Some(job) = &e.job {
@@ -177,9 +179,17 @@ impl State {
         self.indexes.nodes = index;
     }
 
-    fn set_node_status(&mut self, index: u64, node_id: &str, status: i32, changes: &mut Changes) {
+    /// Sets a node's status; returns the jobs whose allocations it lost
+    /// (when it went down), sorted, each once.
+    fn set_node_status(
+        &mut self,
+        index: u64,
+        node_id: &str,
+        status: i32,
+        changes: &mut Changes,
+    ) -> Vec<Id> {
         let Some(old) = self.nodes.get(node_id).cloned() else {
-            return;
+            return Vec::new();
         };
         let node = Arc::new(NodeRow {
             status,
@@ -203,6 +213,10 @@ impl State {
                 .filter(|(_, a)| !alloc_terminal(a))
                 .map(|(id, a)| (id.clone(), a.clone()))
                 .collect();
+            let mut jobs: Vec<Id> = lost
+                .iter()
+                .map(|(_, a)| Id::from(a.job_id.as_str()))
+                .collect();
             for (id, a) in lost {
                 let updated = Allocation {
                     client_status: AllocClientStatus::Lost as i32,
@@ -212,7 +226,31 @@ impl State {
                 };
                 self.put_alloc(index, updated, Some((id, a)), changes);
             }
+            jobs.sort();
+            jobs.dedup();
+            return jobs;
         }
+        Vec::new()
+    }
+
+    /// An evaluation for each job in `jobs` that lost allocations when node
+    /// `node_id` went down at `index`, unless the entry brought one
+    /// (`brought`). Made here, not by the leader that wrote the entry: a
+    /// plan that placed on the node after the leader looked, but applied
+    /// before the entry, lost its allocation too, and its job would
+    /// otherwise never be evaluated again.
+    fn lost_evals(
+        &self,
+        index: u64,
+        node_id: &str,
+        jobs: &[Id],
+        brought: &[Evaluation],
+    ) -> Vec<Evaluation> {
+        jobs.iter()
+            .filter(|j| !brought.iter().any(|e| e.job_id == j.as_str()))
+            .filter_map(|j| self.jobs.get(j))
+            .map(|job| applied_eval(job, "node_update", node_id, index))
+            .collect()
     }
 
     fn upsert_job(&mut self, index: u64, mut job: Job, changes: &mut Changes) {

@@ -3,8 +3,8 @@ use super::*;
 use stampede_proto::log_entry::Msg;
 use stampede_proto::node_secret::hash;
 use stampede_proto::{
-    AllocClientStatus, AllocClientUpdateEntry, AllocDesiredStatus, JobRegisterEntry, LogEntry,
-    NamedTaskState, Node, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry,
+    AllocClientStatus, AllocClientUpdateEntry, AllocDesiredStatus, EvalStatus, JobRegisterEntry,
+    LogEntry, NamedTaskState, Node, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry,
     Resources,
 };
 
@@ -582,6 +582,72 @@ fn a_node_going_down_loses_its_running_allocations() {
         assert_eq!(a.modify_index, 3);
     }
     assert_eq!(s.node("n1").unwrap().status, NodeStatus::Down as i32);
+}
+
+/// The leader writes a node's down mark from what it saw: a plan that
+/// placed on the node after it looked, but applied before the mark, loses
+/// its allocation too. Its job is evaluated all the same (else nothing
+/// would ever replace the allocation), and alike on every server.
+#[test]
+fn a_job_that_lost_an_allocation_placed_after_the_leader_looked_is_evaluated() {
+    let log = |s: &mut State| {
+        apply(s, 1, node_entry("n1"));
+        for (i, id) in ["web", "api"].into_iter().enumerate() {
+            let job = Job {
+                id: id.into(),
+                priority: 50,
+                ..Default::default()
+            };
+            let reg = LogEntry {
+                msg: Some(Msg::JobRegister(JobRegisterEntry {
+                    ticket: 0,
+                    job: Some(job),
+                    eval: None,
+                })),
+            };
+            apply(s, 2 + i as u64, reg);
+        }
+        apply(s, 4, plan_entry(vec![alloc("a1", "n1", "api")]));
+        // Placed after the leader looked at n1's allocations.
+        apply(s, 5, plan_entry(vec![alloc("a2", "n1", "web")]));
+        let mut down = node_down_entry("n1");
+        let Some(Msg::NodeStatus(e)) = &mut down.msg else {
+            unreachable!()
+        };
+        // What the leader saw: only api's allocation.
+        e.evals = vec![Evaluation {
+            id: "from-the-leader".into(),
+            job_id: "api".into(),
+            status: EvalStatus::Pending as i32,
+            triggered_by: "node_update".into(),
+            ..Default::default()
+        }];
+        apply(s, 6, down)
+    };
+    let (mut s, mut other) = (State::default(), State::default());
+    let changes = log(&mut s);
+    log(&mut other);
+    let web = s.job_evals("web");
+    assert_eq!(web.len(), 1, "one evaluation for the job that lost a2");
+    assert_eq!(web[0].status, EvalStatus::Pending as i32);
+    assert_eq!(web[0].triggered_by, "node_update");
+    assert_eq!(web[0].node_id, "n1");
+    assert_eq!(web[0].create_index, 6);
+    assert_eq!(
+        other.job_evals("web")[0].id,
+        web[0].id,
+        "every server makes the same evaluation"
+    );
+    let api: Vec<_> = s.job_evals("api").iter().map(|e| e.id.clone()).collect();
+    assert_eq!(
+        api,
+        ["from-the-leader"],
+        "a job the entry covers is not evaluated twice"
+    );
+    assert!(
+        changes.evals.iter().any(|e| e.id == web[0].id),
+        "the leader's broker hears of it"
+    );
 }
 
 #[test]

@@ -616,13 +616,18 @@ pub fn liveness(s: &ServerState) -> Invariant {
             }
             if let Some(node) = s.nodes.values().find(roomy) {
                 found.push(format!(
-                    "{}.{}: {short} unplaced while node {} has room",
-                    job.id, tg.name, node.id
+                    "{}.{}: {short} unplaced while node {} has room ({})",
+                    job.id,
+                    tg.name,
+                    node.id,
+                    job_story(s, &job.id)
                 ));
             } else if !blocked {
                 found.push(format!(
-                    "{}.{}: {short} unplaced without a blocked evaluation",
-                    job.id, tg.name
+                    "{}.{}: {short} unplaced without a blocked evaluation ({})",
+                    job.id,
+                    tg.name,
+                    job_story(s, &job.id)
                 ));
             }
         }
@@ -632,6 +637,45 @@ pub fn liveness(s: &ServerState) -> Invariant {
         found,
         format!("server {}: {} jobs checked", s.server, s.jobs.len()),
     )
+}
+
+/// What the server last did for job `job_id`, for a liveness violation to
+/// explain itself: its newest evaluation (how it ended and why) and its
+/// newest deployment.
+fn job_story(s: &ServerState, job_id: &str) -> String {
+    let newest_eval = s
+        .evals
+        .values()
+        .filter(|e| e.job_id == job_id)
+        .max_by_key(|e| (e.modify_index, e.create_index));
+    let eval = match newest_eval {
+        Some(e) => format!(
+            "newest evaluation {} at index {}, triggered by {}: {}{}",
+            e.id,
+            e.modify_index,
+            e.triggered_by,
+            EvalStatus::try_from(e.status).map_or("unknown status", |st| st.as_str_name()),
+            match e.status_description.as_str() {
+                "" => String::new(),
+                why => format!(" ({why})"),
+            }
+        ),
+        None => "no evaluation".into(),
+    };
+    let deployment = s
+        .deployments
+        .values()
+        .filter(|d| d.job_id == job_id)
+        .max_by_key(|d| d.modify_index)
+        .map_or("no deployment".into(), |d| {
+            format!(
+                "newest deployment of version {}: {}",
+                d.job_version,
+                DeploymentStatus::try_from(d.status)
+                    .map_or("unknown status", |st| st.as_str_name())
+            )
+        });
+    format!("{eval}; {deployment}")
 }
 
 /// No deployment stays running once its job's version is fully placed,

@@ -7,7 +7,7 @@ use stampede_proto::{
 };
 
 use super::broker::{EvalBroker, CANCEL_BATCH};
-use crate::model::{alloc_terminal, new_eval, now_ms, system_job_evals, JobStages};
+use crate::model::{now_ms, system_job_evals, JobStages};
 use crate::raft::{LocalProposer, ProposeError};
 use crate::state::StateStore;
 
@@ -33,30 +33,17 @@ impl LeaderContext {
         self.proposer.write(entry).await
     }
 
-    /// Writes a node's status change, with evaluations for what it affects:
-    /// the jobs of a node that went down, the system jobs a ready node may take.
+    /// Writes a node's status change, with evaluations for the system jobs
+    /// a ready node may take. The jobs of a node that went down are
+    /// evaluated where the entry applies (`State::apply`), from the
+    /// allocations it loses there.
     pub async fn set_node_status(
         &self,
         node_id: &str,
         status: NodeStatus,
     ) -> Result<u64, ProposeError> {
-        let state = self.store.snapshot();
         let evals = match status {
-            NodeStatus::Down => {
-                let mut jobs: Vec<String> = state
-                    .node_allocs(node_id)
-                    .iter()
-                    .filter(|a| !alloc_terminal(a))
-                    .map(|a| a.job_id.clone())
-                    .collect();
-                jobs.sort();
-                jobs.dedup();
-                jobs.iter()
-                    .filter_map(|j| state.job(j))
-                    .map(|job| new_eval(&job, "node_update", Some(node_id)))
-                    .collect()
-            }
-            NodeStatus::Ready => system_job_evals(state.jobs(), node_id),
+            NodeStatus::Ready => system_job_evals(self.store.snapshot().jobs(), node_id),
             _ => Vec::new(),
         };
         let entry = LogEntry {
