@@ -142,6 +142,28 @@ pub fn series<'a>(
         .collect()
 }
 
+/// The same series with each run its own point, labelled
+/// `COMMIT@START` (its build and its start, Unix seconds), in the order of
+/// the builds and then of time: for drift among runs of one build (an A/A
+/// history, or nights with no new commit), which pooling the runs of a
+/// build would hide.
+pub fn each_run(all: Vec<Series<'_>>) -> Vec<Series<'_>> {
+    (all.into_iter())
+        .map(|s| Series {
+            builds: (s.builds.into_iter())
+                .flat_map(|b| {
+                    let label = b.label;
+                    (b.runs.into_iter()).map(move |r| Build {
+                        label: format!("{label}@{}", r.started_unix as i64),
+                        runs: vec![r],
+                    })
+                })
+                .collect(),
+            ..s
+        })
+        .collect()
+}
+
 /// One change point, as `changes.json` holds it (the fields after
 /// `stage` are for the terminal and the page only).
 #[derive(Debug, Clone, Serialize)]
@@ -394,6 +416,38 @@ mod tests {
         }
         let all = series(&rows, &CommitOrder::default(), None);
         assert!(changes(&all, &Detector::default()).is_empty());
+    }
+
+    /// 30 runs of one build: pooled, one point and nothing to split; each
+    /// run its own point, a 20% drop from the 16th run on is found between
+    /// the 15th and the 16th, and steady runs flag nothing.
+    #[test]
+    fn each_run_finds_drift_among_the_runs_of_one_build() {
+        let runs = |drop: f64| -> Vec<RunRow> {
+            (0..30)
+                .map(|i| {
+                    let wobble = [1.0, 1.01, 0.99, 1.005, 0.995][i % 5];
+                    let slow = if i >= 15 { drop } else { 1.0 };
+                    run("c00", 100.0 + i as f64, 100.0 * wobble * slow, 3.0)
+                })
+                .collect()
+        };
+        let rows = runs(0.8);
+        let pooled = series(&rows, &CommitOrder::default(), None);
+        assert_eq!(pooled[0].builds.len(), 1);
+        assert!(changes(&pooled, &Detector::default()).is_empty());
+        let each = each_run(series(&rows, &CommitOrder::default(), None));
+        assert_eq!(each[0].builds.len(), 30);
+        assert_eq!(each[0].builds[0].label, "c00@100");
+        let found = changes(&each, &Detector::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].from_commit.as_str(), found[0].to_commit.as_str()),
+            ("c00@114", "c00@115")
+        );
+        let steady = runs(1.0);
+        let each = each_run(series(&steady, &CommitOrder::default(), None));
+        assert!(changes(&each, &Detector::default()).is_empty());
     }
 
     #[test]

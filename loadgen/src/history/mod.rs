@@ -101,6 +101,12 @@ pub enum HistoryCmd {
         /// Only this scenario's runs.
         #[arg(long, value_name = "NAME")]
         scenario: Option<String>,
+        /// Each run its own point (labelled COMMIT@START), in the order of
+        /// the builds and then of time, rather than the runs of a build
+        /// pooled: drift among runs of one build (an A/A history, nights
+        /// with no new commit).
+        #[arg(long)]
+        each_run: bool,
         #[command(flatten)]
         at: HistoryArg,
     },
@@ -159,8 +165,15 @@ pub fn run(cmd: HistoryCmd) -> Result<Outcome, HistoryError> {
             gates,
             out,
             scenario,
+            each_run,
             at,
-        } => return check_cmd(&gates, out.as_deref(), scenario.as_deref(), &at.location()),
+        } => {
+            let scope = Scope {
+                scenario: scenario.as_deref(),
+                each_run,
+            };
+            return check_cmd(&gates, out.as_deref(), scope, &at.location());
+        }
         HistoryCmd::Report { out, scenario, at } => {
             let rows = Store::open_existing(&at.location())?.load()?;
             let order = CommitOrder::of_checkout();
@@ -175,19 +188,29 @@ pub fn run(cmd: HistoryCmd) -> Result<Outcome, HistoryError> {
     Ok(Outcome::Fine)
 }
 
+/// Which runs `history check` reads, and whether each is its own point.
+struct Scope<'a> {
+    scenario: Option<&'a str>,
+    each_run: bool,
+}
+
 /// `history check`: prints each change, writes changes.json, and says
 /// whether a gated measure changed for the worse.
 fn check_cmd(
     gates: &[String],
     out: Option<&Path>,
-    scenario: Option<&str>,
+    scope: Scope,
     at: &Location,
 ) -> Result<Outcome, HistoryError> {
     for g in gates {
         by_name(g).ok_or_else(|| HistoryError::UnknownMeasure(g.clone()))?;
     }
     let rows = Store::open_existing(at)?.load()?;
-    let all = check::series(&rows, &CommitOrder::of_checkout(), scenario);
+    let all = check::series(&rows, &CommitOrder::of_checkout(), scope.scenario);
+    let all = match scope.each_run {
+        true => check::each_run(all),
+        false => all,
+    };
     let changes = check::changes(&all, &Detector::default());
     let gated = |c: &Change| c.worse && gates.contains(&c.measure);
     for c in &changes {
