@@ -68,18 +68,6 @@ pub fn applied_eval(job: &Job, triggered_by: &str, node_id: &str, index: u64) ->
     }
 }
 
-/// Evaluations for every live system job among `jobs`: a node that becomes
-/// ready may take them.
-pub fn system_job_evals<'a, J: AsRef<Job> + 'a>(
-    jobs: impl Iterator<Item = &'a J>,
-    node_id: &str,
-) -> Vec<Evaluation> {
-    jobs.map(AsRef::as_ref)
-        .filter(|j| j.r#type == JobType::System as i32 && !j.stop)
-        .map(|j| new_eval(j, "node_update", Some(node_id)))
-        .collect()
-}
-
 /// Adds `r` to `total`.
 pub fn add_resources(total: &mut Resources, r: Option<&Resources>) {
     if let Some(r) = r {

@@ -7,7 +7,7 @@ use imbl::OrdMap;
 use stampede_proto::node_secret::SecretHash;
 use stampede_proto::{
     log_entry::Msg, AllocClientStatus, Allocation, Deployment, DeploymentStatus, EvalStatus,
-    Evaluation, Job, JobStatus, LogEntry, NodeStatus, PlanApplyEntry,
+    Evaluation, Job, JobStatus, JobType, LogEntry, NodeStatus, PlanApplyEntry,
 };
 
 use super::{
@@ -98,11 +98,25 @@ impl State {
                     self.upsert_node(index, NodeRow::new(node, secret), changes);
                 }
                 self.upsert_evals(index, &e.evals, changes);
+                // A node registering as down takes no work.
+                if let Some(node) = e
+                    .node
+                    .as_ref()
+                    .filter(|n| n.status != NodeStatus::Down as i32)
+                {
+                    let evals = self.system_evals(index, &node.id, &e.evals);
+                    self.upsert_evals(index, &evals, changes);
+                }
             }
             Some(Msg::NodeStatus(e)) => {
                 let lost = self.set_node_status(index, &e.node_id, e.status, changes);
                 self.upsert_evals(index, &e.evals, changes);
-                let evals = self.lost_evals(index, &e.node_id, &lost, &e.evals);
+                let mut evals = self.lost_evals(index, &e.node_id, &lost, &e.evals);
+                if e.status == NodeStatus::Ready as i32
+                    && self.nodes.contains_key(e.node_id.as_str())
+                {
+                    evals.extend(self.system_evals(index, &e.node_id, &e.evals));
+                }
                 self.upsert_evals(index, &evals, changes);
             }
             Some(Msg::JobRegister(e)) => {
@@ -253,6 +267,35 @@ impl State {
             .collect()
     }
 
+    /// An evaluation for each live system job, which node `node_id`, ready
+    /// at `index`, may take, unless the entry brought one (`brought`).
+    /// Made here for the same reason as [`Self::lost_evals`]: a system job
+    /// registered after the leader looked, but evaluated on a state
+    /// without the node, would never reach it.
+    fn system_evals(&self, index: u64, node_id: &str, brought: &[Evaluation]) -> Vec<Evaluation> {
+        (self.system_jobs.iter())
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|job| !job.stop && !brought.iter().any(|e| e.job_id == job.id))
+            .map(|job| applied_eval(job, "node_update", node_id, index))
+            .collect()
+    }
+
+    /// Puts `job` in the jobs table, and its id among the system jobs' or not.
+    pub(super) fn put_job(&mut self, job: Arc<Job>) {
+        let id = Id::from(job.id.as_str());
+        match job.r#type == JobType::System as i32 {
+            true => self.system_jobs.insert(id.clone()),
+            false => self.system_jobs.remove(&id),
+        };
+        self.jobs.insert(id, job);
+    }
+
+    /// Takes job `job_id` out of the jobs table and the system jobs' ids.
+    pub(super) fn drop_job(&mut self, job_id: &str) {
+        self.jobs.remove(job_id);
+        self.system_jobs.remove(job_id);
+    }
+
     fn upsert_job(&mut self, index: u64, mut job: Job, changes: &mut Changes) {
         let old = self.jobs.get(job.id.as_str()).cloned();
         match &old {
@@ -286,7 +329,7 @@ impl State {
         job.modify_index = index;
         changes.keys.push(WatchKey::Jobs);
         changes.keys.push(WatchKey::Job(job.id.clone()));
-        self.jobs.insert(Id::from(job.id.as_str()), Arc::new(job));
+        self.put_job(Arc::new(job));
         self.indexes.jobs = index;
     }
 
@@ -295,7 +338,7 @@ impl State {
             return;
         };
         if purge {
-            self.jobs.remove(job_id);
+            self.drop_job(job_id);
         } else {
             let job = Job {
                 stop: true,
@@ -304,7 +347,7 @@ impl State {
                 job_modify_index: index,
                 ..Job::clone(&old)
             };
-            self.jobs.insert(Id::from(job_id), Arc::new(job));
+            self.put_job(Arc::new(job));
         }
         changes.keys.push(WatchKey::Jobs);
         changes.keys.push(WatchKey::Job(job_id.to_string()));

@@ -218,7 +218,7 @@ impl State {
             for d in self.job_deployments(id) {
                 self.remove_deployment(index, &d.id, changes);
             }
-            self.jobs.remove(id.as_str());
+            self.drop_job(id.as_str());
             self.job_alloc_index.remove(id.as_str());
             self.indexes.jobs = index;
             changes.collected.jobs += 1;

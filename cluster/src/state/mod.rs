@@ -114,6 +114,10 @@ pub struct State {
     node_used: NodeTable<Resources>,
     allocs_by_job: OrdMap<Id, OrdSet<AllocKey>>,
     evals_by_job: OrdMap<Id, OrdSet<Id>>,
+    /// The system jobs' ids (stopped ones too): a node that becomes ready
+    /// is evaluated for each live one where its entry applies, without a
+    /// walk over every job.
+    system_jobs: OrdSet<Id>,
     deployments_by_job: OrdMap<Id, OrdSet<Id>>,
     node_alloc_index: NodeTable<u64>,
     job_alloc_index: OrdMap<Id, u64>,

@@ -187,7 +187,7 @@ impl Loading {
     }
 
     fn job(&mut self, j: Job) {
-        self.s.jobs.insert(Id::from(j.id.as_str()), Arc::new(j));
+        self.s.put_job(Arc::new(j));
     }
 
     fn eval(&mut self, e: Evaluation) {

@@ -4,8 +4,8 @@ use stampede_proto::log_entry::Msg;
 use stampede_proto::node_secret::hash;
 use stampede_proto::{
     AllocClientStatus, AllocClientUpdateEntry, AllocDesiredStatus, EvalStatus, JobRegisterEntry,
-    LogEntry, NamedTaskState, Node, NodeRegisterEntry, NodeStatus, NodeStatusEntry, PlanApplyEntry,
-    Resources,
+    JobType, LogEntry, NamedTaskState, Node, NodeRegisterEntry, NodeStatus, NodeStatusEntry,
+    PlanApplyEntry, Resources,
 };
 
 fn node_entry(id: &str) -> LogEntry {
@@ -648,6 +648,78 @@ fn a_job_that_lost_an_allocation_placed_after_the_leader_looked_is_evaluated() {
         changes.evals.iter().any(|e| e.id == web[0].id),
         "the leader's broker hears of it"
     );
+}
+
+/// A node that registers, or comes back ready, is evaluated for every live
+/// system job there is where its entry applies, not for those the leader
+/// saw when it wrote the entry: a system job registered in between would
+/// otherwise never reach it. A service job, a stopped or purged system
+/// job, and a node registering as down get none.
+#[test]
+fn a_ready_node_is_evaluated_for_the_system_jobs_there_are_when_it_applies() {
+    let reg = |id: &str, r#type: JobType| LogEntry {
+        msg: Some(Msg::JobRegister(JobRegisterEntry {
+            ticket: 0,
+            job: Some(Job {
+                id: id.into(),
+                r#type: r#type as i32,
+                priority: 50,
+                ..Default::default()
+            }),
+            eval: None,
+        })),
+    };
+    let stop = |id: &str, purge: bool| LogEntry {
+        msg: Some(Msg::JobDeregister(stampede_proto::JobDeregisterEntry {
+            job_id: id.into(),
+            purge,
+            ..Default::default()
+        })),
+    };
+    let mut s = State::default();
+    apply(&mut s, 1, reg("agent", JobType::System));
+    apply(&mut s, 2, reg("web", JobType::Service));
+    apply(&mut s, 3, reg("stopped", JobType::System));
+    apply(&mut s, 4, stop("stopped", false));
+    apply(&mut s, 5, reg("purged", JobType::System));
+    apply(&mut s, 6, stop("purged", true));
+    // Registered as a service, then again as a system job.
+    apply(&mut s, 7, reg("retyped", JobType::Service));
+    apply(&mut s, 8, reg("retyped", JobType::System));
+    let for_node = |s: &State, node: &str| -> Vec<String> {
+        let mut jobs: Vec<String> = s
+            .evals()
+            .filter(|e| e.node_id == node)
+            .map(|e| e.job_id.clone())
+            .collect();
+        jobs.sort();
+        jobs
+    };
+    let changes = apply(&mut s, 9, node_entry("n1"));
+    assert_eq!(for_node(&s, "n1"), ["agent", "retyped"]);
+    assert_eq!(changes.evals.len(), 2, "the leader's broker hears of both");
+    let restored = State::from_snapshot(s.to_snapshot(), s.index());
+    let mut down = node_entry("n2");
+    if let Some(Msg::NodeRegister(e)) = &mut down.msg {
+        e.node.as_mut().unwrap().status = NodeStatus::Down as i32;
+    }
+    for s in [&mut s.clone(), &mut restored.clone()] {
+        apply(s, 10, down.clone());
+        assert!(for_node(s, "n2").is_empty(), "registered down: no work");
+        let ready = LogEntry {
+            msg: Some(Msg::NodeStatus(NodeStatusEntry {
+                node_id: "n2".into(),
+                status: NodeStatus::Ready as i32,
+                ..Default::default()
+            })),
+        };
+        apply(s, 11, ready);
+        assert_eq!(
+            for_node(s, "n2"),
+            ["agent", "retyped"],
+            "after a snapshot too"
+        );
+    }
 }
 
 #[test]

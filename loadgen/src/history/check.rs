@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
+use stampede_proto::JobStage;
+
 use super::detect::Detector;
 use super::record::RunRow;
 use crate::stats::{log_spread, median, ratio_interval, CONFIDENCE};
@@ -235,7 +237,7 @@ fn measure_changes(s: &Series, m: &Measure, detector: &Detector) -> Vec<Change> 
                 .flat_map(|(b, _)| s.builds[*b].runs.iter().copied().filter(|r| r.valid))
                 .collect()
         };
-        let moved = moved_most(&runs(from..at), &runs(at..to), m.name.starts_with("p99"));
+        let moved = moved_most(&runs(from..at), &runs(at..to), m.name);
         out.push(Change {
             scenario: s.scenario.clone(),
             variant: s.variant.clone(),
@@ -274,9 +276,24 @@ pub fn floor(m: &Measure, builds: &[Vec<f64>]) -> f64 {
     }
 }
 
-/// The stage whose median time moved most between two sets of runs, and
-/// by how much (ms, after minus before).
-fn moved_most(before: &[&RunRow], after: &[&RunRow], p99: bool) -> Option<(String, f64)> {
+/// Whether stage `stage` is part of what `measure` times: a time to
+/// placement ends with the plan's commit, so the stages after it cannot
+/// have moved it.
+fn times_part_of(measure: &str, stage: &str) -> bool {
+    let placed = JobStage::ALL
+        .iter()
+        .position(|s| *s == JobStage::PlanCommit);
+    match (measure.ends_with("_placement_ms"), JobStage::parse(stage)) {
+        (true, Some(s)) => JobStage::ALL.iter().position(|x| *x == s) <= placed,
+        _ => true,
+    }
+}
+
+/// The stage of what `measure` times whose median time moved most between
+/// two sets of runs (its p99 for a p99 measure), and by how much (ms,
+/// after minus before).
+fn moved_most(before: &[&RunRow], after: &[&RunRow], measure: &str) -> Option<(String, f64)> {
+    let p99 = measure.starts_with("p99");
     let times = |runs: &[&RunRow], stage: &str| -> Vec<f64> {
         (runs.iter().flat_map(|r| &r.stages))
             .filter(|s| s.stage == stage)
@@ -288,6 +305,7 @@ fn moved_most(before: &[&RunRow], after: &[&RunRow], p99: bool) -> Option<(Strin
         .collect();
     names.sort_unstable();
     names.dedup();
+    names.retain(|name| times_part_of(measure, name));
     (names.into_iter())
         .filter_map(|name| {
             let delta = median(&times(after, name))? - median(&times(before, name))?;
@@ -448,6 +466,34 @@ mod tests {
         let steady = runs(1.0);
         let each = each_run(series(&steady, &CommitOrder::default(), None));
         assert!(changes(&each, &Detector::default()).is_empty());
+    }
+
+    /// A time to placement is traced to a stage up to the plan's commit,
+    /// however much a later stage moved.
+    #[test]
+    fn a_placement_time_is_traced_to_a_stage_before_the_placement() {
+        assert!(times_part_of("p99_placement_ms", "register"));
+        assert!(times_part_of("p99_placement_ms", "plan_commit"));
+        assert!(!times_part_of("p99_placement_ms", "report_running"));
+        assert!(times_part_of("p99_time_to_running_ms", "report_running"));
+        let mut slow = run("c01", 2.0, 100.0, 9.0);
+        slow.stages.push(StageRow {
+            stage: "report_running".into(),
+            p50_ms: 500.0,
+            p99_ms: 900.0,
+        });
+        let mut fast = run("c00", 1.0, 100.0, 3.0);
+        fast.stages.push(StageRow {
+            stage: "report_running".into(),
+            p50_ms: 100.0,
+            p99_ms: 200.0,
+        });
+        let moved = |m| moved_most(&[&fast], &[&slow], m).map(|(s, _)| s);
+        assert_eq!(moved("p99_placement_ms").as_deref(), Some("broker"));
+        assert_eq!(
+            moved("p99_time_to_running_ms").as_deref(),
+            Some("report_running")
+        );
     }
 
     #[test]

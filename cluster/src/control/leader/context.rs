@@ -7,7 +7,7 @@ use stampede_proto::{
 };
 
 use super::broker::{EvalBroker, CANCEL_BATCH};
-use crate::model::{now_ms, system_job_evals, JobStages};
+use crate::model::{now_ms, JobStages};
 use crate::raft::{LocalProposer, ProposeError};
 use crate::state::StateStore;
 
@@ -33,19 +33,16 @@ impl LeaderContext {
         self.proposer.write(entry).await
     }
 
-    /// Writes a node's status change, with evaluations for the system jobs
-    /// a ready node may take. The jobs of a node that went down are
-    /// evaluated where the entry applies (`State::apply`), from the
-    /// allocations it loses there.
+    /// Writes a node's status change. What it affects is evaluated where
+    /// the entry applies (`State::apply`): the jobs of the allocations a
+    /// node that went down loses there, the system jobs a ready node may
+    /// take.
     pub async fn set_node_status(
         &self,
         node_id: &str,
         status: NodeStatus,
     ) -> Result<u64, ProposeError> {
-        let evals = match status {
-            NodeStatus::Ready => system_job_evals(self.store.snapshot().jobs(), node_id),
-            _ => Vec::new(),
-        };
+        let evals = Vec::new();
         let entry = LogEntry {
             msg: Some(Msg::NodeStatus(NodeStatusEntry {
                 node_id: node_id.to_string(),

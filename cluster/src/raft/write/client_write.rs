@@ -9,12 +9,12 @@
 
 use stampede_proto::log_entry::Msg;
 use stampede_proto::{
-    Job, JobDeregisterEntry, JobRegisterEntry, LogEntry, Node, NodeRegisterEntry, NodeStatus,
+    Job, JobDeregisterEntry, JobRegisterEntry, LogEntry, Node, NodeRegisterEntry,
 };
 
 use crate::model::identity::{self, NodeDenied};
+use crate::model::new_eval;
 use crate::model::validate::{self, quote, InvalidField};
-use crate::model::{new_eval, system_job_evals};
 use crate::state::State;
 
 /// The write as the client sent it; what `RaftService.Forward` carries.
@@ -93,12 +93,9 @@ pub fn prepare(
             let node = validate::node(req.node.as_ref())?;
             identity::secret_field("secret_id", &req.secret_id)?;
             identity::may_register(state.node_secret(&node.id), &node.id, &req.secret_id)?;
-            // A node registering as down takes no work.
-            let evals = if node.status == NodeStatus::Down as i32 {
-                Vec::new()
-            } else {
-                system_job_evals(state.jobs(), &node.id)
-            };
+            // The system jobs it may take are evaluated where the entry
+            // applies (`State::apply`), on the jobs registered by then.
+            let evals = Vec::new();
             let node = Node {
                 create_index: 0,
                 modify_index: 0,
