@@ -13,8 +13,8 @@
 #
 # `history check --gate` every gated measure on each; what it flagged is
 # in OUT/check-*/changes.json and printed at the end. Builds follow
-# loadgen's profile (debug unless --release). About 75 minutes with the
-# defaults on 2 cores in the debug profile; keep the machine otherwise quiet.
+# loadgen's profile (debug unless --release). 46 minutes with the defaults
+# on 2 cores in the debug profile; keep the machine otherwise quiet.
 #
 #   scripts/history-experiment.sh [--out DIR] [--builds N] [--plant-at K]
 #                                 [--aa N] [--delay DURATION] [--release]
@@ -98,7 +98,13 @@ EOF
         || echo "history-experiment: $name: loadgen exited $? (see $out/runs/$name.log)"
 }
 
+# Records run $2 in history $1; a run that wrote no summary (a revision
+# that did not build) is left out, and said.
 import() {
+    if [ ! -f "$out/runs/$2/summary.json" ]; then
+        echo "history-experiment: $2 wrote no summary: left out of $1"
+        return
+    fi
     "$loadgen" history import --history "$out/$1.sqlite" "$out/runs/$2" > /dev/null
 }
 
