@@ -241,14 +241,17 @@ async fn a_leader_cut_off_from_the_others_sends_its_callers_elsewhere() {
 /// backoff). The leader is killed and one follower paused, so the other
 /// campaigns and can win only once the paused one is resumed; a heartbeat
 /// sent to it meanwhile is answered once the election is won. (Election
-/// timeouts of 1 s make the lease, and the hold, 4 s: time for the test to
-/// see the call held and resume the other follower.)
+/// timeouts of 2 s make the lease, and the hold, 8 s: time for the test to
+/// see the call held and resume the other follower, and for the election,
+/// on a machine busy with other tests. With 1 s, a held call once ran out
+/// at 4.3 s: the asked server, starved for a moment, took itself for
+/// woken and campaigned 3 s after the resume.)
 #[tokio::test(flavor = "multi_thread")]
 async fn a_follower_in_an_election_holds_a_nodes_heartbeat_until_a_leader_is_elected() {
     // No scheduler workers: their dequeues would be held too.
     let args = [
         "--election-timeout-ms",
-        "1000",
+        "2000",
         "--heartbeat-min-ttl",
         "600s",
         "--workers",
