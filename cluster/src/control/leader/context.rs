@@ -42,13 +42,13 @@ impl LeaderContext {
         node_id: &str,
         status: NodeStatus,
     ) -> Result<u64, ProposeError> {
-        let evals = Vec::new();
         let entry = LogEntry {
             msg: Some(Msg::NodeStatus(NodeStatusEntry {
                 node_id: node_id.to_string(),
                 status: status as i32,
                 updated_at_ms: now_ms(),
-                evals,
+                // Evaluated where it applies (above).
+                evals: Vec::new(),
             })),
         };
         self.proposer.write(entry).await

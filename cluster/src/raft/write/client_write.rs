@@ -93,9 +93,6 @@ pub fn prepare(
             let node = validate::node(req.node.as_ref())?;
             identity::secret_field("secret_id", &req.secret_id)?;
             identity::may_register(state.node_secret(&node.id), &node.id, &req.secret_id)?;
-            // The system jobs it may take are evaluated where the entry
-            // applies (`State::apply`), on the jobs registered by then.
-            let evals = Vec::new();
             let node = Node {
                 create_index: 0,
                 modify_index: 0,
@@ -103,7 +100,9 @@ pub fn prepare(
             };
             let entry = NodeRegisterEntry {
                 node: Some(node),
-                evals,
+                // The system jobs it may take are evaluated where the
+                // entry applies (`State::apply`), on the jobs registered by then.
+                evals: Vec::new(),
                 ticket,
                 secret_hash: stampede_proto::node_secret::hash(&req.secret_id).to_vec(),
             };
