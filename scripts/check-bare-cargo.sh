@@ -2,7 +2,8 @@
 # Proves that a bare cargo command, as a user types it with none of the
 # project's variables set, links Debian's RocksDB (.cargo/config.toml) and
 # compiles none of RocksDB's C++: builds librocksdb-sys in a clean
-# environment and reads what its build script did.
+# environment and reads what its build script did (in the release profile,
+# which scripts/run.sh has built already).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 clean=(env -i "HOME=$HOME" "PATH=$PATH")
@@ -11,8 +12,8 @@ for var in CARGO_HOME RUSTUP_HOME RUSTUP_TOOLCHAIN; do
 done
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"${clean[@]}" cargo build --quiet -p rocksdb-check
-"${clean[@]}" cargo build --quiet -p librocksdb-sys --message-format=json >"$out"
+"${clean[@]}" cargo build --release --quiet -p rocksdb-check
+"${clean[@]}" cargo build --release --quiet -p librocksdb-sys --message-format=json >"$out"
 python3 - "$out" <<'PY'
 import json, os, sys
 script = None

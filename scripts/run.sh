@@ -8,5 +8,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-debian.sh
 bash scripts/prune-target.sh
-cargo build --release --bin cluster --bin nodesim --bin loadgen
+bash scripts/build.sh
 exec "${CARGO_TARGET_DIR:-target}/release/loadgen" capacity "$@"

@@ -18,6 +18,14 @@ use std::process::Command;
 /// of `watched` (paths relative to the package, directories included
 /// with everything under them) changes.
 pub fn emit(watched: &[&str]) {
+    for line in stamp(watched) {
+        println!("{line}");
+    }
+}
+
+/// The lines [`emit`] prints: the commit and dirty flag as variables of
+/// the package's build, then what makes cargo take the stamp again.
+pub fn stamp(watched: &[&str]) -> Vec<String> {
     let commit = git(&["rev-parse", "HEAD"]).unwrap_or_else(|| "unknown".into());
     // Untracked files (run directories, scratch) are no part of the build.
     // Without optional locks, status does not rewrite the index it reads.
@@ -28,13 +36,18 @@ pub fn emit(watched: &[&str]) {
         "--untracked-files=no",
     ];
     let dirty = commit != "unknown" && git(&status).is_some_and(|s| !s.is_empty());
-    println!("cargo:rustc-env=STAMPEDE_GIT_COMMIT={commit}");
-    println!("cargo:rustc-env=STAMPEDE_GIT_DIRTY={dirty}");
-    println!("cargo:rerun-if-changed=build.rs");
+    let mut lines = vec![
+        format!("cargo:rustc-env=STAMPEDE_GIT_COMMIT={commit}"),
+        format!("cargo:rustc-env=STAMPEDE_GIT_DIRTY={dirty}"),
+        "cargo:rerun-if-changed=build.rs".to_string(),
+    ];
     // A path that does not exist would rerun the script on every build.
-    for path in watched.iter().filter(|p| Path::new(p).exists()) {
-        println!("cargo:rerun-if-changed={path}");
-    }
+    lines.extend(
+        (watched.iter())
+            .filter(|p| Path::new(p).exists())
+            .map(|path| format!("cargo:rerun-if-changed={path}")),
+    );
+    lines
 }
 
 /// `git ARGS`'s trimmed output, or `None` when git is missing or fails

@@ -58,7 +58,7 @@ pub const MAX_STREAMS: u32 = 1_024;
 /// Decoding may take a few hundred times a message's size (2 bytes on the
 /// wire are an empty task group of 144 bytes decoded, or an allocation of
 /// 376, in a vector that grows by doubling): 1 MiB of empty task groups
-/// took 149 MiB (cluster/tests/hostile_edge.rs).
+/// took 149 MiB (cluster/tests/integration/hostile_edge.rs).
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// A unary call: blocking queries wait up to 600 s plus a sixteenth.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(660);
