@@ -631,15 +631,15 @@ async fn a_run_stopped_by_sigterm_stops_its_servers_and_fleet() {
 }
 
 /// A stream whose highest rate is searched: each job is 20 allocations,
-/// and placement must stay under a second at p99. The search starts at 32
-/// jobs/s, near where a small cluster of release builds tops out, so that
-/// it takes a few probes up or down, not a doubling from a trickle.
+/// and placement must stay under a second at p99. Short probes (3 s of
+/// stream, at most 10 s of drain) from 32 jobs/s: a release build on two
+/// cores passes 512 jobs/s and fails 1,024, so the search takes a dozen.
 const SEARCHED: &str = r#"
 name = "searched"
 description = "a stream whose rate is searched"
 nodes = 40
-duration = "5s"
-drain = "20s"
+duration = "3s"
+drain = "10s"
 arrival = { process = "constant", rate = 32.0 }
 
 [[jobs]]
