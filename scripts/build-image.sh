@@ -18,7 +18,7 @@ if ! command -v buildah >/dev/null; then
 fi
 
 if [[ -z "${STAMPEDE_BIN:-}" ]]; then
-  cargo build --release --bin cluster --bin nodesim --bin loadgen
+  bash scripts/build.sh
 fi
 BIN=${STAMPEDE_BIN:-${CARGO_TARGET_DIR:-target}/release}
 

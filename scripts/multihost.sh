@@ -62,7 +62,7 @@ if grep -q '^\[\[faults\]\]' "$file"; then die "$file has [[faults]], which need
 # The binaries: STAMPEDE_BIN, else the release build.
 BIN=${STAMPEDE_BIN:-${CARGO_TARGET_DIR:-target}/release}
 if [[ -z "${STAMPEDE_BIN:-}" ]]; then
-  cargo build --release --bin cluster --bin nodesim --bin loadgen
+  bash scripts/build.sh
 fi
 for b in cluster nodesim loadgen; do
   [[ -x "$BIN/$b" ]] || die "$BIN/$b is missing (build them, or set STAMPEDE_BIN)"

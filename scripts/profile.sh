@@ -46,7 +46,7 @@ fi
 if ! command -v inferno-flamegraph >/dev/null; then
   cargo install --locked --quiet inferno
 fi
-cargo build --release --bin cluster --bin nodesim --bin loadgen
+bash scripts/build.sh
 bin="${CARGO_TARGET_DIR:-target}/release"
 
 "$bin/loadgen" capacity "${args[@]}" &

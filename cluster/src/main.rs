@@ -47,39 +47,31 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     stampede_proto::init_logging();
-    let cli = Cli::parse();
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Cmd::Serve(opts) = &cli.command {
-        if let Some(n) = opts.threads {
-            runtime.worker_threads(n as usize);
-        }
-    }
-    stampede_proto::exit_with(
-        runtime
-            .enable_all()
-            .build()
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| rt.block_on(run(cli))),
-    )
-}
-
-async fn run(cli: Cli) -> anyhow::Result<()> {
     // Every command keeps Rust's default of ignoring SIGPIPE: a peer that
     // resets its connection must give an error on that connection, not kill
     // the process. The printing commands print with `print_out`, so that
     // `cluster job status | head` ends quietly.
-    match cli.command {
-        Cmd::Serve(opts) => cluster::server::run(*opts).await,
-        Cmd::Dev(opts) => cluster::cli::dev::run(opts).await,
-        Cmd::Job(cmd) => cluster::cli::run_job(cmd).await,
-        Cmd::Node(cmd) => cluster::cli::run_node(cmd).await,
+    stampede_proto::exit_with(match Cli::parse().command {
+        // On a runtime of its own size (--threads), built in the library.
+        Cmd::Serve(opts) => cluster::server::run_blocking(*opts),
+        Cmd::Dev(opts) => block_on(cluster::cli::dev::run(opts)),
+        Cmd::Job(cmd) => block_on(cluster::cli::run_job(cmd)),
+        Cmd::Node(cmd) => block_on(cluster::cli::run_node(cmd)),
         Cmd::Tls(cmd) => cluster::cli::tls::run(cmd),
         Cmd::Acl(cmd) => cluster::cli::acl::run(cmd),
-        Cmd::Health(opts) => cluster::cli::health::run(opts).await,
-        Cmd::RecoverVote { data_dir } => {
-            let done = cluster::raft::vote_recovery::recover_vote(&data_dir.join("raft"))?;
-            println!("{}: {done}", data_dir.display());
-            Ok(())
-        }
-    }
+        Cmd::Health(opts) => block_on(cluster::cli::health::run(opts)),
+        Cmd::RecoverVote { data_dir } => recover_vote(&data_dir),
+    })
+}
+
+/// A command's future on a runtime with a worker thread per core.
+fn block_on(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(command)
+}
+
+/// `cluster recover-vote`: the stopped server's stored vote replaced.
+fn recover_vote(data_dir: &std::path::Path) -> anyhow::Result<()> {
+    let done = cluster::raft::vote_recovery::recover_vote(&data_dir.join("raft"))?;
+    println!("{}: {done}", data_dir.display());
+    Ok(())
 }

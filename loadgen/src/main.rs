@@ -49,16 +49,30 @@ struct LinkOpts {
 /// measure judged worse, or changed for the worse).
 const CANNOT_COMPARE: u8 = 2;
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     stampede_proto::init_logging();
-    match run(parse()).await {
-        Ok(code) => code,
+    let done = match parse().command {
+        Cmd::Capacity(opts) => capacity(*opts),
+        // Off any runtime: the history may be a PostgreSQL database, whose
+        // client runs a runtime of its own.
+        Cmd::Compare(opts) => return compare(&opts),
+        Cmd::History { command } => return history(command),
+        Cmd::Writes(opts) => block_on(writes(opts)),
+        Cmd::Place(opts) => block_on(place(opts)),
+        Cmd::Link(opts) => block_on(link(opts)),
+    };
+    match done {
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command's future on a runtime with a worker thread per core.
+fn block_on(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(command)
 }
 
 /// The command line, and for `loadgen capacity` whether its addresses
@@ -111,79 +125,73 @@ fn history(cmd: loadgen::history::HistoryCmd) -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
-        Cmd::Writes(opts) => {
-            let json = opts.json;
-            let report = loadgen::writes::run(opts).await?;
-            if json {
-                loadgen::say(serde_json::to_string_pretty(&report)?);
-            } else {
-                loadgen::say(&report);
-            }
-        }
-        Cmd::Place(opts) => {
-            let json = opts.json;
-            let report = loadgen::place::run(opts).await?;
-            if json {
-                loadgen::say(serde_json::to_string_pretty(&report)?);
-            } else {
-                loadgen::say(&report);
-            }
-        }
-        Cmd::Link(opts) => {
-            let mut tasks = tokio::task::JoinSet::new();
-            for l in opts.links {
-                let listener = tokio::net::TcpListener::bind(&l.listen)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", l.listen))?;
-                eprintln!(
-                    "loadgen link: {} -> {} delayed {:?} each way",
-                    l.listen, l.target, l.delay
-                );
-                let listen = l.listen.clone();
-                tasks.spawn(async move {
-                    stampede_launch::delay::serve(listener, l.target, l.delay)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("link {listen}: {e}"))
-                });
-            }
-            if let Some(Ok(Err(e))) = tasks.join_next().await {
-                return Err(e);
-            }
-        }
-        // Blocking: the history may be a PostgreSQL database, whose client
-        // runs a runtime of its own.
-        Cmd::Compare(opts) => return Ok(tokio::task::spawn_blocking(move || compare(&opts)).await?),
-        Cmd::History { command } => {
-            return Ok(tokio::task::spawn_blocking(move || history(command)).await?)
-        }
-        Cmd::Capacity(opts) => {
-            // Stopped by Ctrl-C or SIGTERM, the run is dropped where it
-            // stands: the servers, nodesim and Prometheus it started stop
-            // with it (their `Drop`s), rather than outlive it.
-            let summary = tokio::select! {
-                summary = loadgen::capacity::run(*opts) => summary?,
-                () = stampede_proto::shutdown_signal() => {
-                    anyhow::bail!("interrupted: the servers and fleet this run started are stopped; the report is not finished")
-                }
-            };
-            if !summary.regressions.is_empty() {
-                anyhow::bail!(
-                    "worse than the baseline: {}",
-                    summary.regressions.join("; ")
-                );
-            }
-            // A search probes past the SLO on purpose; its answer is the result.
-            if !summary.slo_breaches.is_empty() && summary.search.is_none() {
-                anyhow::bail!("SLO breached: {}", summary.slo_breaches.join("; "));
-            }
-            if !summary.complete {
-                anyhow::bail!("the run did not complete; the report is partial");
-            }
-        }
+/// `loadgen capacity`: an error when the run failed, was interrupted, is
+/// worse than its baseline, breached its SLO (a search excepted: it probes
+/// past the SLO on purpose, and its answer is the result) or is partial.
+fn capacity(opts: loadgen::capacity::CapacityOpts) -> anyhow::Result<()> {
+    let summary = loadgen::capacity::run_until_stopped(opts)?;
+    if !summary.regressions.is_empty() {
+        anyhow::bail!(
+            "worse than the baseline: {}",
+            summary.regressions.join("; ")
+        );
     }
-    Ok(ExitCode::SUCCESS)
+    if !summary.slo_breaches.is_empty() && summary.search.is_none() {
+        anyhow::bail!("SLO breached: {}", summary.slo_breaches.join("; "));
+    }
+    if !summary.complete {
+        anyhow::bail!("the run did not complete; the report is partial");
+    }
+    Ok(())
+}
+
+/// `loadgen writes`: its report, as a table or JSON.
+async fn writes(opts: loadgen::writes::WritesOpts) -> anyhow::Result<()> {
+    let json = opts.json;
+    let report = loadgen::writes::run(opts).await?;
+    if json {
+        loadgen::say(serde_json::to_string_pretty(&report)?);
+    } else {
+        loadgen::say(&report);
+    }
+    Ok(())
+}
+
+/// `loadgen place`: its report, as a table or JSON.
+async fn place(opts: loadgen::place::PlaceOpts) -> anyhow::Result<()> {
+    let json = opts.json;
+    let report = loadgen::place::run(opts).await?;
+    if json {
+        loadgen::say(serde_json::to_string_pretty(&report)?);
+    } else {
+        loadgen::say(&report);
+    }
+    Ok(())
+}
+
+/// `loadgen link`: a delaying proxy per link, until one fails or the
+/// process is killed.
+async fn link(opts: LinkOpts) -> anyhow::Result<()> {
+    let mut tasks = tokio::task::JoinSet::new();
+    for l in opts.links {
+        let listener = tokio::net::TcpListener::bind(&l.listen)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", l.listen))?;
+        eprintln!(
+            "loadgen link: {} -> {} delayed {:?} each way",
+            l.listen, l.target, l.delay
+        );
+        let listen = l.listen.clone();
+        tasks.spawn(async move {
+            stampede_launch::delay::serve(listener, l.target, l.delay)
+                .await
+                .map_err(|e| anyhow::anyhow!("link {listen}: {e}"))
+        });
+    }
+    if let Some(Ok(Err(e))) = tasks.join_next().await {
+        return Err(e);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -45,6 +45,14 @@ use crate::node::{rotate, Shared};
 use crate::profile::{Amount, NodeProfile, Shard, Weighted};
 use crate::runner::{mock_factory, AllocRunnerFactory, MockConfig};
 
+/// The whole of `nodesim`: [`run`] on a runtime of `opts.threads`
+/// threads. It is here rather than in the binary so that the fleet's
+/// async code is compiled once, in this crate: an optimised build
+/// compiles an async fn's body again in each crate that polls it.
+pub fn run_blocking(opts: Opts) -> anyhow::Result<Summary> {
+    runtime(opts.threads)?.block_on(run(opts))
+}
+
 /// The runtime a fleet of `threads` threads runs on (`Opts::threads`).
 pub fn runtime(threads: u64) -> std::io::Result<tokio::runtime::Runtime> {
     let mut builder = if threads == 1 {

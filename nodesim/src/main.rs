@@ -10,18 +10,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     stampede_proto::init_logging();
     let opts = nodesim::Opts::parse();
-    stampede_proto::exit_with(
-        nodesim::runtime(opts.threads)
-            .map_err(anyhow::Error::from)
-            .and_then(|runtime| runtime.block_on(run(opts))),
-    )
-}
-
-async fn run(opts: nodesim::Opts) -> anyhow::Result<()> {
-    let summary = nodesim::run(opts).await?;
-    println!("{summary}");
-    if summary.registrations == 0 {
-        anyhow::bail!("no node registered: is the cluster at --address (STAMPEDE_ADDRESS) up?");
-    }
-    Ok(())
+    stampede_proto::exit_with(nodesim::run_blocking(opts).and_then(|summary| {
+        println!("{summary}");
+        if summary.registrations == 0 {
+            anyhow::bail!("no node registered: is the cluster at --address (STAMPEDE_ADDRESS) up?");
+        }
+        Ok(())
+    }))
 }

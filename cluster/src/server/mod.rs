@@ -37,6 +37,18 @@ use crate::raft::{contact, election};
 use crate::raft::{NetworkFactory, PeerChannels, Proposer, StateMachine, Tickets};
 use crate::state::contact::{Contact, Touch};
 
+/// `cluster serve`: [`run`] on a runtime of `opts.threads` worker threads
+/// (else one per core). Here rather than in the binary so that the
+/// server's async code is compiled once, in this crate: an optimised
+/// build compiles an async fn's body again in each crate that polls it.
+pub fn run_blocking(opts: ServeOpts) -> anyhow::Result<()> {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = opts.threads {
+        runtime.worker_threads(n as usize);
+    }
+    runtime.enable_all().build()?.block_on(run(opts))
+}
+
 /// Binds the addresses in `opts` and serves until Ctrl-C or SIGTERM.
 pub async fn run(opts: ServeOpts) -> anyhow::Result<()> {
     opts.validate().map_err(anyhow::Error::msg)?;

@@ -59,6 +59,24 @@ use crate::scenario::Scenario;
 use crate::summary::RunSummary;
 use ctx::Ctx;
 
+/// `loadgen capacity` on a runtime of its own, until the run ends or
+/// Ctrl-C or SIGTERM stops it. Stopped, the run is dropped where it
+/// stands: the servers, nodesim and Prometheus it started stop with it
+/// (their `Drop`s) rather than outlive it. Here rather than in the binary
+/// so that the run's async code is compiled once, in this crate: an
+/// optimised build compiles an async fn's body again in each crate that
+/// polls it.
+pub fn run_until_stopped(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
+    tokio::runtime::Runtime::new()?.block_on(async {
+        tokio::select! {
+            summary = run(opts) => summary,
+            () = stampede_proto::shutdown_signal() => {
+                anyhow::bail!("interrupted: the servers and fleet this run started are stopped; the report is not finished")
+            }
+        }
+    })
+}
+
 /// Runs `loadgen capacity`: checks the options and the scenario, sets up
 /// what every variant shares (the run directory, loadgen's own metrics,
 /// TLS files, Prometheus), runs the variants or the search, and prints the
