@@ -12,4 +12,6 @@
 # crate, and everything built on it, a second build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --bin cluster --bin nodesim --bin loadgen --test stamp "$@"
+# STAMPEDE_PROFILE=profiling builds the same with line tables (for perf).
+cargo build --profile "${STAMPEDE_PROFILE:-release}" \
+  --bin cluster --bin nodesim --bin loadgen --test stamp "$@"

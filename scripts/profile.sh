@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where a placement's CPU goes, process by process: runs `loadgen capacity`
-# (release build) and, from AT seconds into it for SECONDS seconds, samples
-# every process of the run (each server, each nodesim, loadgen itself) with
+# (the release build with line tables) and, from AT seconds into it for
+# SECONDS seconds, samples every process of the run (each server, each nodesim, loadgen itself) with
 # `perf record`, then writes a flamegraph of each (inferno) and its top
 # functions beside the run's own results.
 #
@@ -46,8 +46,10 @@ fi
 if ! command -v inferno-flamegraph >/dev/null; then
   cargo install --locked --quiet inferno
 fi
-bash scripts/build.sh
-bin="${CARGO_TARGET_DIR:-target}/release"
+# The release build with line tables (Cargo.toml's `profiling`), so that
+# the flamegraphs name inlined frames.
+STAMPEDE_PROFILE=profiling bash scripts/build.sh
+bin="${CARGO_TARGET_DIR:-target}/profiling"
 
 "$bin/loadgen" capacity "${args[@]}" &
 loadgen=$!
