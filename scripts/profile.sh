@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Where a placement's CPU goes, process by process: runs `loadgen capacity`
 # (the release build with line tables) and, from AT seconds into it for
-# SECONDS seconds, samples every process of the run (each server, each nodesim, loadgen itself) with
-# `perf record`, then writes a flamegraph of each (inferno) and its top
-# functions beside the run's own results.
+# SECONDS seconds, samples every process of the run (each server, each
+# nodesim, loadgen itself) with `perf record`, then writes a flamegraph of
+# each (inferno) and its top functions beside the run's own results.
 #
 #   scripts/profile.sh [--at S] [--seconds N] [--hz F] -- CAPACITY_ARGS...
 #   scripts/profile.sh --at 60 --seconds 20 -- --scenario c2m-mini --out runs/prof
