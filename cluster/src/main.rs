@@ -54,19 +54,14 @@ fn main() -> std::process::ExitCode {
     stampede_proto::exit_with(match Cli::parse().command {
         // On a runtime of its own size (--threads), built in the library.
         Cmd::Serve(opts) => cluster::server::run_blocking(*opts),
-        Cmd::Dev(opts) => block_on(cluster::cli::dev::run(opts)),
-        Cmd::Job(cmd) => block_on(cluster::cli::run_job(cmd)),
-        Cmd::Node(cmd) => block_on(cluster::cli::run_node(cmd)),
+        Cmd::Dev(opts) => stampede_proto::block_on(cluster::cli::dev::run(opts)),
+        Cmd::Job(cmd) => stampede_proto::block_on(cluster::cli::run_job(cmd)),
+        Cmd::Node(cmd) => stampede_proto::block_on(cluster::cli::run_node(cmd)),
         Cmd::Tls(cmd) => cluster::cli::tls::run(cmd),
         Cmd::Acl(cmd) => cluster::cli::acl::run(cmd),
-        Cmd::Health(opts) => block_on(cluster::cli::health::run(opts)),
+        Cmd::Health(opts) => stampede_proto::block_on(cluster::cli::health::run(opts)),
         Cmd::RecoverVote { data_dir } => recover_vote(&data_dir),
     })
-}
-
-/// A command's future on a runtime with a worker thread per core.
-fn block_on(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
-    tokio::runtime::Runtime::new()?.block_on(command)
 }
 
 /// `cluster recover-vote`: the stopped server's stored vote replaced.

@@ -57,22 +57,11 @@ fn main() -> ExitCode {
         // client runs a runtime of its own.
         Cmd::Compare(opts) => return compare(&opts),
         Cmd::History { command } => return history(command),
-        Cmd::Writes(opts) => block_on(writes(opts)),
-        Cmd::Place(opts) => block_on(place(opts)),
-        Cmd::Link(opts) => block_on(link(opts)),
+        Cmd::Writes(opts) => stampede_proto::block_on(writes(opts)),
+        Cmd::Place(opts) => stampede_proto::block_on(place(opts)),
+        Cmd::Link(opts) => stampede_proto::block_on(link(opts)),
     };
-    match done {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// A command's future on a runtime with a worker thread per core.
-fn block_on(command: impl std::future::Future<Output = anyhow::Result<()>>) -> anyhow::Result<()> {
-    tokio::runtime::Runtime::new()?.block_on(command)
+    stampede_proto::exit_with(done)
 }
 
 /// The command line, and for `loadgen capacity` whether its addresses
@@ -148,23 +137,24 @@ fn capacity(opts: loadgen::capacity::CapacityOpts) -> anyhow::Result<()> {
 /// `loadgen writes`: its report, as a table or JSON.
 async fn writes(opts: loadgen::writes::WritesOpts) -> anyhow::Result<()> {
     let json = opts.json;
-    let report = loadgen::writes::run(opts).await?;
-    if json {
-        loadgen::say(serde_json::to_string_pretty(&report)?);
-    } else {
-        loadgen::say(&report);
-    }
-    Ok(())
+    say_report(json, &loadgen::writes::run(opts).await?)
 }
 
 /// `loadgen place`: its report, as a table or JSON.
 async fn place(opts: loadgen::place::PlaceOpts) -> anyhow::Result<()> {
     let json = opts.json;
-    let report = loadgen::place::run(opts).await?;
+    say_report(json, &loadgen::place::run(opts).await?)
+}
+
+/// A report on stdout, as pretty JSON (`--json`) or as its table.
+fn say_report(
+    json: bool,
+    report: &(impl serde::Serialize + std::fmt::Display),
+) -> anyhow::Result<()> {
     if json {
-        loadgen::say(serde_json::to_string_pretty(&report)?);
+        loadgen::say(serde_json::to_string_pretty(report)?);
     } else {
-        loadgen::say(&report);
+        loadgen::say(report);
     }
     Ok(())
 }

@@ -185,6 +185,15 @@ pub fn exit_with<E: std::fmt::Display>(result: Result<(), E>) -> std::process::E
     }
 }
 
+/// A binary's command run on a runtime with a worker thread per core; an
+/// error if the runtime cannot be made. For the commands that do not size
+/// or start their runtime in their library.
+pub fn block_on<T, E: From<std::io::Error>>(
+    command: impl std::future::Future<Output = Result<T, E>>,
+) -> Result<T, E> {
+    tokio::runtime::Runtime::new()?.block_on(command)
+}
+
 /// Resolves on Ctrl-C or SIGTERM: how a server or `cluster dev` is told to
 /// stop cleanly.
 pub async fn shutdown_signal() {

@@ -67,7 +67,7 @@ use ctx::Ctx;
 /// optimised build compiles an async fn's body again in each crate that
 /// polls it.
 pub fn run_until_stopped(opts: CapacityOpts) -> anyhow::Result<RunSummary> {
-    tokio::runtime::Runtime::new()?.block_on(async {
+    stampede_proto::block_on(async {
         tokio::select! {
             summary = run(opts) => summary,
             () = stampede_proto::shutdown_signal() => {
