@@ -49,7 +49,37 @@ fn target_profile_dir(exe: &Path) -> Option<PathBuf> {
         .to_owned();
     let target = match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"),
+        _ => workspace_root().join("target"),
     };
     Some(target.join(profile))
+}
+
+/// The workspace this run belongs to: above the package that cargo says it
+/// runs (`CARGO_MANIFEST_DIR` at run time, set by `cargo test`, nextest and
+/// `cargo bench`), else above this crate as it was compiled. The build
+/// directory is shared by every clone (`.cargo/config.toml`), so a library
+/// compiled in another clone may be the one linked here: the path it was
+/// compiled at can name a clone that is not this one, or none any more.
+fn workspace_root() -> PathBuf {
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .filter(|dir| !dir.is_empty())
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    package
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .map_or_else(|| package.join(".."), Path::to_path_buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_root_is_found_from_the_package_cargo_runs() {
+        // cargo and nextest set CARGO_MANIFEST_DIR for the test process.
+        let package = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+        let root = workspace_root();
+        assert!(root.join("Cargo.lock").is_file(), "{}", root.display());
+        assert_eq!(package.parent(), Some(root.as_path()));
+    }
 }
