@@ -394,12 +394,9 @@ pub async fn drive(
         let now = Instant::now();
         // A look long after the last: this server (or its raft core) did
         // not run meanwhile, and heard nothing for that reason.
-        if now.saturating_duration_since(last_look) > timing.tick() + timing.lease / 4 {
+        if stalled(last_look, now, timing.tick() + timing.lease / 4) {
             woke_at = Some(now);
-            tracing::info!(
-                stalled_ms = now.saturating_duration_since(last_look).as_millis() as u64,
-                "raft did not run for a while: its silence counts from now"
-            );
+            metrics.elections.stalls.inc();
         }
         last_look = now;
         me.woken_ago = woke_at.map(|w| now.saturating_duration_since(w));
@@ -418,6 +415,21 @@ pub async fn drive(
             last_log_id: me.last_log_id,
         };
         let granted_by = ask(&raft, &channels, &timing, &me, &req).await;
+        // The round waits up to `ask_for` for a voter that does not answer
+        // (paused, or cut off): that wait is this server's own, not a
+        // stall, and counting it as one would put this server's next
+        // campaign a lease further off each round, while the hold on its
+        // callers runs out. Only a round longer than its bound allows is.
+        let round_end = Instant::now();
+        if stalled(
+            now,
+            round_end,
+            timing.ask_for() + timing.tick() + timing.lease / 4,
+        ) {
+            woke_at = Some(round_end);
+            metrics.elections.stalls.inc();
+        }
+        last_look = round_end;
         // The candidate grants itself.
         let quorum = me.voters.len() / 2 + 1;
         // The round took time (a voter that is down is waited for), and a
@@ -463,6 +475,21 @@ pub async fn drive(
         drawn = timing.draw();
         not_before = Instant::now() + drawn;
     }
+}
+
+/// Whether the gap from `before` to `now` is longer than `allowed`: this
+/// server (or its raft core) did not run meanwhile, and heard nothing for
+/// that reason, so its silence counts from `now`.
+fn stalled(before: Instant, now: Instant, allowed: Duration) -> bool {
+    let gap = now.saturating_duration_since(before);
+    if gap <= allowed {
+        return false;
+    }
+    tracing::info!(
+        stalled_ms = gap.as_millis() as u64,
+        "raft did not run for a while: its silence counts from now"
+    );
+    true
 }
 
 fn raft_id(raft: &Raft) -> NodeId {

@@ -182,6 +182,9 @@ pub struct ElectionMetrics {
     pub campaigns_stopped: IntCounter,
     /// Pre-votes this server refused, by `reason`.
     pub prevotes_refused: IntCounterVec,
+    /// Times the election driver found this server had not run for a
+    /// while (paused, starved): its silence counted from then.
+    pub stalls: IntCounter,
 }
 
 impl ElectionMetrics {
@@ -213,6 +216,11 @@ impl ElectionMetrics {
             "Pre-votes this server refused, by reason: it leads, it heard from its leader within the lease, the candidate's log is behind, it had just woken from not running, or its raft core was too busy to say.",
             "reason",
             PREVOTE_REFUSALS,
+        ),
+        stalls: int_counter(
+            r,
+            "stampede_raft_stalls_total",
+            "Times this server found its raft had not run for a while (paused, starved of a core, a slow fsync): it heard nothing meanwhile because it did not listen, so its silence counts from then, and it neither campaigns nor grants a pre-vote at once.",
         ),
         }
     }

@@ -17,6 +17,7 @@ use tokio::task::JoinHandle;
 const ELECTIONS_STARTED: &str = "stampede_raft_elections_started_total";
 const ELECTION_STARTED_TERM: &str = "stampede_raft_election_started_term";
 const CAMPAIGNS_STOPPED: &str = "stampede_raft_campaigns_stopped_total";
+const STALLS: &str = "stampede_raft_stalls_total";
 
 /// Writers that register nodes until told to stop; each counts its
 /// acknowledged writes.
@@ -216,4 +217,42 @@ async fn a_killed_leader_is_replaced_and_its_successor_says_it_started_the_elect
         new_term
     );
     assert!(c.metric(successor, ELECTIONS_STARTED).await.unwrap() >= 1.0);
+}
+
+/// A server whose pre-vote waits on a voter that does not answer (paused:
+/// its socket is open, its process stopped) spent that wait itself; it did
+/// not stop running. Counting the wait as a stall put its next campaign a
+/// lease further off after every round, so once the paused voter ran again
+/// the cluster stayed without a leader longer than a node's held call
+/// waits. The paused voter, which really did not run, counts its stall.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pre_vote_round_waiting_on_a_paused_voter_is_not_a_stall() {
+    // Timeouts of 1 s: each round waits 1 s on the paused voter, and only
+    // a gap of 0.6 s between looks counts as a stall, well above what a
+    // busy test machine starves a process for.
+    let (mut c, leader) = Harness::with_leader(3, &["--election-timeout-ms", "1000"]).await;
+    let others = c.ids_except(leader);
+    let (asking, paused) = (others[0], others[1]);
+    let stalls_before = c.metric(asking, STALLS).await.unwrap();
+    let paused_stalls_before = c.metric(paused, STALLS).await.unwrap();
+    let stopped_before = c.metric(asking, CAMPAIGNS_STOPPED).await.unwrap();
+    c.kill(leader).unwrap();
+    c.pause(paused).unwrap();
+    // Three rounds, each waiting on the paused voter for its answer.
+    eventually("three pre-vote rounds find no quorum", CATCH_UP, || async {
+        c.metric(asking, CAMPAIGNS_STOPPED).await.unwrap_or(0.0) >= stopped_before + 3.0
+    })
+    .await;
+    assert_eq!(
+        c.metric(asking, STALLS).await.unwrap(),
+        stalls_before,
+        "server {asking} took its own pre-vote rounds for stalls"
+    );
+    c.resume(paused).unwrap();
+    let successor = c.leader().await;
+    assert_ne!(successor, leader);
+    assert!(
+        c.metric(paused, STALLS).await.unwrap() > paused_stalls_before,
+        "server {paused} was stopped and did not count it"
+    );
 }
