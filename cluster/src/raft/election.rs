@@ -376,10 +376,7 @@ pub async fn drive(
     let mut drawn = timing.draw();
     // After a refused pre-vote: not before a fresh timeout has passed.
     let mut not_before = started;
-    let mut last_look = started;
-    // A server just started heard nothing because it was not running: it
-    // counts as woken at its start.
-    let mut woke_at = Some(started);
+    let mut waking = Waking::new(started);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(timing.tick()) => {}
@@ -394,12 +391,8 @@ pub async fn drive(
         let now = Instant::now();
         // A look long after the last: this server (or its raft core) did
         // not run meanwhile, and heard nothing for that reason.
-        if stalled(last_look, now, timing.tick() + timing.lease / 4) {
-            woke_at = Some(now);
-            metrics.elections.stalls.inc();
-        }
-        last_look = now;
-        me.woken_ago = woke_at.map(|w| now.saturating_duration_since(w));
+        waking.look_at(now, timing.tick() + timing.lease / 4, &metrics);
+        me.woken_ago = waking.woken_ago(now);
         latest.set(me.clone());
         let me = latest.with_arrivals(me);
         if me.leading || !me.voters.contains(&raft_id(&raft)) || now < not_before {
@@ -408,9 +401,8 @@ pub async fn drive(
         if !due(&me, drawn, &timing, now - started) {
             continue;
         }
-        let id = raft_id(&raft);
         let req = PreVoteRequest {
-            candidate: id,
+            candidate: raft_id(&raft),
             term: me.term + 1,
             last_log_id: me.last_log_id,
         };
@@ -420,18 +412,8 @@ pub async fn drive(
         // stall, and counting it as one would put this server's next
         // campaign a lease further off each round, while the hold on its
         // callers runs out. Only a round longer than its bound allows is.
-        let round_end = Instant::now();
-        if stalled(
-            now,
-            round_end,
-            timing.ask_for() + timing.tick() + timing.lease / 4,
-        ) {
-            woke_at = Some(round_end);
-            metrics.elections.stalls.inc();
-        }
-        last_look = round_end;
-        // The candidate grants itself.
-        let quorum = me.voters.len() / 2 + 1;
+        let allowed = timing.ask_for() + timing.tick() + timing.lease / 4;
+        waking.look_at(Instant::now(), allowed, &metrics);
         // The round took time (a voter that is down is waited for), and a
         // rival may have won meanwhile: its term or its leader's word ends
         // this campaign, which would otherwise depose the new leader.
@@ -442,39 +424,87 @@ pub async fn drive(
         let overtaken = after.term != me.term
             || after.leading
             || !due(&after, drawn, &timing, Instant::now() - started);
-        if overtaken {
-            metrics.elections.campaigns_stopped.inc();
-            tracing::info!(
-                term = req.term,
-                now_term = after.term,
-                leader = ?after.leader,
-                "not campaigning: a leader was elected or heard from during the pre-vote"
-            );
-        } else if granted_by.len() + 1 >= quorum {
-            tracing::warn!(
-                term = req.term,
-                previous_leader = ?me.leader,
-                quiet_ms = me.heard_ago.map(|d| d.as_millis() as u64),
-                granted_by = ?granted_by,
-                "starting an election: no word from a leader within the election timeout, and a quorum agrees"
-            );
+        if conclude(&me, &after, overtaken, &req, &granted_by, &metrics) {
             if raft.trigger().elect().await.is_err() {
                 return;
             }
             metrics.elections.started.inc();
             metrics.elections.started_term.set(req.term as i64);
-        } else {
-            metrics.elections.campaigns_stopped.inc();
-            tracing::info!(
-                term = req.term,
-                known_leader = ?me.leader,
-                granted_by = ?granted_by,
-                "not campaigning: the pre-vote found no quorum (a leader is alive, or this log is behind)"
-            );
         }
         drawn = timing.draw();
         not_before = Instant::now() + drawn;
     }
+}
+
+/// When the driver last looked, and when it last found that it had not run
+/// for a while before a look.
+struct Waking {
+    last_look: Instant,
+    woke_at: Option<Instant>,
+}
+
+impl Waking {
+    /// A server just started heard nothing because it was not running: it
+    /// counts as woken at its start.
+    fn new(started: Instant) -> Self {
+        Self {
+            last_look: started,
+            woke_at: Some(started),
+        }
+    }
+
+    /// A look at `now`, which should come at most `allowed` after the last.
+    fn look_at(&mut self, now: Instant, allowed: Duration, metrics: &Metrics) {
+        if stalled(self.last_look, now, allowed) {
+            self.woke_at = Some(now);
+            metrics.elections.stalls.inc();
+        }
+        self.last_look = now;
+    }
+
+    fn woken_ago(&self, now: Instant) -> Option<Duration> {
+        self.woke_at.map(|w| now.saturating_duration_since(w))
+    }
+}
+
+/// Whether a pre-vote round that `granted_by` answered starts the campaign;
+/// counts and logs why not, or why.
+fn conclude(
+    me: &View,
+    after: &View,
+    overtaken: bool,
+    req: &PreVoteRequest,
+    granted_by: &[NodeId],
+    metrics: &Metrics,
+) -> bool {
+    // The candidate grants itself.
+    let quorum = me.voters.len() / 2 + 1;
+    if overtaken {
+        tracing::info!(
+            term = req.term,
+            now_term = after.term,
+            leader = ?after.leader,
+            "not campaigning: a leader was elected or heard from during the pre-vote"
+        );
+    } else if granted_by.len() + 1 >= quorum {
+        tracing::warn!(
+            term = req.term,
+            previous_leader = ?me.leader,
+            quiet_ms = me.heard_ago.map(|d| d.as_millis() as u64),
+            granted_by = ?granted_by,
+            "starting an election: no word from a leader within the election timeout, and a quorum agrees"
+        );
+        return true;
+    } else {
+        tracing::info!(
+            term = req.term,
+            known_leader = ?me.leader,
+            granted_by = ?granted_by,
+            "not campaigning: the pre-vote found no quorum (a leader is alive, or this log is behind)"
+        );
+    }
+    metrics.elections.campaigns_stopped.inc();
+    false
 }
 
 /// Whether the gap from `before` to `now` is longer than `allowed`: this
