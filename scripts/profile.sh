@@ -11,10 +11,13 @@
 # Writes, in the run directory (--out, required): profile/NAME.perf.data,
 # profile/NAME.svg (open in a browser: the widest towers are the costs) and
 # profile/NAME.top.txt (the 25 functions with the most samples of their own),
-# for NAME in server-1 ... nodesim[-K] loadgen; and the run's summary.json,
-# whose cpu_seconds_per_1000_placements_by_process says how much each
-# process spent. Needs perf (linux-perf) and inferno (cargo install inferno),
-# both installed here when missing; perf must be allowed to attach to the
+# profile/NAME.folded (the stacks, one line each, with their samples),
+# for NAME in server-1 ... nodesim[-K] loadgen; and profile/budget.txt,
+# each process's CPU-seconds per 1,000 placements (summary.json's
+# cpu_seconds_per_1000_placements_by_process) split by mechanism
+# (scripts/cpu_budget.py: applying reports, checking plans, gRPC, ...).
+# Needs perf (linux-perf) and inferno (cargo install inferno), both
+# installed here when missing; perf must be allowed to attach to the
 # processes (root, or kernel.perf_event_paranoid <= 1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,10 +95,15 @@ wait "$loadgen" || status=$?
 
 for data in "$out"/profile/*.perf.data; do
   name=$(basename "$data" .perf.data)
-  perf script -i "$data" 2>/dev/null | inferno-collapse-perf | inferno-flamegraph --title "$name" >"$out/profile/$name.svg"
+  perf script -i "$data" 2>/dev/null | inferno-collapse-perf >"$out/profile/$name.folded"
+  inferno-flamegraph --title "$name" <"$out/profile/$name.folded" >"$out/profile/$name.svg"
   # head stops reading early: the pipe's SIGPIPE upstream is no failure.
   perf report -i "$data" --no-children -g none --sort symbol --stdio 2>/dev/null |
     grep -v '^#' | grep -v '^$' | head -25 >"$out/profile/$name.top.txt" || true
   echo "profile.sh: $out/profile/$name.svg"
 done
+# The budget: each process's CPU per 1,000 placements, by mechanism.
+if [[ -f "$out/summary.json" ]]; then
+  python3 scripts/cpu_budget.py "$out" | tee "$out/profile/budget.txt"
+fi
 exit "$status"

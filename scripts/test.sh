@@ -22,6 +22,9 @@ bash scripts/check-imports.sh
 # lines outside tests; first proof that both are refused.
 bash scripts/check-sizes.sh --self-test
 bash scripts/check-sizes.sh
+# The CPU budget of a profiled run (scripts/profile.sh) puts each stack
+# under its mechanism.
+python3 scripts/cpu_budget.py --self-test
 # Every test of the workspace, each in a process of its own and as many at
 # once as there are cores, across all the test binaries
 # (.config/nextest.toml); cargo-nextest is installed if missing. Built in

@@ -236,8 +236,8 @@ impl Api {
         // Only the node itself may ask: its allocations are its work.
         let given = stampede_proto::node_secret::hash(secret_id);
         let known = self.store.read(|s| {
-            s.has_node(node_id)
-                .then(|| identity::check_hash(s.node_secret(node_id), node_id, &given))
+            s.node_registration(node_id)
+                .map(|stored| identity::check_hash(stored, node_id, &given))
         });
         let Some(own) = known else {
             return Err(refused(Status::not_found(format!(

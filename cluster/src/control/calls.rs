@@ -342,15 +342,15 @@ fn updates_vouched_for(
     leader_here: bool,
 ) -> Result<(), ControlError> {
     for (node_id, hash) in &vouched.hashes {
-        if !state.has_node(node_id) {
+        let Some(stored) = state.node_registration(node_id) else {
             if !leader_here {
                 continue;
             }
             return Err(ControlError::NotFound(format!(
                 "secrets: no node {node_id:?} is registered"
             )));
-        }
-        identity::check_hash(state.node_secret(node_id), node_id, hash)?;
+        };
+        identity::check_hash(stored, node_id, hash)?;
     }
     for (i, a) in req.allocs.iter().enumerate() {
         let Some(node) = state.alloc_node(&a.id) else {

@@ -47,6 +47,14 @@ impl State {
         self.nodes.get(id)?.secret.as_ref()
     }
 
+    /// Node `id`'s registration in one lookup: `None` if it is not
+    /// registered, else its secret's hash (`None` inside: registered
+    /// before node identity). Each client report checks its node's secret,
+    /// and a lookup among ten thousand ids is most of the check.
+    pub fn node_registration(&self, id: &str) -> Option<Option<&SecretHash>> {
+        self.nodes.get(id).map(|n| n.secret.as_ref())
+    }
+
     /// Every node, in id order.
     pub fn nodes(&self) -> impl Iterator<Item = &Arc<NodeRow>> {
         self.nodes.values()
