@@ -22,10 +22,11 @@
 //! that was itself not running (stopped, starved of its core, blocked in a
 //! slow fsync) heard nothing because it did not listen, not because the
 //! leader is gone. So a look that comes more than a quarter of the lease
-//! after the one before marks the server as just woken, and a woken server
-//! counts its silence from then: it campaigns no sooner than a lease and a
-//! timeout after, and grants no pre-vote for two heartbeats, time for a
-//! live leader's next message to reach it.
+//! after the one before (less the server's own wait in a pre-vote round,
+//! for a voter that does not answer) marks the server as just woken, and
+//! a woken server counts its silence from then: it campaigns no sooner
+//! than a lease and a timeout after, and grants no pre-vote for two
+//! heartbeats, time for a live leader's next message to reach it.
 //!
 //! Each election a server starts is counted, and its term kept in a gauge
 //! (`stampede_raft_election_started_term`), so a run can say who started
@@ -700,6 +701,30 @@ mod tests {
             let d = timing.draw();
             assert!(d >= timing.timeout_min && d < timing.timeout_max);
         }
+    }
+
+    #[test]
+    fn only_a_look_later_than_allowed_is_a_stall_and_silence_counts_from_it() {
+        let metrics = Metrics::new();
+        let start = Instant::now();
+        let mut waking = Waking::new(start);
+        let allowed = Duration::from_millis(100);
+        waking.look_at(start + Duration::from_millis(100), allowed, &metrics);
+        waking.look_at(start + Duration::from_millis(200), allowed, &metrics);
+        assert_eq!(metrics.elections.stalls.get(), 0);
+        // Still woken at its start, as a server just started is.
+        let at = start + Duration::from_millis(250);
+        assert_eq!(waking.woken_ago(at), Some(Duration::from_millis(250)));
+        waking.look_at(start + Duration::from_millis(301), allowed, &metrics);
+        assert_eq!(metrics.elections.stalls.get(), 1);
+        assert_eq!(
+            waking.woken_ago(at + Duration::from_millis(51)),
+            Some(Duration::ZERO)
+        );
+        // A round's own wait is allowed for by the caller: no stall.
+        let round = Duration::from_millis(1_100);
+        waking.look_at(start + Duration::from_millis(1_401), round, &metrics);
+        assert_eq!(metrics.elections.stalls.get(), 1);
     }
 
     #[test]
