@@ -6,7 +6,8 @@
 # each (inferno) and its top functions beside the run's own results.
 #
 #   scripts/profile.sh [--at S] [--seconds N] [--hz F] -- CAPACITY_ARGS...
-#   scripts/profile.sh --at 60 --seconds 20 -- --scenario c2m-mini --out runs/prof
+#   scripts/profile.sh --at 30 --seconds 20 -- \
+#       --scenario examples/scenarios/c2m-mini-profile.toml --out runs/prof
 #
 # Writes, in the run directory (--out, required): profile/NAME.perf.data,
 # profile/NAME.svg (open in a browser: the widest towers are the costs) and

@@ -257,7 +257,7 @@ impl LeaderCalls {
                 })?;
                 // Checked where the status is written: a follower's state
                 // may not have the node's registration yet.
-                identity::check(state.node_secret(&req.node_id), &node.id, &req.secret_id)?;
+                identity::check(node.secret.as_ref(), &node.id, &req.secret_id)?;
                 drop(state);
                 let mut index = 0;
                 if node.status != status as i32 {
